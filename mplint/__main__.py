@@ -1,0 +1,3 @@
+from mplint.cli import main
+
+raise SystemExit(main())

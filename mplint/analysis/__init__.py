@@ -1,0 +1,1 @@
+"""Per-file analyses shared by several rules."""

@@ -1,0 +1,113 @@
+"""The rule catalog: one YAML file per rule in ``rules/`` (shipped as ``mplint/catalog`` in wheels).
+
+The YAML carries everything a person reads about a rule (docs, fix safety,
+examples); the Python module under ``mplint.checks`` carries only detection.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from mplint.diagnostics import FixSafety, Severity
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_CATALOG_DIRS = (_PACKAGE_DIR / "catalog", _PACKAGE_DIR.parent / "rules")
+
+
+class CatalogError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Example:
+    code: str
+    expect: tuple[tuple[int, int], ...] = ()  # (line, column) of each finding of this rule
+    fixed: str | None = None  # expected text after --fix (with --unsafe-fixes for unsafe rules)
+    settings: dict = field(default_factory=dict)  # keras, policy, files (extra project files), path
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    id: str
+    name: str
+    summary: str
+    what: str
+    why: str
+    fix: str
+    fix_safety: FixSafety
+    severity: Severity
+    kind: str  # "static" or "runtime"
+    default_enabled: bool
+    generations: tuple[int, ...]
+    references: tuple[str, ...]
+    example: str
+    example_fixed: str
+    flagged: tuple[Example, ...]
+    clean: tuple[Example, ...]
+    source: Path
+
+
+def catalog_dir() -> Path:
+    for candidate in _CATALOG_DIRS:
+        if candidate.is_dir():
+            return candidate
+    raise CatalogError("rule catalog not found (looked in %s)" % ", ".join(map(str, _CATALOG_DIRS)))
+
+
+def _example(raw: dict, where: str) -> Example:
+    if not isinstance(raw, dict) or "code" not in raw:
+        raise CatalogError(f"{where}: each example needs a 'code' key")
+    expect = tuple(tuple(int(p) for p in str(e).split(":")) for e in raw.get("expect", ()))
+    if any(len(e) != 2 for e in expect):
+        raise CatalogError(f"{where}: 'expect' entries are 'line:column'")
+    settings = {k: raw[k] for k in ("keras", "policy", "files", "path", "unsafe") if k in raw}
+    return Example(code=raw["code"], expect=expect, fixed=raw.get("fixed"), settings=settings, title=raw.get("title", ""))
+
+
+def _load(path: Path) -> RuleMeta:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{path}: {exc}") from exc
+    try:
+        examples = raw.get("examples") or {}
+        return RuleMeta(
+            id=raw["id"],
+            name=raw["name"],
+            summary=raw["summary"].strip(),
+            what=raw["what"].strip(),
+            why=raw["why"].strip(),
+            fix=raw["fix"].strip(),
+            fix_safety=FixSafety(raw["fix_safety"]),
+            severity=Severity(raw.get("severity", "error")),
+            kind=raw.get("kind", "static"),
+            default_enabled=bool(raw.get("default", True)),
+            generations=tuple(raw.get("generations", (1, 2, 3))),
+            references=tuple(raw.get("references", ())),
+            example=raw.get("example", "").rstrip("\n"),
+            example_fixed=raw.get("example_fixed", "").rstrip("\n"),
+            flagged=tuple(_example(e, f"{path}: flagged[{i}]") for i, e in enumerate(examples.get("flagged", ()))),
+            clean=tuple(_example(e, f"{path}: clean[{i}]") for i, e in enumerate(examples.get("clean", ()))),
+            source=path,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CatalogError(f"{path}: malformed rule file ({exc!r})") from exc
+
+
+@functools.lru_cache(maxsize=None)
+def load_catalog() -> dict[str, RuleMeta]:
+    """All rules by ID, in ID order."""
+    metas = [_load(p) for p in sorted(catalog_dir().glob("MP*.yaml"))]
+    by_id = {m.id: m for m in metas}
+    if len(by_id) != len(metas):
+        raise CatalogError("duplicate rule IDs in the catalog")
+    return dict(sorted(by_id.items()))
+
+
+def by_name() -> dict[str, RuleMeta]:
+    return {m.name: m for m in load_catalog().values()}

@@ -1,0 +1,1 @@
+"""One module per rule; see ``mplint.rule.Rule``."""

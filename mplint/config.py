@@ -1,0 +1,179 @@
+"""Configuration: ``[tool.mplint]`` in pyproject.toml or ``.mplint.yaml``, found upward from the paths.
+
+Unknown keys and bad values are errors that name the key and suggest a
+close match. YAML is read with ``yaml.safe_load`` only: a config cannot run code.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+from mplint.registry import unknown_selectors
+
+YAML_NAMES = (".mplint.yaml", ".mplint.yml")
+POLICIES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", ".git", *YAML_NAMES)
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass
+class Config:
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    exclude: list[str] | None = None
+    extend_exclude: list[str] = field(default_factory=list)
+    respect_gitignore: bool = True
+    keras: int | None = None
+    policy: str | None = None
+    unsafe_fixes: bool = False
+    source: Path | None = None  # the file it came from
+    root: Path = field(default_factory=Path.cwd)  # project root: config dir, else nearest marker
+
+
+def _str_list(key: str, value, where: str) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: '{key}' must be a list of strings, got {value!r}")
+    return list(value)
+
+
+def _rules(key: str, value, where: str) -> list[str]:
+    values = _str_list(key, value, where)
+    bad = unknown_selectors(values)
+    if bad:
+        from mplint.catalog import load_catalog
+
+        known = [m.id for m in load_catalog().values()] + [m.name for m in load_catalog().values()]
+        hint = difflib.get_close_matches(bad[0], known, n=1)
+        raise ConfigError(
+            f"{where}: '{key}' names unknown rule {bad[0]!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        )
+    return values
+
+
+def _bool(key: str, value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: '{key}' must be true or false, got {value!r}")
+    return value
+
+
+def _keras(key: str, value, where: str) -> int:
+    if value not in (2, 3) or isinstance(value, bool):
+        if isinstance(value, str) and value.strip() in ("2", "3"):
+            return int(value)
+        raise ConfigError(f"{where}: '{key}' must be 2 or 3, got {value!r}")
+    return value
+
+
+def _policy(key: str, value, where: str) -> str:
+    if value not in POLICIES:
+        hint = difflib.get_close_matches(str(value), POLICIES, n=1)
+        raise ConfigError(
+            f"{where}: '{key}' must be one of {', '.join(POLICIES)}, got {value!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        )
+    return value
+
+
+def _per_file(key: str, value, where: str) -> dict[str, list[str]]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: '{key}' must be a table of glob = [rules], got {value!r}")
+    return {str(glob): _rules(f"{key}.{glob}", rules, where) for glob, rules in value.items()}
+
+
+_KEYS = {
+    "select": ("select", _rules),
+    "ignore": ("ignore", _rules),
+    "extend-select": ("extend_select", _rules),
+    "per-file-ignores": ("per_file_ignores", _per_file),
+    "exclude": ("exclude", _str_list),
+    "extend-exclude": ("extend_exclude", _str_list),
+    "respect-gitignore": ("respect_gitignore", _bool),
+    "keras": ("keras", _keras),
+    "policy": ("policy", _policy),
+    "unsafe-fixes": ("unsafe_fixes", _bool),
+}
+
+
+def parse_config(data, where: str, root: Path) -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: the mplint config must be a table of settings, got {type(data).__name__}")
+    config = Config(source=Path(where), root=root)
+    for key, value in data.items():
+        if key not in _KEYS and key.replace("_", "-") in _KEYS:
+            key = key.replace("_", "-")
+        if key not in _KEYS:
+            hint = difflib.get_close_matches(str(key), list(_KEYS), n=1)
+            raise ConfigError(f"{where}: unknown setting {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        attr, check = _KEYS[key]
+        setattr(config, attr, check(key, value, where))
+    return config
+
+
+def load_file(path: Path) -> Config:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+    if path.name == "pyproject.toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        return parse_config(data.get("tool", {}).get("mplint"), str(path), path.parent)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML (only plain YAML is accepted): {exc}") from exc
+    return parse_config(data, str(path), path.parent)
+
+
+def _has_tool_section(pyproject: Path) -> bool:
+    try:
+        return "mplint" in tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
+def find_config(start: Path) -> Path | None:
+    start = start.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
+        for name in YAML_NAMES:
+            if (folder / name).is_file():
+                return folder / name
+        if (folder / "pyproject.toml").is_file() and _has_tool_section(folder / "pyproject.toml"):
+            return folder / "pyproject.toml"
+    return None
+
+
+def project_root(start: Path) -> Path:
+    start = start.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
+        if any((folder / marker).exists() for marker in _ROOT_MARKERS):
+            return folder
+    return start if start.is_dir() else start.parent
+
+
+def load_config(paths: list[Path], explicit: Path | None = None) -> Config:
+    start = paths[0] if paths else Path.cwd()
+    found = explicit or find_config(start)
+    if found is None:
+        return Config(root=project_root(start))
+    if not found.is_file():
+        raise ConfigError(f"{found}: config file not found")
+    return load_file(found)

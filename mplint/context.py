@@ -1,0 +1,54 @@
+"""What a rule may know about the file it checks and the project around it."""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from mplint.facts import ProjectFacts
+from mplint.names import NameResolver
+
+T = TypeVar("T")
+
+
+class FileContext:
+    """One file under check. Metadata is resolved lazily, once, on first use."""
+
+    def __init__(self, path: str, wrapper: MetadataWrapper, facts: ProjectFacts, module_name: str, is_package: bool):
+        self.path = path
+        self.wrapper = wrapper
+        self.module: cst.Module = wrapper.module
+        self.facts = facts
+        self.module_name = module_name
+        self.names = NameResolver(wrapper, module_name, is_package, facts.reexports)
+        self._analyses: dict[Callable, object] = {}
+        self._parents = None
+        self._positions = None
+
+    @property
+    def generation(self) -> int:
+        return self.facts.generation.value
+
+    def analysis(self, factory: Callable[["FileContext"], T]) -> T:
+        """A per-file analysis shared by several rules, computed once (e.g. model outputs)."""
+        if factory not in self._analyses:
+            self._analyses[factory] = factory(self)
+        return self._analyses[factory]  # type: ignore[return-value]
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        if self._parents is None:
+            self._parents = self.wrapper.resolve(ParentNodeProvider)
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode):
+        parent = self.parent(node)
+        while parent is not None:
+            yield parent
+            parent = self.parent(parent)
+
+    def position(self, node: cst.CSTNode):
+        if self._positions is None:
+            self._positions = self.wrapper.resolve(PositionProvider)
+        return self._positions[node]

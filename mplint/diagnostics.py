@@ -1,0 +1,126 @@
+"""What a check produces: findings from rules, diagnostics for users."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence, Union
+
+import libcst as cst
+
+
+class FixSafety(str, enum.Enum):
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+    NONE = "none"
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+
+@dataclass(frozen=True)
+class ImportSpec:
+    """An import a fix needs: ``import module`` or ``from module import obj [as asname]``."""
+
+    module: str
+    obj: str | None = None
+    asname: str | None = None
+
+
+@dataclass
+class Fix:
+    """A rewrite of nodes of the parsed module, applied by the engine.
+
+    ``replacements`` maps original nodes (by identity) to their replacement.
+    All replaced nodes of one fix are applied together or not at all.
+    """
+
+    replacements: Mapping[cst.CSTNode, Replacement]
+    safety: FixSafety = FixSafety.SAFE
+    description: str = ""
+    imports: Sequence[ImportSpec] = ()
+
+
+@dataclass
+class Finding:
+    """What a rule reports: a node, a message and maybe a fix."""
+
+    rule_id: str
+    node: cst.CSTNode
+    message: str
+    fix: Fix | None = None
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace [start, end) (1-based lines and columns) with ``text``."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A finding placed in a file. Positions are 1-based; ``end_column`` is exclusive."""
+
+    path: str
+    rule_id: str
+    name: str
+    message: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    severity: Severity = Severity.ERROR
+    fix_safety: FixSafety = FixSafety.NONE
+    fix_description: str = ""
+    fixed: bool = False
+    cell: int | None = None  # notebook cell (1-based) when the file is a notebook
+    edits: tuple["Edit", ...] = ()  # the fix as text replacements (imports it adds not included)
+
+    @property
+    def fixable(self) -> bool:
+        return self.fix_safety is not FixSafety.NONE and not self.fixed
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "cell": self.cell,
+            "rule": self.rule_id,
+            "name": self.name,
+            "message": self.message,
+            "severity": self.severity.value,
+            "start": {"line": self.line, "column": self.column},
+            "end": {"line": self.end_line, "column": self.end_column},
+            "fix": None
+            if self.fix_safety is FixSafety.NONE
+            else {
+                "safety": self.fix_safety.value,
+                "description": self.fix_description,
+                "applied": self.fixed,
+                "edits": [
+                    {"start": {"line": e.line, "column": e.column}, "end": {"line": e.end_line, "column": e.end_column}, "text": e.text}
+                    for e in self.edits
+                ],
+            },
+        }
+
+
+@dataclass
+class FileResult:
+    """Everything the engine learned about one file."""
+
+    path: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    fixed_source: bytes | None = None  # new content when fixes were applied
+    original_source: bytes | None = None
+    fixes_applied: int = 0

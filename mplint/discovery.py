@@ -1,0 +1,140 @@
+"""Which files to check: walk folders, skip excluded and git-ignored paths."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import pathspec
+
+DEFAULT_EXCLUDE = (
+    ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytype", ".ruff_cache",
+    ".svn", ".tox", ".venv", "venv", "__pypackages__", "_build", "buck-out", "build", "dist", "node_modules",
+    "site-packages", "__pycache__", ".ipynb_checkpoints", ".mplint_cache", ".pytest_cache", ".hypothesis",
+)
+SUFFIXES = (".py",)
+
+
+@dataclass(frozen=True)
+class SourcePath:
+    path: Path  # as found (absolute)
+    display: str  # what users see: relative to the working directory when inside it
+
+
+@dataclass
+class Discovery:
+    files: list[SourcePath]
+    errors: list[str]  # paths that do not exist or cannot be listed
+
+
+def display_path(path: Path, cwd: Path) -> str:
+    try:
+        return path.relative_to(cwd).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _spec(patterns: Iterable[str]) -> pathspec.PathSpec:
+    return pathspec.GitIgnoreSpec.from_lines(list(patterns))
+
+
+def _gitignore(folder: Path) -> pathspec.PathSpec | None:
+    try:
+        text = (folder / ".gitignore").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return _spec(text.splitlines())
+
+
+def discover(
+    paths: list[Path],
+    root: Path,
+    exclude: Iterable[str] | None = None,
+    extend_exclude: Iterable[str] = (),
+    respect_gitignore: bool = True,
+    suffixes: tuple[str, ...] = SUFFIXES,
+) -> Discovery:
+    cwd = Path.cwd().resolve()
+    root = root.resolve()
+    excluded = _spec([*(DEFAULT_EXCLUDE if exclude is None else exclude), *extend_exclude])
+    files: dict[Path, SourcePath] = {}
+    errors: list[str] = []
+
+    def is_excluded(path: Path, is_dir: bool) -> bool:
+        try:
+            rel = path.relative_to(root).as_posix()
+        except ValueError:
+            rel = path.name
+        return excluded.match_file(rel + ("/" if is_dir else "")) or excluded.match_file(path.name + ("/" if is_dir else ""))
+
+    def ignores_above(folder: Path) -> list[tuple[Path, pathspec.PathSpec]]:
+        """.gitignore files from the project root down to ``folder``."""
+        if not respect_gitignore:
+            return []
+        chain = []
+        try:
+            rel_parts = folder.relative_to(root).parts
+        except ValueError:
+            rel_parts = ()
+            base = folder
+        else:
+            base = root
+        for i in range(len(rel_parts) + 1):
+            here = base.joinpath(*rel_parts[:i])
+            spec = _gitignore(here)
+            if spec:
+                chain.append((here, spec))
+        return chain
+
+    def git_ignored(path: Path, is_dir: bool, chain) -> bool:
+        for base, spec in chain:
+            try:
+                rel = path.relative_to(base).as_posix()
+            except ValueError:
+                continue
+            if spec.match_file(rel + ("/" if is_dir else "")):
+                return True
+        return False
+
+    for given in paths:
+        absolute = Path(os.path.abspath(given))
+        if not absolute.exists():
+            errors.append(f"{given}: no such file or directory")
+            continue
+        if absolute.is_file():
+            files.setdefault(absolute, SourcePath(absolute, display_path(absolute, cwd)))
+            continue
+        chains = {absolute: ignores_above(absolute)}
+        for folder, subdirs, names in os.walk(absolute, onerror=lambda e: errors.append(f"{e.filename}: {e.strerror}")):
+            here = Path(folder)
+            chain = chains.pop(here, [])
+            subdirs[:] = sorted(
+                d for d in subdirs
+                if not is_excluded(here / d, True) and not git_ignored(here / d, True, chain)
+            )
+            for d in subdirs:
+                spec = _gitignore(here / d) if respect_gitignore else None
+                chains[here / d] = chain + [(here / d, spec)] if spec else chain
+            for name in sorted(names):
+                if not name.endswith(suffixes):
+                    continue
+                path = here / name
+                if is_excluded(path, False) or git_ignored(path, False, chain):
+                    continue
+                files.setdefault(path, SourcePath(path, display_path(path, cwd)))
+    return Discovery(sorted(files.values(), key=lambda s: s.display), errors)
+
+
+def module_name(path: Path) -> tuple[str, bool]:
+    """Dotted module name from the package folders around ``path``, and whether it is a package."""
+    is_package = path.name == "__init__.py"
+    parts = [] if is_package else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    return ".".join(parts), is_package

@@ -1,0 +1,172 @@
+"""Checking and fixing one file's source. Knows nothing of particular rules.
+
+``check_source`` is a pure function of (path, bytes, options) so it can run
+in worker processes and be cached by content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from mplint.catalog import load_catalog
+from mplint.context import FileContext
+from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
+from mplint.facts import ProjectFacts
+from mplint.fixes import apply_fixes, choose_non_overlapping
+from mplint.rule import Rule
+from mplint.suppressions import parse_suppressions
+
+PARSE_ERROR = "MP000"
+FIX_REVERTED = "MP001"
+RULE_CRASHED = "MP002"
+MAX_FIX_ROUNDS = 10
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    rules: tuple[type[Rule], ...]
+    facts: ProjectFacts = field(default_factory=ProjectFacts)
+    fix: bool = False
+    unsafe_fixes: bool = False
+
+    def may_apply(self, safety: FixSafety) -> bool:
+        return self.fix and (safety is FixSafety.SAFE or (safety is FixSafety.UNSAFE and self.unsafe_fixes))
+
+
+def _engine_diagnostic(path: str, rule_id: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+    meta = load_catalog()[rule_id]
+    return Diagnostic(path, rule_id, meta.name, message, line, column, line, column + 1, meta.severity)
+
+
+def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
+    """The module, or an MP000 diagnostic saying why it cannot be read."""
+    if b"\x00" in source:
+        return _engine_diagnostic(path, PARSE_ERROR, "file contains null bytes; not a Python source file")
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
+    except (UnicodeDecodeError, LookupError) as exc:
+        return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
+    except RecursionError:
+        return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
+    except (ValueError, SyntaxError) as exc:
+        return _engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
+
+
+class _Run:
+    """One lint pass over one parsed module."""
+
+    def __init__(self, path: str, module: cst.Module, options: CheckOptions, module_name: str, is_package: bool, source: bytes):
+        self.path = path
+        self.options = options
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.context = FileContext(path, self.wrapper, options.facts, module_name, is_package)
+        self.findings: list[Finding] = []
+        self.crashes: list[Diagnostic] = []
+        rules = [r for r in options.rules if not r.triggers or any(t in source for t in r.triggers)]
+        if not rules:
+            return
+        visitors = [rule(self.context) for rule in rules]
+        try:
+            self.wrapper.visit_batched(visitors)
+        except RecursionError:
+            self.crashes.append(_engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to analyse"))
+            return
+        except Exception as exc:  # one broken rule must not lose the other files
+            self.crashes.append(_engine_diagnostic(path, RULE_CRASHED, f"a rule crashed on this file: {exc!r}"))
+            return
+        suppressions = parse_suppressions(module.code)
+        for visitor in visitors:
+            for finding in visitor.findings:
+                line = self.context.position(finding.node).start.line
+                if not suppressions.suppressed(visitor.meta, line):
+                    self.findings.append(finding)
+        self.findings.sort(key=lambda f: self.span(f.node))
+
+    def span(self, node: cst.CSTNode):
+        r = self.context.position(node)
+        return ((r.start.line, r.start.column), (r.end.line, r.end.column))
+
+    def diagnostic(self, finding: Finding, fixed: bool = False) -> Diagnostic:
+        meta = load_catalog()[finding.rule_id]
+        r = self.context.position(finding.node)
+        safety = finding.fix.safety if finding.fix else FixSafety.NONE
+        return Diagnostic(
+            self.path, finding.rule_id, meta.name, finding.message,
+            r.start.line, r.start.column + 1, r.end.line, r.end.column + 1,
+            meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
+            edits=self.edits(finding),
+        )
+
+    def edits(self, finding: Finding) -> tuple[Edit, ...]:
+        if finding.fix is None:
+            return ()
+        out = []
+        for node, new in finding.fix.replacements.items():
+            r = self.context.position(node)
+            if isinstance(new, cst.RemovalSentinel):
+                text = ""
+            elif isinstance(new, cst.FlattenSentinel):
+                text = "".join(self.wrapper.module.code_for_node(n) for n in new.nodes)
+            else:
+                text = self.wrapper.module.code_for_node(new)
+            out.append(Edit(r.start.line, r.start.column + 1, r.end.line, r.end.column + 1, text))
+        return tuple(sorted(out, key=lambda e: (e.line, e.column)))
+
+    def fixable(self) -> list[Finding]:
+        return [f for f in self.findings if f.fix is not None and self.options.may_apply(f.fix.safety)]
+
+
+def check_source(path: str, source: bytes, options: CheckOptions, module_name: str = "", is_package: bool = False) -> FileResult:
+    result = FileResult(path, original_source=source)
+    module = parse(path, source)
+    if isinstance(module, Diagnostic):
+        result.diagnostics.append(module)
+        return result
+    run = _Run(path, module, options, module_name, is_package, source)
+    if not options.fix or not run.fixable():
+        result.diagnostics = [run.diagnostic(f) for f in run.findings] + run.crashes
+        return result
+    return _fix(path, source, run, options, module_name, is_package, result)
+
+
+def _fix(path, source, run: _Run, options, module_name, is_package, result: FileResult) -> FileResult:
+    first = run
+    fixed: list[Diagnostic] = []
+    for _ in range(MAX_FIX_ROUNDS):
+        todo = run.fixable()
+        if not todo:
+            break
+        chosen = choose_non_overlapping(todo, lambda n, r=run: r.span(n))
+        fixed.extend(run.diagnostic(f, fixed=True) for f in chosen)
+        try:
+            new_module = apply_fixes(run.wrapper.module, chosen)
+        except Exception as exc:
+            return _reverted(first, result, f"applying fixes failed ({exc!r}); the file was left unchanged")
+        new_source = new_module.bytes
+        reparsed = parse(path, new_source)
+        if isinstance(reparsed, Diagnostic):
+            return _reverted(first, result, f"the fixed file would not parse ({reparsed.message}); the file was left unchanged")
+        run = _Run(path, reparsed, options, module_name, is_package, new_source)
+    else:
+        return _reverted(first, result, f"fixes did not settle after {MAX_FIX_ROUNDS} rounds; the file was left unchanged")
+    final_source = run.wrapper.module.bytes
+    try:
+        compile(final_source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        return _reverted(first, result, f"the fixed file would not compile ({exc}); the file was left unchanged")
+    result.diagnostics = fixed + [run.diagnostic(f) for f in run.findings] + run.crashes
+    if final_source != source:
+        result.fixed_source = final_source
+        result.fixes_applied = len(fixed)
+    return result
+
+
+def _reverted(first: _Run, result: FileResult, why: str) -> FileResult:
+    result.diagnostics = [first.diagnostic(f) for f in first.findings] + first.crashes
+    result.diagnostics.append(_engine_diagnostic(first.path, FIX_REVERTED, why))
+    return result

@@ -1,0 +1,51 @@
+"""``mplint explain``: a rule's page (what, why, example, fix, fix safety), rendered with rich."""
+
+from __future__ import annotations
+
+import difflib
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.syntax import Syntax
+
+from mplint.catalog import load_catalog
+
+_SAFETY = {
+    "safe": "Safe: keeps float32 behaviour identical; applied by `--fix`.",
+    "unsafe": "Unsafe: may change results or checkpoints; applied only with `--fix --unsafe-fixes`.",
+    "none": "No automatic fix: the message explains the change.",
+}
+
+
+def find(rule: str):
+    catalog = load_catalog()
+    for meta in catalog.values():
+        if rule.upper() == meta.id or rule.lower() == meta.name:
+            return meta
+    return None
+
+
+def explain(rule: str, console: Console | None = None) -> bool:
+    console = console or Console(highlight=False)
+    meta = find(rule)
+    if meta is None:
+        known = [m.id for m in load_catalog().values()] + [m.name for m in load_catalog().values()]
+        hint = difflib.get_close_matches(rule, known, n=1)
+        console.print(f"mplint: error: unknown rule {rule!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        return False
+    console.print(Panel(f"[bold]{meta.id} {meta.name}[/]\n{meta.summary}", expand=False))
+    generations = ", ".join(f"G{g}" for g in meta.generations)
+    console.print(Markdown(f"## What it does\n\n{meta.what}\n\n## Why is this bad?\n\n{meta.why}"))
+    if meta.example:
+        console.print(Markdown("## Example"))
+        console.print(Syntax(meta.example, "python", theme="ansi_dark", background_color="default"))
+    if meta.example_fixed:
+        console.print(Markdown("Use instead:"))
+        console.print(Syntax(meta.example_fixed, "python", theme="ansi_dark", background_color="default"))
+    console.print(Markdown(f"## Fix\n\n{meta.fix}\n\n## Fix safety\n\n{_SAFETY[meta.fix_safety.value]}"))
+    extra = [f"Applies to: {generations}", f"Kind: {meta.kind}", f"Enabled by default: {'yes' if meta.default_enabled else 'no'}"]
+    console.print(Markdown("## Details\n\n" + "\n".join(f"- {e}" for e in extra)))
+    if meta.references:
+        console.print(Markdown("## References\n\n" + "\n".join(f"- {r}" for r in meta.references)))
+    return True

@@ -1,0 +1,26 @@
+"""GitHub Actions workflow commands: one annotation line per diagnostic."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from mplint.output.common import sort_key
+
+
+def _escape_data(value: str) -> str:
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(value: str) -> str:
+    return _escape_data(value).replace(":", "%3A").replace(",", "%2C")
+
+
+def render(report, stream: TextIO, **_) -> None:
+    for d in sorted(report.remaining, key=sort_key):
+        level = {"error": "error", "warning": "warning", "info": "notice"}[d.severity.value]
+        title = _escape_property(f"{d.rule_id} {d.name}")
+        where = f"file={_escape_property(d.path)},line={d.line},col={d.column},endLine={d.end_line},endColumn={d.end_column}"
+        message = f"{d.rule_id} {d.message}" if d.cell is None else f"{d.rule_id} (cell {d.cell}) {d.message}"
+        stream.write(f"::{level} title={title},{where}::{_escape_data(message)}\n")
+    for error in report.errors:
+        stream.write(f"::error title=mplint::{_escape_data(error)}\n")

@@ -1,0 +1,42 @@
+"""Machine-readable output. The schema is versioned and documented in docs/json-format.md."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import TextIO
+
+from mplint import __version__
+from mplint.output.common import sort_key
+
+SCHEMA_VERSION = 1
+
+
+def document(report) -> dict:
+    remaining = sorted(report.remaining, key=sort_key)
+    fixed = sorted((d for d in report.diagnostics if d.fixed), key=sort_key)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "mplint", "version": __version__},
+        "project": {
+            "keras_generation": report.facts.generation.value,
+            "keras_generation_source": report.facts.generation.source,
+            "policies": sorted(report.facts.policy_names),
+            "tpu": report.facts.uses_tpu,
+        },
+        "diagnostics": [d.to_dict() for d in remaining],
+        "fixed": [d.to_dict() for d in fixed],
+        "errors": list(report.errors),
+        "summary": {
+            "files": len(report.results),
+            "diagnostics": len(remaining),
+            "fixable": sum(1 for d in remaining if d.fixable),
+            "fixed": report.fixed_count,
+            "by_rule": dict(sorted(Counter(d.rule_id for d in remaining).items())),
+        },
+    }
+
+
+def render(report, stream: TextIO, **_) -> None:
+    json.dump(document(report), stream, indent=2)
+    stream.write("\n")

@@ -1,0 +1,83 @@
+"""SARIF 2.1.0 for code-scanning services (GitHub code scanning and others)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TextIO
+
+from mplint import __version__
+from mplint.catalog import load_catalog
+from mplint.output.common import sort_key
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def _uri(path: str) -> str:
+    return Path(path).as_posix()
+
+
+def _rule(meta) -> dict:
+    return {
+        "id": meta.id,
+        "name": meta.name,
+        "shortDescription": {"text": meta.summary},
+        "fullDescription": {"text": meta.what},
+        "help": {"text": f"{meta.why}\n\nFix ({meta.fix_safety.value}): {meta.fix}"},
+        "defaultConfiguration": {"level": _LEVELS[meta.severity.value], "enabled": meta.default_enabled},
+        "properties": {"fixSafety": meta.fix_safety.value, "kind": meta.kind},
+    }
+
+
+def _result(d, index: dict[str, int]) -> dict:
+    region = {"startLine": d.line, "startColumn": d.column, "endLine": d.end_line, "endColumn": d.end_column}
+    result = {
+        "ruleId": d.rule_id,
+        "ruleIndex": index[d.rule_id],
+        "level": _LEVELS[d.severity.value],
+        "message": {"text": d.message},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(d.path)}, "region": region}}],
+    }
+    if d.cell is not None:
+        result["properties"] = {"cell": d.cell}
+    if d.edits:
+        result["fixes"] = [{
+            "description": {"text": f"{d.fix_description} ({d.fix_safety.value} fix)"},
+            "artifactChanges": [{
+                "artifactLocation": {"uri": _uri(d.path)},
+                "replacements": [{
+                    "deletedRegion": {"startLine": e.line, "startColumn": e.column, "endLine": e.end_line, "endColumn": e.end_column},
+                    "insertedContent": {"text": e.text},
+                } for e in d.edits],
+            }],
+        }]
+    return result
+
+
+def document(report) -> dict:
+    metas = list(load_catalog().values())
+    index = {m.id: i for i, m in enumerate(metas)}
+    return {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "mplint",
+                "version": __version__,
+                "informationUri": "https://pypi.org/project/mplint/",
+                "rules": [_rule(m) for m in metas],
+            }},
+            "columnKind": "unicodeCodePoints",
+            "results": [_result(d, index) for d in sorted(report.remaining, key=sort_key)],
+            "invocations": [{
+                "executionSuccessful": not report.errors,
+                "toolExecutionNotifications": [{"level": "error", "message": {"text": e}} for e in report.errors],
+            }],
+        }],
+    }
+
+
+def render(report, stream: TextIO, **_) -> None:
+    json.dump(document(report), stream, indent=2)
+    stream.write("\n")

@@ -1,0 +1,45 @@
+"""The base class of every rule.
+
+A rule is a libcst batchable visitor: the engine runs all active rules in one
+traversal of the file. Rules learn about the file and the project only through
+their ``FileContext`` and report ``Finding``s; they know nothing of the CLI,
+configs or output formats.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import libcst as cst
+
+from mplint.diagnostics import Finding, Fix
+
+if TYPE_CHECKING:
+    from mplint.catalog import RuleMeta
+    from mplint.context import FileContext
+    from mplint.facts import ProjectFacts
+
+
+class Rule(cst.BatchableCSTVisitor):
+    #: Catalog ID, e.g. "MP101"; the rule's YAML in rules/ carries the rest.
+    id: ClassVar[str]
+    #: Byte strings of which a file must contain at least one for the rule to run on it.
+    #: Empty means every file.
+    triggers: ClassVar[tuple[bytes, ...]] = ()
+    #: Filled from the catalog when the rule is registered.
+    meta: ClassVar["RuleMeta"]
+
+    def __init__(self, context: "FileContext") -> None:
+        super().__init__()
+        self.context = context
+        self.findings: list[Finding] = []
+
+    @classmethod
+    def active_for(cls, facts: "ProjectFacts") -> bool:
+        """Whether the rule can fire at all in this project (inactive rules cost nothing)."""
+        return True
+
+    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> None:
+        if fix is not None and not fix.description:
+            fix.description = self.meta.fix.splitlines()[0] if self.meta.fix else ""
+        self.findings.append(Finding(self.id, node, message, fix))

@@ -1,0 +1,64 @@
+"""Run mplint on code held in strings: for rule examples, tests and fuzzing.
+
+Each call builds a throwaway project folder (the main file plus any extra
+files) with a ``.mplint.yaml`` carrying the example's settings, then goes
+through the real runner, so project facts (policies set in other files,
+pins, aliases) behave exactly as on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from mplint.diagnostics import Diagnostic
+from mplint.runner import RunOptions, run
+
+
+@dataclass
+class Outcome:
+    diagnostics: list[Diagnostic]  # remaining after the run, in the main file only
+    fixed_code: str  # the main file's text after the run (unchanged without fix)
+    written: bool  # whether the main file was rewritten
+
+
+def lint_code(
+    code: str,
+    *,
+    path: str = "example.py",
+    files: dict[str, str] | None = None,
+    keras: int | None = None,
+    policy: str | None = None,
+    select: list[str] | None = None,
+    fix: bool = False,
+    unsafe_fixes: bool = False,
+    config: dict | None = None,
+) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="mplint-") as tmp:
+        root = Path(tmp)
+        settings = dict(config or {})
+        if keras is not None:
+            settings["keras"] = keras
+        if policy is not None:
+            settings["policy"] = policy
+        (root / ".mplint.yaml").write_text(yaml.safe_dump(settings) if settings else "{}\n", encoding="utf-8")
+        for name, text in (files or {}).items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text, encoding="utf-8")
+        main = root / path
+        main.parent.mkdir(parents=True, exist_ok=True)
+        main.write_bytes(code.encode("utf-8"))
+        before = main.stat().st_mtime_ns
+        cwd = os.getcwd()
+        os.chdir(root)
+        try:
+            report = run(RunOptions(paths=[root], fix=fix, unsafe_fixes=unsafe_fixes, select=select))
+        finally:
+            os.chdir(cwd)
+        rel = Path(path).as_posix()
+        diagnostics = [d for d in report.remaining if d.path == rel]
+        return Outcome(diagnostics, main.read_bytes().decode("utf-8"), main.stat().st_mtime_ns != before)
