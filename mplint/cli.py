@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import io
+import os
 import sys
 import tokenize
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from mplint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+PROGRESS_MIN_FILES = 100  # a bar only on runs long enough to need one
 SUBCOMMANDS = ("check", "rules", "explain", "verify")
 
 
@@ -56,12 +58,58 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="config file (pyproject.toml or .mplint.yaml)")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     p.add_argument("--statistics", action="store_true", help="count findings per rule")
+    adoption = p.add_argument_group("adoption and integrations")
+    adoption.add_argument("--add-noqa", action="store_true",
+                          help="add '# noqa: MPnnn' comments suppressing every current finding (a baseline)")
+    adoption.add_argument("--changed-since", metavar="REV",
+                          help="check only files changed since git revision REV, plus untracked files "
+                          "(project facts still come from all PATHS)")
+    adoption.add_argument("--stdin-filename", metavar="NAME",
+                          help="read the source of file NAME from standard input; with --fix print the fixed "
+                          "source to standard output and the report to standard error")
     return p
+
+
+def show_progress(stream, environ) -> bool:
+    """A progress bar only for a person at a terminal: never in CI logs or pipes."""
+    if environ.get("CI") or environ.get("MPLINT_NO_PROGRESS") or environ.get("TERM") == "dumb":
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+class _ProgressBar:
+    """rich progress on standard error, started only once a run proves long."""
+
+    def __init__(self):
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < PROGRESS_MIN_FILES:
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("Checking", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _usage_error(message: str) -> int:
+    print(f"mplint: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
 
 
 def _run_check(argv: list[str]) -> int:
     from mplint.catalog import CatalogError
     from mplint.config import ConfigError
+    from mplint.git import GitError, changed_files
     from mplint.output import FORMATS
     from mplint.registry import unknown_selectors
     from mplint.runner import RunOptions, run
@@ -69,10 +117,22 @@ def _run_check(argv: list[str]) -> int:
     args = _check_parser().parse_args(argv)
     bad = unknown_selectors([*(args.select or []), *args.ignore, *args.extend_select])
     if bad:
-        print(f"mplint: error: unknown rule selector {bad[0]!r} (see 'mplint rules')", file=sys.stderr)
-        return EXIT_ERROR
+        return _usage_error(f"unknown rule selector {bad[0]!r} (see 'mplint rules')")
+    if args.add_noqa and (args.fix or args.diff or args.stdin_filename):
+        return _usage_error("--add-noqa cannot be combined with --fix, --diff or --stdin-filename")
+    if args.stdin_filename and args.changed_since:
+        return _usage_error("--stdin-filename cannot be combined with --changed-since")
+    stdin = (Path(args.stdin_filename), sys.stdin.buffer.read()) if args.stdin_filename else None
+    paths = args.paths or ([] if stdin else [Path(".")])
+    only = None
+    if args.changed_since:
+        try:
+            only = changed_files(args.changed_since, paths[0] if paths[0].is_dir() else paths[0].parent)
+        except GitError as exc:
+            return _usage_error(str(exc))
+    progress = _ProgressBar() if show_progress(sys.stderr, os.environ) else None
     options = RunOptions(
-        paths=args.paths or [Path(".")],
+        paths=paths,
         fix=args.fix or args.diff,
         unsafe_fixes=args.unsafe_fixes,
         write=not args.diff,
@@ -82,13 +142,26 @@ def _run_check(argv: list[str]) -> int:
         keras=args.keras,
         policy=args.policy,
         config_path=args.config,
+        add_noqa=args.add_noqa,
+        only=only,
+        stdin=stdin,
+        on_progress=progress,
     )
     try:
         report = run(options)
     except (ConfigError, CatalogError) as exc:
-        print(f"mplint: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+        return _usage_error(str(exc))
+    finally:
+        if progress:
+            progress.close()
+    if stdin and args.fix and not args.diff:
+        result = next(r for r in report.results if r.path == stdin[0].as_posix())
+        sys.stdout.buffer.write(result.fixed_source if result.fixed_source is not None else stdin[1])
+        sys.stdout.flush()
+        default_out = sys.stderr  # the fixed source owns standard output
+    else:
+        default_out = sys.stdout
+    out = open(args.output_file, "w", encoding="utf-8") if args.output_file else default_out
     try:
         if args.diff:
             changed = _print_diff(report, out)
@@ -97,8 +170,11 @@ def _run_check(argv: list[str]) -> int:
             return EXIT_ERROR if report.errors else EXIT_FINDINGS if changed and not args.exit_zero else EXIT_OK
         FORMATS[args.format](report, out, statistics=args.statistics)
     finally:
-        if out is not sys.stdout:
+        if out not in (sys.stdout, sys.stderr):
             out.close()
+    if args.add_noqa:
+        skipped = f" ({report.noqa_skipped} could not carry a comment)" if report.noqa_skipped else ""
+        print(f"Added {report.noqa_added} noqa comment{'s' if report.noqa_added != 1 else ''}{skipped}.", file=sys.stderr)
     if report.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if report.remaining and not args.exit_zero else EXIT_OK
@@ -112,12 +188,24 @@ def _decode(data: bytes) -> str:
         return data.decode("utf-8", errors="replace")
 
 
+def _lines(text: str) -> list[str]:
+    return (text if text.endswith("\n") or not text else text + "\n").splitlines(keepends=True)
+
+
 def _print_diff(report, out) -> bool:
     changed = False
     for result in report.results:
         if result.fixed_source is None:
             continue
         changed = True
+        if getattr(result, "fixed_cells", None):
+            for cell, after in sorted(result.fixed_cells.items()):
+                before = next(c.text for c in result.notebook.cells if c.index == cell)
+                out.writelines(difflib.unified_diff(
+                    _lines(before), _lines(after),
+                    f"a/{result.path}:cell {cell}", f"b/{result.path}:cell {cell}",
+                ))
+            continue
         before = _decode(result.original_source).splitlines(keepends=True)
         after = _decode(result.fixed_source).splitlines(keepends=True)
         out.writelines(difflib.unified_diff(before, after, f"a/{result.path}", f"b/{result.path}"))

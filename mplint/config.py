@@ -145,9 +145,13 @@ def load_file(path: Path) -> Config:
 
 def _has_tool_section(pyproject: Path) -> bool:
     try:
-        return "mplint" in tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        text = pyproject.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
         return False
+    try:
+        return "mplint" in tomllib.loads(text).get("tool", {})
+    except tomllib.TOMLDecodeError:
+        return "tool.mplint" in text  # broken, but meant for us: load_file reports the TOML error
 
 
 def find_config(start: Path) -> Path | None:

@@ -14,7 +14,7 @@ DEFAULT_EXCLUDE = (
     ".svn", ".tox", ".venv", "venv", "__pypackages__", "_build", "buck-out", "build", "dist", "node_modules",
     "site-packages", "__pycache__", ".ipynb_checkpoints", ".mplint_cache", ".pytest_cache", ".hypothesis",
 )
-SUFFIXES = (".py",)
+SUFFIXES = (".py", ".ipynb")
 
 
 @dataclass(frozen=True)

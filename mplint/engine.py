@@ -6,6 +6,9 @@ in worker processes and be cached by content.
 
 from __future__ import annotations
 
+import ast
+import io
+import tokenize
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -46,15 +49,32 @@ def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
     if b"\x00" in source:
         return _engine_diagnostic(path, PARSE_ERROR, "file contains null bytes; not a Python source file")
     try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        source.decode(encoding)
+    except (SyntaxError, LookupError) as exc:
+        return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
+    except UnicodeDecodeError as exc:
+        return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} at byte {exc.start}")
+    try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
-    except (UnicodeDecodeError, LookupError) as exc:
-        return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
+        return _syntax_error(path, source, exc)
     except RecursionError:
         return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
     except (ValueError, SyntaxError) as exc:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
+
+
+def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagnostic:
+    """Prefer CPython's own message and position: it is what users know from tracebacks."""
+    try:
+        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as native:
+        if native.lineno:
+            return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno, max(native.offset or 1, 1))
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
 
 
 class _Run:
@@ -68,6 +88,7 @@ class _Run:
         self.findings: list[Finding] = []
         self.crashes: list[Diagnostic] = []
         rules = [r for r in options.rules if not r.triggers or any(t in source for t in r.triggers)]
+        self.metas = {r.id: r.meta for r in rules}
         if not rules:
             return
         visitors = [rule(self.context) for rule in rules]
@@ -92,7 +113,7 @@ class _Run:
         return ((r.start.line, r.start.column), (r.end.line, r.end.column))
 
     def diagnostic(self, finding: Finding, fixed: bool = False) -> Diagnostic:
-        meta = load_catalog()[finding.rule_id]
+        meta = self.metas[finding.rule_id]
         r = self.context.position(finding.node)
         safety = finding.fix.safety if finding.fix else FixSafety.NONE
         return Diagnostic(

@@ -291,6 +291,17 @@ def _requirements_in_setup(text: str) -> Iterable[Requirement]:
             continue
 
 
+def _mentioned(req: Requirement) -> list[Version]:
+    """Versions named in the specifier itself (``==2.15.1`` admits no sample like 2.15.0)."""
+    out = []
+    for spec in req.specifier:
+        try:
+            out.append(Version(spec.version.replace(".*", ".0")))
+        except ValueError:
+            continue
+    return out
+
+
 def generation_from_pins(root: Path) -> Generation | None:
     found: list[tuple[Requirement, str]] = []
     files = sorted(root.glob("requirements*.txt")) + sorted(root.glob("requirements/*.txt"))
@@ -306,12 +317,12 @@ def generation_from_pins(root: Path) -> Generation | None:
             return Generation(2, f"{where} pins {req} (legacy Keras 2)")
     for req, where in found:
         if req.name.lower() == "keras":
-            allowed = [v for v in _KERAS_SAMPLES if req.specifier.contains(v, prereleases=True)]
+            allowed = [v for v in _KERAS_SAMPLES + _mentioned(req) if req.specifier.contains(v, prereleases=True)]
             if allowed:
                 return Generation(3 if max(allowed).major >= 3 else 2, f"{where} pins {req}")
     for req, where in found:
         if req.name.lower() in _TF_PACKAGES:
-            allowed = [v for v in _TF_SAMPLES if req.specifier.contains(v, prereleases=True)]
+            allowed = [v for v in _TF_SAMPLES + _mentioned(req) if req.specifier.contains(v, prereleases=True)]
             if allowed:
                 newest = max(allowed)
                 value = 3 if newest >= Version("2.16") else 2 if newest >= Version("2.4") else 1

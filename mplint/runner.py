@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import io
+import os
+import tokenize
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import pathspec
 
+from mplint.baseline import add_noqa
 from mplint.catalog import load_catalog
 from mplint.config import Config, load_config, project_root
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.discovery import SourcePath, discover, module_name
-from mplint.engine import PARSE_ERROR, CheckOptions, check_source
+from mplint.engine import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
 from mplint.facts import ProjectFacts, build_project_facts, extract_file_facts
+from mplint.notebooks import Notebook, NotebookResult, check_notebook, is_notebook, load as load_notebook
 from mplint.registry import all_rules, select
 from mplint.writer import write_atomic
 
@@ -29,6 +35,10 @@ class RunOptions:
     keras: int | None = None
     policy: str | None = None
     config_path: Path | None = None
+    add_noqa: bool = False  # suppress every current finding with a noqa comment
+    only: set[Path] | None = None  # check only these (absolute) files; the others still feed project facts
+    stdin: tuple[Path, bytes] | None = None  # (file name, content) of a file read from standard input; never written
+    on_progress: Callable[[int, int], None] | None = None  # (files checked, files to check)
 
 
 @dataclass
@@ -37,6 +47,8 @@ class RunReport:
     errors: list[str]  # fatal-for-one-path problems (missing paths, write failures)
     facts: ProjectFacts
     config: Config
+    noqa_added: int = 0  # lines that got a noqa comment (--add-noqa)
+    noqa_skipped: int = 0  # findings whose line cannot carry a comment
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -86,8 +98,14 @@ def run(options: RunOptions) -> RunReport:
     own config, dependency pins and facts, so a policy set in one project never
     leaks into another checked in the same run.
     """
-    top = load_config(options.paths, options.config_path)
+    stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
+    top = load_config([stdin_path] if stdin_path else options.paths, options.config_path)
     found = discover(options.paths, top.root, top.exclude, top.extend_exclude, top.respect_gitignore)
+    only = options.only
+    if stdin_path is not None:
+        found.files = [s for s in found.files if s.path != stdin_path]
+        found.files.append(SourcePath(stdin_path, Path(options.stdin[0]).as_posix()))
+        only = {stdin_path}
     groups: dict[Path, list[SourcePath]] = {}
     roots: dict[Path, Path] = {}
     for source in found.files:
@@ -95,23 +113,77 @@ def run(options: RunOptions) -> RunReport:
         if folder not in roots:
             roots[folder] = top.root if options.config_path else project_root(folder)
         groups.setdefault(roots[folder], []).append(source)
-    results: list[FileResult] = []
-    errors = list(found.errors)
-    facts = ProjectFacts()
+    report = RunReport([], list(found.errors), ProjectFacts(), top)
+    progress = _Progress(options.on_progress, sum(1 for s in found.files if only is None or s.path in only))
     for root, sources in groups.items():
         config = top if options.config_path else load_config([root])
-        facts = _check_project(config, sources, options, results, errors)
+        report.facts = _check_project(config, sources, replace(options, only=only), report, progress)
     if not groups:
-        facts = build_project_facts((), top.root, options.keras or top.keras, options.policy or top.policy)
-    results.sort(key=lambda r: r.path)
-    return RunReport(results, errors, facts, top)
+        report.facts = build_project_facts((), top.root, options.keras or top.keras, options.policy or top.policy)
+    report.results.sort(key=lambda r: r.path)
+    return report
 
 
-def _check_project(config: Config, sources: list[SourcePath], options: RunOptions, results: list, errors: list) -> ProjectFacts:
+class _Progress:
+    def __init__(self, callback, total: int):
+        self.callback, self.total, self.done = callback, total, 0
+
+    def step(self) -> None:
+        self.done += 1
+        if self.callback:
+            self.callback(self.done, self.total)
+
+
+def _python_source(source: SourcePath, data: bytes) -> bytes | None:
+    """What project facts are read from: the file, or a notebook's code cells as one module."""
+    if not is_notebook(source.path):
+        return data
+    nb = load_notebook(data)
+    return nb.virtual.encode("utf-8") if isinstance(nb, Notebook) else None
+
+
+def _check_file(source: SourcePath, data: bytes, check: CheckOptions) -> FileResult:
+    name, is_package = module_name(source.path)
+    if is_notebook(source.path):
+        return check_notebook(source.display, data, check, name, is_package)
+    return check_source(source.display, data, check, name, is_package)
+
+
+_ENGINE_CODES = {PARSE_ERROR, FIX_REVERTED, RULE_CRASHED}
+
+
+def _with_noqa(result: FileResult, data: bytes) -> tuple[bytes | None, int, int]:
+    """The file's bytes with every finding suppressed: (new bytes or None, lines changed, lines skipped)."""
+    found = [d for d in result.diagnostics if d.rule_id not in _ENGINE_CODES and not d.fixed]
+    if not found:
+        return None, 0, 0
+    nb = result.notebook if isinstance(result, NotebookResult) else None
+    targets: dict[int, set[str]] = {}
+    for d in found:
+        line = nb.virtual_line(d.cell, d.line) if nb else d.line
+        targets.setdefault(line, set()).add(d.rule_id)
+    if nb:
+        code, changed, skipped = add_noqa(nb.virtual, targets)
+        return (nb.rewrite(code) if changed else None), changed, skipped
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return None, 0, len(targets)
+    code, changed, skipped = add_noqa(text, targets)
+    return (code.encode(encoding) if changed else None), changed, skipped
+
+
+def _check_project(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport, progress: _Progress) -> ProjectFacts:
     enabled = _enabled_rules(config, options)
-    loaded = [(s, _read(s)) for s in sources]
+    stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
+    loaded = [(s, options.stdin[1] if s.path == stdin_path else _read(s)) for s in sources]
     facts = build_project_facts(
-        (extract_file_facts(data, s.display, module_name(s.path)[0]) for s, data in loaded if isinstance(data, bytes)),
+        (
+            extract_file_facts(code, s.display, module_name(s.path)[0])
+            for s, data in loaded
+            if isinstance(data, bytes) and (code := _python_source(s, data)) is not None
+        ),
         config.root,
         options.keras or config.keras,
         options.policy or config.policy,
@@ -119,18 +191,33 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     rules = tuple(r for rid, r in all_rules().items() if rid in enabled and r.active_for(facts))
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     for source, data in loaded:
+        if options.only is not None and source.path not in options.only:
+            continue
         if isinstance(data, Diagnostic):
-            results.append(FileResult(source.display, [data]))
+            report.results.append(FileResult(source.display, [data]))
+            progress.step()
             continue
         ignored = _per_file_ignored(config, source.path)
         check = CheckOptions(tuple(r for r in rules if r.id not in ignored), facts, options.fix, unsafe)
-        name, is_package = module_name(source.path)
-        result = check_source(source.display, data, check, name, is_package)
-        if result.fixed_source is not None and options.write:
+        result = _check_file(source, data, check)
+        writable = options.write and source.path != stdin_path
+        if result.fixed_source is not None and writable:
             try:
                 write_atomic(source.path, result.fixed_source)
             except OSError as exc:
-                errors.append(f"{source.display}: cannot write fixes: {exc.strerror or exc}")
-                result = check_source(source.display, data, replace(check, fix=False), name, is_package)
-        results.append(result)
+                report.errors.append(f"{source.display}: cannot write fixes: {exc.strerror or exc}")
+                result = _check_file(source, data, replace(check, fix=False))
+        if options.add_noqa and writable:
+            new, changed, skipped = _with_noqa(result, data)
+            report.noqa_skipped += skipped
+            if new is not None:
+                try:
+                    write_atomic(source.path, new)
+                except OSError as exc:
+                    report.errors.append(f"{source.display}: cannot write noqa comments: {exc.strerror or exc}")
+                else:
+                    report.noqa_added += changed
+                    result = _check_file(source, new, check)
+        report.results.append(result)
+        progress.step()
     return facts

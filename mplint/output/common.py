@@ -8,8 +8,10 @@ import tokenize
 from mplint.diagnostics import Diagnostic, FileResult
 
 
-def source_lines(result: FileResult) -> list[str]:
-    """Lines of the file the remaining diagnostics point into (the fixed text after --fix)."""
+def source_lines(result: FileResult, cell: int | None = None) -> list[str]:
+    """Lines of the file (or notebook cell) the remaining diagnostics point into (the fixed text after --fix)."""
+    if cell is not None and hasattr(result, "cell_lines"):
+        return result.cell_lines(cell)
     data = result.fixed_source if result.fixed_source is not None else result.original_source
     if not data:
         return []

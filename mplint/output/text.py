@@ -39,7 +39,7 @@ def render(report, stream: TextIO, statistics: bool = False, show_source: bool =
             mark = " [cyan]\\[*][/]" if d.fix_safety is FixSafety.SAFE else " [yellow]\\[-][/]" if d.fix_safety is FixSafety.UNSAFE else ""
             console.print(f"[bold]{escape(location(d))}[/]: [red bold]{d.rule_id}[/]{mark} {escape(d.message)}")
             if show_source:
-                _frame(console, source_lines(by_path[d.path]), d)
+                _frame(console, source_lines(by_path[d.path], d.cell), d)
             if d.fix_description:
                 console.print(f"  [cyan]= help[/]: {escape(d.fix_description)} ({d.fix_safety.value} fix)")
             if show_source:

@@ -1,0 +1,231 @@
+"""Time mplint against its peers on the same files, in one run, on this machine.
+
+    python bench/run.py                 # full benchmark (several minutes)
+    python bench/run.py --quick         # one repeat, smaller synthetic corpus
+
+Corpora (all offline):
+- keras_src: the installed keras package's ``src`` folder, test files excluded;
+- synthetic 1x/4x/16x: mixed-precision-heavy files generated from ``fixtures/``.
+
+Tools: mplint cold (``--no-cache``), mplint warm (cache filled, nothing changed),
+``mplint --fix`` on a fresh copy, ``fixit lint`` (default rules) and
+``ruff check --no-cache`` as peers. Each figure is the median of the repeats;
+CPU time and peak RSS (largest single process) come from getrusage of the
+children. Results go to bench/results/ as Markdown and JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+
+
+def keras_src() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("keras")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("keras is not installed: pip install keras")
+    return Path(list(spec.submodule_search_locations)[0]) / "src"
+
+
+def copy_keras(dest: Path) -> Path:
+    src = keras_src()
+    target = dest / "keras_src"
+    shutil.copytree(src, target, ignore=shutil.ignore_patterns("*_test.py", "__pycache__", "testing"))
+    return target
+
+
+def synthetic(dest: Path, files: int, seed: int = 0) -> Path:
+    """``files`` variants of the fixture scripts: renamed, wrapped, reordered, commented."""
+    rng = random.Random(seed)
+    sources = [p.read_text(encoding="utf-8") for p in sorted((REPO / "fixtures").rglob("*.py"))]
+    target = dest / f"synthetic_{files}"
+    for i in range(files):
+        text = sources[i % len(sources)]
+        if rng.random() < 0.3:
+            text = f"# generated variant {i}\n" + text
+        if rng.random() < 0.3:
+            text = text.replace("model", f"model_{i}")
+        package = target / f"pkg{i // 100}"
+        package.mkdir(parents=True, exist_ok=True)
+        (package / f"mod_{i}.py").write_text(text, encoding="utf-8")
+    (target / "requirements.txt").write_text("tensorflow>=2.16\n")
+    return target
+
+
+def lines_in(folder: Path) -> tuple[int, int]:
+    files = list(folder.rglob("*.py"))
+    return len(files), sum(p.read_bytes().count(b"\n") for p in files)
+
+
+def timed(cmd: list[str], cwd: Path) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "wall": wall,
+        "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "rss_mb": after.ru_maxrss / 1024,  # KiB on Linux; a running max over all children so far
+        "rc": proc.returncode,
+        "stderr": proc.stderr.decode(errors="replace")[-500:],
+    }
+
+
+def measure(name: str, cmd: list[str], cwd: Path, repeats: int, prepare=None) -> dict:
+    runs = []
+    for _ in range(repeats):
+        if prepare:
+            prepare()
+        runs.append(timed(cmd, cwd))
+    return {
+        "tool": name,
+        "cmd": " ".join(cmd),
+        "wall": statistics.median(r["wall"] for r in runs),
+        "cpu": statistics.median(r["cpu"] for r in runs),
+        "rss_mb": max(r["rss_mb"] for r in runs),
+        "rc": runs[-1]["rc"],
+        "stderr": runs[-1]["stderr"],
+    }
+
+
+def bench_corpus(label: str, folder: Path, repeats: int, peers: bool, jobs: int | None) -> list[dict]:
+    mplint = [sys.executable, "-m", "mplint", "--exit-zero", "--format", "json", "--output-file", os.devnull]
+    if jobs:
+        mplint += ["--jobs", str(jobs)]
+    cache = folder / ".mplint_cache"
+    rows = [measure("mplint cold", [*mplint, "--no-cache", "."], folder, repeats, lambda: shutil.rmtree(cache, True))]
+    subprocess.run([*mplint, "."], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows.append(measure("mplint warm", [*mplint, "."], folder, repeats))
+    scratch = folder.parent / f"{folder.name}_fix"
+
+    def fresh_copy():
+        shutil.rmtree(scratch, True)
+        shutil.copytree(folder, scratch, ignore=shutil.ignore_patterns(".mplint_cache"))
+
+    rows.append(measure("mplint --fix", [*mplint, "--no-cache", "--fix", "."], scratch, repeats, fresh_copy))
+    shutil.rmtree(scratch, True)
+    if peers:
+        if shutil.which("fixit"):
+            rows.append(measure("fixit lint", ["fixit", "lint", "."], folder, repeats))
+        if shutil.which("ruff"):
+            rows.append(measure("ruff check --no-cache", ["ruff", "check", "--no-cache", "--exit-zero", "."], folder, repeats))
+    files, lines = lines_in(folder)
+    for row in rows:
+        row.update(corpus=label, files=files, lines=lines, lines_per_s=lines / row["wall"] if row["wall"] else 0.0)
+    return rows
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def report(rows: list[dict], extra: dict) -> str:
+    out = [f"# mplint benchmark, {extra['date']}", "", f"Machine: {extra['machine']}", ""]
+    out.append("| corpus | files | lines | tool | median wall s | CPU s | peak RSS MB | lines/s | vs mplint cold |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        cold = next(r for r in rows if r["corpus"] == row["corpus"] and r["tool"] == "mplint cold")
+        ratio = row["wall"] / cold["wall"] if cold["wall"] else 0
+        out.append(
+            f"| {row['corpus']} | {row['files']} | {row['lines']} | {row['tool']} | {row['wall']:.2f} | {row['cpu']:.2f} "
+            f"| {row['rss_mb']:.0f} | {row['lines_per_s']:.0f} | {ratio:.2f}x |"
+        )
+    out += ["", "## Targets", ""]
+    for line in extra["targets"]:
+        out.append(f"- {line}")
+    return "\n".join(out) + "\n"
+
+
+def targets(rows: list[dict], scaling: list[dict], jobs_rows: list[dict], startup: dict) -> list[str]:
+    def get(corpus, tool):
+        return next((r for r in rows if r["corpus"] == corpus and r["tool"] == tool), None)
+
+    lines = []
+    cold, warm = get("keras_src", "mplint cold"), get("keras_src", "mplint warm")
+    fixit, ruff = get("keras_src", "fixit lint"), get("keras_src", "ruff check --no-cache")
+    if cold and fixit:
+        lines.append(f"cold check on keras_src vs fixit lint: {fixit['wall'] / cold['wall']:.1f}x faster (target >= 20x)")
+    if warm and ruff:
+        lines.append(f"warm check vs ruff check --no-cache: {warm['wall'] / ruff['wall']:.2f}x ruff's time (target <= 3x)")
+    peak = max(r["rss_mb"] for r in rows if r["tool"].startswith("mplint"))
+    lines.append(f"peak RSS of one mplint process: {peak:.0f} MB (target < 300 MB)")
+    if len(scaling) >= 2:
+        base = scaling[0]
+        parts = [f"{r['files']} files: {r['wall']:.2f}s ({r['wall'] / base['wall'] / (r['files'] / base['files']):.2f} of linear)" for r in scaling]
+        lines.append("scaling (synthetic, cold): " + "; ".join(parts))
+    if len(jobs_rows) == 2:
+        lines.append(f"--jobs 2 vs --jobs 1 (keras_src, cold): {jobs_rows[0]['wall'] / jobs_rows[1]['wall']:.2f}x (target >= 1.6x)")
+    lines.append(f"`mplint --version`: {startup['version']:.3f}s; one small file: {startup['one_file']:.3f}s (target < 0.5 s)")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 repeat, synthetic scales 1x and 4x only")
+    parser.add_argument("--no-peers", action="store_true", help="skip fixit and ruff")
+    parser.add_argument("--base-files", type=int, default=250, help="synthetic corpus size at 1x")
+    args = parser.parse_args()
+    repeats = 1 if args.quick else args.repeats
+    scales = (1, 4) if args.quick else (1, 4, 16)
+    with tempfile.TemporaryDirectory(prefix="mplint-bench-") as tmp:
+        root = Path(tmp)
+        keras = copy_keras(root)
+        rows = bench_corpus("keras_src", keras, repeats, not args.no_peers, None)
+        jobs_rows = [measure(f"mplint cold --jobs {j}", [sys.executable, "-m", "mplint", "--exit-zero", "--no-cache",
+                                                          "--jobs", str(j), "--format", "json", "--output-file", os.devnull, "."],
+                             keras, repeats) for j in (1, 2)]
+        scaling = []
+        for scale in scales:
+            folder = synthetic(root, args.base_files * scale)
+            corpus_rows = bench_corpus(f"synthetic {scale}x", folder, repeats, scale == 1 and not args.no_peers, None)
+            rows += corpus_rows
+            scaling.append(corpus_rows[0])
+        small = root / "small.py"
+        small.write_text("import keras\nx = keras.layers.Dense(8)\n")
+        startup = {
+            "version": measure("version", [sys.executable, "-m", "mplint", "--version"], root, 5)["wall"],
+            "one_file": measure("one file", [sys.executable, "-m", "mplint", "--no-cache", "--exit-zero", "small.py"], root, 5)["wall"],
+        }
+    extra = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
+    extra["targets"] = targets(rows, scaling, jobs_rows, startup)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
+    text = report(rows, extra)
+    (RESULTS / f"{stamp}.md").write_text(text)
+    (RESULTS / f"{stamp}.json").write_text(json.dumps({"rows": rows, "jobs": jobs_rows, "startup": startup, **extra}, indent=2))
+    (RESULTS / "latest.md").write_text(text)
+    print(text)
+    for row in rows + jobs_rows:
+        if row["rc"] not in (0, 1):
+            print(f"warning: {row['tool']} on {row.get('corpus', 'keras_src')} exited {row['rc']}: {row['stderr']}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

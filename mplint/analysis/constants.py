@@ -1,0 +1,143 @@
+"""Evaluating simple constant expressions without running the code.
+
+Handles literals, arithmetic of them (``NUM_UNITS * 2``), names bound exactly
+once to such an expression (module constants, function locals) and parameters
+with defaults of the enclosing function. Anything else (imports, attributes,
+calls, loop variables, names assigned twice) is unknown: rules stay silent on
+values they cannot be sure of.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Callable
+
+import libcst as cst
+import libcst.matchers as m
+
+from mplint.context import FileContext
+
+_MAX_DEPTH = 10  # guards against long or cyclic chains of constants
+_BINARY = {
+    cst.Add: operator.add,
+    cst.Subtract: operator.sub,
+    cst.Multiply: operator.mul,
+    cst.FloorDivide: operator.floordiv,
+    cst.Divide: operator.truediv,
+    cst.Modulo: operator.mod,
+    cst.Power: operator.pow,
+}
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A value known statically.
+
+    ``literal`` is the one integer literal that alone decides the value (the
+    expression itself, or the right-hand side of the single assignment of a
+    constant); ``binding`` is that constant's name node when it came through one.
+    Both are None when the value is computed or comes from a parameter default.
+    """
+
+    value: object
+    literal: cst.Integer | None = None
+    binding: cst.Name | None = None
+
+
+def evaluate(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> Constant | None:
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(expr, cst.Integer):
+        return Constant(expr.evaluated_value, expr)
+    if isinstance(expr, (cst.Float, cst.SimpleString)):
+        return Constant(expr.evaluated_value)
+    if isinstance(expr, cst.Name):
+        if expr.value in ("True", "False", "None"):
+            return Constant({"True": True, "False": False, "None": None}[expr.value])
+        return _name(context, expr, depth)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        inner = evaluate(context, expr.expression, depth + 1)
+        if inner is None or not _is_number(inner.value):
+            return None
+        return Constant(-inner.value if isinstance(expr.operator, cst.Minus) else inner.value)
+    if isinstance(expr, cst.BinaryOperation) and type(expr.operator) in _BINARY:
+        left = evaluate(context, expr.left, depth + 1)
+        right = evaluate(context, expr.right, depth + 1)
+        if left is None or right is None or not (_is_number(left.value) and _is_number(right.value)):
+            return None
+        if isinstance(expr.operator, cst.Power) and abs(right.value) > 64:
+            return None  # not a size anyone writes, and costly to compute
+        try:
+            value = _BINARY[type(expr.operator)](left.value, right.value)
+        except (ArithmeticError, ValueError):
+            return None
+        return Constant(value)
+    return None
+
+
+def evaluate_int(context: FileContext, expr: cst.BaseExpression) -> Constant | None:
+    found = evaluate(context, expr)
+    return found if found is not None and type(found.value) is int else None
+
+
+def only_used_where(context: FileContext, binding: cst.Name, wanted: Callable[[cst.Name], bool]) -> bool:
+    """Whether every read of the constant bound at ``binding`` satisfies ``wanted``."""
+    assignment = _assignment_at(context, binding)
+    return assignment is not None and all(
+        isinstance(ref.node, cst.Name) and wanted(ref.node) for ref in assignment.references
+    )
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float)
+
+
+def _name(context: FileContext, name: cst.Name, depth: int) -> Constant | None:
+    scope = context.names.scopes.get(name)
+    if scope is None:
+        return None
+    referents = set()
+    for access in scope.accesses[name]:
+        referents |= set(access.referents)
+    if len(referents) != 1:
+        return None  # unbound, or bound more than once: the value depends on the path taken
+    node = next(iter(referents)).node
+    if isinstance(node, cst.Param):
+        return _parameter_default(context, node, depth)
+    if not isinstance(node, cst.Name):
+        return None  # imports, function and class names
+    value = _assigned_value(context, node)
+    if value is None:
+        return None
+    found = evaluate(context, value, depth + 1)
+    if found is None:
+        return None
+    literal = value if isinstance(value, cst.Integer) else found.literal
+    binding = node if isinstance(value, cst.Integer) else found.binding
+    return Constant(found.value, literal, binding)
+
+
+def _parameter_default(context: FileContext, param: cst.Param, depth: int) -> Constant | None:
+    if param.default is None:
+        return None
+    found = evaluate(context, param.default, depth + 1)
+    return Constant(found.value) if found is not None else None  # callers may pass anything: no edit
+
+
+def _assigned_value(context: FileContext, target: cst.Name) -> cst.BaseExpression | None:
+    parent = context.parent(target)
+    if m.matches(parent, m.AnnAssign()) and parent.value is not None:
+        return parent.value
+    if m.matches(parent, m.AssignTarget()):
+        assign = context.parent(parent)
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+            return assign.value
+    return None
+
+
+def _assignment_at(context: FileContext, binding: cst.Name):
+    scope = context.names.scopes.get(binding)
+    if scope is None:
+        return None
+    return next((a for a in scope.assignments[binding.value] if a.node is binding), None)

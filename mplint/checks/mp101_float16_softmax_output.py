@@ -1,0 +1,75 @@
+"""MP101 float16-softmax-output: a softmax that produces a model output computes in float16/bfloat16."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.analysis.model_outputs import model_outputs
+from mplint.analysis.output_dtype import (
+    FLOAT32,
+    cast_call,
+    cast_dtype,
+    global_reduced,
+    is_softmax_layer,
+    layer_dtype,
+    needs_float32,
+    policy_reason,
+    quote_of,
+    softmax_function,
+    with_float32_dtype,
+)
+from mplint.diagnostics import Fix, FixSafety
+from mplint.rule import Rule
+
+
+class Float16SoftmaxOutput(Rule):
+    id = "MP101"
+    triggers = (b"softmax", b"Softmax")
+
+    @classmethod
+    def active_for(cls, facts):
+        return facts.reduced_precision
+
+    def visit_Module(self, node: cst.Module) -> None:
+        reported: set[int] = set()
+        for site in model_outputs(self.context):
+            if is_softmax_layer(self.context, site.layer):
+                target = site.layer
+                if id(target) not in reported and self._layer_in_reduced_precision(target):
+                    reported.add(id(target))
+                    self._report_layer(target)
+            elif softmax_function(self.context, site.expr) and global_reduced(self.context):
+                if id(site.expr) not in reported:
+                    reported.add(id(site.expr))
+                    self._report_function(site.expr, site.kind)
+
+    def _layer_in_reduced_precision(self, layer: cst.Call) -> bool:
+        dtype = layer_dtype(self.context, layer)
+        return needs_float32(dtype) and (dtype is not None or global_reduced(self.context))
+
+    def _report_layer(self, layer: cst.Call) -> None:
+        fixed = with_float32_dtype(layer)
+        reason = policy_reason(self.context, layer)
+        message = f"softmax output layer computes in reduced precision ({reason}): {_harm(reason)}; give this layer dtype=\"float32\""
+        self.report(layer, message, Fix({layer: fixed}, FixSafety.SAFE) if fixed is not None else None)
+
+    def _report_function(self, call: cst.Call, kind: str) -> None:
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        logits = positional[0] if positional else None
+        if logits is not None and cast_dtype(self.context, logits.value) in FLOAT32:
+            return
+        reason = self.context.facts.describe_policy()
+        message = f"softmax producing a model output runs on reduced-precision logits ({reason}): {_harm(reason)}; cast the logits to float32 first"
+        if logits is None:
+            self.report(call, message)
+            return
+        keras3 = any(k.ns == "keras" for k in self.context.names.knames(call.func))
+        cast, imports = cast_call(self.context, logits.value, keras3, quote_of(call))
+        new_call = call.with_changes(args=[a.with_changes(value=cast) if a is logits else a for a in call.args])
+        self.report(call, message, Fix({call: new_call}, FixSafety.SAFE, imports=imports))
+
+
+def _harm(reason: str) -> str:
+    if "bfloat16" in reason:
+        return "bfloat16 keeps 8 bits of mantissa, so probabilities, loss and metrics come out coarse"
+    return "float16 probabilities round to 0 or 1 and the loss becomes inf/NaN"

@@ -1,0 +1,151 @@
+"""MP102 output-not-float32: a model output (other than a softmax, see MP101) left in float16/bfloat16."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.analysis.model_outputs import OutputSite, model_outputs
+from mplint.analysis.output_dtype import (
+    FLOAT32,
+    INTEGER_LAYERS,
+    cast_call,
+    cast_dtype,
+    float32_linear,
+    global_reduced,
+    is_integer_op,
+    is_softmax_layer,
+    keras_layer,
+    layer_dtype,
+    needs_float32,
+    policy_reason,
+    quote_of,
+    softmax_function,
+    with_float32_dtype,
+)
+from mplint.diagnostics import Fix, FixSafety
+from mplint.rule import Rule
+
+_MODELS = ("Sequential", "Model")
+_OPS_PREFIXES = ("nn.", "math.", "ops.", "activations.")
+
+
+class OutputNotFloat32(Rule):
+    id = "MP102"
+
+    @classmethod
+    def active_for(cls, facts):
+        return facts.reduced_precision
+
+    def visit_Module(self, node: cst.Module) -> None:
+        reported: set[int] = set()
+        for site in model_outputs(self.context):
+            if is_softmax_layer(self.context, site.layer) or softmax_function(self.context, site.expr):
+                continue  # MP101
+            if keras_layer(self.context, site.layer) is not None:
+                self._known_layer(site.layer, reported)
+            elif global_reduced(self.context) and self._computed_in_policy(site):
+                target = site.written if site.kind == "subclass-call" else site.expr
+                if id(target) not in reported:
+                    reported.add(id(target))
+                    self._other(site, target)
+
+    def _message(self, what: str, layer: cst.Call | None) -> str:
+        return (
+            f"model output from {what} is not float32 ({policy_reason(self.context, layer)}): losses and metrics "
+            'then run in float16/bfloat16 and may overflow or lose precision; make the output dtype="float32"'
+        )
+
+    def _known_layer(self, layer: cst.Call, reported: set[int]) -> None:
+        k = keras_layer(self.context, layer)
+        if k.last in INTEGER_LAYERS or id(layer) in reported:
+            return
+        dtype = layer_dtype(self.context, layer)
+        if not needs_float32(dtype) or (dtype is None and not global_reduced(self.context)):
+            return
+        reported.add(id(layer))
+        fixed = with_float32_dtype(layer)
+        self.report(layer, self._message(f"layer {k.last}", layer), Fix({layer: fixed}) if fixed is not None else None)
+
+    def _computed_in_policy(self, site: OutputSite) -> bool:
+        """A custom layer, a ``self.attr`` layer or a TF/Keras op; not a cast to float32 or an integer op."""
+        expr = site.expr
+        if not isinstance(expr, cst.Call) or is_integer_op(self.context, expr):
+            return False
+        cast = cast_dtype(self.context, expr)
+        if cast is not None:
+            return cast in ("float16", "bfloat16")
+        if site.layer is not None:
+            return not self.context.names.callee(site.layer, _MODELS) and _is_class(site.layer)
+        if site.kind.startswith("sequential"):
+            return False
+        func = expr.func
+        if isinstance(func, cst.Call):
+            return True
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            return True
+        return any(
+            (k.ns == "tf" or k.is_keras) and k.path.startswith(_OPS_PREFIXES) for k in self.context.names.knames(func)
+        )
+
+    def _other(self, site: OutputSite, target: cst.BaseExpression) -> None:
+        context = self.context
+        what = "a custom layer" if site.layer is not None else "this call"
+        message = self._message(what, None)
+        quote = quote_of(site.expr)
+        hints = [site.layer, site.model] if site.layer is not None else [site.model]
+        hints = [h for h in hints if isinstance(h, cst.Call)] + _bases(site.model)
+        if site.kind == "subclass-call":
+            keras3 = any(k.ns == "keras" for h in _bases(site.model) for k in context.names.knames(h))
+            new, imports = cast_call(context, target, keras3, quote)
+            self.report(target, message, Fix({target: new}, imports=imports))
+            return
+        linear, imports = float32_linear(context, hints, quote)
+        if site.kind == "functional":
+            new = cst.Call(func=linear, args=[cst.Arg(value=target)])
+            self.report(target, message, Fix({target: new}, imports=imports))
+        elif site.kind == "sequential":
+            self._append_to_sequential(site, linear, imports, message)
+        else:
+            self._add_after(site, linear, imports, message)
+
+    def _append_to_sequential(self, site: OutputSite, linear: cst.Call, imports, message: str) -> None:
+        holder = self.context.parent(site.written)
+        listing = self.context.parent(holder) if isinstance(holder, cst.Element) else None
+        if not isinstance(listing, (cst.List, cst.Tuple)):
+            self.report(site.expr, message)
+            return
+        elements = list(listing.elements)
+        last = elements[-1]
+        if len(elements) > 1 and isinstance(elements[-2].comma, cst.Comma):
+            separator = elements[-2].comma
+        else:
+            separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if isinstance(last.comma, cst.Comma):
+            elements[-1] = last.with_changes(comma=separator)
+            elements.append(cst.Element(value=linear, comma=last.comma))
+        else:
+            elements[-1] = last.with_changes(comma=separator)
+            elements.append(cst.Element(value=linear))
+        self.report(site.expr, message, Fix({listing: listing.with_changes(elements=elements)}, imports=imports))
+
+    def _add_after(self, site: OutputSite, linear: cst.Call, imports, message: str) -> None:
+        arg = self.context.parent(site.written)
+        add = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
+        stmt_expr = self.context.parent(add) if isinstance(add, cst.Call) else None
+        line = self.context.parent(stmt_expr) if isinstance(stmt_expr, cst.Expr) else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            self.report(site.expr, message)
+            return
+        new_add = add.with_changes(args=[cst.Arg(value=linear)])
+        new_line = line.with_changes(body=[stmt_expr.with_changes(value=new_add)], leading_lines=())
+        self.report(site.expr, message, Fix({line: cst.FlattenSentinel([line, new_line])}, imports=imports))
+
+
+def _is_class(call: cst.Call) -> bool:
+    """A constructor call: a Keras layer or a capitalised (class) name such as a custom layer."""
+    name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", "")
+    return isinstance(name, str) and name[:1].isupper()
+
+
+def _bases(model: cst.CSTNode) -> list[cst.BaseExpression]:
+    return [b.value for b in model.bases] if isinstance(model, cst.ClassDef) else []

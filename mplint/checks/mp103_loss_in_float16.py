@@ -1,0 +1,98 @@
+"""MP103: hand-written losses computed on compute-dtype (float16) predictions."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.analysis.dtype_flow import Carrier, DtypeFlow
+from mplint.diagnostics import Fix, FixSafety
+from mplint.names import dotted
+from mplint.rule import Rule
+
+_REDUCTIONS = frozenset({"reduce_mean", "reduce_sum", "math.reduce_mean", "math.reduce_sum", "ops.mean", "ops.sum"})
+_SUMS = frozenset({"reduce_sum", "math.reduce_sum", "ops.sum"})
+_GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.pow", "ops.square", "ops.exp",
+                      "ops.power"})
+
+
+class LossInFloat16(Rule):
+    id = "MP103"
+
+    @classmethod
+    def active_for(cls, facts):
+        return not facts.bfloat16_only
+
+    def visit_Call(self, node: cst.Call) -> None:
+        kname = self.context.names.kname(node.func)
+        if kname is None or not node.args:
+            return
+        if kname.path in _REDUCTIONS and (kname.ns == "tf" or kname.is_keras):
+            self._check_reduction(node, kname.path)
+        elif kname.is_keras and kname.path.startswith("losses.") and kname.last[:1].islower():
+            self._check_functional_loss(node)
+
+    def _check_reduction(self, call: cst.Call, path: str) -> None:
+        values = call.args[0].value
+        risky = self._growing_operand(values)
+        if risky is None and path in _SUMS and self._is_compute(values):
+            risky = values
+        if risky is None:
+            return
+        self.report(
+            call,
+            f"this loss squares, exponentiates or sums the compute-dtype `{self._code(risky)}`: under mixed_float16 "
+            "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32",
+            self._cast_fix(call, [risky]),
+        )
+
+    def _growing_operand(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
+            return node.left if self._is_compute(node.left) else None
+        if isinstance(node, cst.Call) and node.args:
+            kname = self.context.names.kname(node.func)
+            if kname is not None and kname.path in _GROWING and (kname.ns == "tf" or kname.is_keras):
+                inner = node.args[0].value
+                return inner if self._is_compute(inner) else None
+        return None
+
+    def _check_functional_loss(self, call: cst.Call) -> None:
+        risky = [a.value for a in call.args[:2] if a.keyword is None and self._is_compute(a.value)]
+        if not risky:
+            return
+        self.report(
+            call,
+            f"`{self._code(call.func)}` computes in the dtype of its predictions, here the compute dtype of "
+            f"`{self._code(risky[-1])}`: under mixed_float16 the loss overflows to inf above 65504; cast the "
+            "predictions to float32 first (loss objects such as `MeanSquaredError()` do this themselves)",
+            self._cast_fix(call, risky),
+        )
+
+    def _is_compute(self, node: cst.BaseExpression) -> bool:
+        return isinstance(self.context.analysis(DtypeFlow).classify(node), Carrier)
+
+    def _cast_fix(self, call: cst.Call, values) -> Fix | None:
+        """Wrap ``values`` in a float32 cast spelled through the namespace of ``call``."""
+        spelled = dotted(call.func) or ""
+        kname = self.context.names.kname(call.func)
+        if "." not in spelled or kname is None:
+            return None
+        root = spelled.split(".", 1)[0]
+        if kname.ns == "tf" or kname.ns == "tf.keras" and spelled.startswith(f"{root}.keras."):
+            template = f"{root}.cast({{}}, {root}.float32)"
+        elif kname.path.startswith("ops."):
+            template = f'{spelled.rsplit(".", 1)[0]}.cast({{}}, "float32")'
+        elif kname.ns == "keras" and spelled.startswith(f"{root}.losses."):
+            template = f'{root}.ops.cast({{}}, "float32")'
+        else:
+            return None
+        replacements = {v: cst.parse_expression(template.format(self._unparenthesized(v))) for v in values}
+        return Fix(replacements, FixSafety.SAFE)
+
+    def _unparenthesized(self, node: cst.BaseExpression) -> str:
+        if getattr(node, "lpar", None):  # the cast call brackets it already
+            node = node.with_changes(lpar=(), rpar=())
+        return self.context.module.code_for_node(node).strip()
+
+    def _code(self, node: cst.CSTNode) -> str:
+        text = " ".join(self.context.module.code_for_node(node).split())
+        return text if len(text) <= 40 else text[:37] + "..."

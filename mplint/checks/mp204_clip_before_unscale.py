@@ -1,0 +1,67 @@
+"""MP204: gradients clipped while still multiplied by the loss scale."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.analysis.optimizer_flow import OptimizerFlow, last_name
+from mplint.diagnostics import Fix, FixSafety
+from mplint.rule import Rule
+
+
+class ClipBeforeUnscale(Rule):
+    id = "MP204"
+    triggers = (b"clip_by_",)
+
+    @classmethod
+    def active_for(cls, facts):
+        return facts.float16
+
+    def visit_Module(self, node: cst.Module) -> None:
+        flow = self.context.analysis(OptimizerFlow)
+        for site in flow.sites:
+            if site.scaled_by is None or site.origin is None or site.origin.wrap not in ("explicit", "auto"):
+                continue
+            if self.context.generation == 3:
+                for op in site.ops:
+                    if op.kind == "clip":
+                        self.report(op.node, self._message("apply_gradients unscales them only afterwards"), self._keras3_fix(site, op))
+                continue
+            unscale = next((op for op in site.ops if op.kind == "unscale"), None)
+            for op in site.ops:
+                if op is unscale:
+                    break
+                if op.kind == "clip":
+                    self.report(op.node, self._message("get_unscaled_gradients comes later"), self._keras2_fix(op, unscale))
+
+    @staticmethod
+    def _message(when: str) -> str:
+        return f"gradients are clipped while still multiplied by the loss scale ({when}): the threshold is 32768x too tight"
+
+    def _keras2_fix(self, clip, unscale) -> Fix | None:
+        """Move the clip right after the unscale, when both reassign the same gradient name in one block."""
+        if unscale is None or clip.stmt is None or unscale.stmt is None or not clip.targets:
+            return None
+        name = clip.targets[0]
+        if clip.inputs != {name} or unscale.targets != (name,) or unscale.inputs != {name}:
+            return None
+        if self.context.parent(clip.stmt) is not self.context.parent(unscale.stmt):
+            return None
+        return Fix({clip.stmt: cst.RemovalSentinel.REMOVE, unscale.stmt: cst.FlattenSentinel([unscale.stmt, clip.stmt])}, FixSafety.SAFE)
+
+    def _keras3_fix(self, site, clip) -> Fix | None:
+        """``grads, _ = clip_by_global_norm(grads, N)`` -> ``global_clipnorm=N`` on the inner optimizer."""
+        inner = site.origin.construction
+        call = clip.node
+        if last_name(call.func) != "clip_by_global_norm" or not isinstance(inner, cst.Call) or clip.stmt is None:
+            return None
+        if len(call.args) < 2 or any(a.keyword and a.keyword.value.endswith("clipnorm") for a in inner.args):
+            return None
+        if not clip.targets or clip.inputs != {clip.targets[0]}:
+            return None
+        norm = cst.Arg(call.args[1].value, keyword=cst.Name("global_clipnorm"), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        args = list(inner.args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return Fix({clip.stmt: cst.RemovalSentinel.REMOVE, inner: inner.with_changes(args=[*args, norm])}, FixSafety.SAFE)

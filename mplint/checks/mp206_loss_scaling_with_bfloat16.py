@@ -1,0 +1,45 @@
+"""MP206: loss scaling under mixed_bfloat16, whose exponent range is float32's."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.analysis.optimizer_flow import (
+    SCALE_METHODS,
+    UNSCALE_METHOD,
+    is_lso_call,
+    lso_inner,
+    method_name,
+    statement_of,
+)
+from mplint.diagnostics import Fix, FixSafety
+from mplint.rule import Rule
+
+_WHY = "bfloat16 has float32's exponent range, so loss scaling only costs time"
+
+
+class LossScalingWithBfloat16(Rule):
+    id = "MP206"
+    triggers = (b"LossScaleOptimizer", b"scale")
+
+    @classmethod
+    def active_for(cls, facts):
+        return facts.bfloat16_only
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if is_lso_call(node):
+            inner = lso_inner(node)
+            self.report(node, f"LossScaleOptimizer under mixed_bfloat16: {_WHY}", self._unwrap(node, inner))
+        elif method_name(node) in SCALE_METHODS | {UNSCALE_METHOD} and len(node.args) == 1 and not node.args[0].keyword:
+            self.report(node, f"{method_name(node)}() under mixed_bfloat16: {_WHY}", self._unwrap(node, node.args[0].value))
+
+    def _unwrap(self, call: cst.Call, inner: cst.BaseExpression | None) -> Fix | None:
+        """The call becomes its argument; ``x = f(x)`` goes away entirely."""
+        if inner is None:
+            return None
+        stmt = statement_of(self.context, call)
+        if stmt is not None and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+            assign = stmt.body[0]
+            if assign.value is call and len(assign.targets) == 1 and inner.deep_equals(assign.targets[0].target):
+                return Fix({stmt: cst.RemovalSentinel.REMOVE}, FixSafety.SAFE)
+        return Fix({call: inner}, FixSafety.SAFE)

@@ -1,0 +1,29 @@
+"""MP304: feature dimensions and batch sizes that waste a TPU's 128x128 matrix units (off by default)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.checks.mp301_tensor_core_alignment import hidden_sizes, rounding_hint
+from mplint.checks.mp302_batch_size_alignment import batch_sizes
+from mplint.rule import Rule
+
+TPU_TILE = 128
+
+
+class TpuDimensionAlignment(Rule):
+    id = "MP304"
+    triggers = (b"Dense", b"Conv", b"LSTM", b"GRU", b"Embedding", b"MultiHeadAttention", b"batch")
+
+    @classmethod
+    def active_for(cls, facts) -> bool:
+        return facts.uses_tpu
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for size in [*hidden_sizes(self.context), *batch_sizes(self.context)]:
+            if size.value % TPU_TILE:
+                self.report(
+                    size.expr,
+                    f"{size.what} is {size.value}, not a multiple of {TPU_TILE}: this project runs on TPUs, whose "
+                    f"matrix units pad every dimension to {TPU_TILE}; {rounding_hint(size, TPU_TILE)}",
+                )

@@ -1,0 +1,178 @@
+"""MP401: input pipelines that convert to float16 and then keep computing."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
+from mplint.diagnostics import Fix, FixSafety
+from mplint.rule import Rule
+
+_CONVERSIONS = {"cast": 1, "dtypes.cast": 1, "image.convert_image_dtype": 1}  # path -> dtype position
+_DTYPE_KEYWORD_CONVERSIONS = frozenset({"array", "asarray", "convert_to_tensor"})
+_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
+_NP_MATH = frozenset({"clip", "mean", "std", "subtract", "divide", "multiply", "add", "sqrt", "flip", "rot90"})
+_TF_MATH = frozenset({"clip_by_value", "add", "subtract", "multiply", "divide", "truediv", "sqrt", "reduce_mean",
+                      "reduce_std", "maximum", "minimum"})
+
+
+class Float16Preprocessing(Rule):
+    id = "MP401"
+    triggers = (b"float16", b"half")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        dtype = self._float16_conversion(node)
+        if dtype is None or self.context.analysis(DtypeFlow).in_layer_class(node):
+            return
+        use = self._arithmetic_use(node)
+        if use is None:
+            return
+        self.report(
+            node,
+            f"data converted to float16 here is then processed ({self._code(use)}): float16 arithmetic is slow on "
+            "CPUs, where input pipelines run, and rounds integers above 2048; do the math in float32 (Keras casts "
+            "model inputs to the compute dtype)",
+            Fix({dtype: _as_float32(dtype)}, FixSafety.SAFE),
+        )
+
+    def _float16_conversion(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The dtype argument of a conversion to float16, else None."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "astype":
+            dtype = _arg(call, 0, "dtype")
+        else:
+            kname = self.context.names.kname(func)
+            if kname is None or kname.ns not in ("tf", "np"):
+                return None
+            if kname.ns == "np" and kname.path in ("float16", "half"):
+                return func
+            if kname.path in _CONVERSIONS:
+                dtype = _arg(call, _CONVERSIONS[kname.path], "dtype")
+            elif kname.path in _DTYPE_KEYWORD_CONVERSIONS:
+                dtype = _arg(call, None, "dtype")
+            else:
+                return None
+        if dtype is not None and dtype_spelling(self.context, dtype) in FLOAT16_SPELLINGS:
+            return dtype
+        return None
+
+    def _arithmetic_use(self, call: cst.Call) -> cst.CSTNode | None:
+        """Where the float16 result is computed with: directly, or through the name it is assigned to."""
+        if self._is_arithmetic_operand(call):
+            return self._use_site(call)
+        parent = self.context.parent(call)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+            return None
+        name = parent.targets[0].target.value
+        scope = self._scope(parent)
+        finder = _LaterUses(name, self.context.position(parent).end, self.context)
+        scope.visit(finder)
+        for use in finder.uses:
+            if isinstance(use, cst.AugAssign):
+                return use
+            if self._is_arithmetic_operand(use):
+                return self._use_site(use)
+        return None
+
+    def _use_site(self, node: cst.CSTNode) -> cst.CSTNode:
+        parent = self.context.parent(node)
+        return self.context.parent(parent) if isinstance(parent, cst.Arg) else parent
+
+    def _is_arithmetic_operand(self, node: cst.CSTNode) -> bool:
+        parent = self.context.parent(node)
+        if isinstance(parent, cst.BinaryOperation):
+            return isinstance(parent.operator, _ARITHMETIC)
+        if isinstance(parent, cst.Arg):
+            call = self.context.parent(parent)
+            kname = self.context.names.kname(call.func) if isinstance(call, cst.Call) else None
+            if kname is None:
+                return False
+            if kname.ns == "np":
+                return kname.path in _NP_MATH
+            if kname.ns == "tf":
+                return kname.path.startswith(("image.", "math.")) and kname.path != "image.convert_image_dtype" \
+                    or kname.path in _TF_MATH
+        return False
+
+    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        for parent in self.context.ancestors(node):
+            if isinstance(parent, (cst.FunctionDef, cst.Module)):
+                return parent
+        return self.context.module
+
+    def _code(self, node: cst.CSTNode) -> str:
+        text = " ".join(self.context.module.code_for_node(node).split())
+        return f"`{text}`" if len(text) <= 50 else f"`{text[:47]}...`"
+
+
+class _LaterUses(cst.CSTVisitor):
+    """Uses of ``name`` after ``start`` and before it is bound again (nested scopes skipped)."""
+
+    def __init__(self, name: str, start, context):
+        self.name = name
+        self.start = (start.line, start.column)
+        self.context = context
+        self.uses: list[cst.CSTNode] = []
+        self._rebound_at = None
+
+    def visit_FunctionDef(self, node) -> bool:
+        return isinstance(node, cst.FunctionDef) and self.context.position(node).start.line <= self.start[0] \
+            and self.start < _key(self.context.position(node).end)
+
+    def visit_ClassDef(self, node) -> bool:
+        return False
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        end = _key(self.context.position(node).end)
+        binds = any(isinstance(t.target, cst.Name) and t.target.value == self.name for t in node.targets)
+        if binds and end > self.start and (self._rebound_at is None or end < self._rebound_at):
+            self._rebound_at = end
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.target, cst.Name) and node.target.value == self.name and self._after(node):
+            self.uses.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name and self._after(node):
+            self.uses.append(node)
+
+    def _after(self, node) -> bool:
+        return _key(self.context.position(node).start) > self.start
+
+    def leave_Module(self, node) -> None:
+        self._trim()
+
+    def leave_FunctionDef(self, node) -> None:
+        self._trim()
+
+    def _trim(self) -> None:
+        if self._rebound_at is not None:  # a use inside the rebinding statement still reads the float16 value
+            self.uses = [u for u in self.uses if _key(self.context.position(u).start) < self._rebound_at]
+        self.uses.sort(key=lambda u: _key(self.context.position(u).start))
+
+
+def _key(position) -> tuple[int, int]:
+    return (position.line, position.column)
+
+
+def _arg(call: cst.Call, index: int | None, keyword: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [a.value for a in call.args if a.keyword is None and a.star == ""]
+    return positional[index] if index is not None and index < len(positional) else None
+
+
+def _as_float32(dtype: cst.BaseExpression) -> cst.BaseExpression:
+    """The same spelling with float32: ``tf.float16`` -> ``tf.float32``, ``"half"`` -> ``"float32"``."""
+    if isinstance(dtype, cst.SimpleString):
+        quote = dtype.value[-1]
+        return dtype.with_changes(value=f"{dtype.prefix}{quote}float32{quote}")
+    if isinstance(dtype, cst.Attribute):
+        return dtype.with_changes(attr=cst.Name("float32"))
+    if isinstance(dtype, cst.Name):
+        return dtype.with_changes(value="float32")
+    return dtype

@@ -1,0 +1,141 @@
+"""MP502: Keras 2 LossScaleOptimizer methods and attributes used with Keras 3.
+
+Which receivers count: ``get_scaled_loss``/``get_unscaled_gradients`` are
+distinctive enough to flag on any receiver (unless the file defines a method of
+that name itself). The common words ``loss_scale``/``dynamic_counter`` are
+flagged only on a receiver that plausibly is a LossScaleOptimizer: a dotted
+name the file assigns a ``LossScaleOptimizer(...)`` to, or ``<x>.optimizer``
+(``self.optimizer`` in ``train_step``, ``model.optimizer``). Receivers bound
+to a ``tf_keras`` LossScaleOptimizer keep the Keras 2 API and are skipped.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from mplint.analysis.loss_scale_api import LossScaleOptimizerNames, keyword, loss_scale_optimizer_call
+from mplint.diagnostics import Fix
+from mplint.names import dotted
+from mplint.rule import Rule
+
+_METHODS = {"get_scaled_loss", "get_unscaled_gradients"}
+_ATTRIBUTES = {"loss_scale": "dynamic_scale", "dynamic_counter": "step_counter"}
+
+
+class Keras2LossScaleApiOnKeras3(Rule):
+    id = "MP502"
+    triggers = (b"get_scaled_loss", b"get_unscaled_gradients", b"loss_scale", b"dynamic")
+
+    @classmethod
+    def active_for(cls, facts) -> bool:
+        return facts.generation.value == 3
+
+    def __init__(self, context):
+        super().__init__(context)
+        gen = context.facts.generation
+        self.target = f"target {gen.label}, from {gen.source}"
+        self._own_methods: set[str] | None = None
+        self._bound: dict | None = None
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        name = node.attr.value
+        if name in _METHODS:
+            if name not in self.own_methods and not self._legacy_receiver(node.value):
+                self._method(node, name)
+        elif name in _ATTRIBUTES and self._plausible_receiver(node.value):
+            self._attribute(node, name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        arg = keyword(node, "dynamic")
+        if arg is None or not m.matches(arg.value, m.Name("False")):
+            return
+        kname = loss_scale_optimizer_call(self.context, node)
+        if kname is None or kname.ns == "tf_keras":
+            return
+        self.report(arg, "Keras 3's LossScaleOptimizer raises ValueError on `dynamic=False`: for a fixed loss scale drop the "
+                         "wrapper, pass `loss_scale_factor=<scale>` to the inner optimizer (and `auto_scale_loss=False` to "
+                         f"compile()); or keep dynamic scaling and remove `dynamic=False` ({self.target})")
+
+    # --- methods ---------------------------------------------------------------------------
+
+    def _method(self, node: cst.Attribute, name: str) -> None:
+        call = self.context.parent(node)
+        if not (isinstance(call, cst.Call) and call.func is node):
+            self.report(node.attr, f"`{name}` does not exist on Keras 3's LossScaleOptimizer (AttributeError) ({self.target})")
+            return
+        if name == "get_scaled_loss":
+            self.report(node.attr, f"`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use "
+                                   f"`scale_loss` ({self.target})", Fix({node: node.with_changes(attr=cst.Name("scale_loss"))}))
+            return
+        message = (f"`get_unscaled_gradients` does not exist on Keras 3's LossScaleOptimizer (AttributeError): its "
+                   f"`apply_gradients` unscales the gradients itself, so pass them on unchanged ({self.target})")
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            self.report(node.attr, message)
+            return
+        self.report(node.attr, message, Fix(self._drop_unscale(call)))
+
+    def _drop_unscale(self, call: cst.Call) -> dict:
+        """``grads = opt.get_unscaled_gradients(grads)`` goes; elsewhere the call becomes its argument."""
+        argument = call.args[0].value
+        assign = self.context.parent(call)
+        line = self.context.parent(assign) if isinstance(assign, cst.Assign) else None
+        if (
+            isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+            and len(assign.targets) == 1
+            and dotted(assign.targets[0].target) is not None
+            and dotted(assign.targets[0].target) == dotted(argument)
+            and len(getattr(self.context.parent(line), "body", ())) > 1
+        ):
+            return {line: cst.RemovalSentinel.REMOVE}
+        return {call: argument.with_changes(lpar=call.lpar, rpar=call.rpar) if call.lpar else argument}
+
+    @property
+    def own_methods(self) -> set[str]:
+        if self._own_methods is None:
+            self._own_methods = {f.name.value for f in m.findall(self.context.module, m.FunctionDef())}
+        return self._own_methods
+
+    # --- attributes ------------------------------------------------------------------------
+
+    def _attribute(self, node: cst.Attribute, name: str) -> None:
+        new = _ATTRIBUTES[name]
+        message = f"`.{name}` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use `.{new}`"
+        if name == "dynamic_counter":
+            message += " (the steps since the last scale change)"
+        target = self._is_target(node)
+        if target:
+            message += "; no automatic fix: it is the target of an assignment or del"
+        renamed = node.with_changes(attr=cst.Name(new))
+        call = self.context.parent(node)
+        if name == "loss_scale" and isinstance(call, cst.Call) and call.func is node and not call.args:
+            # G1's `opt.loss_scale()` called the LossScale object for its value; `dynamic_scale` is that value.
+            fix = Fix({call: renamed.with_changes(lpar=call.lpar, rpar=call.rpar)})
+        else:
+            fix = None if target else Fix({node: renamed})
+        self.report(node.attr, f"{message} ({self.target})", fix)
+
+    def _is_target(self, node: cst.CSTNode) -> bool:
+        parent = self.context.parent(node)
+        if isinstance(parent, cst.AssignTarget):
+            return True
+        return isinstance(parent, (cst.AugAssign, cst.AnnAssign, cst.Del)) and parent.target is node
+
+    @property
+    def bound(self) -> dict:
+        if self._bound is None:
+            self._bound = self.context.analysis(LossScaleOptimizerNames).bound
+        return self._bound
+
+    def _plausible_receiver(self, receiver: cst.BaseExpression) -> bool:
+        name = dotted(receiver)
+        if name is None:
+            return False
+        if name in self.bound:
+            return self.bound[name].ns != "tf_keras"
+        return isinstance(receiver, cst.Attribute) and receiver.attr.value == "optimizer"
+
+    def _legacy_receiver(self, receiver: cst.BaseExpression) -> bool:
+        name = dotted(receiver)
+        return name in self.bound and self.bound[name].ns == "tf_keras"

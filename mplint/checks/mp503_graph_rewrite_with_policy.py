@@ -1,0 +1,132 @@
+"""MP503: TensorFlow's automatic mixed precision graph rewrite in Keras code."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from mplint.diagnostics import Fix, FixSafety
+from mplint.facts import MIXED_POLICIES, UNKNOWN_POLICY
+from mplint.names import dotted
+from mplint.rule import Rule
+
+REWRITE_FUNCTION = "enable_mixed_precision_graph_rewrite"
+AMP_OPTION = "auto_mixed_precision"
+AMP_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
+_DISABLED = frozenset({"0", "false", "False", ""})
+
+
+class GraphRewriteWithPolicy(Rule):
+    id = "MP503"
+    triggers = (REWRITE_FUNCTION.encode(), AMP_OPTION.encode(), AMP_ENV.encode())
+
+    @classmethod
+    def active_for(cls, facts):
+        return bool(facts.keras_namespaces) or cls._has_policy(facts)
+
+    @staticmethod
+    def _has_policy(facts) -> bool:
+        return bool(facts.policy_names & (MIXED_POLICIES | {UNKNOWN_POLICY}))
+
+    def _why(self) -> str:
+        if self._has_policy(self.context.facts):
+            return f"together with the Keras policy ({self.context.facts.describe_policy()}) it raises at run time"
+        return "it does not work with Keras optimizers and is deprecated in TF 2; use the mixed_float16 Keras policy"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted(node.func) or ""
+        if name.rsplit(".", 1)[-1] == REWRITE_FUNCTION:
+            self._report_rewrite(node)
+        elif name.endswith("set_experimental_options") and node.args:
+            self._report_option(node, node.args[0].value)
+        elif name.endswith("environ.setdefault") and len(node.args) == 2:
+            key, value = node.args[0].value, node.args[1].value
+            if m.matches(key, m.SimpleString()) and key.evaluated_value == AMP_ENV and _enabled(value):
+                statement = self._statement_of(node)
+                fix = self._delete(statement) if statement is not None and statement.body[0].value is node else None
+                self.report(node, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", fix)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        """``os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"``."""
+        if len(node.body) != 1 or not isinstance(node.body[0], cst.Assign):
+            return
+        assign = node.body[0]
+        target = assign.targets[0].target
+        if not m.matches(target, m.Subscript(slice=[m.SubscriptElement(m.Index(m.SimpleString()))])):
+            return
+        if target.slice[0].slice.value.evaluated_value != AMP_ENV or not _enabled(assign.value):
+            return
+        self.report(target, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", self._delete(node))
+
+    def _report_rewrite(self, call: cst.Call) -> None:
+        statement = self._statement_of(call)
+        fix = None
+        if statement is not None:
+            small = statement.body[0]
+            if isinstance(small, cst.Expr) and small.value is call:
+                fix = self._delete(statement)
+            elif isinstance(small, cst.Assign) and small.value is call and call.args:
+                optimizer = call.args[0].value
+                target = small.targets[0].target
+                same = m.matches(target, m.Name()) and m.matches(optimizer, m.Name(target.value))
+                fix = self._delete(statement) if same else self._keep_optimizer(small, optimizer)
+        self.report(
+            call,
+            f"`{REWRITE_FUNCTION}` applies TensorFlow's graph rewrite: {self._why()}. "
+            "The rewrite also added loss scaling; compile() adds a LossScaleOptimizer under mixed_float16",
+            fix,
+        )
+
+    def _report_option(self, call: cst.Call, options: cst.BaseExpression) -> None:
+        if not isinstance(options, cst.Dict):
+            return
+        entries = [e for e in options.elements if isinstance(e, cst.DictElement)]
+        amp = [e for e in entries if m.matches(e.key, m.SimpleString()) and e.key.evaluated_value == AMP_OPTION]
+        if not amp or not _enabled(amp[0].value):
+            return
+        if len(options.elements) == 1:
+            statement = self._statement_of(call)
+            fix = self._delete(statement) if statement is not None and statement.body[0].value is call else None
+        else:
+            fix = self._fix(options, options.with_changes(elements=_without(options.elements, amp[0])))
+        self.report(amp[0], f'`"{AMP_OPTION}": True` turns on TensorFlow\'s graph rewrite: {self._why()}', fix)
+
+    def _statement_of(self, call: cst.Call) -> cst.SimpleStatementLine | None:
+        parent = self.context.parent(call)
+        statement = self.context.parent(parent) if parent is not None else None
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            return statement
+        return None
+
+    def _delete(self, statement: cst.SimpleStatementLine) -> Fix | None:
+        block = self.context.parent(statement)
+        alone = isinstance(block, cst.IndentedBlock) and len(block.body) == 1
+        replacement = statement.with_changes(body=[cst.Pass()]) if alone else cst.RemoveFromParent()
+        return self._fix(statement, replacement)
+
+    def _keep_optimizer(self, assign: cst.Assign, optimizer: cst.BaseExpression) -> Fix | None:
+        return self._fix(assign, assign.with_changes(value=optimizer))
+
+    def _fix(self, old: cst.CSTNode, new) -> Fix | None:
+        # Without a Keras policy, deleting the rewrite would silently drop mixed precision.
+        if not self._has_policy(self.context.facts):
+            return None
+        return Fix({old: new}, FixSafety.SAFE)
+
+
+def _enabled(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.Name):
+        return value.value != "False" and value.value != "None"
+    if isinstance(value, cst.SimpleString):
+        return value.evaluated_value not in _DISABLED
+    if isinstance(value, cst.Integer):
+        return value.value != "0"
+    return True
+
+
+def _without(elements, dropped):
+    kept = [e for e in elements if e is not dropped]
+    last = elements[-1]
+    if kept and kept[-1] is not last:  # the removed entry was last: the new last keeps its trailing comma style
+        kept[-1] = kept[-1].with_changes(comma=last.comma)
+    return kept

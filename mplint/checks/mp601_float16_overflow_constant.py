@@ -1,0 +1,135 @@
+"""MP601: constants float16 cannot hold, combined with compute-dtype tensors."""
+
+from __future__ import annotations
+
+import math
+
+import libcst as cst
+
+from mplint.analysis.dtype_flow import (
+    WIDE_SPELLINGS,
+    Carrier,
+    DtypeFlow,
+    dtype_spelling,
+)
+from mplint.diagnostics import Fix, FixSafety
+from mplint.rule import Rule
+
+FLOAT16_MAX = 65504.0
+FLOAT16_TINY = 6e-8  # below this a value flushes to zero (smallest subnormal: 5.96e-8)
+# What a fixed constant becomes in float16: Keras' own large negative for float16
+# (keras.activations.softmax masks with -3e4), and float16's smallest normal number.
+FLOAT16_LARGE = "3e4"
+FLOAT16_EPSILON = "6.104e-05"
+
+_FIXABLE_LARGE = (cst.Add, cst.Subtract, cst.Multiply, cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)
+_FIXABLE_TINY = (cst.Add, cst.Subtract, cst.AddAssign, cst.SubtractAssign)
+_CHECKED_OPS = (*_FIXABLE_LARGE, cst.Divide, cst.DivideAssign)
+_BOUNDING_CALLS = frozenset(
+    {"where", "maximum", "minimum", "clip_by_value", "math.maximum", "math.minimum", "ops.where",
+     "ops.maximum", "ops.minimum", "ops.clip"}
+)
+
+
+class Float16OverflowConstant(Rule):
+    id = "MP601"
+
+    @classmethod
+    def active_for(cls, facts):
+        # Library code that sets no policy is float16-capable; only a bfloat16-only project is exempt.
+        return not facts.bfloat16_only
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if not isinstance(node.operator, _CHECKED_OPS):
+            return
+        for constant, other in ((node.left, node.right), (node.right, node.left)):
+            self._check(constant, [other], node.operator)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.operator, _CHECKED_OPS):
+            self._check(node.value, [node.target], node.operator)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        kname = self.context.names.kname(node.func)
+        if kname is None or kname.ns == "np" or kname.path not in _BOUNDING_CALLS:
+            return
+        positional = [a.value for a in node.args if a.keyword is None and a.star == ""]
+        for i, constant in enumerate(positional):
+            others = positional[:i] + positional[i + 1:]
+            if kname.last == "where":
+                others = others[1:] if i else others  # the condition is boolean
+            self._check(constant, others, None)
+
+    def _check(self, constant: cst.BaseExpression, others, operator) -> None:
+        value = self._value(constant)
+        if value is None or value == 0 or math.isinf(value) or math.isnan(value):
+            return
+        large = abs(value) > FLOAT16_MAX
+        if not large and abs(value) >= FLOAT16_TINY:
+            return
+        flow = self.context.analysis(DtypeFlow)
+        carrier = next((c for c in map(flow.classify, others) if isinstance(c, Carrier)), None)
+        if carrier is None:
+            return
+        other = others[0] if len(others) == 1 else None
+        self.report(constant, self._message(constant, value, large, other, operator), self._fix(constant, value, large, carrier, operator))
+
+    def _value(self, node: cst.BaseExpression) -> float | None:
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return float(node.evaluated_value)
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+            inner = self._value(node.expression)
+            if inner is None:
+                return None
+            return -inner if isinstance(node.operator, cst.Minus) else inner
+        if isinstance(node, cst.Attribute) and node.attr.value in ("min", "max"):
+            sign = -1.0 if node.attr.value == "min" else 1.0
+            base = node.value
+            if isinstance(base, cst.Call) and self.context.names.matches(base.func, ["finfo"], ["np"]) and base.args:
+                base = base.args[0].value
+            if dtype_spelling(self.context, base) in WIDE_SPELLINGS:
+                return sign * 3.4028234663852886e38
+        return None
+
+    def _code(self, node: cst.CSTNode) -> str:
+        text = self.context.module.code_for_node(node).strip()
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    def _message(self, constant, value, large, other, operator) -> str:
+        shown = self._code(constant)
+        with_what = f"the compute-dtype tensor `{self._code(other)}`" if other is not None else "a compute-dtype tensor"
+        if large:
+            becomes = "-inf" if value < 0 else "inf"
+            effect = (
+                "0 * inf is NaN, so an additive mask turns every unmasked score into NaN"
+                if isinstance(operator, (cst.Multiply, cst.MultiplyAssign))
+                else "the result is infinite"
+            )
+            return (
+                f"`{shown}` is outside float16's range (largest finite value 65504): combined with {with_what} "
+                f"it becomes {becomes} under a float16 policy, and {effect}"
+            )
+        return (
+            f"`{shown}` flushes to 0 in float16 (smallest subnormal 6e-8): combined with {with_what} under a "
+            "float16 policy the epsilon vanishes and a division by it gives inf or NaN"
+        )
+
+    def _fix(self, constant, value, large, carrier: Carrier, operator) -> Fix | None:
+        fixable = _FIXABLE_LARGE if large else _FIXABLE_TINY
+        if operator is not None and not isinstance(operator, fixable):
+            return None
+        if operator is None and not large and value < 0:
+            return None
+        sign = "-" if value < 0 else ""
+        half_value = f"{sign}{FLOAT16_LARGE if large else FLOAT16_EPSILON}"
+        if carrier.always_float16:
+            return Fix({constant: cst.parse_expression(half_value)}, FixSafety.SAFE)
+        dtype = carrier.dtype
+        if dtype is None:
+            if not self.context.analysis(DtypeFlow).in_layer_class(constant):
+                return None
+            dtype = cst.parse_expression("self.compute_dtype")
+        test = self.context.module.code_for_node(dtype)
+        original = self.context.module.code_for_node(constant)
+        replacement = cst.parse_expression(f'({half_value} if {test} == "float16" else {original})')
+        return Fix({constant: replacement}, FixSafety.SAFE)

@@ -1,0 +1,98 @@
+"""MP602: pure float16 layers, policies and floatx: the variables themselves are float16."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
+from mplint.diagnostics import Fix, FixSafety, ImportSpec
+from mplint.names import dotted
+from mplint.rule import Rule
+
+_POLICY_CALLS = ("mixed_precision.Policy", "DTypePolicy", "mixed_precision.set_global_policy", "mixed_precision.experimental.Policy",
+                 "mixed_precision.experimental.set_policy", "dtype_policies.get", "config.set_dtype_policy")
+_FLOATX_CALLS = ("backend.set_floatx", "config.set_floatx")
+_DATA_ONLY = frozenset({"layers.Input", "Input", "layers.InputLayer", "InputLayer"})
+# Files that only run a model (no optimizer step) may keep float16 weights on purpose.
+_TRAINING_MARKERS = ("fit(", "apply_gradients", "GradientTape", "train_step", "compile(", "optimizer")
+_INFERENCE_MARKERS = ("predict(", "load_model", "saved_model", "TFLite", "tflite", "export(", "serve")
+_MODULE_FOR = {"keras": "keras", "tf.keras": "tensorflow.keras", "tf_keras": "tf_keras"}
+_MIXED = '"mixed_float16"'
+
+
+class Float16Variables(Rule):
+    id = "MP602"
+    triggers = (b"float16", b"half")
+
+    def __init__(self, context):
+        super().__init__(context)
+        code = context.module.code
+        self._inference_only = not any(m in code for m in _TRAINING_MARKERS) and any(m in code for m in _INFERENCE_MARKERS)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._inference_only:
+            return
+        names = self.context.names
+        if names.callee(node, _POLICY_CALLS):
+            self._check_policy(node)
+        elif names.callee(node, _FLOATX_CALLS):
+            self._check_floatx(node)
+        else:
+            self._check_layer(node)
+
+    def _check_policy(self, node: cst.Call) -> None:
+        value = node.args[0].value if node.args and node.args[0].keyword is None else None
+        if value is None or dtype_spelling(self.context, value) != "float16":
+            return
+        self.report(
+            value,
+            "policy `float16` keeps the variables themselves in float16: small updates round away and training "
+            "stalls; `mixed_float16` computes in float16 and keeps float32 variables",
+            Fix({value: cst.SimpleString(_MIXED)}, FixSafety.SAFE),
+        )
+
+    def _check_floatx(self, node: cst.Call) -> None:
+        value = node.args[0].value if node.args else None
+        if value is None or dtype_spelling(self.context, value) != "float16":
+            return
+        kname = self.context.names.kname(node.func)
+        self.report(
+            node,
+            '`set_floatx("float16")` makes every variable float16: small updates round away and training stalls; '
+            'use the `mixed_float16` policy, which keeps float32 variables',
+            self._floatx_fix(node, kname.ns if kname else "keras"),
+        )
+
+    def _floatx_fix(self, node: cst.Call, ns: str) -> Fix:
+        """``<keras>.mixed_precision.set_global_policy("mixed_float16")`` spelled like the call it replaces."""
+        spelled = dotted(node.func) or ""
+        prefix = spelled.rsplit(".", 2)[0] if spelled.count(".") >= 2 else ""
+        imports = ()
+        if prefix:
+            func = f"{prefix}.mixed_precision.set_global_policy"
+        else:
+            func = "mixed_precision.set_global_policy"
+            imports = (ImportSpec(_MODULE_FOR.get(ns, "keras"), "mixed_precision"),)
+        replacement = cst.parse_expression(f"{func}({_MIXED})").with_changes(lpar=node.lpar, rpar=node.rpar)
+        return Fix({node: replacement}, FixSafety.SAFE, imports=imports)
+
+    def _check_layer(self, node: cst.Call) -> None:
+        dtype = next((a for a in node.args if a.keyword is not None and a.keyword.value == "dtype"), None)
+        if dtype is None or dtype_spelling(self.context, dtype.value) != "float16" or not self._is_layer(node):
+            return
+        self.report(
+            dtype.value,
+            '`dtype="float16"` on a layer stores its weights in float16: small updates round away and training '
+            'stalls; `dtype="mixed_float16"` computes in float16 and keeps float32 weights',
+            Fix({dtype.value: cst.SimpleString(_MIXED)}, FixSafety.SAFE),
+        )
+
+    def _is_layer(self, node: cst.Call) -> bool:
+        for kname in self.context.names.knames(node.func):
+            if kname.is_keras and kname.path not in _DATA_ONLY:
+                return kname.path.startswith("layers.") or kname.path in ("Sequential", "Model")
+        name = dotted(node.func)
+        for stmt in self.context.module.body:  # a custom layer defined in this file
+            if isinstance(stmt, cst.ClassDef) and stmt.name.value == name:
+                return self.context.analysis(DtypeFlow).is_layer_class(stmt)
+        return False

@@ -1,0 +1,233 @@
+"""MP701: a global policy set after layers or models already exist (they keep the old policy)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from mplint.analysis.constants import evaluate
+from mplint.context import FileContext
+from mplint.diagnostics import Fix, FixSafety
+from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES
+from mplint.rule import Rule
+
+REDUCED_POLICIES = FLOAT16_POLICIES | BFLOAT16_POLICIES
+_SETTERS = frozenset({"set_global_policy", "set_policy", "set_dtype_policy"})
+_POLICY_CLASSES = frozenset({"Policy", "DTypePolicy"})
+# Layers that hold no float weights or are adapted outside the model; their policy does not matter.
+_NOT_MODEL_LAYERS = frozenset({
+    "Input", "InputLayer", "InputSpec", "TextVectorization", "StringLookup", "IntegerLookup", "Normalization",
+    "Discretization", "Hashing", "CategoryEncoding",
+})
+_LOADERS = frozenset({"load_model", "from_pretrained", "model_from_json", "model_from_config", "clone_model"})
+_BUILDER = re.compile(
+    r"^(build|create|make|get|load|construct|init)_?\w*?(model|net|network|encoder|decoder|classifier|backbone)s?$",
+    re.IGNORECASE,
+)
+_SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def policy_setter(context: FileContext, call: cst.Call) -> bool:
+    k = context.names.kname(call.func)
+    return k is not None and k.is_keras and k.last in _SETTERS and bool(call.args)
+
+
+def policy_values(context: FileContext, expr: cst.BaseExpression) -> set[str]:
+    """The policy names ``expr`` may hold: a string, a constant, ``Policy("...")``, or both arms of ``a if c else b``."""
+    if isinstance(expr, cst.IfExp):
+        return policy_values(context, expr.body) | policy_values(context, expr.orelse)
+    if isinstance(expr, cst.Call) and expr.args:
+        k = context.names.kname(expr.func)
+        if k is not None and k.last in _POLICY_CLASSES:
+            return policy_values(context, expr.args[0].value)
+        return set()
+    found = evaluate(context, expr)
+    return {found.value} if found is not None and isinstance(found.value, str) else set()
+
+
+@dataclass
+class _Scope:
+    """The calls one function (or the module) runs, in source order, without nested definitions."""
+
+    node: cst.CSTNode
+    calls: list[cst.Call] = field(default_factory=list)
+
+
+class _ScopeCalls(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.scopes: list[_Scope] = []
+        self.stack: list[_Scope] = []
+        self.functions: dict[str, cst.FunctionDef] = {}
+        self.classes: dict[str, cst.ClassDef] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, _SCOPES):
+            scope = _Scope(node)
+            self.scopes.append(scope)
+            self.stack.append(scope)
+            if isinstance(node, cst.FunctionDef):
+                self.functions.setdefault(node.name.value, node)
+            elif isinstance(node, cst.ClassDef):
+                self.classes.setdefault(node.name.value, node)
+        elif isinstance(node, cst.Call):
+            self.stack[-1].calls.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, _SCOPES):
+            self.stack.pop()
+
+
+class Constructions:
+    """Which calls of a file create layers or models (memoised per file)."""
+
+    def __init__(self, context: FileContext):
+        self.context = context
+        visitor = _ScopeCalls()
+        context.module.visit(visitor)
+        self.scopes = visitor.scopes
+        self._by_node = {id(s.node): s for s in self.scopes}
+        self.functions = visitor.functions
+        self.classes = visitor.classes
+        self._builds: dict[str, bool] = {}
+
+    def describe(self, call: cst.Call) -> str | None:
+        """What the call creates (for messages), or None when it creates no layer."""
+        names = self.context.names
+        func = call.func
+        k = names.kname(func)
+        if k is not None and k.is_keras:
+            if k.path in ("Sequential", "Model") or (
+                k.path.startswith(("layers.", "applications.")) and k.last[:1].isupper() and k.last not in _NOT_MODEL_LAYERS
+            ):
+                return f"`{k.path}(...)`"
+        last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if last is None:
+            return None
+        if last in _LOADERS:
+            return f"`{last}(...)`"
+        if isinstance(func, cst.Name) and (self._local_builder(last) or self._local_layer_class(last, frozenset())):
+            return f"`{last}(...)`"
+        if _BUILDER.match(last) and (not isinstance(func, cst.Name) or last not in self.functions):
+            return f"`{last}(...)`"
+        return None
+
+    def _local_builder(self, name: str) -> bool:
+        function = self.functions.get(name)
+        if function is None:
+            return False
+        if name not in self._builds:
+            self._builds[name] = False  # recursion guard
+            body = self._by_node[id(function)]
+            self._builds[name] = any(self.describe(c) for c in body.calls)
+        return self._builds[name]
+
+    def _local_layer_class(self, name: str, seen: frozenset) -> bool:
+        cls = self.classes.get(name)
+        if cls is None or name in seen:
+            return False
+        for base in cls.bases:
+            if self.context.names.matches(base.value, ["Model", "layers.Layer", "Layer"]):
+                return True
+            if isinstance(base.value, cst.Name) and self._local_layer_class(base.value.value, seen | {name}):
+                return True
+        return False
+
+
+def constructions(context: FileContext) -> Constructions:
+    return context.analysis(Constructions)
+
+
+def statement_of(context: FileContext, node: cst.CSTNode) -> cst.CSTNode | None:
+    for ancestor in context.ancestors(node):
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return ancestor
+    return None
+
+
+def _bound_name(context: FileContext, call: cst.Call) -> str | None:
+    for ancestor in context.ancestors(call):
+        if isinstance(ancestor, cst.Assign):
+            targets = ancestor.targets
+            return targets[0].target.value if len(targets) == 1 and isinstance(targets[0].target, cst.Name) else None
+        if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return None
+    return None
+
+
+class PolicyAfterModelBuild(Rule):
+    id = "MP701"
+    triggers = (b"olicy",)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        built = constructions(self.context)
+        for scope in built.scopes:
+            made = [(c, built.describe(c)) for c in scope.calls]
+            made = [(c, what) for c, what in made if what]
+            for call in scope.calls:
+                if policy_setter(self.context, call) and policy_values(self.context, call.args[0].value) & REDUCED_POLICIES:
+                    self._check(call, made)
+
+    def _check(self, setter: cst.Call, made: list[tuple[cst.Call, str]]) -> None:
+        start = self._start(setter)
+        before = [(c, what) for c, what in made if self._start(c) < start]
+        after = {_bound_name(self.context, c) for c, _ in made if self._start(c) > start}
+        stale = [(c, what) for c, what in before if _bound_name(self.context, c) not in after - {None}]
+        if not stale:
+            return  # nothing built, or every early model is rebuilt under the new policy (a float32 baseline)
+        first, what = stale[0]
+        line = self.context.position(first).start.line
+        self.report(
+            setter,
+            f"the policy is set after {what} at line {line} created layers: layers that already exist keep their "
+            "float32 policy, so that model silently trains without mixed precision; set the policy before "
+            "building or loading any model",
+            self._move_fix(setter, before[0][0]),
+        )
+
+    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
+        p = self.context.position(node).start
+        return (p.line, p.column)
+
+    def _move_fix(self, setter: cst.Call, first: cst.Call) -> Fix | None:
+        """Move the setter's statement before the statement of the first construction, in the same block."""
+        expr = self.context.parent(setter)
+        line = self.context.parent(expr) if isinstance(expr, cst.Expr) else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        block = self.context.parent(line)
+        target = first
+        while target is not None and self.context.parent(target) is not block:
+            target = self.context.parent(target)
+        if target is None or not self._names_bound_before(setter, target):
+            return None
+        return Fix({target: cst.FlattenSentinel([line, target]), line: cst.RemovalSentinel.REMOVE}, safety=FixSafety.UNSAFE)
+
+    def _names_bound_before(self, setter: cst.Call, target: cst.CSTNode) -> bool:
+        """Every name the setter reads is bound before ``target`` (the import may come late in the file)."""
+        limit = self._start(target)
+        scopes = self.context.names.scopes
+        for name in _names(setter):
+            scope = scopes.get(name)
+            if scope is None:
+                return False
+            for assignment in scope[name.value]:
+                node = getattr(assignment, "node", None)
+                if isinstance(node, cst.CSTNode) and self._start(node) >= limit:
+                    return False
+        return True
+
+
+def _names(node: cst.CSTNode):
+    if isinstance(node, cst.Name):
+        yield node
+    if isinstance(node, cst.Attribute):
+        yield from _names(node.value)  # `mp.set_global_policy`: only the head is looked up
+        return
+    if isinstance(node, cst.Arg):
+        yield from _names(node.value)  # not the keyword's own name
+        return
+    for child in node.children:
+        yield from _names(child)

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from mplint.catalog import load_catalog
+from mplint.diagnostics import Fix, FixSafety, ImportSpec
+from mplint.rule import Rule
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _meta(rule_id: str, name: str, safety: FixSafety):
+    base = load_catalog()["MP000"]
+    return dataclasses.replace(base, id=rule_id, name=name, kind="static", fix_safety=safety, fix="Add dtype.")
+
+
+class DenseWithoutDtype(Rule):
+    """Test rule: every Keras Dense(...) without dtype= gets dtype="float32" (safe)."""
+
+    id = "TEST1"
+    meta = _meta("TEST1", "dense-without-dtype", FixSafety.SAFE)
+    triggers = (b"Dense",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.context.names.matches(node.func, ["layers.Dense"]) and not any(
+            a.keyword and a.keyword.value == "dtype" for a in node.args
+        ):
+            arg = cst.Arg(cst.SimpleString('"float32"'), keyword=cst.Name("dtype"),
+                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            self.report(node, "Dense without dtype", Fix({node: node.with_changes(args=[*node.args, arg])}))
+
+
+class ReturnEverywhere(Rule):
+    """Test rule whose fix yields code that parses but does not compile."""
+
+    id = "TEST2"
+    meta = _meta("TEST2", "return-everywhere", FixSafety.SAFE)
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        if isinstance(node.value, cst.Name) and node.value.value == "marker":
+            self.report(node, "marker", Fix({node: cst.Return(cst.Integer("1"))}))
+
+
+class NeverSettles(Rule):
+    """Test rule whose fix never removes the finding."""
+
+    id = "TEST3"
+    meta = _meta("TEST3", "never-settles", FixSafety.SAFE)
+
+    def visit_Integer(self, node: cst.Integer) -> None:
+        self.report(node, "int", Fix({node: cst.Integer(str(int(node.value) + 1))}))
+
+
+class Crashes(Rule):
+    id = "TEST4"
+    meta = _meta("TEST4", "crashes", FixSafety.NONE)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == "boom":
+            raise RuntimeError("boom")
+
+
+class UnsafeImportAdder(Rule):
+    """Test rule with an unsafe fix that also needs an import."""
+
+    id = "TEST5"
+    meta = _meta("TEST5", "unsafe-import-adder", FixSafety.UNSAFE)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == "rounded":
+            new = node.with_changes(func=cst.Attribute(cst.Name("math"), cst.Name("ceil")))
+            self.report(node, "use math.ceil", Fix({node: new}, safety=FixSafety.UNSAFE, imports=[ImportSpec("math")]))
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO

@@ -1,0 +1,95 @@
+"""MP601 executed: the additive -1e9 mask is NaN under mixed_float16, the fix is finite and float32-identical.
+
+The fixture layer runs in subprocesses (each picks its own global policy) on
+CPU; mplint fixes a copy of the fixture folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+np = pytest.importorskip("numpy")
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "attention_mask"
+MASK_LINE = 21
+ORIGINAL_LINE = "        scores = scores + (1.0 - mask) * -1e9\n"
+FIXED_LINE = '        scores = scores + (1.0 - mask) * (-3e4 if mask.dtype == "float16" else -1e9)\n'
+
+
+def _env() -> dict:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    return env
+
+
+def _forward(folder: Path, policy: str) -> np.ndarray:
+    out = folder / f"out-{policy}.npy"
+    subprocess.run([sys.executable, "run_attention.py", policy, str(out)], cwd=folder, env=_env(), check=True,
+                   capture_output=True, timeout=300)
+    return np.load(out)
+
+
+def _mplint(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mplint", "--select", "MP601", *args, "attention.py"], cwd=folder,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    original = tmp_path_factory.mktemp("original") / "attention_mask"
+    shutil.copytree(FIXTURE, original)
+    fixed = tmp_path_factory.mktemp("fixed") / "attention_mask"
+    shutil.copytree(FIXTURE, fixed)
+    before = _mplint(fixed, "--format", "json")
+    fix = _mplint(fixed, "--fix")
+    after = _mplint(fixed)
+    return {
+        "before": before,
+        "fix": fix,
+        "after": after,
+        "fixed_source": (fixed / "attention.py").read_text(encoding="utf-8"),
+        "original_mixed": _forward(original, "mixed_float16"),
+        "original_float32": _forward(original, "float32"),
+        "fixed_mixed": _forward(fixed, "mixed_float16"),
+        "fixed_float32": _forward(fixed, "float32"),
+    }
+
+
+def test_fixture_uses_the_additive_mask():
+    assert FIXTURE.joinpath("attention.py").read_text(encoding="utf-8").splitlines(True)[MASK_LINE - 1] == ORIGINAL_LINE
+
+
+def test_original_is_nan_under_mixed_float16(runs):
+    assert np.isnan(runs["original_mixed"]).any()
+    assert np.isfinite(runs["original_float32"]).all()
+
+
+def test_mplint_reports_the_mask_constant(runs):
+    assert runs["before"].returncode == 1
+    found = json.loads(runs["before"].stdout)["diagnostics"]
+    assert [(d["rule"], d["start"]["line"], d["start"]["column"]) for d in found] == [("MP601", MASK_LINE, 42)]
+
+
+def test_fix_rewrites_only_the_constant(runs):
+    assert runs["fix"].returncode == 0, runs["fix"].stdout + runs["fix"].stderr
+    assert runs["after"].returncode == 0
+    expected = FIXTURE.joinpath("attention.py").read_text(encoding="utf-8").replace(ORIGINAL_LINE, FIXED_LINE)
+    assert runs["fixed_source"] == expected
+
+
+def test_fixed_code_is_finite_under_mixed_float16(runs):
+    mixed = runs["fixed_mixed"]
+    assert np.isfinite(mixed).all()
+    np.testing.assert_allclose(mixed, runs["original_float32"], rtol=0.05, atol=0.05)
+
+
+def test_fixed_code_keeps_float32_results_identical(runs):
+    np.testing.assert_array_equal(runs["fixed_float32"], runs["original_float32"])

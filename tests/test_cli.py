@@ -1,0 +1,116 @@
+"""The command line: exit codes, discovery, bad input, and files left untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from mplint.cli import main
+
+GOOD = "import math\nx = math.pi\n"
+
+
+def make(tmp_path, files: dict[str, bytes | str]):
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    for name, data in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return tmp_path
+
+
+def run_json(args, capsys):
+    code = main([*args, "--format", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_clean_project_exits_0(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(make(tmp_path, {"a.py": GOOD}))
+    assert main(["."]) == 0
+    assert "All checks passed!" in capsys.readouterr().out
+
+
+def test_syntax_error_among_good_files_is_reported_and_others_checked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(make(tmp_path, {"a.py": GOOD, "b.py": "def f(:\n", "c.py": GOOD}))
+    code, doc = run_json(["."], capsys)
+    assert code == 1
+    assert [(d["path"], d["rule"], d["start"]) for d in doc["diagnostics"]] == [("b.py", "MP000", {"line": 1, "column": 7})]
+    assert doc["summary"]["files"] == 3
+
+
+def test_missing_path_is_an_error_but_other_paths_are_checked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(make(tmp_path, {"a.py": "def f(:\n"}))
+    code, doc = run_json(["a.py", "nope.py"], capsys)
+    assert code == 2
+    assert doc["errors"] == ["nope.py: no such file or directory"]
+    assert [d["rule"] for d in doc["diagnostics"]] == ["MP000"]
+
+
+def test_exit_zero(tmp_path, monkeypatch):
+    monkeypatch.chdir(make(tmp_path, {"b.py": "def f(:\n"}))
+    assert main([".", "--exit-zero"]) == 0
+
+
+def test_gitignore_and_excludes_are_respected(tmp_path, monkeypatch, capsys):
+    make(tmp_path, {
+        ".gitignore": "generated/\n*_pb2.py\n",
+        "generated/x.py": "def f(:\n",
+        "model_pb2.py": "def f(:\n",
+        "sub/.gitignore": "local.py\n",
+        "sub/local.py": "def f(:\n",
+        "sub/kept.py": "def f(:\n",
+        ".venv/lib.py": "def f(:\n",
+        "build/out.py": "def f(:\n",
+        "vendor/v.py": "def f(:\n",
+    })
+    (tmp_path / ".mplint.yaml").write_text("extend-exclude: [vendor]\n")
+    monkeypatch.chdir(tmp_path)
+    _, doc = run_json(["."], capsys)
+    assert [d["path"] for d in doc["diagnostics"]] == ["sub/kept.py"]
+    _, doc = run_json(["vendor/v.py"], capsys)  # a file named explicitly is always checked
+    assert [d["path"] for d in doc["diagnostics"]] == ["vendor/v.py"]
+
+
+def test_unreadable_file_is_mp000_and_others_are_checked(tmp_path, monkeypatch, capsys):
+    make(tmp_path, {"a.py": GOOD, "c.py": "def f(:\n"})
+    os.symlink(tmp_path / "gone.py", tmp_path / "b.py")  # dangling: listed, but cannot be read
+    monkeypatch.chdir(tmp_path)
+    code, doc = run_json(["."], capsys)
+    assert code == 1
+    assert [(d["path"], d["rule"], d["message"]) for d in doc["diagnostics"]] == [
+        ("b.py", "MP000", "cannot read file: No such file or directory"),
+        ("c.py", "MP000", "syntax error: invalid syntax"),
+    ]
+
+
+def test_files_without_findings_are_never_rewritten(tmp_path, monkeypatch):
+    files = {
+        "crlf.py": b"x = 1\r\ny = 2\r\n",
+        "bom.py": b"\xef\xbb\xbfx = 1\n",
+        "latin.py": b"# -*- coding: latin-1 -*-\n# caf\xe9\nx = 1\n",
+        "mixed.py": b"x = 1\r\ny = 2\nz = 3\r\n",
+    }
+    make(tmp_path, files)
+    stamps = {n: (tmp_path / n).stat().st_mtime_ns for n in files}
+    monkeypatch.chdir(tmp_path)
+    assert main([".", "--fix", "--unsafe-fixes"]) == 0
+    for name, data in files.items():
+        assert (tmp_path / name).read_bytes() == data
+        assert (tmp_path / name).stat().st_mtime_ns == stamps[name]
+
+
+def test_python_dash_m_and_version():
+    out = subprocess.run([sys.executable, "-m", "mplint", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("mplint ")
+
+
+def test_rules_and_explain(capsys):
+    assert main(["rules"]) == 0
+    assert "MP000" in capsys.readouterr().out
+    assert main(["explain", "parse-error"]) == 0
+    out = capsys.readouterr().out
+    assert "MP000 parse-error" in out and "Why is this bad?" in out and "Fix safety" in out
+    assert main(["explain", "MP00"]) == 2
+    assert "unknown rule 'MP00'" in capsys.readouterr().out

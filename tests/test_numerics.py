@@ -1,0 +1,113 @@
+"""Numerics and pipeline rules on the fixture projects, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow
+from mplint.testing import lint_code
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _mplint(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mplint", *args], cwd=folder, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _found(stdout: str) -> list[tuple[str, int, int]]:
+    return [(d["rule"], d["start"]["line"], d["start"]["column"]) for d in json.loads(stdout)["diagnostics"]]
+
+
+def test_pipeline_fixture_flags_float16_math_not_the_final_cast(tmp_path):
+    folder = tmp_path / "tfdata_pipeline"
+    shutil.copytree(FIXTURES / "tfdata_pipeline", folder)
+    before = _mplint(folder, "--select", "MP401", "--format", "json", "pipeline.py")
+    assert before.returncode == 1
+    assert _found(before.stdout) == [("MP401", 18, 13), ("MP401", 30, 13)]
+    assert _mplint(folder, "--select", "MP401", "--fix", "pipeline.py").returncode == 0
+    fixed = (folder / "pipeline.py").read_text(encoding="utf-8")
+    original = (FIXTURES / "tfdata_pipeline" / "pipeline.py").read_text(encoding="utf-8")
+    assert fixed == original.replace(
+        "convert_image_dtype(image, tf.float16)", "convert_image_dtype(image, tf.float32)"
+    ).replace('images.astype("float16")', 'images.astype("float32")')
+    assert "return tf.cast(image, tf.float16), label" in fixed  # the final cast stays
+
+
+def test_fixed_pipeline_runs_in_float32(tmp_path):
+    pytest.importorskip("tensorflow")
+    folder = tmp_path / "tfdata_pipeline"
+    shutil.copytree(FIXTURES / "tfdata_pipeline", folder)
+    _mplint(folder, "--select", "MP401", "--fix", "pipeline.py")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = subprocess.run([sys.executable, "pipeline.py"], cwd=folder, capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("<dtype: 'float32'> (8, 32, 32, 3)")
+    assert lines[1] == "<dtype: 'float16'> (8, 40, 40, 3)"  # the untouched final cast
+    assert lines[2] == "float32"
+
+
+def test_attention_fixture_only_flags_the_mask_constant(tmp_path):
+    folder = tmp_path / "attention_mask"
+    shutil.copytree(FIXTURES / "attention_mask", folder)
+    result = _mplint(folder, "--select", "MP601,MP103,MP401", "--format", "json")
+    assert result.returncode == 1
+    assert _found(result.stdout) == [("MP601", 21, 42)]
+
+
+def _classify(code: str, marker: str):
+    found = {}
+
+    class Probe(cst.BatchableCSTVisitor):
+        def __init__(self, context):
+            super().__init__()
+            self.context = context
+
+        def visit_Return(self, node):
+            if self.context.module.code_for_node(node).strip() == f"return {marker}":
+                found["value"] = self.context.analysis(DtypeFlow).classify(node.value)
+
+    from libcst.metadata import MetadataWrapper
+
+    from mplint.context import FileContext
+    from mplint.facts import ProjectFacts
+
+    wrapper = MetadataWrapper(cst.parse_module(code))
+    context = FileContext("probe.py", wrapper, ProjectFacts(), "probe", False)
+    wrapper.visit_batched([Probe(context)])
+    return found["value"]
+
+
+@pytest.mark.parametrize(
+    "code,expected",
+    [
+        ("import tensorflow as tf\ndef f(m, x):\n    y = tf.cast(m, x.dtype)\n    return y\n", Carrier),
+        ("import tensorflow as tf\ndef f(m, x):\n    y = tf.cast(m, tf.float32)\n    return y\n", FLOAT32),
+        ("import tensorflow as tf\ndef f(m):\n    y = tf.cast(m, tf.float16) * 2\n    y = tf.cast(y, 'float32')\n    return y\n", FLOAT32),
+        ("import keras\nclass L(keras.layers.Layer):\n    def call(self, x, training=None):\n        return x\n", Carrier),
+        ("import keras\nclass L(keras.layers.Layer):\n    def call(self, x, training=None):\n        return training\n", None),
+        ("import keras\ndef call(x):\n    return x\n", None),
+        ("import keras\nclass L(keras.layers.Layer):\n    def call(self, x):\n        x = x + 1\n        return x\n", Carrier),
+    ],
+)
+def test_dtype_flow(code, expected):
+    marker = code.rstrip().rsplit("return ", 1)[1]
+    value = _classify(code, marker)
+    assert isinstance(value, Carrier) if expected is Carrier else value is expected
+
+
+def test_policy_in_another_file_enables_the_rewrite_fix():
+    code = "import tensorflow as tf\nopt = tf.keras.optimizers.Adam()\nopt = tf.train.experimental.enable_mixed_precision_graph_rewrite(opt)\n"
+    without = lint_code(code, select=["MP503"], fix=True)
+    assert not without.written and [d.line for d in without.diagnostics] == [3]
+    files = {"policy.py": 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'}
+    fixed = lint_code(code, select=["MP503"], fix=True, files=files)
+    assert fixed.fixed_code == "import tensorflow as tf\nopt = tf.keras.optimizers.Adam()\n"
