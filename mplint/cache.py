@@ -1,9 +1,12 @@
-"""A results cache keyed by file content, mplint's own code, the active rules, config and project facts.
+"""Caches under ``.mplint_cache/`` in each project root, keyed so that stale entries cannot be hit.
 
-One JSON file per (project, settings) under ``.mplint_cache/``; JSON rather than
-pickle so a tampered cache cannot run code. Any change to a file's bytes, to
-mplint (its modules or rule YAML), to the selected rules or settings, or to
-the project facts (a policy set in another file) gives a different key.
+- ``facts.json``: each file's contribution to the project facts, by path and content hash.
+- ``results-<key>.json``: each file's diagnostics, by path and content hash, where the key
+  covers mplint's own code and rule catalog, the active rules, the fix settings and the
+  project facts (a policy set in another file changes every result of the project).
+
+JSON rather than pickle, so a tampered cache cannot run code. A cache that cannot be
+read or written is ignored: results are then computed, never wrong.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from mplint import __version__
@@ -21,7 +23,7 @@ from mplint.facts import FileFacts, PolicySite
 from mplint.writer import write_atomic
 
 CACHE_DIR = ".mplint_cache"
-_FORMAT = 1
+_FORMAT = "v1"
 
 
 def content_hash(data: bytes) -> str:
@@ -30,7 +32,7 @@ def content_hash(data: bytes) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """mplint's own sources and catalog: upgrading rules invalidates the cache."""
+    """mplint's own sources and catalog: upgrading mplint or its rules invalidates every entry."""
     from mplint.catalog import catalog_dir
 
     digest = hashlib.blake2b(__version__.encode(), digest_size=16)
@@ -63,67 +65,98 @@ def _diagnostic_from_json(data: dict) -> Diagnostic:
     return Diagnostic(**data)
 
 
-class Cache:
-    """Facts and check results of one project for one set of settings."""
+def _facts_to_json(facts: FileFacts) -> dict:
+    raw = dataclasses.asdict(facts)
+    raw["keras_imports"] = sorted(facts.keras_imports)
+    return raw
 
-    def __init__(self, root: Path, key: str, enabled: bool = True):
-        self.enabled = enabled
-        self.path = root / CACHE_DIR / f"v{_FORMAT}" / f"{key}.json"
-        self._facts: dict[str, dict] = {}
-        self._results: dict[str, dict] = {}
-        self._dirty = False
-        if enabled:
-            self._load()
 
-    def _load(self) -> None:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            self._facts, self._results = data["facts"], data["results"]
-        except (OSError, ValueError, KeyError, TypeError):
-            self._facts, self._results = {}, {}
+def _facts_from_json(raw: dict) -> FileFacts:
+    return FileFacts(
+        path=raw["path"],
+        policies=[PolicySite(**p) for p in raw["policies"]],
+        keras_imports=set(raw["keras_imports"]),
+        legacy_keras_env=raw["legacy_keras_env"],
+        tpu_lines=list(raw["tpu_lines"]),
+        reexports=dict(raw["reexports"]),
+    )
 
-    def facts(self, digest: str) -> FileFacts | None:
-        raw = self._facts.get(digest) if self.enabled else None
-        if raw is None:
+
+class _Store:
+    """One JSON file of entries keyed by ``path:digest``; only entries seen in this run are kept."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.entries: dict[str, object] = {}
+        self.live: set[str] = set()
+        self.dirty = False
+        if path is not None:
+            try:
+                loaded = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(loaded, dict) and loaded.get("code") == code_fingerprint():
+                    self.entries = loaded["entries"]
+            except (OSError, ValueError, KeyError, TypeError):
+                self.entries = {}
+
+    def get(self, key: str):
+        if self.path is None:
             return None
-        return FileFacts(
-            path=raw["path"],
-            policies=[PolicySite(**p) for p in raw["policies"]],
-            keras_imports=set(raw["keras_imports"]),
-            legacy_keras_env=raw["legacy_keras_env"],
-            tpu_lines=list(raw["tpu_lines"]),
-            reexports=dict(raw["reexports"]),
-        )
+        self.live.add(key)
+        return self.entries.get(key)
 
-    def store_facts(self, digest: str, facts: FileFacts) -> None:
-        if self.enabled:
-            raw = dataclasses.asdict(facts)
-            raw["keras_imports"] = sorted(facts.keras_imports)
-            self._facts[digest] = raw
-            self._dirty = True
+    def put(self, key: str, value) -> None:
+        if self.path is not None:
+            self.live.add(key)
+            self.entries[key] = value
+            self.dirty = True
 
-    def result(self, path: str, digest: str, facts_key: str) -> list[Diagnostic] | None:
-        raw = self._results.get(f"{facts_key}:{path}:{digest}") if self.enabled else None
-        return None if raw is None else [_diagnostic_from_json(d) for d in raw]
-
-    def store_result(self, path: str, digest: str, facts_key: str, diagnostics: list[Diagnostic]) -> None:
-        if self.enabled:
-            self._results[f"{facts_key}:{path}:{digest}"] = [_diagnostic_to_json(d) for d in diagnostics]
-            self._dirty = True
-
-    def save(self, live: set[str]) -> None:
-        """Write back, keeping only entries for content seen in this run."""
-        if not (self.enabled and self._dirty):
+    def save(self) -> None:
+        if self.path is None or not (self.dirty or set(self.entries) - self.live):
             return
-        self._facts = {k: v for k, v in self._facts.items() if k in live}
-        self._results = {k: v for k, v in self._results.items() if k.rsplit(":", 1)[-1] in live}
+        entries = {k: v for k, v in self.entries.items() if k in self.live}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            gitignore = self.path.parent.parent / ".gitignore"
-            if not gitignore.exists():
-                gitignore.write_text("*\n")
-            if not self.path.exists():
-                self.path.write_text("{}")
-            write_atomic(self.path, json.dumps({"facts": self._facts, "results": self._results}).encode())
+            ignore = self.path.parent.parent / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("# created by mplint\n*\n")
+            data = json.dumps({"code": code_fingerprint(), "entries": entries}, separators=(",", ":")).encode()
+            if self.path.exists():
+                write_atomic(self.path, data)
+            else:
+                self.path.write_bytes(data)
         except OSError:
-            pass  # a read-only tree still gets correct (uncached) results
+            pass  # read-only tree: results stay correct, just uncached
+
+
+class ProjectCache:
+    def __init__(self, root: Path, enabled: bool):
+        self.folder = root / CACHE_DIR / _FORMAT if enabled else None
+        self._facts = _Store(self.folder / "facts.json" if self.folder else None)
+        self._results: _Store | None = None
+
+    def facts(self, path: str, digest: str) -> FileFacts | None:
+        raw = self._facts.get(f"{path}:{digest}")
+        return _facts_from_json(raw) if raw is not None else None
+
+    def store_facts(self, path: str, digest: str, facts: FileFacts) -> None:
+        self._facts.put(f"{path}:{digest}", _facts_to_json(facts))
+
+    def use_settings(self, key: str) -> None:
+        self._results = _Store(self.folder / f"results-{key}.json" if self.folder else None)
+
+    def result(self, path: str, digest: str) -> list[Diagnostic] | None:
+        raw = self._results.get(f"{path}:{digest}") if self._results else None
+        return [_diagnostic_from_json(d) for d in raw] if raw is not None else None
+
+    def store_result(self, path: str, digest: str, diagnostics: list[Diagnostic]) -> None:
+        if self._results is not None:
+            self._results.put(f"{path}:{digest}", [_diagnostic_to_json(d) for d in diagnostics])
+
+    def save(self) -> None:
+        self._facts.save()
+        if self._results is not None:
+            self._results.save()
+            if self.folder is not None:  # results files of other settings go stale; keep the newest few
+                files = sorted(self.folder.glob("results-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+                for old in files[8:]:
+                    old.unlink(missing_ok=True)

@@ -58,6 +58,8 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="config file (pyproject.toml or .mplint.yaml)")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     p.add_argument("--statistics", action="store_true", help="count findings per rule")
+    p.add_argument("--jobs", "-j", type=int, metavar="N", help="worker processes (default: one per core)")
+    p.add_argument("--no-cache", action="store_true", help="ignore and do not update .mplint_cache/")
     adoption = p.add_argument_group("adoption and integrations")
     adoption.add_argument("--add-noqa", action="store_true",
                           help="add '# noqa: MPnnn' comments suppressing every current finding (a baseline)")
@@ -146,6 +148,8 @@ def _run_check(argv: list[str]) -> int:
         only=only,
         stdin=stdin,
         on_progress=progress,
+        jobs=args.jobs,
+        cache=not args.no_cache,
     )
     try:
         report = run(options)

@@ -165,11 +165,21 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
-def project_root(start: Path) -> Path:
+def marked_root(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` with a project marker (pyproject.toml, .git, ...)."""
     start = start.resolve()
     for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
         if any((folder / marker).exists() for marker in _ROOT_MARKERS):
             return folder
+    return None
+
+
+def project_root(start: Path) -> Path:
+    """``marked_root``, else the folder itself: an unmarked tree is one project."""
+    found = marked_root(start)
+    if found is not None:
+        return found
+    start = start.resolve()
     return start if start.is_dir() else start.parent
 
 

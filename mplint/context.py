@@ -16,13 +16,15 @@ T = TypeVar("T")
 class FileContext:
     """One file under check. Metadata is resolved lazily, once, on first use."""
 
-    def __init__(self, path: str, wrapper: MetadataWrapper, facts: ProjectFacts, module_name: str, is_package: bool):
+    def __init__(self, path: str, wrapper: MetadataWrapper, facts: ProjectFacts, module_name: str, is_package: bool,
+                 source: bytes | None = None):
         self.path = path
         self.wrapper = wrapper
         self.module: cst.Module = wrapper.module
         self.facts = facts
         self.module_name = module_name
-        self.names = NameResolver(wrapper, module_name, is_package, facts.reexports)
+        self.source = source
+        self.names = NameResolver(wrapper, module_name, is_package, facts.reexports, source)
         self._analyses: dict[Callable, object] = {}
         self._parents = None
         self._positions = None

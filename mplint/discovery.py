@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -106,6 +107,9 @@ def discover(
         if absolute.is_file():
             files.setdefault(absolute, SourcePath(absolute, display_path(absolute, cwd)))
             continue
+        if not absolute.is_dir():
+            errors.append(f"{given}: not a regular file or directory (a FIFO, socket or device); skipped")
+            continue
         chains = {absolute: ignores_above(absolute)}
         for folder, subdirs, names in os.walk(absolute, onerror=lambda e: errors.append(f"{e.filename}: {e.strerror}")):
             here = Path(folder)
@@ -123,8 +127,20 @@ def discover(
                 path = here / name
                 if is_excluded(path, False) or git_ignored(path, False, chain):
                     continue
+                if _is_special(path):  # reading a FIFO would block the whole run
+                    errors.append(f"{display_path(path, cwd)}: not a regular file (a FIFO, socket or device); skipped")
+                    continue
                 files.setdefault(path, SourcePath(path, display_path(path, cwd)))
     return Discovery(sorted(files.values(), key=lambda s: s.display), errors)
+
+
+def _is_special(path: Path) -> bool:
+    """A FIFO, socket or device (through symlinks); broken links are not special: reading them fails fast."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 def module_name(path: Path) -> tuple[str, bool]:

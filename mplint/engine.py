@@ -7,7 +7,9 @@ in worker processes and be cached by content.
 from __future__ import annotations
 
 import ast
+import functools
 import io
+import re
 import tokenize
 from dataclasses import dataclass, field
 
@@ -26,6 +28,9 @@ PARSE_ERROR = "MP000"
 FIX_REVERTED = "MP001"
 RULE_CRASHED = "MP002"
 MAX_FIX_ROUNDS = 10
+# Larger files are generated data, not code to lint: parsing one costs minutes and gigabytes
+# (50 MB: 5 minutes, 20 GB). They get an MP000 "file too large" instead. See docs/robustness.md.
+MAX_SOURCE_BYTES = 10 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,16 @@ def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
     except UnicodeDecodeError as exc:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} at byte {exc.start}")
+    # CPython's parser first: libcst's native parser overflows its stack and kills the whole
+    # process (SIGSEGV) on deep nesting that CPython rejects cleanly (3000 nested parentheses).
+    try:
+        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as native:
+        return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno or 1, max(native.offset or 1, 1))
+    except (RecursionError, MemoryError):
+        return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
+    except ValueError as exc:
+        return _engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -63,6 +78,17 @@ def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
         return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
     except (ValueError, SyntaxError) as exc:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
+
+
+def _quick_problem(path: str, source: bytes) -> Diagnostic | None:
+    try:
+        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
+        if len(source) > MAX_SOURCE_BYTES:
+            return _engine_diagnostic(path, PARSE_ERROR, f"file too large to check and not valid Python ({len(source) / 2**20:.1f} MiB)")
+        parsed = parse(path, source)  # worded exactly as for checked files
+        return parsed if isinstance(parsed, Diagnostic) else None
+    return None
 
 
 def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagnostic:
@@ -77,6 +103,52 @@ def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagn
     return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
 
 
+def admits(rule: type[Rule], source: bytes) -> bool:
+    """The byte-level pre-filter: can this rule match anything in ``source``?"""
+    if not rule.triggers:
+        return True
+    for trigger in rule.triggers:
+        if trigger.search(source) if isinstance(trigger, re.Pattern) else trigger in source:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _handlers(rule: type[Rule]) -> tuple[dict[str, str], dict[str, str]]:
+    """Node type -> method name, for visit_X and leave_X methods of a rule class (computed once)."""
+    visits, leaves = {}, {}
+    for name in dir(rule):
+        if name.startswith("visit_") and name.count("_") == 1 and name != "visit_batched":
+            visits[name[6:]] = name
+        elif name.startswith("leave_") and name.count("_") == 1:
+            leaves[name[6:]] = name
+    return visits, leaves
+
+
+class _Dispatcher(cst.CSTVisitor):
+    """One traversal for all rules; method tables are per class, not recomputed per file."""
+
+    def __init__(self, visitors: list[Rule]):
+        super().__init__()
+        self._visit: dict[str, list] = {}
+        self._leave: dict[str, list] = {}
+        for visitor in visitors:
+            visits, leaves = _handlers(type(visitor))
+            for node_type, method in visits.items():
+                self._visit.setdefault(node_type, []).append(getattr(visitor, method))
+            for node_type, method in leaves.items():
+                self._leave.setdefault(node_type, []).append(getattr(visitor, method))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        for handler in self._visit.get(type(node).__name__, ()):
+            handler(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        for handler in self._leave.get(type(original_node).__name__, ()):
+            handler(original_node)
+
+
 class _Run:
     """One lint pass over one parsed module."""
 
@@ -84,16 +156,16 @@ class _Run:
         self.path = path
         self.options = options
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.context = FileContext(path, self.wrapper, options.facts, module_name, is_package)
+        self.context = FileContext(path, self.wrapper, options.facts, module_name, is_package, source)
         self.findings: list[Finding] = []
         self.crashes: list[Diagnostic] = []
-        rules = [r for r in options.rules if not r.triggers or any(t in source for t in r.triggers)]
+        rules = [r for r in options.rules if admits(r, source)]
         self.metas = {r.id: r.meta for r in rules}
         if not rules:
             return
         visitors = [rule(self.context) for rule in rules]
         try:
-            self.wrapper.visit_batched(visitors)
+            self.wrapper.module.visit(_Dispatcher(visitors))
         except RecursionError:
             self.crashes.append(_engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to analyse"))
             return
@@ -143,7 +215,21 @@ class _Run:
 
 
 def check_source(path: str, source: bytes, options: CheckOptions, module_name: str = "", is_package: bool = False) -> FileResult:
+    """Check one file. A file that no active rule's triggers admit never reaches libcst."""
     result = FileResult(path, original_source=source)
+    if not any(admits(rule, source) for rule in options.rules):
+        # No rule can match: skip libcst, but still report what makes the file unreadable,
+        # using CPython's own parser (about ten times cheaper).
+        problem = _quick_problem(path, source)
+        if problem is not None:
+            result.diagnostics.append(problem)
+        return result
+    if len(source) > MAX_SOURCE_BYTES:
+        result.diagnostics.append(_engine_diagnostic(
+            path, PARSE_ERROR,
+            f"file too large to check ({len(source) / 2**20:.1f} MiB, limit {MAX_SOURCE_BYTES // 2**20} MiB); skipped",
+        ))
+        return result
     module = parse(path, source)
     if isinstance(module, Diagnostic):
         result.diagnostics.append(module)

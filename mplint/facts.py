@@ -28,7 +28,11 @@ UNKNOWN_POLICY = "?"  # set from a value the linter cannot evaluate
 _POLICY_SETTERS = {"set_global_policy", "set_policy", "set_dtype_policy"}
 _POLICY_CLASSES = {"Policy", "DTypePolicy"}
 _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}
-_FACT_TOKENS = re.compile(rb"olicy|mixed_|floatx|TPU|keras|LEGACY_KERAS")
+# Files without these never set a policy, use TPUs or switch Keras: imports alone are read by regex.
+_FACT_TOKENS = re.compile(rb"olicy|mixed_|floatx|TPU|initialize_tpu_system|LEGACY_KERAS")
+_IMPORT_LINE = re.compile(
+    rb"^([ \t]*)(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))", re.M
+)
 
 
 @dataclass(frozen=True)
@@ -163,9 +167,45 @@ def _module_keras_kind(module: str) -> str | None:
     return None
 
 
+def _imports_by_regex(source: bytes, facts: FileFacts, module_name: str) -> None:
+    """Module-level imports of a file that sets no policy: Keras flavour and re-exports, without parsing."""
+    own_keras = bool(module_name) and canonical(module_name) is not None
+    for match in _IMPORT_LINE.finditer(source):
+        indent, module, names, plain = (g.decode("utf-8", "replace") if g is not None else None for g in match.groups())
+        top_level = not indent  # only module-level imports are re-exported
+        if module is not None:
+            kind = _module_keras_kind(module)
+            aliases = [a.strip() for a in names.strip("()").replace("\\\n", " ").split(",") if a.strip()]
+            if module == "tensorflow" and any(a.split()[0] == "keras" for a in aliases):
+                kind = "tf.keras"
+            if kind:
+                facts.keras_imports.add(kind)
+            for alias in aliases:
+                parts = alias.split()
+                target = f"{module}.{parts[0]}"
+                if top_level and module_name and not own_keras and parts[0] != "*" and canonical(target) is not None:
+                    facts.reexports[f"{module_name}.{parts[-1]}"] = target
+        else:
+            for alias in plain.split(","):
+                parts = alias.split()
+                if not parts:
+                    continue
+                kind = _module_keras_kind(parts[0])
+                if kind:
+                    facts.keras_imports.add(kind)
+                if top_level and module_name and not own_keras and canonical(parts[0]) is not None:
+                    bound = parts[-1] if len(parts) == 3 and parts[1] == "as" else parts[0].split(".")[0]
+                    target = parts[0] if len(parts) == 3 else parts[0].split(".")[0]
+                    facts.reexports[f"{module_name}.{bound}"] = target
+    if b"tf.keras" in source or b"tensorflow.keras" in source:
+        facts.keras_imports.add("tf.keras")
+
+
 def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts = FileFacts(path=path)
     if not _FACT_TOKENS.search(source):
+        if b"keras" in source:
+            _imports_by_regex(source, facts, module_name)
         return facts
     try:
         tree = ast.parse(source)

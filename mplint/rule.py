@@ -8,6 +8,7 @@ configs or output formats.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
@@ -23,9 +24,10 @@ if TYPE_CHECKING:
 class Rule(cst.BatchableCSTVisitor):
     #: Catalog ID, e.g. "MP101"; the rule's YAML in rules/ carries the rest.
     id: ClassVar[str]
-    #: Byte strings of which a file must contain at least one for the rule to run on it.
+    #: Byte strings or compiled byte regexes of which a file must contain at least one for
+    #: the rule to run on it (the engine never parses a file no active rule admits).
     #: Empty means every file.
-    triggers: ClassVar[tuple[bytes, ...]] = ()
+    triggers: ClassVar[tuple["bytes | re.Pattern[bytes]", ...]] = ()
     #: Filled from the catalog when the rule is registered.
     meta: ClassVar["RuleMeta"]
 

@@ -11,9 +11,13 @@ from typing import Callable
 
 import pathspec
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
 from mplint.baseline import add_noqa
+from mplint.cache import ProjectCache, content_hash, settings_key
 from mplint.catalog import load_catalog
-from mplint.config import Config, load_config, project_root
+from mplint.config import Config, load_config, marked_root
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.discovery import SourcePath, discover, module_name
 from mplint.engine import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
@@ -39,6 +43,8 @@ class RunOptions:
     only: set[Path] | None = None  # check only these (absolute) files; the others still feed project facts
     stdin: tuple[Path, bytes] | None = None  # (file name, content) of a file read from standard input; never written
     on_progress: Callable[[int, int], None] | None = None  # (files checked, files to check)
+    jobs: int | None = None  # worker processes; None: one per core
+    cache: bool = True  # reuse results from .mplint_cache/ when nothing relevant changed
 
 
 @dataclass
@@ -111,7 +117,7 @@ def run(options: RunOptions) -> RunReport:
     for source in found.files:
         folder = source.path.parent
         if folder not in roots:
-            roots[folder] = top.root if options.config_path else project_root(folder)
+            roots[folder] = top.root if options.config_path else marked_root(folder) or top.root
         groups.setdefault(roots[folder], []).append(source)
     report = RunReport([], list(found.errors), ProjectFacts(), top)
     progress = _Progress(options.on_progress, sum(1 for s in found.files if only is None or s.path in only))
@@ -174,50 +180,125 @@ def _with_noqa(result: FileResult, data: bytes) -> tuple[bytes | None, int, int]
     return (code.encode(encoding) if changed else None), changed, skipped
 
 
+def _facts_of(loaded, cache: ProjectCache, digests: dict[Path, str]):
+    for source, data in loaded:
+        if not isinstance(data, bytes):
+            continue
+        cached = cache.facts(source.display, digests[source.path])
+        if cached is None:
+            code = _python_source(source, data)
+            if code is None:
+                continue
+            cached = extract_file_facts(code, source.display, module_name(source.path)[0])
+            cache.store_facts(source.display, digests[source.path], cached)
+        yield cached
+
+
 def _check_project(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport, progress: _Progress) -> ProjectFacts:
     enabled = _enabled_rules(config, options)
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
     loaded = [(s, options.stdin[1] if s.path == stdin_path else _read(s)) for s in sources]
+    digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
+    cache = ProjectCache(config.root, options.cache and stdin_path is None)
     facts = build_project_facts(
-        (
-            extract_file_facts(code, s.display, module_name(s.path)[0])
-            for s, data in loaded
-            if isinstance(data, bytes) and (code := _python_source(s, data)) is not None
-        ),
-        config.root,
-        options.keras or config.keras,
-        options.policy or config.policy,
+        _facts_of(loaded, cache, digests), config.root, options.keras or config.keras, options.policy or config.policy
     )
     rules = tuple(r for rid, r in all_rules().items() if rid in enabled and r.active_for(facts))
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
+    base = CheckOptions(rules, facts, options.fix, unsafe)
+    cache.use_settings(settings_key(
+        [r.id for r in rules], options.fix, unsafe, sorted(config.per_file_ignores.items()), facts
+    ))
+    todo: list[tuple[SourcePath, bytes, CheckOptions]] = []
+    done: dict[Path, FileResult] = {}
+    checks: dict[Path, CheckOptions] = {}
     for source, data in loaded:
         if options.only is not None and source.path not in options.only:
             continue
         if isinstance(data, Diagnostic):
-            report.results.append(FileResult(source.display, [data]))
-            progress.step()
+            done[source.path] = FileResult(source.display, [data])
             continue
         ignored = _per_file_ignored(config, source.path)
-        check = CheckOptions(tuple(r for r in rules if r.id not in ignored), facts, options.fix, unsafe)
-        result = _check_file(source, data, check)
-        writable = options.write and source.path != stdin_path
-        if result.fixed_source is not None and writable:
-            try:
-                write_atomic(source.path, result.fixed_source)
-            except OSError as exc:
-                report.errors.append(f"{source.display}: cannot write fixes: {exc.strerror or exc}")
-                result = _check_file(source, data, replace(check, fix=False))
-        if options.add_noqa and writable:
-            new, changed, skipped = _with_noqa(result, data)
-            report.noqa_skipped += skipped
-            if new is not None:
-                try:
-                    write_atomic(source.path, new)
-                except OSError as exc:
-                    report.errors.append(f"{source.display}: cannot write noqa comments: {exc.strerror or exc}")
-                else:
-                    report.noqa_added += changed
-                    result = _check_file(source, new, check)
-        report.results.append(result)
-        progress.step()
+        check = replace(base, rules=tuple(r for r in rules if r.id not in ignored)) if ignored else base
+        checks[source.path] = check
+        cached = None if is_notebook(source.path) else cache.result(source.display, digests[source.path])
+        if cached is not None and not any(d.fixable and check.may_apply(d.fix_safety) for d in cached):
+            done[source.path] = FileResult(source.display, cached, original_source=data)
+        else:
+            todo.append((source, data, check))
+    for (source, data, check), result in zip(todo, _check_all(todo, options.jobs, progress)):
+        done[source.path] = result
+    for source, data in loaded:
+        if source.path not in done:
+            continue
+        result = done[source.path]
+        if isinstance(data, bytes) and not is_notebook(source.path):
+            final = result.fixed_source if result.fixed_source is not None else data
+            if not any(d.rule_id in _ENGINE_CODES for d in result.diagnostics):
+                cache.store_result(source.display, content_hash(final), [d for d in result.diagnostics if not d.fixed])
+        report.results.append(_write_back(source, data, result, checks.get(source.path, base), options, report, stdin_path))
+    cache.save()
     return facts
+
+
+def _write_back(source: SourcePath, data, result: FileResult, check: CheckOptions, options: RunOptions,
+                report: RunReport, stdin_path) -> FileResult:
+    if not isinstance(data, bytes):
+        return result
+    writable = options.write and source.path != stdin_path
+    if result.fixed_source is not None and writable:
+        try:
+            write_atomic(source.path, result.fixed_source)
+        except OSError as exc:
+            report.errors.append(f"{source.display}: cannot write fixes: {exc.strerror or exc}")
+            result = _check_file(source, data, replace(check, fix=False))
+    if options.add_noqa and writable:
+        new, changed, skipped = _with_noqa(result, data)
+        report.noqa_skipped += skipped
+        if new is not None:
+            try:
+                write_atomic(source.path, new)
+            except OSError as exc:
+                report.errors.append(f"{source.display}: cannot write noqa comments: {exc.strerror or exc}")
+            else:
+                report.noqa_added += changed
+                result = _check_file(source, new, replace(check, fix=False))
+    return result
+
+
+# Worker processes: forked after the project's state is set, so nothing but file paths and results
+# crosses the process boundary. Runs of a few files stay in-process (a pool costs more than it saves).
+POOL_MIN_FILES = 8
+_WORK: list[tuple[SourcePath, bytes, CheckOptions]] = []
+
+
+def _check_index(index: int) -> FileResult:
+    source, data, check = _WORK[index]
+    result = _check_file(source, data, check)
+    if not result.diagnostics and result.fixed_source is None:
+        result.original_source = None  # the parent has the bytes; don't ship them back
+    return result
+
+
+def _check_all(todo, jobs: int | None, progress: _Progress) -> list[FileResult]:
+    global _WORK
+    jobs = jobs or os.cpu_count() or 1
+    if jobs <= 1 or len(todo) < POOL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
+        results = []
+        for source, data, check in todo:
+            results.append(_check_file(source, data, check))
+            progress.step()
+        return results
+    _WORK = todo
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("fork")) as pool:
+            results = []
+            for result in pool.map(_check_index, range(len(todo)), chunksize=max(1, len(todo) // (jobs * 8))):
+                results.append(result)
+                progress.step()
+    finally:
+        _WORK = []
+    for (source, data, _), result in zip(todo, results):
+        if result.original_source is None:
+            result.original_source = data
+    return results

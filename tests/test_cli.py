@@ -114,3 +114,18 @@ def test_rules_and_explain(capsys):
     assert "MP000 parse-error" in out and "Why is this bad?" in out and "Fix safety" in out
     assert main(["explain", "MP00"]) == 2
     assert "unknown rule 'MP00'" in capsys.readouterr().out
+
+
+def test_an_unmarked_tree_is_one_project(tmp_path, monkeypatch, capsys):
+    """A policy set in one folder governs models in another when no marker splits the tree."""
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    (tree / "b").mkdir()
+    (tree / "a" / "train.py").write_text("import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n")
+    (tree / "b" / "model.py").write_text(
+        "import keras\nmodel = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    )
+    monkeypatch.chdir(tree)
+    code, doc = run_json(["--select", "MP101", "--no-cache", "."], capsys)
+    assert code == 1
+    assert [(d["path"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [("b/model.py", "MP101", 2)]

@@ -82,7 +82,7 @@ def test_file_level_suppression():
 
 
 def test_syntax_error_is_mp000_with_position():
-    result = check(b"x = 1\ndef f(:\n    pass\n", DenseWithoutDtype)
+    result = check(b"x = Dense\ndef f(:\n    pass\n", DenseWithoutDtype)
     [d] = result.diagnostics
     assert (d.rule_id, d.name, d.line, d.column) == ("MP000", "parse-error", 2, 7)
     assert d.message.startswith("syntax error")
@@ -90,9 +90,9 @@ def test_syntax_error_is_mp000_with_position():
 
 def test_undecodable_and_null_bytes_and_bad_cookie_are_mp000():
     for source, words in [
-        (b"x = '\xff\xfe'\n", "decode"),
-        (b"x = 1\x00\n", "null bytes"),
-        (b"# -*- coding: klingon -*-\nx = 1\n", "decode"),
+        (b"x = '\xff\xfe' + Dense\n", "decode"),
+        (b"x = Dense\x00\n", "null bytes"),
+        (b"# -*- coding: klingon -*-\nx = Dense\n", "decode"),
     ]:
         [d] = check(source, DenseWithoutDtype).diagnostics
         assert d.rule_id == "MP000" and words in d.message, d.message
@@ -137,8 +137,13 @@ def test_edits_describe_the_fix_as_text():
     assert edit.text == 'tf.keras.layers.Dense(3, dtype="float32")'
 
 
-def test_trigger_prefilter_skips_files():
+def test_files_no_rule_admits_skip_libcst_but_syntax_errors_still_show(monkeypatch):
     assert check(b"x = 1\n", DenseWithoutDtype).diagnostics == []
+    [d] = check(b"def f(:\n", DenseWithoutDtype).diagnostics
+    assert (d.rule_id, d.line, d.column, d.message) == ("MP000", 1, 7, "syntax error: invalid syntax")
+    import libcst
+    monkeypatch.setattr(libcst, "parse_module", lambda *a: (_ for _ in ()).throw(AssertionError("parsed")))
+    assert check(b"x = 2\n", DenseWithoutDtype).diagnostics == []
 
 
 def test_nested_fixes_are_applied_over_rounds():

@@ -125,3 +125,17 @@ def test_relative_imports_resolve():
     assert resolve_relative(".backend.keras", "pkg.models", False) == "pkg.backend.keras"
     assert resolve_relative("..backend.keras", "pkg.sub.models", False) == "pkg.backend.keras"
     assert resolve_relative(".backend", "pkg", True) == "pkg.backend"
+
+
+def test_files_without_policy_tokens_are_read_by_regex_like_the_parser(tmp_path):
+    code = (
+        "import tensorflow as tf\nfrom tensorflow import keras\nfrom tf_keras import (\n    layers,\n    models as m,\n)\n"
+        "def f():\n    import keras as k3\n"
+    )
+    facts = facts_of({"pkg/backend.py": code}, tmp_path)
+    assert facts.keras_namespaces == {"tf.keras", "tf_keras", "keras"}
+    assert facts.reexports == {
+        "pkg.backend.tf": "tensorflow", "pkg.backend.keras": "tensorflow.keras",
+        "pkg.backend.layers": "tf_keras.layers", "pkg.backend.m": "tf_keras.models",
+    }
+    assert facts.generation.value == 2

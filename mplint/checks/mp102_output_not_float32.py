@@ -31,6 +31,7 @@ _OPS_PREFIXES = ("nn.", "math.", "ops.", "activations.")
 
 class OutputNotFloat32(Rule):
     id = "MP102"
+    triggers = (b"Sequential", b"Model")  # model outputs exist only where a model is built or subclassed
 
     @classmethod
     def active_for(cls, facts):

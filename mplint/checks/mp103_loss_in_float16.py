@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from mplint.analysis.dtype_flow import Carrier, DtypeFlow
@@ -10,6 +12,7 @@ from mplint.names import dotted
 from mplint.rule import Rule
 
 _REDUCTIONS = frozenset({"reduce_mean", "reduce_sum", "math.reduce_mean", "math.reduce_sum", "ops.mean", "ops.sum"})
+_MAYBE_LOSS = re.compile(r"(^|\.)(losses|reduce_mean|reduce_sum|mean|sum)(\.|$)")
 _SUMS = frozenset({"reduce_sum", "math.reduce_sum", "ops.sum"})
 _GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.pow", "ops.square", "ops.exp",
                       "ops.power"})
@@ -17,12 +20,16 @@ _GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.p
 
 class LossInFloat16(Rule):
     id = "MP103"
+    triggers = (re.compile(rb"reduce_mean|reduce_sum|\bmean\(|\bsum\(|losses"),)
 
     @classmethod
     def active_for(cls, facts):
         return not facts.bfloat16_only
 
     def visit_Call(self, node: cst.Call) -> None:
+        callee = dotted(node.func)
+        if callee is not None and "." in callee and not _MAYBE_LOSS.search(callee):
+            return  # cheap textual reject before any name resolution
         kname = self.context.names.kname(node.func)
         if kname is None or not node.args:
             return

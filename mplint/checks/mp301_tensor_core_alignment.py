@@ -185,9 +185,14 @@ def reduced_precision_on_gpu(facts) -> bool:
     return facts.reduced_precision and not (facts.uses_tpu and facts.bfloat16_only)
 
 
+_LAYERS = rb"(?:Dense|Conv[123]D\w*|Convolution[123]D\w*|SeparableConv\w*|DepthwiseConv\w*|LSTM|GRU|Embedding|MultiHeadAttention)"
+# A layer constructor call, or an import that may rename one (`from keras.layers import Dense as D`).
+LAYER_TRIGGER = re.compile(rb"\b" + _LAYERS + rb"\s*\(|\bimport\b[^\n]*\b" + _LAYERS + rb"\b[^\n]*\bas\b")
+
+
 class TensorCoreAlignment(Rule):
     id = "MP301"
-    triggers = (b"Dense", b"Conv", b"LSTM", b"GRU", b"Embedding", b"MultiHeadAttention")
+    triggers = (LAYER_TRIGGER,)
 
     @classmethod
     def active_for(cls, facts) -> bool:

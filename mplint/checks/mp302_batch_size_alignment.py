@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from mplint.analysis.constants import evaluate_int
@@ -81,7 +83,7 @@ def _is_sequence_window(context: FileContext, call: cst.Call) -> bool:
 
 class BatchSizeAlignment(Rule):
     id = "MP302"
-    triggers = (b"batch",)
+    triggers = (re.compile(rb"batch_size\s*=|\.(?:padded_)?batch\s*\("),)
 
     @classmethod
     def active_for(cls, facts) -> bool:

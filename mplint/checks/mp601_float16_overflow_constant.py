@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import libcst as cst
 
@@ -33,6 +34,14 @@ _BOUNDING_CALLS = frozenset(
 
 class Float16OverflowConstant(Rule):
     id = "MP601"
+    # Literals beyond float16's range or below its smallest subnormal, and float32/float64 limits.
+    triggers = (
+        re.compile(
+            rb"\d[eE]\+?(?:[4-9]|\d\d)\b|\d[eE]-(?:[89]|\d\d)\b"  # 1e4.., 1e-8..
+            rb"|(?<![\w.])(?:[6-9]\d{4}|\d{6,})(?!\d)|\.0{7}"  # 60000.., 100000.., 0.00000001
+            rb"|(?:float32|float64|double|single)\)?\.m(?:in|ax)\b|finfo"
+        ),
+    )
 
     @classmethod
     def active_for(cls, facts):
