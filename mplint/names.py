@@ -86,10 +86,14 @@ def _normalize_path(path: str) -> str:
 
 
 def canonical(qualified: str, reexports: Mapping[str, str] = {}) -> KName | None:
-    for alias in sorted(reexports, key=len, reverse=True):
-        if qualified == alias or qualified.startswith(alias + "."):
-            qualified = reexports[alias] + qualified[len(alias):]
-            break
+    if reexports:
+        # Longest re-exported prefix first: one dict lookup per dotted prefix.
+        parts = qualified.split(".")
+        for end in range(len(parts), 0, -1):
+            target = reexports.get(".".join(parts[:end]))
+            if target is not None:
+                qualified = ".".join([target, *parts[end:]])
+                break
     for prefix, ns in _NAMESPACES:
         if qualified == prefix:
             return KName(ns, "")
