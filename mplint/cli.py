@@ -216,13 +216,28 @@ def _print_diff(report, out) -> bool:
     return changed
 
 
+def rules_markdown() -> str:
+    """The rule table as Markdown (the README's table is this text)."""
+    from mplint.catalog import load_catalog
+
+    rows = ["| ID | name | fix | summary |", "|---|---|---|---|"]
+    for meta in load_catalog().values():
+        note = "" if meta.default_enabled else " (off by default)"
+        rows.append(f"| {meta.id} | `{meta.name}` | {meta.fix_safety.value} | {meta.summary}{note} |")
+    return "\n".join(rows) + "\n"
+
+
 def _run_rules(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
     from mplint.catalog import load_catalog
 
-    argparse.ArgumentParser(prog="mplint rules", description="List every rule of the catalog.").parse_args(argv)
+    parser = argparse.ArgumentParser(prog="mplint rules", description="List every rule of the catalog.")
+    parser.add_argument("--format", choices=("table", "markdown"), default="table")
+    if parser.parse_args(argv).format == "markdown":
+        sys.stdout.write(rules_markdown())
+        return EXIT_OK
     table = Table(title="mplint rules")
     for column in ("ID", "name", "fix", "kind", "default", "summary"):
         table.add_column(column, overflow="fold")

@@ -29,6 +29,7 @@ _POLICY_SETTERS = {"set_global_policy", "set_policy", "set_dtype_policy"}
 _POLICY_CLASSES = {"Policy", "DTypePolicy"}
 _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}
 # Files without these never set a policy, use TPUs or switch Keras: imports alone are read by regex.
+MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
 _FACT_TOKENS = re.compile(rb"olicy|mixed_|floatx|TPU|initialize_tpu_system|LEGACY_KERAS")
 _IMPORT_LINE = re.compile(
     rb"^([ \t]*)(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))", re.M
@@ -203,7 +204,8 @@ def _imports_by_regex(source: bytes, facts: FileFacts, module_name: str) -> None
 
 def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts = FileFacts(path=path)
-    if not _FACT_TOKENS.search(source):
+    if len(source) > MAX_FACTS_BYTES or not _FACT_TOKENS.search(source):
+        # Huge files (skipped by the engine too) and files that set no policy: imports by regex only.
         if b"keras" in source:
             _imports_by_regex(source, facts, module_name)
         return facts
