@@ -14,6 +14,7 @@ from mplint.rule import Rule
 _REDUCTIONS = frozenset({"reduce_mean", "reduce_sum", "math.reduce_mean", "math.reduce_sum", "ops.mean", "ops.sum"})
 _MAYBE_LOSS = re.compile(r"(^|\.)(losses|reduce_mean|reduce_sum|mean|sum)(\.|$)")
 _SUMS = frozenset({"reduce_sum", "math.reduce_sum", "ops.sum"})
+_LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"})
 _GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.pow", "ops.square", "ops.exp",
                       "ops.power"})
 
@@ -43,7 +44,7 @@ class LossInFloat16(Rule):
         risky = self._growing_operand(values)
         if risky is None and path in _SUMS and self._is_compute(values):
             risky = values
-        if risky is None:
+        if risky is None or not self._is_loss(call):
             return
         self.report(
             call,
@@ -51,6 +52,55 @@ class LossInFloat16(Rule):
             "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32",
             self._cast_fix(call, [risky]),
         )
+
+    def _is_loss(self, call: cst.Call) -> bool:
+        """Whether the reduction computes a loss rather than a value of the forward pass.
+
+        A loss: inside an ``add_loss(...)`` argument, assigned to a name that says ``loss`` or that
+        is later handed to ``add_loss``, ``tape.gradient`` or loss scaling in the same function, or
+        returned by a function whose name says ``loss``. A sum inside ``call()`` that feeds the
+        layer's output (pooling, attention) is not a loss: casting it to float32 would change the
+        dtype of the forward pass and break the float16 arithmetic that follows it."""
+        statement = None
+        for parent in self.context.ancestors(call):
+            if isinstance(parent, cst.Call) and self._sink(parent.func) == "add_loss":
+                return True
+            if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return)):
+                statement = parent
+                break
+            if isinstance(parent, (cst.BaseSuite, cst.FunctionDef, cst.ClassDef, cst.Module)):
+                break
+        function = self.context.analysis(DtypeFlow).enclosing_function(call)
+        if isinstance(statement, cst.Return):
+            return function is not None and "loss" in function.name.value.lower()
+        if statement is None:
+            return False
+        targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+        if any("loss" in self.context.module.code_for_node(t).lower() for t in targets):
+            return True
+        names = {n.value for t in targets for n in _names(t) if n.value != "self"}
+        return bool(names) and function is not None and self._sunk(function, names)
+
+    @staticmethod
+    def _sink(func: cst.BaseExpression) -> str | None:
+        last = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+        return last if last in _LOSS_SINKS else None
+
+    def _sunk(self, function: cst.FunctionDef, names: set[str]) -> bool:
+        """Whether one of ``names`` reaches a loss sink (its first argument) inside ``function``."""
+        found = False
+
+        class Finder(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> bool:
+                nonlocal found
+                sink = LossInFloat16._sink(node.func)
+                if sink is not None and node.args:
+                    values = [a.value for a in node.args] if sink == "add_loss" else [node.args[0].value]
+                    found = found or any(n.value in names for v in values for n in _names(v))
+                return not found
+
+        function.body.visit(Finder())
+        return found
 
     def _growing_operand(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
@@ -103,3 +153,19 @@ class LossInFloat16(Rule):
     def _code(self, node: cst.CSTNode) -> str:
         text = " ".join(self.context.module.code_for_node(node).split())
         return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    """The plain names in ``node`` (targets, tuple targets, operands), not attributes' members."""
+    found: list[cst.Name] = []
+
+    class Collector(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+    node.visit(Collector())
+    return found

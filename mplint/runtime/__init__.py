@@ -1,0 +1,19 @@
+"""Mixed precision at run time: pick the policy for this hardware, scale losses, check built models.
+
+TensorFlow is optional for mplint (``pip install mplint[runtime]``); it is imported only when
+one of these functions is called.
+"""
+
+from mplint.runtime.model_checks import RuntimeFinding, check_model
+from mplint.runtime.policy import PolicyChoice, enable
+from mplint.runtime.scaling import apply_gradients, scale_loss, wrap_optimizer
+
+__all__ = [
+    "PolicyChoice",
+    "RuntimeFinding",
+    "apply_gradients",
+    "check_model",
+    "enable",
+    "scale_loss",
+    "wrap_optimizer",
+]

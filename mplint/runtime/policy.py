@@ -1,0 +1,95 @@
+"""``enable()``: choose the global policy for the hardware this process runs on."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from mplint.runtime.keras_generation import keras_module
+
+log = logging.getLogger("mplint.runtime")
+
+POLICIES = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    device: str  # "TPU", "GPU" or "CPU"
+    name: str
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def has_tensor_cores(self) -> bool:
+        return self.device == "GPU" and (self.compute_capability or (0, 0)) >= (7, 0)
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """What :func:`enable` set and why."""
+
+    policy: str
+    reason: str
+    hardware: Hardware
+    keras: int
+    alternatives: tuple[str, ...] = ()
+    findings: tuple = field(default_factory=tuple)  # RuntimeFinding, e.g. MP801
+
+
+def detect_hardware(strategy=None) -> Hardware:
+    import tensorflow as tf
+
+    if strategy is None and tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+    on_tpu_strategy = strategy is not None and "TPU" in type(strategy).__name__
+    if on_tpu_strategy or tf.config.list_logical_devices("TPU"):
+        return Hardware("TPU", "TPU")
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        return Hardware("GPU", details.get("device_name", gpus[0].name), details.get("compute_capability"))
+    return Hardware("CPU", "CPU")
+
+
+def _auto(hw: Hardware) -> tuple[str, str, tuple[str, ...]]:
+    if hw.device == "TPU":
+        return "mixed_bfloat16", "TPU: bfloat16 needs no loss scaling", ()
+    if hw.has_tensor_cores:
+        major, minor = hw.compute_capability
+        alternatives = ("mixed_bfloat16",) if hw.compute_capability >= (8, 0) else ()
+        return "mixed_float16", f"{hw.name} (compute capability {major}.{minor}) has Tensor Cores", alternatives
+    if hw.device == "GPU":
+        major, minor = hw.compute_capability or (0, 0)
+        return "float32", f"{hw.name} (compute capability {major}.{minor}) has no Tensor Cores (needs 7.0)", ()
+    return "float32", "no GPU or TPU found: float16 is slower than float32 on CPUs", ()
+
+
+def enable(policy: str = "auto", *, keras: int | None = None, strategy=None) -> PolicyChoice:
+    """Set the global Keras policy and return what was chosen and why.
+
+    ``policy="auto"`` picks mixed_float16 on GPUs with compute capability >= 7.0 (mixed_bfloat16
+    offered from 8.0), mixed_bfloat16 on TPUs and float32 elsewhere. An explicit policy is set as
+    asked, with MP801 when it is float16 on hardware without Tensor Cores. ``keras`` (2 or 3)
+    defaults to the Keras this process uses. Call it before building models (also inside
+    ``strategy.scope()``: the policy is global).
+    """
+    from mplint.runtime.model_checks import RuntimeFinding
+
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    module = keras_module(keras)
+    hw = detect_hardware(strategy)
+    findings: tuple = ()
+    if policy == "auto":
+        chosen, reason, alternatives = _auto(hw)
+        if chosen == "float32" and hw.device != "TPU":
+            findings = (RuntimeFinding("MP801", f"mixed_float16 not enabled: {reason}"),)
+    else:
+        chosen, reason, alternatives = policy, "requested", ()
+        if policy == "mixed_float16" and not hw.has_tensor_cores and hw.device != "TPU":
+            findings = (RuntimeFinding("MP801", f"mixed_float16 on {hw.name} without Tensor Cores: expect no speed-up"),)
+    module.mixed_precision.set_global_policy(chosen)
+    for finding in findings:
+        log.warning("%s %s", finding.rule_id, finding.message)
+    log.info("mplint.runtime: policy %s (%s)", chosen, reason)
+    generation = 2 if module.__name__ == "tf_keras" else 3
+    return PolicyChoice(chosen, reason, hw, generation, alternatives, findings)

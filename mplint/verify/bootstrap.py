@@ -1,0 +1,126 @@
+"""Entry point of the instrumented process: ``python -m mplint.verify.bootstrap CONFIG.json``.
+
+Installs the sandbox and the import hooks, then runs the user's script as ``__main__``."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import runpy
+import sys
+import traceback
+
+from mplint.verify import datasets, hooks, recorder, sandbox
+
+
+def install_tensorflow(tf) -> None:
+    tf.random.set_seed(recorder.RECORDER.config["seed"])
+    hooks.patch_method(type(tf.GradientTape()), "gradient", hooks.wrap_gradient)
+    tf.function = hooks.wrap_function(tf.function)
+    tf.saved_model.save = hooks.wrap_path_arg(1)(tf.saved_model.save)
+    tf.summary.create_file_writer = hooks.wrap_path_arg(0)(tf.summary.create_file_writer)
+    for name in ("save", "write"):
+        hooks.patch_method(tf.train.Checkpoint, name, hooks.wrap_path_arg(1))
+
+
+def _install_models(model_cls, generation: int) -> None:
+    for name, make in (("__call__", hooks.wrap_call(generation)), ("fit", hooks.wrap_fit), ("evaluate", hooks.wrap_capped("steps")),
+                       ("predict", hooks.wrap_capped("steps")), ("compile", hooks.wrap_compile),
+                       ("save", hooks.wrap_path_arg(1)), ("save_weights", hooks.wrap_path_arg(1)),
+                       ("load_weights", hooks.wrap_path_arg(1, writing=False))):
+        setattr(model_cls, name, make(getattr(model_cls, name)))
+
+
+def _install_optimizers(classes, methods) -> None:
+    for cls in classes:
+        for name, make in methods:
+            hooks.patch_method(cls, name, make)
+
+
+def install_keras3(keras) -> None:
+    from keras.src.dtype_policies import dtype_policy
+    from keras.src.optimizers import base_optimizer, loss_scale_optimizer
+    from keras.src.saving import saving_api
+
+    keras.utils.set_random_seed(recorder.RECORDER.config["seed"])
+    hooks.patch_function(dtype_policy.__name__, "set_dtype_policy", hooks.wrap_policy_setter, "keras")
+    for name in datasets.DATASETS:
+        hooks.patch_function(f"keras.src.datasets.{name}", "load_data", hooks.fake_load_data(name), "keras")
+    hooks.patch_function("keras.src.utils.file_utils", "get_file", hooks.blocked_get_file, "keras")
+    hooks.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "keras")
+    hooks.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "keras")
+    _install_models(keras.Model, 3)
+    methods = (("apply_gradients", hooks.wrap_apply_gradients), ("apply", hooks.wrap_apply),
+               ("scale_loss", hooks.wrap_scale_loss))
+    optimizers = {base_optimizer.BaseOptimizer, loss_scale_optimizer.LossScaleOptimizer}
+    optimizers.update(c for c in type(keras.optimizers.SGD()).__mro__ if c.__module__.startswith("keras."))
+    _install_optimizers(optimizers, methods)
+
+
+def install_keras2(tf_keras) -> None:
+    from tf_keras.src.mixed_precision import loss_scale_optimizer, policy
+    from tf_keras.src.optimizers import optimizer
+    from tf_keras.src.optimizers.legacy import optimizer_v2
+    from tf_keras.src.saving import saving_api
+
+    tf_keras.utils.set_random_seed(recorder.RECORDER.config["seed"])
+    hooks.patch_function(policy.__name__, "set_global_policy", hooks.wrap_policy_setter, "tf_keras")
+    hooks.patch_function(policy.__name__, "set_policy", hooks.wrap_policy_setter, "tf_keras")
+    for name in datasets.DATASETS:
+        if f"tf_keras.src.datasets.{name}" in sys.modules or name != "california_housing":
+            hooks.patch_function(f"tf_keras.src.datasets.{name}", "load_data", hooks.fake_load_data(name), "tf_keras")
+    hooks.patch_function("tf_keras.src.utils.data_utils", "get_file", hooks.blocked_get_file, "tf_keras")
+    hooks.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "tf_keras")
+    hooks.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "tf_keras")
+    _install_models(tf_keras.Model, 2)
+    classes = [optimizer._BaseOptimizer, optimizer.Optimizer, optimizer_v2.OptimizerV2,
+               loss_scale_optimizer.LossScaleOptimizer, loss_scale_optimizer.LossScaleOptimizerV3,
+               loss_scale_optimizer.BaseLossScaleOptimizer]
+    _install_optimizers(classes, (("apply_gradients", hooks.wrap_apply_gradients),
+                                  ("get_scaled_loss", hooks.wrap_scale_loss)))
+
+
+def _global_policy() -> str | None:
+    for name in ("tf_keras", "keras"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "mixed_precision"):
+            try:
+                return module.mixed_precision.global_policy().name
+            except Exception:
+                continue
+    return None
+
+
+def main(config_path: str) -> None:
+    with open(config_path, encoding="utf-8") as fh:
+        config = json.load(fh)
+    recorder.RECORDER = rec = recorder.Recorder(config)
+    rec.policy_reader = _global_policy
+    random.seed(config["seed"])
+    import numpy as np
+
+    np.random.seed(config["seed"])
+    sandbox.install()
+    sys.meta_path.insert(0, hooks.PostImportHook(
+        {"tensorflow": install_tensorflow, "keras": install_keras3, "tf_keras": install_keras2}))
+    script = config["script"]
+    sys.argv = [script, *config["argv"]]
+    sys.path[0] = os.path.dirname(script)
+    if config.get("source_dir"):
+        sys.path.insert(1, config["source_dir"])
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code not in (None, 0):
+            print(code if isinstance(code, str) else f"script exited with status {code}", file=sys.stderr)
+            rec.finish("exited", f"the script exited with status {code if isinstance(code, int) else 1}", 1)
+    except BaseException as exc:
+        traceback.print_exc()
+        rec.finish("crashed", f"{type(exc).__name__}: {exc}", 1)
+    rec.finish("completed")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,181 @@
+"""``mplint verify SCRIPT [-- ARGS]``: run a training script briefly, instrumented, and report.
+
+Exit codes: 0 verified (with --fix: the fixed run is no worse and has no MP802/MP803/MP804),
+1 problems found, 2 the script could not be verified (crash, bad arguments, timeout, nothing recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from mplint.verify import report
+from mplint.verify.runner import RunOptions, RunResult, detect_keras, fix_copy, run_script
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_UNVERIFIED = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mplint verify", description="Run a training script for a few capped steps "
+                                "under instrumentation and report what mixed precision does to it.",
+                                epilog="Arguments after '--' are passed to the script.")
+    p.add_argument("script", type=Path)
+    p.add_argument("--fix", action="store_true", help="also run a copy fixed by 'mplint --fix' and compare")
+    p.add_argument("--benchmark", action="store_true", help="time the mixed policy against float32")
+    p.add_argument("--steps", type=int, default=20, help="optimizer steps per run (default 20)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per run (default 300)")
+    p.add_argument("--keras", type=int, choices=(2, 3), help="Keras generation of the script (default: detected)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    return p
+
+
+def _failure(run: RunResult, script: Path) -> dict:
+    lines = [line for line in run.stderr_tail.splitlines() if line.strip() and not line.startswith("script exited")]
+    reason = run.detail + (f" ({lines[-1].strip()})" if lines and lines[-1].strip() not in run.detail else "")
+    return {"run": run.label, "status": run.status, "detail": run.detail, "stderr_tail": run.stderr_tail,
+            "message": f"could not verify {script.name}: the {run.label} run {run.status}: {reason}"}
+
+
+def _events(runs: list[RunResult]) -> dict:
+    merged: dict[str, list] = {}
+    for run in runs:
+        for key, values in (run.records.get("events") or {}).items():
+            merged.setdefault(key, [])
+            merged[key].extend(v for v in values if v not in merged[key])
+    return merged
+
+
+def _emit(doc: dict, fmt: str, renderables=()) -> None:
+    if fmt == "json":
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    for item in renderables:
+        console.print(item)
+    if doc.get("error"):
+        err = doc["error"]
+        console.print(f"mplint verify: error: {err['message']}")
+        if err.get("stderr_tail"):
+            console.print("--- stderr (last lines) ---", markup=False)
+            console.print(err["stderr_tail"], markup=False)
+        return
+    for label, run in doc["runs"].items():
+        for finding in run["metrics"]["findings"]:
+            console.print(f"{label}: {finding['rule']} {finding['message']}", markup=False)
+    events = doc.get("events", {})
+    if events.get("datasets_replaced"):
+        console.print(f"datasets replaced by synthetic data: {', '.join(events['datasets_replaced'])}")
+    for blocked in events.get("downloads_blocked", []):
+        console.print(f"download blocked: {blocked}", markup=False)
+    if events.get("writes_redirected"):
+        console.print(f"{len(events['writes_redirected'])} write(s) outside the scratch directory redirected")
+    if doc.get("fixed_rules") is not None:
+        console.print(f"fixes applied to the copy: {', '.join(doc['fixed_rules']) or 'none'}")
+    console.print(doc["verdict"], markup=False)
+
+
+def _verify(args, script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
+    before = run_script("before" if args.fix else "run", script, script_args, options)
+    if not before.ok:
+        return {"error": _failure(before, script), "exit_code": EXIT_UNVERIFIED}, []
+    reference = run_script("float32", script, script_args, dataclasses.replace(options, force_policy="float32"))
+    if not reference.ok:
+        return {"error": _failure(reference, script), "exit_code": EXIT_UNVERIFIED}, []
+    runs = [before]
+    fixed_rules = None
+    if args.fix:
+        with tempfile.TemporaryDirectory(prefix="mplint-fix-") as folder:
+            copy, fixed_rules, error = fix_copy(script, options.keras, Path(folder))
+            if error:
+                failed = RunResult("after", "fix-failed", f"mplint --fix failed: {error}")
+                return {"error": _failure(failed, script), "exit_code": EXIT_UNVERIFIED}, []
+            after = run_script("after", copy, script_args, options)
+        if not after.ok:
+            return {"error": _failure(after, script), "exit_code": EXIT_UNVERIFIED}, []
+        runs.append(after)
+    columns = {run.label: report.metrics(run, reference) for run in runs}
+    columns["float32 reference"] = report.metrics(reference)
+    main = columns[runs[-1].label]
+    problems = report.blocking(main)
+    if args.fix:
+        better = report.no_worse(columns["before"], main)
+        code = EXIT_OK if better and not problems else EXIT_PROBLEMS
+        verdict = ("verified: the fixed script is no worse and shows no MP802/MP803/MP804" if code == EXIT_OK else
+                   f"not verified: the fixed script {'is worse' if not better else 'still shows ' + ', '.join(problems)}")
+    else:
+        code = EXIT_PROBLEMS if problems else EXIT_OK
+        verdict = f"problems: {', '.join(problems)}" if problems else "no MP802/MP803/MP804 in the capped run"
+    doc = {"script": str(script), "keras": options.keras, "steps": options.steps, "seed": options.seed,
+           "runs": {label: {"metrics": m.to_dict(), "status": r.status}
+                    for (label, m), r in zip(columns.items(), [*runs, reference])},
+           "events": _events([*runs, reference]), "fixed_rules": fixed_rules, "verdict": verdict, "exit_code": code}
+    title = f"mplint verify {script.name}: {options.steps} capped steps, seed {options.seed}"
+    return doc, [report.table(title, columns)]
+
+
+def _benchmark(args, script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
+    timed = dataclasses.replace(options, capture_grads=False)
+    mixed = run_script("mixed", script, script_args, timed)
+    if not mixed.ok:
+        return {"error": _failure(mixed, script), "exit_code": EXIT_UNVERIFIED}, []
+    f32 = run_script("float32", script, script_args, dataclasses.replace(timed, force_policy="float32"))
+    if not f32.ok:
+        return {"error": _failure(f32, script), "exit_code": EXIT_UNVERIFIED}, []
+    m_mixed, m_f32 = report.metrics(mixed), report.metrics(f32)
+    findings = []
+    speedup = None
+    if m_mixed.ms_per_step and m_f32.ms_per_step:
+        speedup = m_f32.ms_per_step / m_mixed.ms_per_step
+    if m_mixed.policy in (None, "float32"):
+        verdict = "the script does not set a mixed policy: nothing to compare"
+    elif speedup is None:
+        verdict = "too few steps to time (raise --steps)"
+    elif speedup <= 1.0:
+        findings.append({"rule": "MP805", "message": f"{m_mixed.policy} is not faster than float32 here "
+                         f"({m_mixed.ms_per_step:.2f} vs {m_f32.ms_per_step:.2f} ms/step)"})
+        verdict = f"MP805 {findings[0]['message']}"
+    else:
+        verdict = f"{m_mixed.policy} is {speedup:.2f}x faster than float32 here"
+    doc = {"script": str(script), "keras": options.keras, "steps": options.steps, "seed": options.seed,
+           "benchmark": {"policy": m_mixed.policy, "mixed_ms_per_step": m_mixed.ms_per_step,
+                         "float32_ms_per_step": m_f32.ms_per_step, "speedup": speedup,
+                         "device": mixed.records.get("device")},
+           "findings": findings, "verdict": verdict, "exit_code": EXIT_OK}
+    from rich.table import Table
+
+    t = Table(title=f"mplint verify --benchmark {script.name}: median ms/step after {report.WARMUP_STEPS} warm-up steps")
+    for column in ("run", "policy", "ms/step", "speed-up"):
+        t.add_column(column)
+    t.add_row("mixed", m_mixed.policy or "n/a", report._fmt_ms(m_mixed.ms_per_step), f"{speedup:.2f}x" if speedup else "n/a")
+    t.add_row("float32", "float32", report._fmt_ms(m_f32.ms_per_step), "1.00x")
+    return doc, [t]
+
+
+def main(argv: list[str]) -> int:
+    argv = list(argv)
+    script_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
+    args = _parser().parse_args(argv)
+    script: Path = args.script
+    if not script.is_file():
+        print(f"mplint verify: error: {script} is not a file", file=sys.stderr)
+        return EXIT_UNVERIFIED
+    if args.steps < 1:
+        print("mplint verify: error: --steps must be at least 1", file=sys.stderr)
+        return EXIT_UNVERIFIED
+    keras = args.keras or detect_keras(script.read_text(encoding="utf-8", errors="replace"))
+    options = RunOptions(steps=args.steps, seed=args.seed, timeout=args.timeout, keras=keras,
+                         source_dir=str(script.resolve().parent))
+    doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
+    _emit(doc, args.format, renderables)
+    return doc["exit_code"]

@@ -1,0 +1,346 @@
+"""Patches applied to TensorFlow and Keras as the script imports them (nothing is imported early).
+
+Every optimizer application is recorded (eagerly, or through ``tf.py_function`` inside
+``tf.function`` and graph loops); training is capped; datasets, saving and downloads are
+redirected."""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import inspect
+import sys
+import threading
+
+import numpy as np
+
+from mplint.verify import datasets, recorder, sandbox
+
+_local = threading.local()
+_scaled_losses: dict = {}  # id(scaled loss) -> (scaled, loss): report the loss the user wrote
+REDUCED = ("float16", "bfloat16")
+
+
+def R() -> recorder.Recorder:
+    return recorder.RECORDER
+
+
+class PostImportHook(importlib.abc.MetaPathFinder):
+    """Runs ``callbacks[name](module)`` right after the top-level module ``name`` is imported."""
+
+    def __init__(self, callbacks):
+        self.callbacks = callbacks
+
+    def find_spec(self, name, path=None, target=None):
+        callback = self.callbacks.get(name)
+        if callback is None:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            self.callbacks.pop(name, None)
+            callback(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def rebind(prefix: str, original, replacement) -> None:
+    """Replace ``original`` by ``replacement`` wherever a loaded module under ``prefix`` holds it."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == prefix or name.startswith(prefix + ".")):
+            continue
+        try:
+            items = list(vars(module).items())
+        except TypeError:
+            continue
+        for attr, value in items:
+            if value is original:
+                setattr(module, attr, replacement)
+
+
+def patch_function(module_name: str, attr: str, make, prefix: str) -> None:
+    module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    original = getattr(module, attr, None)
+    if original is not None:
+        rebind(prefix, original, make(original))
+
+
+def patch_method(cls, attr: str, make) -> None:
+    if attr in vars(cls):
+        original = vars(cls)[attr]
+        setattr(cls, attr, functools.wraps(original)(make(original)))
+
+
+# --- optimizer applications -------------------------------------------------------------
+
+def _outermost(method):
+    """Call through; True when this is the call the user made (not one nested inside another)."""
+    depth = getattr(_local, "depth", 0)
+    _local.depth = depth + 1
+    try:
+        return method(), depth == 0
+    finally:
+        _local.depth = depth
+
+
+def wrap_apply_gradients(original):
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        pairs = list(grads_and_vars)
+        result, outer = _outermost(lambda: original(self, pairs, *args, **kwargs))
+        if outer:
+            after_apply(self, [g for g, _ in pairs])
+        return result
+
+    return apply_gradients
+
+
+def wrap_apply(original):
+    def apply(self, grads, *args, **kwargs):
+        grads = list(grads)
+        result, outer = _outermost(lambda: original(self, grads, *args, **kwargs))
+        if outer:
+            after_apply(self, grads)
+        return result
+
+    return apply
+
+
+def wrap_scale_loss(original):
+    def scale_loss(self, loss, *args, **kwargs):
+        scaled = original(self, loss, *args, **kwargs)
+        if len(_scaled_losses) > 64:
+            _scaled_losses.clear()
+        _scaled_losses[id(scaled)] = (scaled, loss)
+        return scaled
+
+    return scale_loss
+
+
+def wrap_gradient(original):
+    def gradient(self, target, *args, **kwargs):
+        _local.loss = _scaled_losses.get(id(target), (None, target))[1]
+        return original(self, target, *args, **kwargs)
+
+    return gradient
+
+
+def _loss_scale(opt):
+    if hasattr(opt, "dynamic_scale") and hasattr(opt, "inner_optimizer"):
+        return opt.dynamic_scale
+    if hasattr(opt, "get_scaled_loss") and hasattr(opt, "loss_scale"):
+        return opt.loss_scale
+    return None
+
+
+def _dense(tf, g):
+    return g.values if isinstance(g, tf.IndexedSlices) else g
+
+
+def after_apply(opt, grads) -> None:
+    tf = sys.modules["tensorflow"]
+    grads = [_dense(tf, g) for g in grads if g is not None]
+    loss = getattr(_local, "loss", None)
+    _local.loss = None
+    scale = _loss_scale(opt)
+    capture = R().config.get("capture_grads") and R().first_grads is None
+    if not tf.inside_function():
+        finite = all(bool(np.all(np.isfinite(np.asarray(g)))) for g in grads)
+        try:
+            value = float(np.mean(np.asarray(loss))) if loss is not None else None
+        except (TypeError, ValueError, NotImplementedError):  # a symbolic loss from another graph
+            value = None
+        scale_value = float(np.asarray(scale)) if scale is not None else None
+        captured = [np.asarray(tf.cast(g, tf.float32)) for g in grads] if capture else None
+        R().record_step(value, finite, scale_value, captured)
+        return
+    graph = tf.compat.v1.get_default_graph()
+    has_loss = loss is not None and getattr(loss, "graph", None) is graph
+    finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(tf.cast(g, tf.float32))) for g in grads])) \
+        if grads else tf.constant(True)
+    inputs = [
+        finite,
+        tf.cast(tf.convert_to_tensor(scale), tf.float32) if scale is not None else tf.constant(-1.0),
+        tf.cast(tf.reduce_mean(loss), tf.float32) if has_loss else tf.constant(0.0),
+        *([tf.cast(g, tf.float32) for g in grads] if capture else []),
+    ]
+
+    def record(finite_value, scale_value, loss_value, *captured):
+        R().record_step(float(loss_value.numpy()) if has_loss else None, bool(finite_value.numpy()),
+                        float(scale_value.numpy()) if scale is not None else None,
+                        [c.numpy() for c in captured] if captured else None)
+        return []
+
+    tf.py_function(record, inputs, Tout=[])
+
+
+# --- models ------------------------------------------------------------------------------
+
+def wrap_call(generation: int):
+    def make(original):
+        def __call__(self, *args, **kwargs):
+            outputs, outer = _outermost(lambda: original(self, *args, **kwargs))
+            if outer:
+                tf = sys.modules["tensorflow"]
+                flat = tf.nest.flatten(outputs)
+                if not any(type(t).__name__ == "KerasTensor" for t in flat):
+                    R().see_model(self, generation, {getattr(t.dtype, "name", str(t.dtype)) for t in flat if hasattr(t, "dtype")})
+            return outputs
+
+        return __call__
+
+    return make
+
+
+def _is_arrays(x) -> bool:
+    if isinstance(x, (list, tuple)):
+        return bool(x) and all(_is_arrays(v) for v in x)
+    if isinstance(x, dict):
+        return bool(x) and all(_is_arrays(v) for v in x.values())
+    return isinstance(x, np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype") and type(x).__name__ != "KerasTensor")
+
+
+def _take(x, n):
+    if isinstance(x, (list, tuple)):
+        return type(x)(_take(v, n) for v in x)
+    if isinstance(x, dict):
+        return {k: _take(v, n) for k, v in x.items()}
+    return x[:n] if x is not None else None
+
+
+def _bind(original, self, args, kwargs):
+    bound = inspect.signature(original).bind(self, *args, **kwargs)
+    return bound, bound.arguments
+
+
+def _cap_data(arguments, steps, steps_key):
+    x = arguments.get("x")
+    if _is_arrays(x):
+        n = steps * (arguments.get("batch_size") or 32)
+        for key in ("x", "y", "sample_weight"):
+            if arguments.get(key) is not None:
+                arguments[key] = _take(arguments[key], n)
+        arguments.pop(steps_key, None)
+    else:
+        arguments[steps_key] = min(steps, arguments.get(steps_key) or steps)
+
+
+def wrap_fit(original):
+    def fit(self, *args, **kwargs):
+        rec = R()
+        if len(rec.steps) >= rec.cap:
+            rec.finish("step-cap")
+        bound, arguments = _bind(original, self, args, kwargs)
+        arguments["epochs"] = 1
+        arguments.pop("initial_epoch", None)
+        for key in ("validation_data", "validation_split", "validation_steps", "validation_freq"):
+            arguments.pop(key, None)
+        callbacks = arguments.get("callbacks")
+        if callbacks:
+            kept = [c for c in callbacks if type(c).__name__ != "TensorBoard"]
+            if len(kept) != len(callbacks):
+                rec.note("notes", "TensorBoard callback removed")
+            arguments["callbacks"] = kept
+        _cap_data(arguments, rec.cap - len(rec.steps), "steps_per_epoch")
+        rec.in_fit += 1
+        try:
+            return original(*bound.args, **bound.kwargs)
+        finally:
+            rec.in_fit -= 1
+
+    return fit
+
+
+def wrap_capped(steps_key: str):
+    def make(original):
+        def capped(self, *args, **kwargs):
+            bound, arguments = _bind(original, self, args, kwargs)
+            _cap_data(arguments, R().cap, steps_key)
+            return original(*bound.args, **bound.kwargs)
+
+        return capped
+
+    return make
+
+
+def wrap_compile(original):
+    def compile(self, *args, **kwargs):
+        bound, arguments = _bind(original, self, args, kwargs)
+        params = inspect.signature(original).parameters
+        if "jit_compile" in params:
+            arguments["jit_compile"] = False  # recording uses tf.py_function, which XLA cannot hold
+        if "steps_per_execution" in params:
+            arguments["steps_per_execution"] = 1
+        return original(*bound.args, **bound.kwargs)
+
+    return compile
+
+
+def wrap_path_arg(index: int, writing: bool = True):
+    def make(original):
+        def redirected(*args, **kwargs):
+            args = list(args)
+            if len(args) > index:
+                args[index] = sandbox.redirect(args[index], writing=writing)
+            for key in ("filepath", "export_dir", "file_prefix", "logdir"):
+                if key in kwargs:
+                    kwargs[key] = sandbox.redirect(kwargs[key], writing=writing)
+            return original(*args, **kwargs)
+
+        return redirected
+
+    return make
+
+
+def wrap_policy_setter(original):
+    def set_policy(policy):
+        name = getattr(policy, "name", policy)
+        if name != "float32":
+            R().note("notes", f"script sets policy {name}")
+        forced = R().config.get("force_policy")
+        if forced and forced != name:
+            R().note("notes", f"policy forced to {forced}")
+            policy = forced
+        R().policy_set = getattr(policy, "name", policy)  # Keras 3 keeps the policy per thread
+        return original(policy)
+
+    return set_policy
+
+
+def fake_load_data(name):
+    def make(original):
+        def load_data(*args, **kwargs):
+            R().note("datasets_replaced", name)
+            return datasets.load(name, R().config["seed"], **kwargs)
+
+        return load_data
+
+    return make
+
+
+def blocked_get_file(original):
+    def get_file(fname=None, origin=None, *args, **kwargs):
+        url = origin or kwargs.get("url") or fname
+        R().note("downloads_blocked", f"get_file({url})")
+        raise sandbox.DownloadBlocked(f"mplint verify: download of {url} blocked")
+
+    return get_file
+
+
+def wrap_function(original):
+    def function(*args, **kwargs):
+        if kwargs.get("jit_compile"):
+            R().note("notes", "tf.function(jit_compile=True) run without XLA")
+            kwargs["jit_compile"] = False
+        return original(*args, **kwargs)
+
+    return function

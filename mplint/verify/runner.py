@@ -1,0 +1,123 @@
+"""Launch the instrumented script in a subprocess and read back what it recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mplint
+
+OK_STATUSES = ("completed", "step-cap")
+_LEGACY = re.compile(r"\btf_keras\b|TF_USE_LEGACY_KERAS")
+
+
+@dataclass
+class RunOptions:
+    steps: int = 20
+    seed: int = 0
+    timeout: float = 300.0
+    force_policy: str | None = None
+    capture_grads: bool = True
+    keras: int = 3
+    source_dir: str | None = None  # the original script's folder, for sibling imports of a copy
+
+
+@dataclass
+class RunResult:
+    label: str
+    status: str  # completed, step-cap, exited, crashed, timeout, nothing-recorded, internal-error
+    detail: str = ""
+    records: dict = field(default_factory=dict)
+    first_grads: list | None = None
+    stderr_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in OK_STATUSES
+
+    @property
+    def model(self) -> dict | None:
+        models = self.records.get("models") or []
+        return models[0] if models else None
+
+
+def detect_keras(source: str) -> int:
+    """2 when the script uses tf_keras or asks for legacy Keras, else 3."""
+    legacy_env = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
+    return 2 if legacy_env or _LEGACY.search(source) else 3
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    kept = [line for line in text.splitlines() if not re.match(r"^[IWE]\d{4} |^WARNING: All log messages", line)]
+    return "\n".join(kept[-lines:])
+
+
+def run_script(label: str, script: Path, argv: list[str], options: RunOptions) -> RunResult:
+    scratch = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
+    try:
+        return _run_in(scratch, label, script.resolve(), argv, options)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: RunOptions) -> RunResult:
+    work, tmp = scratch / "work", scratch / "tmp"
+    work.mkdir()
+    tmp.mkdir()
+    records = scratch / "records.json"
+    config = {
+        "script": str(script), "argv": argv, "steps": options.steps, "seed": options.seed,
+        "scratch": str(scratch), "records": str(records), "force_policy": options.force_policy,
+        "capture_grads": options.capture_grads, "source_dir": options.source_dir,
+    }
+    (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(tmp), KERAS_HOME=str(scratch / "keras_home"),
+               PYTHONHASHSEED=str(options.seed), TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(mplint.__file__).parent.parent), env.get("PYTHONPATH")]))
+    if options.keras == 2:
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    command = [sys.executable, "-m", "mplint.verify.bootstrap", str(scratch / "config.json")]
+    try:
+        proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=options.timeout)
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        return RunResult(label, "timeout", f"no result after {options.timeout:g} s (--timeout)", stderr_tail=_tail(stderr))
+    if not records.exists():
+        return RunResult(label, "crashed", f"the instrumented process died (status {proc.returncode})",
+                         stderr_tail=_tail(proc.stderr))
+    data = json.loads(records.read_text(encoding="utf-8"))
+    result = RunResult(label, data["status"], data.get("detail", ""), data, stderr_tail=_tail(proc.stderr))
+    grads = Path(str(records) + ".grads.npz")
+    if grads.exists():
+        import numpy as np
+
+        with np.load(grads) as npz:
+            result.first_grads = [npz[f"arr_{i}"] for i in range(len(npz.files))]
+    if result.ok and not data.get("models") and not data.get("steps"):
+        result.status = "nothing-recorded"
+        result.detail = "the script ran but no Keras model was called and no optimizer step ran"
+    return result
+
+
+def fix_copy(script: Path, keras: int, folder: Path) -> tuple[Path, list[str], str | None]:
+    """Copy ``script`` into ``folder`` and run ``mplint --fix`` on the copy.
+
+    Returns the copy, the rule IDs fixed, and an error message when mplint failed."""
+    copy = folder / script.name
+    shutil.copyfile(script, copy)
+    proc = subprocess.run([sys.executable, "-m", "mplint", "--fix", "--keras", str(keras), "--format", "json", str(copy)],
+                          capture_output=True, text=True, cwd=folder)
+    if proc.returncode not in (0, 1):
+        return copy, [], _tail(proc.stderr or proc.stdout) or f"mplint --fix exited with status {proc.returncode}"
+    try:
+        fixed = [d["rule"] for d in json.loads(proc.stdout).get("fixed", [])]
+    except (json.JSONDecodeError, AttributeError):
+        fixed = []
+    return copy, fixed, None
