@@ -123,7 +123,7 @@ def run(options: RunOptions) -> RunReport:
     progress = _Progress(options.on_progress, sum(1 for s in found.files if only is None or s.path in only))
     for root, sources in groups.items():
         config = top if options.config_path else load_config([root])
-        report.facts = _check_project(config, sources, replace(options, only=only), report, progress)
+        report.facts = _check_until_facts_settle(config, sources, replace(options, only=only), report, progress)
     if not groups:
         report.facts = build_project_facts((), top.root, options.keras or top.keras, options.policy or top.policy)
     report.results.sort(key=lambda r: r.path)
@@ -192,6 +192,48 @@ def _facts_of(loaded, cache: ProjectCache, digests: dict[Path, str]):
             cached = extract_file_facts(code, source.display, module_name(source.path)[0])
             cache.store_facts(source.display, digests[source.path], cached)
         yield cached
+
+
+MAX_FACT_ROUNDS = 3
+
+
+def _signature(facts: ProjectFacts) -> tuple:
+    return (facts.policy_names, facts.global_policy_names, facts.generation.value, facts.uses_tpu, facts.keras_namespaces)
+
+
+def _check_until_facts_settle(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport,
+                              progress: _Progress) -> ProjectFacts:
+    """Check a project; when --fix changed what the project facts say (a fix that sets a policy), check again.
+
+    A second ``mplint --fix`` must change nothing, so the fixes of one run must already
+    see the facts the fixed project has.
+    """
+    fixed: dict[str, tuple[list[Diagnostic], int]] = {}  # what earlier rounds fixed, by file
+    for _ in range(MAX_FACT_ROUNDS):
+        mark = len(report.results)
+        facts = _check_project(config, sources, options, report, progress)
+        written = [r for r in report.results[mark:] if r.fixed_source is not None]
+        if not (options.fix and options.write and written) or options.stdin is not None:
+            break
+        fresh = build_project_facts(
+            (extract_file_facts(_python_source(s, s.path.read_bytes()) or b"", s.display, module_name(s.path)[0])
+             for s in sources if s.path.is_file()),
+            config.root, options.keras or config.keras, options.policy or config.policy,
+        )
+        if _signature(fresh) == _signature(facts):
+            break
+        for result in report.results[mark:]:  # check again: the files on disk are the fixed ones now
+            earlier, count = fixed.get(result.path, ([], 0))
+            fixed[result.path] = (earlier + [d for d in result.diagnostics if d.fixed], count + result.fixes_applied)
+        del report.results[mark:]
+    for result in report.results[mark:]:
+        earlier, count = fixed.get(result.path, ([], 0))
+        if count:
+            result.diagnostics = earlier + result.diagnostics
+            result.fixes_applied += count
+            if result.fixed_source is None:
+                result.fixed_source = result.original_source  # fixed in an earlier round, already written
+    return facts
 
 
 def _check_project(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport, progress: _Progress) -> ProjectFacts:

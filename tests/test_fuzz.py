@@ -138,10 +138,8 @@ def test_float16_layer_fix_then_corpus_properties_hold():
     assert_engine_properties(program, program.code.encode())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runner: project facts are computed once, before --fix; MP602's fix adds a per-layer mixed_float16 "
-    "policy, so a second --fix run (with fresh facts) activates MP207/MP102 and changes the file again"))
 def test_two_fix_runs_with_fresh_facts_are_idempotent():
+    """MP602's fix adds a per-layer mixed_float16 policy: the same run checks again with the new facts."""
     code = (
         "import tensorflow as tf\n\n"
         "model = tf.keras.Sequential([\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.checks.mp701_policy_after_model_build import policy_setter, policy_values
+from mplint.analysis.policy_calls import policy_setter, policy_values
 from mplint.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
 from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES

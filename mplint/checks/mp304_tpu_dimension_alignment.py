@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.checks.mp301_tensor_core_alignment import hidden_sizes, rounding_hint
-from mplint.checks.mp302_batch_size_alignment import batch_sizes
+from mplint.analysis.layer_sizes import batch_sizes, hidden_sizes, rounding_hint
 from mplint.rule import Rule
 
 TPU_TILE = 128

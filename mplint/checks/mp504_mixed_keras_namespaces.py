@@ -8,8 +8,8 @@ import libcst as cst
 import libcst.helpers
 import libcst.matchers as m
 
-from mplint.checks.mp301_tensor_core_alignment import calls
-from mplint.checks.mp701_policy_after_model_build import REDUCED_POLICIES, policy_setter, policy_values
+from mplint.analysis.layer_sizes import calls
+from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values
 from mplint.context import FileContext
 from mplint.names import KERAS_NAMESPACES, canonical
 from mplint.rule import Rule
