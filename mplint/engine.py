@@ -23,6 +23,7 @@ from mplint.facts import ProjectFacts
 from mplint.fixes import apply_fixes, choose_non_overlapping
 from mplint.rule import Rule
 from mplint.suppressions import parse_suppressions
+from mplint.walk import walk
 
 PARSE_ERROR = "MP000"
 FIX_REVERTED = "MP001"
@@ -165,7 +166,7 @@ class _Run:
             return
         visitors = [rule(self.context) for rule in rules]
         try:
-            self.wrapper.module.visit(_Dispatcher(visitors))
+            walk(self.wrapper.module, _Dispatcher(visitors))
         except RecursionError:
             self.crashes.append(_engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to analyse"))
             return

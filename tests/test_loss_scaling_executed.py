@@ -48,12 +48,12 @@ def _updates(fixture: str, tmp_path: Path, rules: str, env: dict | None = None) 
 
 def test_keras3_train_step_override_trains_at_full_speed_after_fix(tmp_path):
     before, after, float32 = _updates("train_step_override", tmp_path, "MP202")
-    assert before == pytest.approx(float32 / LOSS_SCALE, rel=0.25)  # apply() divided an unscaled gradient
-    assert after == pytest.approx(float32, rel=0.25)
+    assert 0.5 < before * LOSS_SCALE / float32 < 2  # apply() divided an unscaled gradient: ~1/32768
+    assert 0.5 < after / float32 < 2  # float16 noise moves the update a little; 32768x is what breaks training
 
 
 def test_keras2_loop_unscales_after_fix(tmp_path):
     pytest.importorskip("tf_keras")
     before, after, float32 = _updates("keras2_custom_loop", tmp_path, "MP202", {"TF_USE_LEGACY_KERAS": "1"})
-    assert before == pytest.approx(float32 * LOSS_SCALE, rel=0.25)  # scaled gradients applied as they were
-    assert after == pytest.approx(float32, rel=0.25)
+    assert 0.5 < before / (float32 * LOSS_SCALE) < 2  # scaled gradients applied as they were: ~32768x
+    assert 0.5 < after / float32 < 2

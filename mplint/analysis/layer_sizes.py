@@ -124,23 +124,13 @@ def _layer_sizes(context: FileContext, call: cst.Call) -> list[SizeArg]:
     return out
 
 
-class _Calls(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-
 def calls(context: FileContext) -> list[cst.Call]:
     """Every call of the file in source order (memoised)."""
     return context.analysis(_all_calls)
 
 
 def _all_calls(context: FileContext) -> list[cst.Call]:
-    visitor = _Calls()
-    context.module.visit(visitor)
-    return visitor.calls
+    return context.nodes(cst.Call)
 
 
 def hidden_sizes(context: FileContext) -> list[SizeArg]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.context import FileContext
+from mplint.walk import walk
 
 _SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _MAX_HOPS = 20  # guards against assignment cycles such as `x = y; y = x`
@@ -93,7 +94,7 @@ class ModelOutputs:
     def __init__(self, context: FileContext):
         self.context = context
         indexer = _Indexer()
-        context.module.visit(indexer)
+        walk(context.module, indexer)
         self.index = indexer.index
         self.sites: list[OutputSite] = []
         self._find()

@@ -1,0 +1,85 @@
+"""A read-only traversal of libcst trees, several times faster than ``CSTNode.visit``.
+
+libcst's ``visit`` rebuilds every node it passes (the machinery transformers need);
+checks only read the tree, so this walker follows the dataclass fields directly.
+Children come in source order (fields are, except where ``_ORDER`` says otherwise);
+whitespace, comments and punctuation are not visited.
+It drives any object with ``on_visit(node) -> bool`` and ``on_leave(node)``, such as a
+``libcst.CSTVisitor``, and it is iterative, so deep trees cannot overflow the stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import libcst as cst
+
+# Node types whose field order differs from source order where it matters (decorators, header comments).
+_ORDER: dict[type, tuple[str, ...]] = {
+    cst.Module: ("header", "body", "footer"),
+    cst.FunctionDef: ("leading_lines", "decorators", "lines_after_decorators", "name", "params", "returns", "body"),
+    cst.ClassDef: ("leading_lines", "decorators", "lines_after_decorators", "name", "bases", "keywords", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+# Whitespace, comments and punctuation: no check reads them as nodes, and they are half of every tree.
+_TRIVIA = frozenset({
+    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine,
+    cst.Comment, cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Comma, cst.Dot, cst.Colon, cst.AssignEqual, cst.Semicolon,
+})
+_VISITED: dict[type, bool] = {}  # per type: a node worth visiting (cached: isinstance on ABCs is slow)
+
+
+def _visited(value_type: type) -> bool:
+    known = _VISITED.get(value_type)
+    if known is None:
+        known = _VISITED[value_type] = issubclass(value_type, cst.CSTNode) and value_type not in _TRIVIA
+    return known
+
+
+def _fields(node_type: type) -> tuple[str, ...]:
+    names = _FIELDS.get(node_type)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(node_type))
+        first = _ORDER.get(node_type, ())
+        names = first + tuple(n for n in names if n not in first)
+        _FIELDS[node_type] = names
+    return names
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The node's children in source order, trivia (whitespace, comments, punctuation) left out."""
+    out: list[cst.CSTNode] = []
+    for name in _fields(type(node)):
+        value = getattr(node, name)
+        value_type = type(value)
+        if value_type is tuple or value_type is list:
+            out.extend(v for v in value if _visited(type(v)))
+        elif _visited(value_type):
+            out.append(value)
+    return out
+
+
+def walk(root: cst.CSTNode, visitor) -> None:
+    """Call ``visitor.on_visit`` before and ``visitor.on_leave`` after each node's children."""
+    stack: list[tuple[cst.CSTNode, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            visitor.on_leave(node)
+            continue
+        if visitor.on_visit(node) is False:
+            continue
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(children(node)))
+
+
+def descendants(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None]]:
+    """Every node under ``root`` (included) in source order, with its parent."""
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(root, None)]
+    while stack:
+        node, parent = stack.pop()
+        yield node, parent
+        stack.extend((child, node) for child in reversed(children(node)))
