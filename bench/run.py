@@ -74,18 +74,28 @@ def lines_in(folder: Path) -> tuple[int, int]:
     return len(files), sum(p.read_bytes().count(b"\n") for p in files)
 
 
+# Runs one command and reports the peak RSS of its process tree alone (a fresh parent per measurement:
+# RUSAGE_CHILDREN's maximum would otherwise carry over from earlier, bigger tools).
+_WRAPPER = (
+    "import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
+    "sys.stderr.write('\\nRSS_KB=%d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)"
+)
+
+
 def timed(cmd: list[str], cwd: Path) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stderr = proc.stderr.decode(errors="replace")
+    rss = [int(line[7:]) for line in stderr.splitlines() if line.startswith("RSS_KB=")]
     return {
         "wall": wall,
         "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-        "rss_mb": after.ru_maxrss / 1024,  # KiB on Linux; a running max over all children so far
+        "rss_mb": (rss[-1] if rss else 0) / 1024,  # KiB on Linux
         "rc": proc.returncode,
-        "stderr": proc.stderr.decode(errors="replace")[-500:],
+        "stderr": stderr[-500:],
     }
 
 

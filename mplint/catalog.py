@@ -18,6 +18,10 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _CATALOG_DIRS = (_PACKAGE_DIR / "catalog", _PACKAGE_DIR.parent / "rules")
 
 
+# libyaml's safe loader when PyYAML has it (about 10x faster); both build plain data only.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class CatalogError(Exception):
     pass
 
@@ -71,7 +75,7 @@ def _example(raw: dict, where: str) -> Example:
 
 def _load(path: Path) -> RuleMeta:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{path}: {exc}") from exc
     try:

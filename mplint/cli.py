@@ -109,6 +109,8 @@ def _usage_error(message: str) -> int:
 
 
 def _run_check(argv: list[str]) -> int:
+    args = _check_parser().parse_args(argv)  # first: --version and --help need none of the imports below
+
     from mplint.catalog import CatalogError
     from mplint.config import ConfigError
     from mplint.git import GitError, changed_files
@@ -116,7 +118,6 @@ def _run_check(argv: list[str]) -> int:
     from mplint.registry import unknown_selectors
     from mplint.runner import RunOptions, run
 
-    args = _check_parser().parse_args(argv)
     bad = unknown_selectors([*(args.select or []), *args.ignore, *args.extend_select])
     if bad:
         return _usage_error(f"unknown rule selector {bad[0]!r} (see 'mplint rules')")

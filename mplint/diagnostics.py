@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Sequence, Union
 
-import libcst as cst
+if TYPE_CHECKING:  # libcst stays out of runs that only read the cache
+    import libcst as cst
 
 
 class FixSafety(str, enum.Enum):
@@ -21,7 +22,7 @@ class Severity(str, enum.Enum):
     INFO = "info"
 
 
-Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+Replacement = Union["cst.CSTNode", "cst.RemovalSentinel", "cst.FlattenSentinel"]
 
 
 @dataclass(frozen=True)

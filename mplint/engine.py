@@ -11,12 +11,12 @@ import functools
 import io
 import re
 import tokenize
-from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from mplint.catalog import load_catalog
+from mplint.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
 from mplint.context import FileContext
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
 from mplint.facts import ProjectFacts
@@ -25,24 +25,10 @@ from mplint.rule import Rule
 from mplint.suppressions import parse_suppressions
 from mplint.walk import walk
 
-PARSE_ERROR = "MP000"
-FIX_REVERTED = "MP001"
-RULE_CRASHED = "MP002"
 MAX_FIX_ROUNDS = 10
 # Larger files are generated data, not code to lint: parsing one costs minutes and gigabytes
 # (50 MB: 5 minutes, 20 GB). They get an MP000 "file too large" instead. See docs/robustness.md.
 MAX_SOURCE_BYTES = 10 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    rules: tuple[type[Rule], ...]
-    facts: ProjectFacts = field(default_factory=ProjectFacts)
-    fix: bool = False
-    unsafe_fixes: bool = False
-
-    def may_apply(self, safety: FixSafety) -> bool:
-        return self.fix and (safety is FixSafety.SAFE or (safety is FixSafety.UNSAFE and self.unsafe_fixes))
 
 
 def _engine_diagnostic(path: str, rule_id: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:

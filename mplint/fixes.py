@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from mplint.diagnostics import Finding
 
@@ -38,6 +36,10 @@ def _overlap(a, b) -> bool:
 
 
 def apply_fixes(module: cst.Module, findings: Iterable[Finding]) -> cst.Module:
+    # Imported here: libcst.codemod pulls in libcst.matchers, a large import that checks without fixes skip.
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
     replacements: dict[int, object] = {}
     context = CodemodContext()
     needs_imports = False

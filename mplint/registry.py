@@ -11,15 +11,19 @@ import functools
 import importlib
 import inspect
 import pkgutil
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from mplint import checks
 from mplint.catalog import CatalogError, RuleMeta, load_catalog
-from mplint.rule import Rule
+
+if TYPE_CHECKING:
+    from mplint.rule import Rule
 
 
 @functools.lru_cache(maxsize=None)
-def all_rules() -> dict[str, type[Rule]]:
+def all_rules() -> dict[str, type["Rule"]]:
+    from mplint.rule import Rule  # libcst: needed only when rules run
+
     catalog = load_catalog()
     found: dict[str, type[Rule]] = {}
     for info in pkgutil.iter_modules(checks.__path__):

@@ -20,7 +20,7 @@ from mplint.catalog import load_catalog
 from mplint.config import Config, load_config, marked_root
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.discovery import SourcePath, discover, module_name
-from mplint.engine import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
+from mplint.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions
 from mplint.facts import ProjectFacts, build_project_facts, extract_file_facts
 from mplint.notebooks import Notebook, NotebookResult, check_notebook, is_notebook, load as load_notebook
 from mplint.registry import all_rules, select
@@ -149,6 +149,8 @@ def _python_source(source: SourcePath, data: bytes) -> bytes | None:
 
 
 def _check_file(source: SourcePath, data: bytes, check: CheckOptions) -> FileResult:
+    from mplint.engine import check_source  # libcst: imported only when a file is really checked
+
     name, is_package = module_name(source.path)
     if is_notebook(source.path):
         return check_notebook(source.display, data, check, name, is_package)
@@ -195,6 +197,14 @@ def _facts_of(loaded, cache: ProjectCache, digests: dict[Path, str]):
 
 
 MAX_FACT_ROUNDS = 3
+
+
+def _facts_key(facts: ProjectFacts) -> tuple:
+    """The facts as a value whose repr is the same in every process (no set iteration order)."""
+    return (
+        facts.policies, facts.generation, facts.tpu_sites, sorted(facts.reexports.items()),
+        sorted(facts.keras_namespaces), facts.policy_from_config,
+    )
 
 
 def _signature(facts: ProjectFacts) -> tuple:
@@ -245,29 +255,34 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     facts = build_project_facts(
         _facts_of(loaded, cache, digests), config.root, options.keras or config.keras, options.policy or config.policy
     )
-    rules = tuple(r for rid, r in all_rules().items() if rid in enabled and r.active_for(facts))
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
-    base = CheckOptions(rules, facts, options.fix, unsafe)
+    # The key needs no rule module: which enabled rules are active follows from the facts it contains.
     cache.use_settings(settings_key(
-        [r.id for r in rules], options.fix, unsafe, sorted(config.per_file_ignores.items()), facts
+        sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()), _facts_key(facts)
     ))
+    settings = CheckOptions((), facts, options.fix, unsafe)
+    active: list[tuple] = []
+
+    def check_for(source: SourcePath) -> CheckOptions:
+        """Rule modules are imported only when some file must really be checked (never on a warm run)."""
+        if not active:
+            active.append(tuple(r for rid, r in all_rules().items() if rid in enabled and r.active_for(facts)))
+        ignored = _per_file_ignored(config, source.path)
+        return replace(settings, rules=tuple(r for r in active[0] if r.id not in ignored))
+
     todo: list[tuple[SourcePath, bytes, CheckOptions]] = []
     done: dict[Path, FileResult] = {}
-    checks: dict[Path, CheckOptions] = {}
     for source, data in loaded:
         if options.only is not None and source.path not in options.only:
             continue
         if isinstance(data, Diagnostic):
             done[source.path] = FileResult(source.display, [data])
             continue
-        ignored = _per_file_ignored(config, source.path)
-        check = replace(base, rules=tuple(r for r in rules if r.id not in ignored)) if ignored else base
-        checks[source.path] = check
         cached = None if is_notebook(source.path) else cache.result(source.display, digests[source.path])
-        if cached is not None and not any(d.fixable and check.may_apply(d.fix_safety) for d in cached):
+        if cached is not None and not any(d.fixable and settings.may_apply(d.fix_safety) for d in cached):
             done[source.path] = FileResult(source.display, cached, original_source=data)
         else:
-            todo.append((source, data, check))
+            todo.append((source, data, check_for(source)))
     for (source, data, check), result in zip(todo, _check_all(todo, options.jobs, progress)):
         done[source.path] = result
     for source, data in loaded:
@@ -278,13 +293,13 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
             final = result.fixed_source if result.fixed_source is not None else data
             if not any(d.rule_id in _ENGINE_CODES for d in result.diagnostics):
                 cache.store_result(source.display, content_hash(final), [d for d in result.diagnostics if not d.fixed])
-        report.results.append(_write_back(source, data, result, checks.get(source.path, base), options, report, stdin_path))
+        report.results.append(_write_back(source, data, result, lambda s=source: check_for(s), options, report, stdin_path))
     cache.save()
     return facts
 
 
-def _write_back(source: SourcePath, data, result: FileResult, check: CheckOptions, options: RunOptions,
-                report: RunReport, stdin_path) -> FileResult:
+def _write_back(source: SourcePath, data, result: FileResult, check_for: Callable[[], CheckOptions],
+                options: RunOptions, report: RunReport, stdin_path) -> FileResult:
     if not isinstance(data, bytes):
         return result
     writable = options.write and source.path != stdin_path
@@ -293,7 +308,7 @@ def _write_back(source: SourcePath, data, result: FileResult, check: CheckOption
             write_atomic(source.path, result.fixed_source)
         except OSError as exc:
             report.errors.append(f"{source.display}: cannot write fixes: {exc.strerror or exc}")
-            result = _check_file(source, data, replace(check, fix=False))
+            result = _check_file(source, data, replace(check_for(), fix=False))
     if options.add_noqa and writable:
         new, changed, skipped = _with_noqa(result, data)
         report.noqa_skipped += skipped
@@ -304,7 +319,7 @@ def _write_back(source: SourcePath, data, result: FileResult, check: CheckOption
                 report.errors.append(f"{source.display}: cannot write noqa comments: {exc.strerror or exc}")
             else:
                 report.noqa_added += changed
-                result = _check_file(source, new, replace(check, fix=False))
+                result = _check_file(source, new, replace(check_for(), fix=False))
     return result
 
 

@@ -1,0 +1,28 @@
+"""What a check of one file is asked to do; free of libcst, so warm (cached) runs never import it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mplint.diagnostics import FixSafety
+from mplint.facts import ProjectFacts
+
+if TYPE_CHECKING:
+    from mplint.rule import Rule
+
+# The engine's own diagnostics (see rules/MP000.yaml ... MP002.yaml).
+PARSE_ERROR = "MP000"
+FIX_REVERTED = "MP001"
+RULE_CRASHED = "MP002"
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    rules: tuple[type["Rule"], ...]
+    facts: ProjectFacts = field(default_factory=ProjectFacts)
+    fix: bool = False
+    unsafe_fixes: bool = False
+
+    def may_apply(self, safety: FixSafety) -> bool:
+        return self.fix and (safety is FixSafety.SAFE or (safety is FixSafety.UNSAFE and self.unsafe_fixes))
