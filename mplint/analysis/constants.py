@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import libcst as cst
-import libcst.matchers as m
+from mplint import matchers as m
 
 from mplint.context import FileContext
 

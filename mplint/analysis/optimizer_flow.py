@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
+from mplint import matchers as m
 
 from mplint.context import FileContext
 from mplint.diagnostics import ImportSpec

@@ -8,7 +8,7 @@ is taken as the author's deliberate choice and never flagged.
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+from mplint import matchers as m
 
 from mplint.context import FileContext
 from mplint.diagnostics import ImportSpec

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
+from mplint import matchers as m
 from libcst.helpers import get_full_name_for_node
 
 from mplint.analysis.loss_scale_api import (

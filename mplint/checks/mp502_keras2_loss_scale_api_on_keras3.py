@@ -12,7 +12,7 @@ to a ``tf_keras`` LossScaleOptimizer keep the Keras 2 API and are skipped.
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+from mplint import matchers as m
 
 from mplint.analysis.loss_scale_api import LossScaleOptimizerNames, keyword, loss_scale_optimizer_call
 from mplint.diagnostics import Fix

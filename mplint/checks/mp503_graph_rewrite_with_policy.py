@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+from mplint import matchers as m
 
 from mplint.diagnostics import Fix, FixSafety
 from mplint.facts import MIXED_POLICIES, UNKNOWN_POLICY

@@ -6,7 +6,7 @@ import re
 
 import libcst as cst
 import libcst.helpers
-import libcst.matchers as m
+from mplint import matchers as m
 
 from mplint.analysis.layer_sizes import calls
 from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values

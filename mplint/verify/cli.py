@@ -1,7 +1,8 @@
 """``mplint verify SCRIPT [-- ARGS]``: run a training script briefly, instrumented, and report.
 
 Exit codes: 0 verified (with --fix: the fixed run is no worse and has no MP802/MP803/MP804),
-1 problems found, 2 the script could not be verified (crash, bad arguments, timeout, nothing recorded).
+1 problems found, 2 the script could not be verified (crash, bad arguments, timeout, out of memory,
+nothing recorded).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per run (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per run (default 300)")
+    p.add_argument("--memory-limit", type=int, metavar="MB",
+                   help="cap the script's address space (RLIMIT_AS) at MB megabytes; running out is reported, "
+                   "not a pass (default: no cap)")
     p.add_argument("--keras", type=int, choices=(2, 3), help="Keras generation of the script (default: detected)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     return p
@@ -173,9 +177,15 @@ def main(argv: list[str]) -> int:
     if args.steps < 1:
         print("mplint verify: error: --steps must be at least 1", file=sys.stderr)
         return EXIT_UNVERIFIED
+    if args.memory_limit is not None and args.memory_limit < 1:
+        print("mplint verify: error: --memory-limit must be at least 1 (MB)", file=sys.stderr)
+        return EXIT_UNVERIFIED
+    if args.timeout <= 0:
+        print("mplint verify: error: --timeout must be positive", file=sys.stderr)
+        return EXIT_UNVERIFIED
     keras = args.keras or detect_keras(script.read_text(encoding="utf-8", errors="replace"))
     options = RunOptions(steps=args.steps, seed=args.seed, timeout=args.timeout, keras=keras,
-                         source_dir=str(script.resolve().parent))
+                         source_dir=str(script.resolve().parent), memory_limit_mb=args.memory_limit)
     doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
     _emit(doc, args.format, renderables)
     return doc["exit_code"]

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,12 +28,13 @@ class RunOptions:
     capture_grads: bool = True
     keras: int = 3
     source_dir: str | None = None  # the original script's folder, for sibling imports of a copy
+    memory_limit_mb: int | None = None  # address-space cap (RLIMIT_AS) of the instrumented process
 
 
 @dataclass
 class RunResult:
     label: str
-    status: str  # completed, step-cap, exited, crashed, timeout, nothing-recorded, internal-error
+    status: str  # completed, step-cap, exited, crashed, out-of-memory, timeout, nothing-recorded, internal-error
     detail: str = ""
     records: dict = field(default_factory=dict)
     first_grads: list | None = None
@@ -84,16 +86,18 @@ def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: R
     if options.keras == 2:
         env["TF_USE_LEGACY_KERAS"] = "1"
     command = [sys.executable, "-m", "mplint.verify.bootstrap", str(scratch / "config.json")]
-    try:
-        proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=options.timeout)
-    except subprocess.TimeoutExpired as exc:
-        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+    limit = options.memory_limit_mb
+    returncode, stderr, timed_out = _launch(command, work, env, options.timeout, limit, scratch)
+    if timed_out:
         return RunResult(label, "timeout", f"no result after {options.timeout:g} s (--timeout)", stderr_tail=_tail(stderr))
+    if limit and _ran_out_of_memory(records, returncode, stderr):
+        return RunResult(label, "out-of-memory", f"ran out of memory under --memory-limit {limit} MB "
+                         f"(exit status {returncode})", stderr_tail=_tail(stderr))
     if not records.exists():
-        return RunResult(label, "crashed", f"the instrumented process died (status {proc.returncode})",
-                         stderr_tail=_tail(proc.stderr))
+        return RunResult(label, "crashed", f"the instrumented process died (status {returncode})",
+                         stderr_tail=_tail(stderr))
     data = json.loads(records.read_text(encoding="utf-8"))
-    result = RunResult(label, data["status"], data.get("detail", ""), data, stderr_tail=_tail(proc.stderr))
+    result = RunResult(label, data["status"], data.get("detail", ""), data, stderr_tail=_tail(stderr))
     grads = Path(str(records) + ".grads.npz")
     if grads.exists():
         import numpy as np
@@ -104,6 +108,56 @@ def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: R
         result.status = "nothing-recorded"
         result.detail = "the script ran but no Keras model was called and no optimizer step ran"
     return result
+
+
+def _ran_out_of_memory(records: Path, returncode: int | None, stderr: str) -> bool:
+    """Under a memory limit: the script died of MemoryError, or the process died without recording
+    (killed by a signal, or a C++ allocation failure) after an allocation failed."""
+    if records.exists():
+        try:
+            data = json.loads(records.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return True
+        return data.get("status") == "crashed" and str(data.get("detail", "")).startswith("MemoryError")
+    return "MemoryError" in stderr or "bad_alloc" in stderr or (returncode is not None and returncode < 0)
+
+
+def _limit_memory(megabytes: int):
+    def apply() -> None:  # runs in the child between fork and exec
+        import resource
+
+        cap = megabytes * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    return apply
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _launch(command: list[str], cwd: Path, env: dict, timeout: float, memory_limit_mb: int | None,
+            scratch: Path) -> tuple[int | None, str, bool]:
+    """Run ``command`` in its own session; whatever it leaves behind (children included) is killed
+    when it exits or times out. Output goes to files so that a lingering child holding the streams
+    open cannot block the wait. Returns (exit status, stderr, timed out)."""
+    out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True,
+                                preexec_fn=_limit_memory(memory_limit_mb) if memory_limit_mb else None)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+    return proc.returncode, err_path.read_text(encoding="utf-8", errors="replace"), timed_out
 
 
 def fix_copy(script: Path, keras: int, folder: Path) -> tuple[Path, list[str], str | None]:
