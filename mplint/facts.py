@@ -60,6 +60,8 @@ class FileFacts:
 class Generation:
     value: int  # 1, 2 or 3
     source: str  # human-readable: where the value came from
+    # config | pin-tf-keras | pin-keras | pin-tensorflow | imports | default
+    origin: str = "default"
 
     @property
     def label(self) -> str:
@@ -356,19 +358,19 @@ def generation_from_pins(root: Path) -> Generation | None:
             found += [(r, name) for r in _requirements_in_setup(_read(root / name))]
     for req, where in found:
         if req.name.lower().replace("_", "-") == "tf-keras":
-            return Generation(2, f"{where} pins {req} (legacy Keras 2)")
+            return Generation(2, f"{where} pins {req} (legacy Keras 2)", "pin-tf-keras")
     for req, where in found:
         if req.name.lower() == "keras":
             allowed = [v for v in _KERAS_SAMPLES + _mentioned(req) if req.specifier.contains(v, prereleases=True)]
             if allowed:
-                return Generation(3 if max(allowed).major >= 3 else 2, f"{where} pins {req}")
+                return Generation(3 if max(allowed).major >= 3 else 2, f"{where} pins {req}", "pin-keras")
     for req, where in found:
         if req.name.lower() in _TF_PACKAGES:
             allowed = [v for v in _TF_SAMPLES + _mentioned(req) if req.specifier.contains(v, prereleases=True)]
             if allowed:
                 newest = max(allowed)
                 value = 3 if newest >= Version("2.16") else 2 if newest >= Version("2.4") else 1
-                return Generation(value, f"{where} pins {req}")
+                return Generation(value, f"{where} pins {req}", "pin-tensorflow")
     return None
 
 
@@ -410,12 +412,12 @@ def build_project_facts(
 
 def _generation(root: Path, keras_setting: int | None, imports: set[str], legacy_env: bool) -> Generation:
     if keras_setting:
-        return Generation(keras_setting, f"keras = {keras_setting} in the mplint config")
+        return Generation(keras_setting, f"keras = {keras_setting} in the mplint config", "config")
     pinned = generation_from_pins(root)
     if pinned:
         return pinned
     if "tf_keras" in imports or legacy_env:
-        return Generation(2, "the code imports tf_keras / sets TF_USE_LEGACY_KERAS")
+        return Generation(2, "the code imports tf_keras / sets TF_USE_LEGACY_KERAS", "imports")
     if "keras" in imports:
-        return Generation(3, "the code imports Keras 3 (`import keras`)")
+        return Generation(3, "the code imports Keras 3 (`import keras`)", "imports")
     return Generation(3, "no pin or config: Keras 3, what a current TensorFlow installs (set keras = 2 to target Keras 2)")

@@ -139,3 +139,15 @@ def test_files_without_policy_tokens_are_read_by_regex_like_the_parser(tmp_path)
         "pkg.backend.layers": "tf_keras.layers", "pkg.backend.m": "tf_keras.models",
     }
     assert facts.generation.value == 2
+
+
+def test_generation_says_where_it_came_from(tmp_path):
+    assert facts_of({"t.py": "x = 1\n"}, tmp_path, keras=2).generation.origin == "config"
+    assert facts_of({"t.py": "import keras\n"}, tmp_path).generation.origin == "imports"
+    assert facts_of({"t.py": "x = 1\n"}, tmp_path).generation.origin == "default"
+    (tmp_path / "requirements.txt").write_text("tensorflow<2.16\n")
+    assert facts_of({"t.py": "x = 1\n"}, tmp_path).generation.origin == "pin-tensorflow"
+    (tmp_path / "requirements.txt").write_text("keras<3\n")
+    assert facts_of({"t.py": "x = 1\n"}, tmp_path).generation.origin == "pin-keras"
+    (tmp_path / "requirements.txt").write_text("tf-keras\n")
+    assert facts_of({"t.py": "x = 1\n"}, tmp_path).generation.origin == "pin-tf-keras"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 
 import libcst as cst
 import libcst.helpers
@@ -26,7 +25,7 @@ def keras_library(context: FileContext, ns: str) -> str:
     if ns == "tf.keras":
         return "keras3" if generation.value == 3 else "keras2"
     # The `keras` package is Keras 2 only where the pins hold TensorFlow < 2.16 or keras < 3 themselves.
-    pinned_old = generation.value < 3 and re.search(r"pins (tensorflow|tf-nightly|keras)\b", generation.source)
+    pinned_old = generation.value < 3 and generation.origin in ("pin-tensorflow", "pin-keras")
     legacy_here = "tf_keras" in context.facts.keras_namespaces
     return "keras2" if pinned_old and not legacy_here else "keras3"
 
