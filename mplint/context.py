@@ -60,6 +60,10 @@ class FileContext:
             self._index()
         return self._parents.get(id(node))
 
+    def enclosing(self, node: cst.CSTNode, node_type: type[N] | tuple[type, ...]) -> N | None:
+        """The nearest ancestor of ``node`` of the given type(s)."""
+        return next((a for a in self.ancestors(node) if isinstance(a, node_type)), None)
+
     def ancestors(self, node: cst.CSTNode):
         parent = self.parent(node)
         while parent is not None:

@@ -19,7 +19,6 @@ from mplint.catalog import load_catalog
 from mplint.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
 from mplint.context import FileContext
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
-from mplint.facts import ProjectFacts
 from mplint.fixes import apply_fixes, choose_non_overlapping
 from mplint.rule import Rule
 from mplint.suppressions import parse_suppressions

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from mplint.analysis.call_args import argument
 from mplint.context import FileContext
 from mplint.names import dotted
 
@@ -73,10 +74,7 @@ class DtypeFlow:
         return None
 
     def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
-        for parent in self.context.ancestors(node):
-            if isinstance(parent, cst.ClassDef):
-                return parent
-        return None
+        return self.context.enclosing(node, cst.ClassDef)
 
     def is_layer_class(self, cls: cst.ClassDef) -> bool:
         key = id(cls)
@@ -147,14 +145,14 @@ class DtypeFlow:
         is_astype = isinstance(func, cst.Attribute) and func.attr.value == "astype"
         target_dtype = None
         if is_astype:
-            target_dtype = _arg(call, 0, "dtype")
+            target_dtype = argument(call, 0, "dtype")
         else:
             kname = names.kname(func)
             path = kname.path if kname else ""
             if path in _CAST_PATHS:
-                target_dtype = _arg(call, 1, "dtype")
+                target_dtype = argument(call, 1, "dtype")
             elif path in _CONVERT_PATHS:
-                target_dtype = _arg(call, None, "dtype")
+                target_dtype = argument(call, None, "dtype")
                 if target_dtype is None:
                     return self.classify(call.args[0].value) if call.args else None
             elif path in _NON_FLOAT_RESULTS:
@@ -248,7 +246,7 @@ class DtypeFlow:
             return False
         for node in _self_assignments(cls, attr):
             if isinstance(node, cst.Call):
-                dtype = _arg(node, None, "dtype")
+                dtype = argument(node, None, "dtype")
                 if dtype is not None and dtype_spelling(self.context, dtype) in WIDE_SPELLINGS:
                     return True
         return False
@@ -322,16 +320,6 @@ def _is_self(node: cst.BaseExpression) -> bool:
 
 def _dtype_of(name: cst.Name) -> cst.Attribute:
     return cst.Attribute(value=cst.Name(name.value), attr=cst.Name("dtype"))
-
-
-def _arg(call: cst.Call, index: int | None, keyword: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg.value
-    positional = [a.value for a in call.args if a.keyword is None and a.star == ""]
-    if index is not None and index < len(positional):
-        return positional[index]
-    return None
 
 
 def dtype_spelling(context: FileContext, dtype: cst.BaseExpression) -> str | None:

@@ -14,6 +14,7 @@ from typing import Callable
 
 import libcst as cst
 
+from mplint.analysis.call_args import argument, keyword_value
 from mplint.analysis.constants import Constant, evaluate_int, only_used_where
 from mplint.analysis.model_outputs import is_output_layer
 from mplint.context import FileContext
@@ -50,14 +51,6 @@ class SizeArg:
     value: int  # the dimension the hardware sees
     what: str  # e.g. "units of Dense"
     edit: Constant  # the constant behind it (for MultiHeadAttention: key_dim)
-
-
-def argument(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg.value
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    return positional[position].value if len(positional) > position else None
 
 
 def names_class_count(expr: cst.BaseExpression) -> bool:
@@ -203,20 +196,16 @@ def _batch_argument(context: FileContext, call: cst.Call) -> tuple[cst.BaseExpre
     func = call.func
     if not isinstance(func, cst.Attribute):
         if isinstance(func, cst.Name) and func.value.endswith(_DATASET_FACTORIES):
-            return _keyword(call, "batch_size"), f"batch_size of {func.value}"
+            return keyword_value(call, "batch_size"), f"batch_size of {func.value}"
         return None, ""
     method = func.attr.value
     if method == "fit":
-        return _keyword(call, "batch_size"), "batch_size of fit()"
+        return keyword_value(call, "batch_size"), "batch_size of fit()"
     if method.endswith(_DATASET_FACTORIES):
-        return _keyword(call, "batch_size"), f"batch_size of {method}"
+        return keyword_value(call, "batch_size"), f"batch_size of {method}"
     if method in _BATCH_METHODS and not _is_sequence_window(context, call):
         return argument(call, 0, "batch_size"), f"{method}() size"
     return None, ""
-
-
-def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
 def _is_sequence_window(context: FileContext, call: cst.Call) -> bool:

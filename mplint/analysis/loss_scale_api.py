@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-from mplint import matchers as m
 
+from mplint import matchers as m
+from mplint.analysis.call_args import keyword
 from mplint.context import FileContext
 from mplint.names import KName, dotted
 
@@ -26,13 +27,6 @@ _LOSS_SCALE_CLASSES = {
     for cls in ("DynamicLossScale", "FixedLossScale")
 }
 _DYNAMIC_STRINGS = {"dynamic", "auto"}
-
-
-def keyword(call: cst.Call, name: str) -> cst.Arg | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg
-    return None
 
 
 def positional(call: cst.Call, index: int) -> cst.Arg | None:
@@ -120,14 +114,6 @@ def _with_comma(arg: cst.Arg) -> cst.Arg:
     if isinstance(arg.comma, cst.Comma):
         return arg
     return arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-
-
-def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(
-        value=value,
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
 
 
 class LossScaleOptimizerNames:

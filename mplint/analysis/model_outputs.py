@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from mplint.analysis.call_args import argument
 from mplint.context import FileContext
 from mplint.walk import walk
 
@@ -195,7 +196,7 @@ class ModelOutputs:
                 last = max(adds, key=lambda c: _start(self.context, c))
                 self._add_site(last.args[0].value, scope, "sequential-add", call)
             else:
-                layers = _argument(call, 0, "layers")
+                layers = argument(call, 0, "layers")
                 layers = self.trace(layers, scope) if layers is not None else None
                 if isinstance(layers, (cst.List, cst.Tuple)) and layers.elements:
                     self._add_site(layers.elements[-1].value, scope, "sequential", call)
@@ -210,7 +211,7 @@ class ModelOutputs:
             self.sites.append(OutputSite(expr, layer, kind, model, written))
 
     def _functional(self, call: cst.Call, scope: cst.CSTNode) -> None:
-        outputs = _argument(call, 1, "outputs")
+        outputs = argument(call, 1, "outputs")
         if outputs is None:
             return
         for element in self._elements(outputs, scope):
@@ -241,14 +242,6 @@ class ModelOutputs:
 def _start(context: FileContext, node: cst.CSTNode) -> tuple[int, int]:
     p = context.position(node).start
     return (p.line, p.column)
-
-
-def _argument(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg.value
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    return positional[position].value if len(positional) > position else None
 
 
 def _analysis(context: FileContext) -> ModelOutputs:

@@ -330,7 +330,7 @@ class OptimizerFlow:
             return self._name_origin(expr.value, at, depth)
         if isinstance(expr, cst.Attribute):
             if m.matches(expr.value, m.Name("self")):
-                cls = self._class_of(at)
+                cls = self.context.enclosing(at, cst.ClassDef)
                 values = self.c.self_attrs.get(id(cls), {}).get(expr.attr.value) if cls else None
                 if values:
                     return self._values_origin(values, at, depth)
@@ -346,14 +346,14 @@ class OptimizerFlow:
         return found[-1]
 
     def _name_origin(self, name: str, at: cst.CSTNode, depth: int) -> OptimizerOrigin:
-        fn = self._function_of(at)
+        fn = self.context.enclosing(at, cst.FunctionDef)
         while fn is not None:
             values = self.c.assigns.get(id(fn), {}).get(name)
             if values:
                 return self._values_origin(values, at, depth)
             if isinstance(fn, cst.FunctionDef) and name in _params(fn):
                 return self._param_origin(fn, name, depth)
-            fn = self._function_of(fn)
+            fn = self.context.enclosing(fn, cst.FunctionDef)
         values = self.c.assigns[id(self.context.module)].get(name)
         return self._values_origin(values, at, depth) if values else OptimizerOrigin("unknown")
 
@@ -386,18 +386,6 @@ class OptimizerFlow:
                     return OptimizerOrigin("explicit", found.construction, call)
                 return OptimizerOrigin(auto, found.construction, call)
         return OptimizerOrigin(auto)
-
-    def _function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        for parent in self.context.ancestors(node):
-            if isinstance(parent, cst.FunctionDef):
-                return parent
-        return None
-
-    def _class_of(self, node: cst.CSTNode) -> cst.ClassDef | None:
-        for parent in self.context.ancestors(node):
-            if isinstance(parent, cst.ClassDef):
-                return parent
-        return None
 
     # --- helpers for fixes ----------------------------------------------------------------
 

@@ -8,8 +8,9 @@ is taken as the author's deliberate choice and never flagged.
 from __future__ import annotations
 
 import libcst as cst
-from mplint import matchers as m
 
+from mplint import matchers as m
+from mplint.analysis.call_args import keyword, keyword_arg
 from mplint.context import FileContext
 from mplint.diagnostics import ImportSpec
 from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
@@ -47,10 +48,6 @@ def dtype_value(context: FileContext, node: cst.BaseExpression) -> str:
     if isinstance(node, cst.Call) and context.names.callee(node, ["mixed_precision.Policy"]) and node.args:
         return dtype_value(context, node.args[0].value)
     return _UNEVALUATED
-
-
-def keyword(call: cst.Call, name: str) -> cst.Arg | None:
-    return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
 def layer_dtype(context: FileContext, call: cst.Call) -> str | None:
@@ -170,11 +167,6 @@ def append_argument(call: cst.Call, arg: cst.Arg) -> cst.Call:
         args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
         args.append(arg.with_changes(whitespace_after_arg=last.whitespace_after_arg))
     return call.with_changes(args=args)
-
-
-def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    no_space = cst.SimpleWhitespace("")
-    return cst.Arg(value=value, keyword=cst.Name(name), equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space))
 
 
 def with_float32_dtype(call: cst.Call) -> cst.Call | None:

@@ -6,7 +6,6 @@ import libcst as cst
 
 from mplint.analysis.model_outputs import OutputSite, model_outputs
 from mplint.analysis.output_dtype import (
-    FLOAT32,
     INTEGER_LAYERS,
     cast_call,
     cast_dtype,
@@ -22,7 +21,7 @@ from mplint.analysis.output_dtype import (
     softmax_function,
     with_float32_dtype,
 )
-from mplint.diagnostics import Fix, FixSafety
+from mplint.diagnostics import Fix
 from mplint.rule import Rule
 
 _MODELS = ("Sequential", "Model")

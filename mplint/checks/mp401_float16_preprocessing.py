@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mplint.analysis.call_args import argument
 from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety
 from mplint.rule import Rule
@@ -39,7 +40,7 @@ class Float16Preprocessing(Rule):
         """The dtype argument of a conversion to float16, else None."""
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "astype":
-            dtype = _arg(call, 0, "dtype")
+            dtype = argument(call, 0, "dtype")
         else:
             kname = self.context.names.kname(func)
             if kname is None or kname.ns not in ("tf", "np"):
@@ -47,9 +48,9 @@ class Float16Preprocessing(Rule):
             if kname.ns == "np" and kname.path in ("float16", "half"):
                 return func
             if kname.path in _CONVERSIONS:
-                dtype = _arg(call, _CONVERSIONS[kname.path], "dtype")
+                dtype = argument(call, _CONVERSIONS[kname.path], "dtype")
             elif kname.path in _DTYPE_KEYWORD_CONVERSIONS:
-                dtype = _arg(call, None, "dtype")
+                dtype = argument(call, None, "dtype")
             else:
                 return None
         if dtype is not None and dtype_spelling(self.context, dtype) in FLOAT16_SPELLINGS:
@@ -95,10 +96,7 @@ class Float16Preprocessing(Rule):
         return False
 
     def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
-        for parent in self.context.ancestors(node):
-            if isinstance(parent, (cst.FunctionDef, cst.Module)):
-                return parent
-        return self.context.module
+        return self.context.enclosing(node, cst.FunctionDef) or self.context.module
 
     def _code(self, node: cst.CSTNode) -> str:
         text = " ".join(self.context.module.code_for_node(node).split())
@@ -156,14 +154,6 @@ class _LaterUses(cst.CSTVisitor):
 
 def _key(position) -> tuple[int, int]:
     return (position.line, position.column)
-
-
-def _arg(call: cst.Call, index: int | None, keyword: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg.value
-    positional = [a.value for a in call.args if a.keyword is None and a.star == ""]
-    return positional[index] if index is not None and index < len(positional) else None
 
 
 def _as_float32(dtype: cst.BaseExpression) -> cst.BaseExpression:

@@ -14,13 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-from mplint import matchers as m
 from libcst.helpers import get_full_name_for_node
 
+from mplint import matchers as m
+from mplint.analysis.call_args import keyword, keyword_arg
 from mplint.analysis.loss_scale_api import (
     POLICY,
-    keyword,
-    keyword_arg,
     loss_scale_class,
     loss_scale_optimizer_call,
     positional,

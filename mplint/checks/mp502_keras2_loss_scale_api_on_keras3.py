@@ -12,9 +12,13 @@ to a ``tf_keras`` LossScaleOptimizer keep the Keras 2 API and are skipped.
 from __future__ import annotations
 
 import libcst as cst
-from mplint import matchers as m
 
-from mplint.analysis.loss_scale_api import LossScaleOptimizerNames, keyword, loss_scale_optimizer_call
+from mplint import matchers as m
+from mplint.analysis.call_args import keyword
+from mplint.analysis.loss_scale_api import (
+    LossScaleOptimizerNames,
+    loss_scale_optimizer_call,
+)
 from mplint.diagnostics import Fix
 from mplint.names import dotted
 from mplint.rule import Rule

@@ -118,13 +118,6 @@ def constructions(context: FileContext) -> Constructions:
     return context.analysis(Constructions)
 
 
-def statement_of(context: FileContext, node: cst.CSTNode) -> cst.CSTNode | None:
-    for ancestor in context.ancestors(node):
-        if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            return ancestor
-    return None
-
-
 def _bound_name(context: FileContext, call: cst.Call) -> str | None:
     for ancestor in context.ancestors(call):
         if isinstance(ancestor, cst.Assign):

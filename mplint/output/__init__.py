@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, TextIO
+from typing import Callable
 
 from mplint.output import github, json_format, sarif, text
 
