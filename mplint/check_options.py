@@ -23,6 +23,8 @@ class CheckOptions:
     facts: ProjectFacts = field(default_factory=ProjectFacts)
     fix: bool = False
     unsafe_fixes: bool = False
+    #: the rules' ``candidate`` tests (off only to prove in tests that they hide no finding)
+    prefilter: bool = True
 
     def may_apply(self, safety: FixSafety) -> bool:
         return self.fix and (safety is FixSafety.SAFE or (safety is FixSafety.UNSAFE and self.unsafe_fixes))

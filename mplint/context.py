@@ -9,7 +9,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from mplint.facts import ProjectFacts
 from mplint.names import NameResolver
-from mplint.walk import descendants
+from mplint.walk import children, descendants
 
 T = TypeVar("T")
 N = TypeVar("N", bound=cst.CSTNode)
@@ -30,6 +30,7 @@ class FileContext:
         self._analyses: dict[Callable, object] = {}
         self._parents = None
         self._positions = None
+        self._text: str | None = None
 
     @property
     def generation(self) -> int:
@@ -43,11 +44,51 @@ class FileContext:
 
     def _index(self) -> None:
         """One fast walk for parents and nodes by type (instead of libcst's ParentNodeProvider, ~10x dearer)."""
-        self._parents, self._by_type = {}, {}
-        for node, parent in descendants(self.module):
+        self._parents, self._by_type, self._preorder, self._children = {}, {}, {}, {}
+        self._nodes: list[cst.CSTNode] = []
+        for number, (node, parent, below) in enumerate(descendants(self.module)):
+            self._nodes.append(node)
             self._by_type.setdefault(type(node), []).append(node)
+            key = id(node)
+            self._preorder[key] = number
+            self._children[key] = below
             if parent is not None:
-                self._parents[id(node)] = parent
+                self._parents[key] = parent
+
+    def preorder(self) -> list[cst.CSTNode]:
+        """Every node of the file in source order, parents before children (trivia left out)."""
+        if self._parents is None:
+            self._index()
+        return self._nodes
+
+    def children(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The node's children in source order, without trivia (see ``mplint.walk``), from the index."""
+        if self._parents is None:
+            self._index()
+        found = self._children.get(id(node))
+        return found if found is not None else children(node)
+
+    def starts_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether ``first`` starts before ``second`` in the source (without computing positions)."""
+        return self.source_order(first) < self.source_order(second)
+
+    def ends_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether all of ``first`` comes before ``second`` starts (``x = x + 1``: the read is not after)."""
+        return self.end_order(first) < self.source_order(second)
+
+    def end_order(self, node: cst.CSTNode) -> int:
+        """The ``source_order`` of the last node under ``node`` (``node`` itself when it has none)."""
+        while True:
+            below = self.children(node)
+            if not below:
+                return self.source_order(node)
+            node = below[-1]
+
+    def source_order(self, node: cst.CSTNode) -> int:
+        """A number that orders the file's nodes as they start in the source (parents before children)."""
+        if self._parents is None:
+            self._index()
+        return self._preorder[id(node)]
 
     def nodes(self, node_type: type[N]) -> list[N]:
         """Every node of exactly this type, in source order (whitespace and punctuation are not indexed)."""
@@ -69,6 +110,16 @@ class FileContext:
         while parent is not None:
             yield parent
             parent = self.parent(parent)
+
+    @property
+    def text(self) -> str:
+        """The file's source text (decoded once; ``module.code`` would regenerate it from the tree)."""
+        if self._text is None:
+            if self.source is None:
+                self._text = self.module.code
+            else:
+                self._text = self.source.decode(self.module.encoding, errors="replace").lstrip("\ufeff")
+        return self._text
 
     def position(self, node: cst.CSTNode):
         if self._positions is None:

@@ -16,6 +16,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from mplint.catalog import load_catalog
+from mplint.code_summary import summarize
 from mplint.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
 from mplint.context import FileContext
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
@@ -37,6 +38,16 @@ def _engine_diagnostic(path: str, rule_id: str, message: str, line: int = 1, col
 
 def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
     """The module, or an MP000 diagnostic saying why it cannot be read."""
+    tree = parse_native(path, source)
+    return tree if isinstance(tree, Diagnostic) else parse_concrete(path, source)
+
+
+def parse_native(path: str, source: bytes) -> ast.Module | Diagnostic:
+    """CPython's syntax tree, or an MP000 diagnostic.
+
+    CPython's parser runs first: libcst's native parser overflows its stack and kills the whole
+    process (SIGSEGV) on deep nesting that CPython rejects cleanly (3000 nested parentheses).
+    """
     if b"\x00" in source:
         return _engine_diagnostic(path, PARSE_ERROR, "file contains null bytes; not a Python source file")
     try:
@@ -46,16 +57,18 @@ def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
     except UnicodeDecodeError as exc:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} at byte {exc.start}")
-    # CPython's parser first: libcst's native parser overflows its stack and kills the whole
-    # process (SIGSEGV) on deep nesting that CPython rejects cleanly (3000 nested parentheses).
     try:
-        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        return compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as native:
         return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno or 1, max(native.offset or 1, 1))
     except (RecursionError, MemoryError):
         return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
     except ValueError as exc:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
+
+
+def parse_concrete(path: str, source: bytes) -> cst.Module | Diagnostic:
+    """libcst's tree of a file CPython has parsed (see ``parse_native``)."""
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -64,17 +77,6 @@ def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
         return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
     except (ValueError, SyntaxError) as exc:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
-
-
-def _quick_problem(path: str, source: bytes) -> Diagnostic | None:
-    try:
-        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
-        if len(source) > MAX_SOURCE_BYTES:
-            return _engine_diagnostic(path, PARSE_ERROR, f"file too large to check and not valid Python ({len(source) / 2**20:.1f} MiB)")
-        parsed = parse(path, source)  # worded exactly as for checked files
-        return parsed if isinstance(parsed, Diagnostic) else None
-    return None
 
 
 def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagnostic:
@@ -134,31 +136,47 @@ class _Dispatcher(cst.CSTVisitor):
         for handler in self._leave.get(type(original_node).__name__, ()):
             handler(original_node)
 
+    def run(self, context: FileContext) -> None:
+        """Visit the file. Rules that leave nothing but the module need no traversal: a loop over
+        the file's nodes in source order (from the context's index) calls their handlers."""
+        if set(self._leave) - {"Module"}:
+            walk(context.module, self, context.children)
+            return
+        visit = self._visit
+        for node in context.preorder():
+            handlers = visit.get(type(node).__name__)
+            if handlers:
+                for handler in handlers:
+                    handler(node)
+        self.on_leave(context.module)
+
 
 class _Run:
     """One lint pass over one parsed module."""
 
-    def __init__(self, path: str, module: cst.Module, options: CheckOptions, module_name: str, is_package: bool, source: bytes):
+    def __init__(self, path: str, module: cst.Module, options: CheckOptions, module_name: str, is_package: bool,
+                 source: bytes, rules: list[type[Rule]] | None = None):
         self.path = path
         self.options = options
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.context = FileContext(path, self.wrapper, options.facts, module_name, is_package, source)
         self.findings: list[Finding] = []
         self.crashes: list[Diagnostic] = []
-        rules = [r for r in options.rules if admits(r, source)]
+        if rules is None:
+            rules = [r for r in options.rules if admits(r, source)]
         self.metas = {r.id: r.meta for r in rules}
         if not rules:
             return
         visitors = [rule(self.context) for rule in rules]
         try:
-            walk(self.wrapper.module, _Dispatcher(visitors))
+            _Dispatcher(visitors).run(self.context)
         except RecursionError:
             self.crashes.append(_engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to analyse"))
             return
         except Exception as exc:  # one broken rule must not lose the other files
             self.crashes.append(_engine_diagnostic(path, RULE_CRASHED, f"a rule crashed on this file: {exc!r}"))
             return
-        suppressions = parse_suppressions(module.code)
+        suppressions = parse_suppressions(self.context.text)
         for visitor in visitors:
             for finding in visitor.findings:
                 line = self.context.position(finding.node).start.line
@@ -201,30 +219,49 @@ class _Run:
 
 
 def check_source(path: str, source: bytes, options: CheckOptions, module_name: str = "", is_package: bool = False) -> FileResult:
-    """Check one file. A file that no active rule's triggers admit never reaches libcst."""
+    """Check one file. Only files that some active rule can match reach libcst.
+
+    Two pre-filters decide: the rules' byte triggers, then (on CPython's syntax tree, which also
+    reports syntax errors) each admitted rule's ``candidate`` test on what the code mentions.
+    """
     result = FileResult(path, original_source=source)
-    if not any(admits(rule, source) for rule in options.rules):
-        # No rule can match: skip libcst, but still report what makes the file unreadable,
-        # using CPython's own parser (about ten times cheaper).
-        problem = _quick_problem(path, source)
-        if problem is not None:
-            result.diagnostics.append(problem)
-        return result
     if len(source) > MAX_SOURCE_BYTES:
-        result.diagnostics.append(_engine_diagnostic(
-            path, PARSE_ERROR,
-            f"file too large to check ({len(source) / 2**20:.1f} MiB, limit {MAX_SOURCE_BYTES // 2**20} MiB); skipped",
-        ))
+        if any(admits(rule, source) for rule in options.rules):
+            message = f"file too large to check ({len(source) / 2**20:.1f} MiB, limit {MAX_SOURCE_BYTES // 2**20} MiB); skipped"
+        elif _is_valid_python(path, source):
+            return result
+        else:
+            message = f"file too large to check and not valid Python ({len(source) / 2**20:.1f} MiB)"
+        result.diagnostics.append(_engine_diagnostic(path, PARSE_ERROR, message))
         return result
-    module = parse(path, source)
+    rules = [r for r in options.rules if admits(r, source)]
+    tree = parse_native(path, source)
+    if isinstance(tree, Diagnostic):
+        result.diagnostics.append(tree)
+        return result
+    if rules and options.prefilter:
+        code = summarize(tree, source, options.facts.reexported_names)
+        rules = [r for r in rules if r.candidate(code)]
+    if not rules:
+        return result
+    del tree
+    module = parse_concrete(path, source)
     if isinstance(module, Diagnostic):
         result.diagnostics.append(module)
         return result
-    run = _Run(path, module, options, module_name, is_package, source)
+    run = _Run(path, module, options, module_name, is_package, source, rules)
     if not options.fix or not run.fixable():
         result.diagnostics = [run.diagnostic(f) for f in run.findings] + run.crashes
         return result
     return _fix(path, source, run, options, module_name, is_package, result)
+
+
+def _is_valid_python(path: str, source: bytes) -> bool:
+    try:
+        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
+        return False
+    return True
 
 
 def _fix(path, source, run: _Run, options, module_name, is_package, result: FileResult) -> FileResult:

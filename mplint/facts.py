@@ -10,6 +10,7 @@ pre-filter admits; each file's record is small and cacheable.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,8 @@ _POLICY_CLASSES = {"Policy", "DTypePolicy"}
 _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}
 # Files without these never set a policy, use TPUs or switch Keras: imports alone are read by regex.
 MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
-_FACT_TOKENS = re.compile(rb"olicy|mixed_|floatx|TPU|initialize_tpu_system|LEGACY_KERAS")
+# (`dtype_policy` attributes, everywhere in Keras' own code, set nothing: setters and Policy(...) calls do.)
+_FACT_TOKENS = re.compile(rb"set_(?:global_|dtype_)?policy|Policy\s*\(|floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS")
 _IMPORT_LINE = re.compile(
     rb"^([ \t]*)(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))", re.M
 )
@@ -76,6 +78,15 @@ class ProjectFacts:
     reexports: dict = field(default_factory=dict)
     keras_namespaces: frozenset = frozenset()
     policy_from_config: bool = False
+
+    @functools.cached_property
+    def reexported_names(self) -> dict[str, frozenset[str]]:
+        """Last name of each re-export -> the parts of the Keras path it stands for (for the pre-filter)."""
+        out: dict[str, frozenset[str]] = {}
+        for key, target in self.reexports.items():
+            last = key.rsplit(".", 1)[-1]
+            out[last] = out.get(last, frozenset()) | frozenset(target.split("."))
+        return out
 
     @property
     def policy_names(self) -> frozenset[str]:

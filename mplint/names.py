@@ -220,7 +220,11 @@ class NameResolver:
             return True
         if "." in name:
             return False
-        return any(path.rsplit(".", 1)[-1] in wanted for path in self.bindings.imports.get(name, ()))
+        for path in self.bindings.imports.get(name, ()):
+            target = self._reexports.get(resolve_relative(path, self._module_name, self._is_package), path)
+            if target.rsplit(".", 1)[-1] in wanted:
+                return True
+        return False
 
     def matches(self, node: cst.CSTNode, paths: Iterable[str], namespaces: Iterable[str] | None = None) -> KName | None:
         """The KName of ``node`` if its path is one of ``paths`` (any Keras namespace by default)."""

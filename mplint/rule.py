@@ -17,6 +17,7 @@ from mplint.diagnostics import Finding, Fix
 
 if TYPE_CHECKING:
     from mplint.catalog import RuleMeta
+    from mplint.code_summary import CodeSummary
     from mplint.context import FileContext
     from mplint.facts import ProjectFacts
 
@@ -28,6 +29,7 @@ class Rule(cst.BatchableCSTVisitor):
     #: the rule to run on it (the engine never parses a file no active rule admits).
     #: Empty means every file.
     triggers: ClassVar[tuple["bytes | re.Pattern[bytes]", ...]] = ()
+    #: The second pre-filter is ``candidate``, on what the file's code mentions.
     #: Filled from the catalog when the rule is registered.
     meta: ClassVar["RuleMeta"]
 
@@ -39,6 +41,16 @@ class Rule(cst.BatchableCSTVisitor):
     @classmethod
     def active_for(cls, facts: "ProjectFacts") -> bool:
         """Whether the rule can fire at all in this project (inactive rules cost nothing)."""
+        return True
+
+    @classmethod
+    def candidate(cls, code: "CodeSummary") -> bool:
+        """Whether a file whose code mentions ``code`` can hold a finding of this rule.
+
+        Checked on files the triggers admit, before libcst parses them. It must be a necessary
+        condition of every finding: False may never hide one (tests/test_prefilter.py checks
+        the rule examples, fixtures and a library corpus with and without it).
+        """
         return True
 
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> None:

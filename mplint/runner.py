@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import tokenize
@@ -45,6 +46,7 @@ class RunOptions:
     on_progress: Callable[[int, int], None] | None = None  # (files checked, files to check)
     jobs: int | None = None  # worker processes; None: one per core
     cache: bool = True  # reuse results from .mplint_cache/ when nothing relevant changed
+    prefilter: bool = True  # the rules' candidate tests; off only to show they hide nothing
 
 
 @dataclass
@@ -182,18 +184,26 @@ def _with_noqa(result: FileResult, data: bytes) -> tuple[bytes | None, int, int]
     return (code.encode(encoding) if changed else None), changed, skipped
 
 
-def _facts_of(loaded, cache: ProjectCache, digests: dict[Path, str]):
+def _facts_of(loaded, cache: ProjectCache, digests: dict[Path, str], jobs: int | None) -> list:
+    """Each file's facts, in file order: from the cache, else extracted (in parallel)."""
+    found, missing = [], []
     for source, data in loaded:
-        if not isinstance(data, bytes):
-            continue
-        cached = cache.facts(source.display, digests[source.path])
-        if cached is None:
-            code = _python_source(source, data)
-            if code is None:
-                continue
-            cached = extract_file_facts(code, source.display, module_name(source.path)[0])
-            cache.store_facts(source.display, digests[source.path], cached)
-        yield cached
+        if isinstance(data, bytes):
+            found.append(cache.facts(source.display, digests[source.path]))
+            if found[-1] is None:
+                missing.append((len(found) - 1, source, data))
+    extracted = _parallel_map(_extract_facts, [(source, data) for _, source, data in missing], jobs)
+    for (index, source, _), facts in zip(missing, extracted):
+        if facts is not None:
+            cache.store_facts(source.display, digests[source.path], facts)
+        found[index] = facts
+    return [facts for facts in found if facts is not None]
+
+
+def _extract_facts(item: tuple[SourcePath, bytes]):
+    source, data = item
+    code = _python_source(source, data)
+    return None if code is None else extract_file_facts(code, source.display, module_name(source.path)[0])
 
 
 MAX_FACT_ROUNDS = 3
@@ -253,14 +263,14 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
     cache = ProjectCache(config.root, options.cache and stdin_path is None)
     facts = build_project_facts(
-        _facts_of(loaded, cache, digests), config.root, options.keras or config.keras, options.policy or config.policy
+        _facts_of(loaded, cache, digests, options.jobs), config.root, options.keras or config.keras, options.policy or config.policy
     )
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from the facts it contains.
     cache.use_settings(settings_key(
         sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()), _facts_key(facts)
     ))
-    settings = CheckOptions((), facts, options.fix, unsafe)
+    settings = CheckOptions((), facts, options.fix, unsafe, options.prefilter)
     active: list[tuple] = []
 
     def check_for(source: SourcePath) -> CheckOptions:
@@ -323,14 +333,53 @@ def _write_back(source: SourcePath, data, result: FileResult, check_for: Callabl
     return result
 
 
-# Worker processes: forked after the project's state is set, so nothing but file paths and results
+# Worker processes: forked after the project's state is set, so nothing but indexes and results
 # crosses the process boundary. Runs of a few files stay in-process (a pool costs more than it saves).
 POOL_MIN_FILES = 8
-_WORK: list[tuple[SourcePath, bytes, CheckOptions]] = []
+_WORK: tuple[Callable, list] | None = None
 
 
-def _check_index(index: int) -> FileResult:
-    source, data, check = _WORK[index]
+def _work_on(index: int):
+    function, items = _WORK
+    return function(items[index])
+
+
+def _parallel_map(function: Callable, items: list, jobs: int | None, on_result: Callable[[], None] | None = None) -> list:
+    """``[function(item) for item in items]``, over a fork pool of ``jobs`` workers when it pays."""
+    global _WORK
+    jobs = jobs or os.cpu_count() or 1
+    _collect_garbage_less()
+    if jobs <= 1 or len(items) < POOL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
+        results = []
+        for item in items:
+            results.append(function(item))
+            if on_result:
+                on_result()
+        return results
+    _WORK = (function, items)
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("fork")) as pool:
+            results = []
+            # Small chunks: a few files of a project cost most of its time, and must not queue behind each other.
+            for result in pool.map(_work_on, range(len(items)), chunksize=max(1, len(items) // (jobs * 32))):
+                results.append(result)
+                if on_result:
+                    on_result()
+    finally:
+        _WORK = None
+    return results
+
+
+def _collect_garbage_less() -> None:
+    """Syntax trees make millions of short-lived objects: CPython's default collector thresholds
+    rescan them constantly (about a tenth of a cold run). Objects alive now (modules, the
+    catalog) are frozen out of collection, which also keeps forked workers from copying them."""
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 50)
+
+
+def _check_one(work: tuple[SourcePath, bytes, CheckOptions]) -> FileResult:
+    source, data, check = work
     result = _check_file(source, data, check)
     if not result.diagnostics and result.fixed_source is None:
         result.original_source = None  # the parent has the bytes; don't ship them back
@@ -338,23 +387,7 @@ def _check_index(index: int) -> FileResult:
 
 
 def _check_all(todo, jobs: int | None, progress: _Progress) -> list[FileResult]:
-    global _WORK
-    jobs = jobs or os.cpu_count() or 1
-    if jobs <= 1 or len(todo) < POOL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
-        results = []
-        for source, data, check in todo:
-            results.append(_check_file(source, data, check))
-            progress.step()
-        return results
-    _WORK = todo
-    try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("fork")) as pool:
-            results = []
-            for result in pool.map(_check_index, range(len(todo)), chunksize=max(1, len(todo) // (jobs * 8))):
-                results.append(result)
-                progress.step()
-    finally:
-        _WORK = []
+    results = _parallel_map(_check_one, todo, jobs, progress.step)
     for (source, data, _), result in zip(todo, results):
         if result.original_source is None:
             result.original_source = data

@@ -62,8 +62,10 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     return out
 
 
-def walk(root: cst.CSTNode, visitor) -> None:
-    """Call ``visitor.on_visit`` before and ``visitor.on_leave`` after each node's children."""
+def walk(root: cst.CSTNode, visitor, children_of=children) -> None:
+    """Call ``visitor.on_visit`` before and ``visitor.on_leave`` after each node's children.
+
+    ``children_of`` may be a lookup in an index of the tree (``FileContext.children``)."""
     stack: list[tuple[cst.CSTNode, bool]] = [(root, False)]
     while stack:
         node, leaving = stack.pop()
@@ -73,13 +75,14 @@ def walk(root: cst.CSTNode, visitor) -> None:
         if visitor.on_visit(node) is False:
             continue
         stack.append((node, True))
-        stack.extend((child, False) for child in reversed(children(node)))
+        stack.extend((child, False) for child in reversed(children_of(node)))
 
 
-def descendants(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None]]:
-    """Every node under ``root`` (included) in source order, with its parent."""
+def descendants(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None, list[cst.CSTNode]]]:
+    """Every node under ``root`` (included) in source order, with its parent and its children."""
     stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(root, None)]
     while stack:
         node, parent = stack.pop()
-        yield node, parent
-        stack.extend((child, node) for child in reversed(children(node)))
+        below = children(node)
+        yield node, parent, below
+        stack.extend((child, node) for child in reversed(below))

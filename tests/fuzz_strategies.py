@@ -83,7 +83,7 @@ CORPUS = _corpus()
 
 # -- running the engine -------------------------------------------------------
 
-def options_for(program: Program, code: str, fix: bool) -> CheckOptions:
+def options_for(program: Program, code: str, fix: bool, prefilter: bool = True) -> CheckOptions:
     """CheckOptions as the runner builds them, with a mixed_float16 policy when the code sets none."""
     file_facts = [extract_file_facts(code.encode("utf-8", "surrogatepass"), "example.py", "example")]
     file_facts += [extract_file_facts(text.encode(), name, name.removesuffix(".py").replace("/", ".")) for name, text in program.files]
@@ -92,13 +92,13 @@ def options_for(program: Program, code: str, fix: bool) -> CheckOptions:
     if not facts.reduced_precision:
         facts = build_project_facts(file_facts, root, program.keras, "mixed_float16")
     rules = tuple(r for r in all_rules().values() if r.active_for(facts))
-    return CheckOptions(rules, facts, fix=fix, unsafe_fixes=True)
+    return CheckOptions(rules, facts, fix=fix, unsafe_fixes=True, prefilter=prefilter)
 
 
-def check(program: Program, source: bytes, fix: bool, facts_from: bytes | None = None) -> FileResult:
+def check(program: Program, source: bytes, fix: bool, facts_from: bytes | None = None, prefilter: bool = True) -> FileResult:
     """``check_source`` with options built from ``facts_from`` (default: ``source``), as one runner pass would."""
     code = (source if facts_from is None else facts_from).decode("utf-8", "replace")
-    return check_source("example.py", source, options_for(program, code, fix), "example", False)
+    return check_source("example.py", source, options_for(program, code, fix, prefilter), "example", False)
 
 
 def _lines_of(source: bytes) -> list[str]:
@@ -135,6 +135,11 @@ def assert_engine_properties(program: Program, source: bytes) -> None:
     crashed = [d.message for d in lint.diagnostics if d.rule_id == RULE_CRASHED]
     assert not crashed, f"a rule crashed: {crashed}"
     assert lint.fixed_source is None
+
+    # the rules' pre-filter (Rule.candidate) hides no finding
+    found = [(d.rule_id, d.line, d.column, d.message) for d in lint.diagnostics]
+    unfiltered = check(program, source, fix=False, prefilter=False)
+    assert found == [(d.rule_id, d.line, d.column, d.message) for d in unfiltered.diagnostics], "the pre-filter hid a finding"
 
     if not any(d.fixable for d in lint.diagnostics):
         return  # with nothing to fix, --fix runs exactly the lint pass above

@@ -16,8 +16,11 @@ from typing import Callable
 import libcst as cst
 from mplint import matchers as m
 
+from mplint.analysis.bindings import binding_nodes
 from mplint.context import FileContext
 
+# Bindings looked up per name (analysis/bindings.py), the ScopeProvider only where that is unsure.
+FAST_BINDINGS = True
 _MAX_DEPTH = 10  # guards against long or cyclic chains of constants
 _BINARY = {
     cst.Add: operator.add,
@@ -94,15 +97,12 @@ def _is_number(value: object) -> bool:
 
 
 def _name(context: FileContext, name: cst.Name, depth: int) -> Constant | None:
-    scope = context.names.scopes.get(name)
-    if scope is None:
-        return None
-    referents = set()
-    for access in scope.accesses[name]:
-        referents |= set(access.referents)
-    if len(referents) != 1:
+    nodes = binding_nodes(context, name) if FAST_BINDINGS else None
+    if nodes is None:
+        nodes = _referents(context, name)
+    if nodes is None or len(nodes) != 1:
         return None  # unbound, or bound more than once: the value depends on the path taken
-    node = next(iter(referents)).node
+    node = nodes[0]
     if isinstance(node, cst.Param):
         return _parameter_default(context, node, depth)
     if not isinstance(node, cst.Name):
@@ -116,6 +116,17 @@ def _name(context: FileContext, name: cst.Name, depth: int) -> Constant | None:
     literal = value if isinstance(value, cst.Integer) else found.literal
     binding = node if isinstance(value, cst.Integer) else found.binding
     return Constant(found.value, literal, binding)
+
+
+def _referents(context: FileContext, name: cst.Name) -> list[cst.CSTNode] | None:
+    """The binding nodes by libcst's ScopeProvider (costly: it resolves the whole file)."""
+    scope = context.names.scopes.get(name)
+    if scope is None:
+        return None
+    referents = set()
+    for access in scope.accesses[name]:
+        referents |= set(access.referents)
+    return [getattr(r, "node", None) for r in referents]
 
 
 def _parameter_default(context: FileContext, param: cst.Param, depth: int) -> Constant | None:

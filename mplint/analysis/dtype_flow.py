@@ -51,11 +51,6 @@ class Carrier:
     always_float16: bool = False
 
 
-def _position_key(context: FileContext, node: cst.CSTNode) -> tuple[int, int]:
-    start = context.position(node).start
-    return (start.line, start.column)
-
-
 class DtypeFlow:
     """Per-file dtype-flow analysis; use ``context.analysis(DtypeFlow)``."""
 
@@ -214,10 +209,10 @@ class DtypeFlow:
         return found
 
     def _latest_binding(self, function: cst.FunctionDef, name: cst.Name):
-        at = _position_key(self.context, name)
+        at = self.context.source_order(name)
         latest = None
-        for start, kind, node in self._function_bindings(function).get(name.value, ()):
-            if start <= at:
+        for end, kind, node in self._function_bindings(function).get(name.value, ()):
+            if end < at:
                 latest = (kind, node)
         return latest
 
@@ -262,8 +257,7 @@ class _BindingCollector(cst.CSTVisitor):
     def _add(self, target: cst.BaseExpression, kind: str, node, anchor: cst.CSTNode) -> None:
         """``anchor``: the binding holds for names after its end (``x = x + 1`` reads the old ``x``)."""
         if isinstance(target, cst.Name):
-            end = self.context.position(anchor).end
-            self.bindings.setdefault(target.value, []).append(((end.line, end.column), kind, node))
+            self.bindings.setdefault(target.value, []).append((self.context.end_order(anchor), kind, node))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
                 self._add(element.value, kind, node, anchor)

@@ -17,6 +17,7 @@ import libcst as cst
 from mplint.analysis.call_args import argument, keyword_value
 from mplint.analysis.constants import Constant, evaluate_int, only_used_where
 from mplint.analysis.model_outputs import is_output_layer
+from mplint.code_summary import CodeSummary
 from mplint.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
 
@@ -34,6 +35,7 @@ SIZED_LAYERS: dict[str, tuple[tuple[int, str], ...]] = {
     )},
 }
 ATTENTION = "layers.MultiHeadAttention"
+_SIZED_LAYER_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in [*SIZED_LAYERS, ATTENTION])
 # Wrappers whose result is the wrapped layer's output (an output check must look through them).
 _WRAPPERS = ("layers.Bidirectional", "layers.TimeDistributed")
 # Words that name a class count rather than a hidden size: `Dense(num_classes)`, `Conv2D(n_labels, 1)`.
@@ -138,6 +140,16 @@ def _hidden_sizes(context: FileContext) -> list[SizeArg]:
         for size in _layer_sizes(context, call)
         if size.value >= MIN_SIZE and not names_class_count(size.expr)
     ]
+
+
+def sizes_layers(code: CodeSummary) -> bool:
+    """Pre-filter: a call of a layer whose arguments set matmul/conv dimensions."""
+    return code.calls_any(*_SIZED_LAYER_NAMES)
+
+
+def sets_batch_size(code: CodeSummary) -> bool:
+    """Pre-filter: ``.batch(n)``/``.padded_batch(n)`` or a ``batch_size=`` argument."""
+    return code.calls_any(*_BATCH_METHODS) or "batch_size" in code.keywords
 
 
 def round_up(value: int, multiple: int) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.call_args import argument
+from mplint.code_summary import CodeSummary
 from mplint.context import FileContext
 from mplint.walk import walk
 
@@ -95,7 +96,7 @@ class ModelOutputs:
     def __init__(self, context: FileContext):
         self.context = context
         indexer = _Indexer()
-        walk(context.module, indexer)
+        walk(context.module, indexer, context.children)
         self.index = indexer.index
         self.sites: list[OutputSite] = []
         self._find()
@@ -103,9 +104,7 @@ class ModelOutputs:
     # --- name resolution -----------------------------------------------------------------
 
     def _before(self, stmt: cst.CSTNode, use: cst.CSTNode) -> bool:
-        end = self.context.position(stmt).end
-        start = self.context.position(use).start
-        return (end.line, end.column) <= (start.line, start.column)
+        return self.context.ends_before(stmt, use)
 
     def lookup(self, name: cst.Name, scope: cst.CSTNode) -> tuple[cst.BaseExpression, cst.CSTNode] | None:
         """The value last assigned to ``name`` before its use, and the scope it lives in."""
@@ -193,7 +192,7 @@ class ModelOutputs:
         for call, scope in sequentials:
             adds = added.get(id(call))
             if adds:
-                last = max(adds, key=lambda c: _start(self.context, c))
+                last = max(adds, key=self.context.source_order)
                 self._add_site(last.args[0].value, scope, "sequential-add", call)
             else:
                 layers = argument(call, 0, "layers")
@@ -239,9 +238,9 @@ class ModelOutputs:
                         self._add_site(written, stmt, "subclass-call", cls, cls)
 
 
-def _start(context: FileContext, node: cst.CSTNode) -> tuple[int, int]:
-    p = context.position(node).start
-    return (p.line, p.column)
+def builds_model(code: CodeSummary) -> bool:
+    """Pre-filter: model outputs need a ``Sequential``/``Model`` call or a class deriving from ``Model``."""
+    return code.calls_any("Sequential", "Model") or "Model" in code.bases
 
 
 def _analysis(context: FileContext) -> ModelOutputs:

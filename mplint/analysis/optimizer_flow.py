@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 from mplint import matchers as m
+from mplint.code_summary import CodeSummary
 
 from mplint.context import FileContext
 from mplint.diagnostics import ImportSpec
@@ -34,6 +35,11 @@ APPLY_METHODS = frozenset({"apply_gradients", "apply"})
 LSO = "LossScaleOptimizer"
 
 Scope = cst.Module | cst.FunctionDef
+
+
+def has_gradient_sites(code: CodeSummary) -> bool:
+    """Pre-filter: gradient sites need ``with GradientTape() as t`` and ``t.gradient(...)``."""
+    return "GradientTape" in code.calls and "gradient" in code.calls
 
 
 def last_name(node: cst.CSTNode) -> str | None:
@@ -200,7 +206,7 @@ class OptimizerFlow:
         for scope_id, tapes in c.tapes.items():
             if tapes:
                 self._sites_in(scope_id, tapes)
-        self.sites.sort(key=lambda s: _order(self.context.position(s.call)))
+        self.sites.sort(key=lambda s: self.context.source_order(s.call))
 
     # --- policy --------------------------------------------------------------------------
 
@@ -391,10 +397,6 @@ class OptimizerFlow:
 
     def defines_train_step(self) -> bool:
         return any(self.c.class_of.get(id(f)) is not None for f in self.c.functions.get("train_step", []))
-
-
-def _order(r) -> tuple[int, int]:
-    return (r.start.line, r.start.column)
 
 
 def compile_optimizer(call: cst.Call) -> cst.Arg | None:

@@ -5,12 +5,18 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.constants import evaluate
+from mplint.code_summary import CodeSummary
 from mplint.context import FileContext
 from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES
 
 REDUCED_POLICIES = FLOAT16_POLICIES | BFLOAT16_POLICIES
 _SETTERS = frozenset({"set_global_policy", "set_policy", "set_dtype_policy"})
 _POLICY_CLASSES = frozenset({"Policy", "DTypePolicy"})
+
+
+def sets_policy(code: CodeSummary, policies: frozenset[str]) -> bool:
+    """Pre-filter: a call of a policy setter, and one of ``policies`` spelled in the file."""
+    return not code.calls.isdisjoint(_SETTERS) and code.mentions(*policies)
 
 
 def policy_setter(context: FileContext, call: cst.Call) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.model_outputs import model_outputs
+from mplint.analysis.model_outputs import builds_model, model_outputs
 from mplint.analysis.output_dtype import (
     FLOAT32,
     cast_call,
@@ -25,6 +25,10 @@ from mplint.rule import Rule
 class Float16SoftmaxOutput(Rule):
     id = "MP101"
     triggers = (b"softmax", b"Softmax")
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return code.mentions("softmax", "Softmax") and builds_model(code)
 
     @classmethod
     def active_for(cls, facts):

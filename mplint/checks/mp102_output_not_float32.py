@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.model_outputs import OutputSite, model_outputs
+from mplint.analysis.model_outputs import OutputSite, builds_model, model_outputs
 from mplint.analysis.output_dtype import (
     INTEGER_LAYERS,
     cast_call,
@@ -31,6 +31,10 @@ _OPS_PREFIXES = ("nn.", "math.", "ops.", "activations.")
 class OutputNotFloat32(Rule):
     id = "MP102"
     triggers = (b"Sequential", b"Model")  # model outputs exist only where a model is built or subclassed
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return builds_model(code)
 
     @classmethod
     def active_for(cls, facts):

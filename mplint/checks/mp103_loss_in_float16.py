@@ -17,11 +17,23 @@ _SUMS = frozenset({"reduce_sum", "math.reduce_sum", "ops.sum"})
 _LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"})
 _GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.pow", "ops.square", "ops.exp",
                       "ops.power"})
+_GROWING_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _GROWING)
 
 
 class LossInFloat16(Rule):
     id = "MP103"
     triggers = (re.compile(rb"reduce_mean|reduce_sum|\bmean\(|\bsum\(|losses"),)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        """A Keras loss function, or a TF/Keras reduction of something that can grow (a power, an
+        exponential or a sum), where something is named a loss or differentiated."""
+        if "losses" in code.words:
+            return True
+        if not code.calls_api("reduce_mean", "reduce_sum", "mean", "sum"):
+            return False
+        grows = "Pow" in code.operators or code.calls_api(*_GROWING_NAMES, "reduce_sum", "sum")
+        return grows and ("gradient" in code.words or code.mentions_part("loss"))
 
     @classmethod
     def active_for(cls, facts):

@@ -6,6 +6,7 @@ import libcst as cst
 
 from mplint.analysis.optimizer_flow import (
     OptimizerFlow,
+    has_gradient_sites,
     scaling_insertion,
     wrap_construction,
 )
@@ -16,6 +17,10 @@ from mplint.rule import Rule
 class MissingLossScaling(Rule):
     id = "MP201"
     triggers = (b"GradientTape",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return has_gradient_sites(code)
 
     @classmethod
     def active_for(cls, facts):

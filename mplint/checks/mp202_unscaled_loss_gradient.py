@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import OptimizerFlow, scaling_insertion
+from mplint.analysis.optimizer_flow import OptimizerFlow, has_gradient_sites, scaling_insertion
 from mplint.diagnostics import Fix, FixSafety
 from mplint.rule import Rule
 
@@ -12,6 +12,10 @@ from mplint.rule import Rule
 class UnscaledLossGradient(Rule):
     id = "MP202"
     triggers = (b"GradientTape",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return has_gradient_sites(code)
 
     @classmethod
     def active_for(cls, facts):

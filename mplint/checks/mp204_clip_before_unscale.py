@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import OptimizerFlow, last_name
+from mplint.analysis.optimizer_flow import OptimizerFlow, has_gradient_sites, last_name
 from mplint.diagnostics import Fix, FixSafety
 from mplint.rule import Rule
 
@@ -12,6 +12,10 @@ from mplint.rule import Rule
 class ClipBeforeUnscale(Rule):
     id = "MP204"
     triggers = (b"clip_by_",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return has_gradient_sites(code) and any(name.startswith("clip_by_") for name in code.calls)
 
     @classmethod
     def active_for(cls, facts):

@@ -23,6 +23,11 @@ class FixedLossScale(Rule):
     triggers = (b"LossScale", b"loss_scale")
 
     @classmethod
+    def candidate(cls, code) -> bool:
+        policy_scale = code.calls_any("Policy", "DTypePolicy") and "loss_scale" in code.keywords
+        return policy_scale or code.calls_any("FixedLossScale", LSO) or "loss_scale_factor" in code.keywords
+
+    @classmethod
     def active_for(cls, facts):
         return facts.float16
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.optimizer_flow import (
+    LSO,
     SCALE_METHODS,
     UNSCALE_METHOD,
     is_lso_call,
@@ -21,6 +22,10 @@ _WHY = "bfloat16 has float32's exponent range, so loss scaling only costs time"
 class LossScalingWithBfloat16(Rule):
     id = "MP206"
     triggers = (b"LossScaleOptimizer", b"scale")
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return code.calls_any(LSO, UNSCALE_METHOD, *SCALE_METHODS)
 
     @classmethod
     def active_for(cls, facts):

@@ -20,6 +20,10 @@ class PerLayerPolicyWithoutLossScaling(Rule):
     triggers = (b"compile",)
 
     @classmethod
+    def candidate(cls, code) -> bool:
+        return "compile" in code.calls
+
+    @classmethod
     def active_for(cls, facts):
         layer_only = "mixed_float16" in facts.layer_policy_names
         return layer_only and not facts.global_policy_names & (FLOAT16_POLICIES | {UNKNOWN_POLICY})

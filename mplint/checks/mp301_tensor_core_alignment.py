@@ -11,6 +11,7 @@ from mplint.analysis.layer_sizes import (
     reduced_precision_on_gpu,
     rounding_fix,
     rounding_hint,
+    sizes_layers,
 )
 from mplint.rule import Rule
 
@@ -22,6 +23,10 @@ LAYER_TRIGGER = re.compile(rb"\b" + _LAYERS + rb"\s*\(|\bimport\b[^\n]*\b" + _LA
 class TensorCoreAlignment(Rule):
     id = "MP301"
     triggers = (LAYER_TRIGGER,)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return sizes_layers(code)
 
     @classmethod
     def active_for(cls, facts) -> bool:

@@ -11,6 +11,7 @@ from mplint.analysis.layer_sizes import (
     reduced_precision_on_gpu,
     rounding_fix,
     rounding_hint,
+    sets_batch_size,
 )
 from mplint.rule import Rule
 
@@ -18,6 +19,10 @@ from mplint.rule import Rule
 class BatchSizeAlignment(Rule):
     id = "MP302"
     triggers = (re.compile(rb"batch_size\s*=|\.(?:padded_)?batch\s*\("),)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return sets_batch_size(code)
 
     @classmethod
     def active_for(cls, facts) -> bool:

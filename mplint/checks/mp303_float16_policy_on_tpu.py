@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.policy_calls import policy_setter, policy_values
+from mplint.analysis.policy_calls import policy_setter, policy_values, sets_policy
 from mplint.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
 from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES
@@ -111,6 +111,10 @@ class _Sites(cst.CSTVisitor):
 class Float16PolicyOnTpu(Rule):
     id = "MP303"
     triggers = (b"olicy",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return sets_policy(code, FLOAT16_POLICIES)
 
     @classmethod
     def active_for(cls, facts) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.layer_sizes import batch_sizes, hidden_sizes, rounding_hint
+from mplint.analysis.layer_sizes import batch_sizes, hidden_sizes, rounding_hint, sets_batch_size, sizes_layers
 from mplint.rule import Rule
 
 TPU_TILE = 128
@@ -13,6 +13,10 @@ TPU_TILE = 128
 class TpuDimensionAlignment(Rule):
     id = "MP304"
     triggers = (b"Dense", b"Conv", b"LSTM", b"GRU", b"Embedding", b"MultiHeadAttention", b"batch")
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return sizes_layers(code) or sets_batch_size(code)
 
     @classmethod
     def active_for(cls, facts) -> bool:

@@ -11,6 +11,8 @@ from mplint.rule import Rule
 
 _CONVERSIONS = {"cast": 1, "dtypes.cast": 1, "image.convert_image_dtype": 1}  # path -> dtype position
 _DTYPE_KEYWORD_CONVERSIONS = frozenset({"array", "asarray", "convert_to_tensor"})
+# Last names of every call _float16_conversion accepts (the pre-filter's test).
+_CONVERTERS = frozenset({"astype", *(p.rsplit(".", 1)[-1] for p in _CONVERSIONS), *_DTYPE_KEYWORD_CONVERSIONS, "float16", "half"})
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
 _NP_MATH = frozenset({"clip", "mean", "std", "subtract", "divide", "multiply", "add", "sqrt", "flip", "rot90"})
 _TF_MATH = frozenset({"clip_by_value", "add", "subtract", "multiply", "divide", "truediv", "sqrt", "reduce_mean",
@@ -20,6 +22,13 @@ _TF_MATH = frozenset({"clip_by_value", "add", "subtract", "multiply", "divide", 
 class Float16Preprocessing(Rule):
     id = "MP401"
     triggers = (b"float16", b"half")
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        """``np.float16(x)``, or a conversion whose dtype argument spells float16."""
+        return code.calls_any("float16", "half") or (
+            not code.argument_words.isdisjoint(FLOAT16_SPELLINGS) and code.calls_any(*_CONVERTERS)
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         dtype = self._float16_conversion(node)
@@ -41,6 +50,8 @@ class Float16Preprocessing(Rule):
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "astype":
             dtype = argument(call, 0, "dtype")
+        elif not self.context.names.could_be(func, _CONVERTERS):
+            return None  # textual reject before name resolution
         else:
             kname = self.context.names.kname(func)
             if kname is None or kname.ns not in ("tf", "np"):

@@ -53,6 +53,16 @@ class ExperimentalMixedPrecisionApi(Rule):
     triggers = (b"experimental", b"set_policy", b"loss_scale", b"LossScaleOptimizer")
 
     @classmethod
+    def candidate(cls, code) -> bool:
+        experimental_module = "experimental" in code.words and "mixed_precision" in code.words
+        return (
+            experimental_module
+            or "set_policy" in code.words
+            or code.mentions(*_LOSS_SCALE_CLASSES)
+            or code.calls_any("Policy", "LossScaleOptimizer")
+        )
+
+    @classmethod
     def active_for(cls, facts) -> bool:
         return facts.generation.value != 1  # G1 projects use exactly this API
 

@@ -32,6 +32,10 @@ class Keras2LossScaleApiOnKeras3(Rule):
     triggers = (b"get_scaled_loss", b"get_unscaled_gradients", b"loss_scale", b"dynamic")
 
     @classmethod
+    def candidate(cls, code) -> bool:
+        return code.mentions(*_METHODS, *_ATTRIBUTES) or ("dynamic" in code.words and "LossScaleOptimizer" in code.calls)
+
+    @classmethod
     def active_for(cls, facts) -> bool:
         return facts.generation.value == 3
 

@@ -21,6 +21,10 @@ class GraphRewriteWithPolicy(Rule):
     triggers = (REWRITE_FUNCTION.encode(), AMP_OPTION.encode(), AMP_ENV.encode())
 
     @classmethod
+    def candidate(cls, code) -> bool:
+        return code.mentions(REWRITE_FUNCTION, AMP_OPTION, AMP_ENV)
+
+    @classmethod
     def active_for(cls, facts):
         return bool(facts.keras_namespaces) or cls._has_policy(facts)
 

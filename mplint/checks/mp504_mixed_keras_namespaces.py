@@ -8,7 +8,7 @@ import libcst.helpers
 from mplint import matchers as m
 
 from mplint.analysis.layer_sizes import calls
-from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values
+from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values, sets_policy
 from mplint.context import FileContext
 from mplint.names import KERAS_NAMESPACES, canonical
 from mplint.rule import Rule
@@ -64,6 +64,10 @@ def _namespaces_read(context: FileContext) -> set[str]:
 class MixedKerasNamespaces(Rule):
     id = "MP504"
     triggers = (b"olicy",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return sets_policy(code, REDUCED_POLICIES)
 
     @classmethod
     def active_for(cls, facts) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 
@@ -32,6 +33,10 @@ _BOUNDING_CALLS = frozenset(
 )
 
 
+_BOUNDING_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _BOUNDING_CALLS)
+_DTYPE_LIMIT = re.compile(rb"(?:float32|float64|double|single)\)?\.m(?:in|ax)\b|finfo")
+
+
 class Float16OverflowConstant(Rule):
     id = "MP601"
     # Literals beyond float16's range or below its smallest subnormal, and float32/float64 limits.
@@ -39,9 +44,18 @@ class Float16OverflowConstant(Rule):
         re.compile(
             rb"\d[eE]\+?(?:[4-9]|\d\d)\b|\d[eE]-(?:[89]|\d\d)\b"  # 1e4.., 1e-8..
             rb"|(?<![\w.])(?:[6-9]\d{4}|\d{6,})(?!\d)|\.0{7}"  # 60000.., 100000.., 0.00000001
-            rb"|(?:float32|float64|double|single)\)?\.m(?:in|ax)\b|finfo"
         ),
+        _DTYPE_LIMIT,
     )
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        """Arithmetic or a bounding call with a literal float16 cannot hold, or a float32/float64 limit."""
+        if any(_beyond_float16(n) for n in code.operand_numbers):
+            return True
+        if code.calls_any(*_BOUNDING_NAMES) and any(_beyond_float16(n) for n in code.argument_numbers):
+            return True
+        return _DTYPE_LIMIT.search(code.source) is not None and any(_wide_limit(n, code) for n in ast.walk(code.tree))
 
     @classmethod
     def active_for(cls, facts):
@@ -59,6 +73,8 @@ class Float16OverflowConstant(Rule):
             self._check(node.value, [node.target], node.operator)
 
     def visit_Call(self, node: cst.Call) -> None:
+        if not self.context.names.could_be(node.func, _BOUNDING_NAMES):
+            return  # textual reject before name resolution
         kname = self.context.names.kname(node.func)
         if kname is None or kname.ns == "np" or kname.path not in _BOUNDING_CALLS:
             return
@@ -142,3 +158,28 @@ class Float16OverflowConstant(Rule):
         original = self.context.module.code_for_node(constant)
         replacement = cst.parse_expression(f'({half_value} if {test} == "float16" else {original})')
         return Fix({constant: replacement}, FixSafety.SAFE)
+
+
+def _beyond_float16(value: float) -> bool:
+    return value > FLOAT16_MAX or 0 < value < FLOAT16_TINY
+
+
+def _wide_limit(node: ast.AST, code) -> bool:
+    """``tf.float32.max``, ``np.finfo(np.float64).min`` (the values ``_value`` evaluates), on CPython's tree."""
+    if type(node) is not ast.Attribute or node.attr not in ("min", "max"):
+        return False
+    base = node.value
+    if type(base) is ast.Call and base.args:
+        func = base.func
+        name = func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else ""
+        if "finfo" in (name, code.aliases.get(name)):
+            base = base.args[0]
+    if type(base) is ast.Constant:
+        spelled = base.value
+    elif type(base) is ast.Attribute:
+        spelled = base.attr
+    elif type(base) is ast.Name:
+        spelled = code.aliases.get(base.id, base.id)
+    else:
+        return False
+    return spelled in WIDE_SPELLINGS

@@ -24,9 +24,14 @@ class Float16Variables(Rule):
     id = "MP602"
     triggers = (b"float16", b"half")
 
+    @classmethod
+    def candidate(cls, code) -> bool:
+        setters = (path.rsplit(".", 1)[-1] for path in (*_POLICY_CALLS, *_FLOATX_CALLS))
+        return "float16" in code.argument_words and (code.calls_any(*setters) or "dtype" in code.keywords)
+
     def __init__(self, context):
         super().__init__(context)
-        code = context.module.code
+        code = context.text
         self._inference_only = not any(m in code for m in _TRAINING_MARKERS) and any(m in code for m in _INFERENCE_MARKERS)
 
     def visit_Call(self, node: cst.Call) -> None:

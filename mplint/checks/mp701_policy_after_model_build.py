@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values
+from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values, sets_policy
 from mplint.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
 from mplint.rule import Rule
@@ -131,6 +131,10 @@ def _bound_name(context: FileContext, call: cst.Call) -> str | None:
 class PolicyAfterModelBuild(Rule):
     id = "MP701"
     triggers = (b"olicy",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return sets_policy(code, REDUCED_POLICIES)
 
     def visit_Module(self, node: cst.Module) -> None:
         built = constructions(self.context)

@@ -1,0 +1,175 @@
+"""What a file's code mentions, read off CPython's ``ast`` (the engine's second pre-filter).
+
+The byte triggers of a rule also match comments, docstrings and longer
+identifiers (``batch`` in ``batch_size``). Before a file reaches libcst, the
+engine summarises its syntax tree, which it parses anyway to report syntax
+errors, and asks each admitted rule whether the summary can hold a finding
+(``Rule.candidate``). On a large library most files stop here: parsing with
+libcst and walking its tree costs about thirty times more than this summary.
+
+Names are kept as written plus what imports make of them: ``from keras.layers
+import Dense as D`` puts ``Dense`` among the called names where ``D(...)`` is
+called, and a name the project re-exports from Keras (``from mypkg import
+Head``, where ``mypkg`` imports ``keras.layers.Dense as Head``) brings the
+re-exported path's names along.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Mapping
+
+# Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.
+_MAX_WORD = 100
+
+
+@dataclass(frozen=True)
+class CodeSummary:
+    source: bytes
+    #: CPython's tree, for the rare test the sets below cannot answer
+    tree: ast.Module
+    #: identifiers, attribute names, keyword-argument names, imported names and modules, definition
+    #: names, and the values of short string literals other than docstrings
+    words: frozenset[str]
+    #: the last name of every called expression (``fit`` for ``model.fit(...)``), import aliases resolved
+    calls: frozenset[str]
+    #: the last name of calls on an attribute (``sum`` for ``ops.sum(x)``, not for ``sum(x)``)
+    attribute_calls: frozenset[str]
+    #: names imports bind or bring (``Dense`` and ``D`` for ``from keras.layers import Dense as D``)
+    imported: frozenset[str]
+    #: import aliases: local name -> the last name of what it stands for
+    aliases: Mapping[str, str]
+    #: the last name of every class base, import aliases resolved
+    bases: frozenset[str]
+    #: names of keyword arguments in calls (``batch_size`` in ``fit(x, batch_size=30)``)
+    keywords: frozenset[str]
+    #: what call arguments spell directly: string values and last names (``float16`` in ``cast(x, tf.float16)``)
+    argument_words: frozenset[str]
+    #: arithmetic operators used (``Pow`` for ``x ** 2``)
+    operators: frozenset[str]
+    #: absolute values of int and float literals that are operands of arithmetic (``x - 1e9``, ``x += 1e-9``)
+    operand_numbers: frozenset[float]
+    #: absolute values of int and float literals passed as positional call arguments
+    argument_numbers: frozenset[float]
+
+    def mentions(self, *words: str) -> bool:
+        return not self.words.isdisjoint(words)
+
+    def calls_any(self, *names: str) -> bool:
+        return not self.calls.isdisjoint(names)
+
+    def calls_api(self, *names: str) -> bool:
+        """A call that can reach an imported API named so: ``ops.sum(x)`` or an imported ``sum``, not builtin ``sum(x)``."""
+        return any(n in self.attribute_calls or (n in self.calls and n in self.imported) for n in names)
+
+    def mentions_part(self, part: str) -> bool:
+        """Whether some word contains ``part``, ignoring case (``loss`` in ``val_loss`` or ``LOSS_FN``)."""
+        return any(part in word.lower() for word in self.words)
+
+
+def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozenset[str]] = {}) -> CodeSummary:
+    """The summary of one parsed file; ``reexported`` maps a re-exported name to the parts of its target."""
+    words: set[str] = set()
+    calls: set[str] = set()
+    attribute_calls: set[str] = set()
+    imported: set[str] = set()
+    bases: set[str] = set()
+    keywords: set[str] = set()
+    argument_words: set[str] = set()
+    operators: set[str] = set()
+    operands: set[float] = set()
+    arguments: set[float] = set()
+    aliases: dict[str, str] = {}
+    docstrings: set[int] = set()
+    add = words.add
+    for node in ast.walk(tree):
+        kind = type(node)
+        if kind is ast.Name:
+            add(node.id)
+        elif kind is ast.Attribute:
+            add(node.attr)
+        elif kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Name:
+                calls.add(func.id)
+            elif type(func) is ast.Attribute:
+                calls.add(func.attr)
+                attribute_calls.add(func.attr)
+            for arg in node.args:
+                _add_number(arg, arguments)
+                _add_word(arg, argument_words)
+            for keyword in node.keywords:
+                _add_word(keyword.value, argument_words)
+        elif kind is ast.Constant:
+            value = node.value
+            if type(value) is str and len(value) <= _MAX_WORD and id(node) not in docstrings:
+                add(value)
+        elif kind is ast.keyword:
+            if node.arg:
+                add(node.arg)
+                keywords.add(node.arg)
+        elif kind is ast.BinOp:
+            operators.add(type(node.op).__name__)
+            _add_number(node.left, operands)
+            _add_number(node.right, operands)
+        elif kind is ast.AugAssign:
+            operators.add(type(node.op).__name__)
+            _add_number(node.value, operands)
+        elif kind is ast.Expr:
+            if type(node.value) is ast.Constant:
+                docstrings.add(id(node.value))  # walked breadth-first: the constant comes later
+        elif kind is ast.alias:
+            parts = node.name.split(".")
+            words.update(parts)
+            imported.add(parts[-1] if node.asname else parts[0])
+            if node.asname:
+                add(node.asname)
+                imported.add(node.asname)
+                aliases[node.asname] = parts[-1]
+        elif kind is ast.ImportFrom:
+            if node.module:
+                words.update(node.module.split("."))
+            imported.update(alias.name for alias in node.names)
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+            add(node.name)
+        elif kind is ast.ClassDef:
+            add(node.name)
+            for base in node.bases:
+                if type(base) is ast.Name:
+                    bases.add(base.id)
+                elif type(base) is ast.Attribute:
+                    bases.add(base.attr)
+    for table in (calls, bases, argument_words):
+        table.update([aliases[name] for name in table if name in aliases])
+    if reexported:
+        for name in [w for w in words if w in reexported]:
+            target = reexported[name]
+            words.update(target)
+            imported.update(target)
+            for table in (calls, bases, argument_words):
+                if name in table:
+                    table.update(target)
+    return CodeSummary(
+        source, tree, frozenset(words), frozenset(calls), frozenset(attribute_calls), frozenset(imported), aliases,
+        frozenset(bases), frozenset(keywords), frozenset(argument_words), frozenset(operators),
+        frozenset(operands), frozenset(arguments),
+    )
+
+
+def _add_number(node: ast.expr, into: set[float]) -> None:
+    """A number literal, also under unary minus or plus (``-1e9``)."""
+    while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+        node = node.operand
+    if type(node) is ast.Constant and type(node.value) in (int, float):
+        into.add(abs(node.value))
+
+
+def _add_word(node: ast.expr, into: set[str]) -> None:
+    kind = type(node)
+    if kind is ast.Name:
+        into.add(node.id)
+    elif kind is ast.Attribute:
+        into.add(node.attr)
+    elif kind is ast.Constant and type(node.value) is str and len(node.value) <= _MAX_WORD:
+        into.add(node.value)
