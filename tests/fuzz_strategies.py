@@ -43,11 +43,14 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in ("ci", "long"):
     PROFILE = "ci"
 LONG = PROFILE == "long"
+# Caps every test's cases in the long profile (a long run that fits an afternoon): MPLINT_FUZZ_LIMIT=5000.
+LIMIT = int(os.environ.get("MPLINT_FUZZ_LIMIT", "0") or 0)
 
 
 def fuzz_settings(ci_examples: int, long_examples: int) -> settings:
     """Per-test settings on top of the chosen profile; never changes other tests' settings."""
-    return settings(settings.get_profile(PROFILE), max_examples=long_examples if LONG else ci_examples)
+    examples = min(long_examples, LIMIT or long_examples) if LONG else ci_examples
+    return settings(settings.get_profile(PROFILE), max_examples=examples)
 
 
 # -- corpus -------------------------------------------------------------------

@@ -51,14 +51,14 @@ def test_corpus_as_is(program):
     assert_engine_properties(program, program.code.encode("utf-8"))
 
 
-@fuzz_settings(ci_examples=400, long_examples=50_000)
+@fuzz_settings(ci_examples=1_200, long_examples=50_000)
 @given(mutated_programs())
 def test_mutated_corpus(case):
     program, code = case
     assert_engine_properties(program, code.encode("utf-8"))
 
 
-@fuzz_settings(ci_examples=500, long_examples=100_000)
+@fuzz_settings(ci_examples=1_300, long_examples=100_000)
 @given(hypothesmith.from_grammar())
 def test_generated_programs(code):
     source = (EVERY_TRIGGER + code).encode("utf-8", "surrogatepass")
@@ -68,7 +68,7 @@ def test_generated_programs(code):
         assert_engine_properties(BARE, source)
 
 
-@fuzz_settings(ci_examples=120, long_examples=20_000)
+@fuzz_settings(ci_examples=300, long_examples=20_000)
 @given(st.sampled_from(CORPUS), hypothesmith.from_node())
 def test_corpus_followed_by_generated_code(program, generated):
     code = program.code + "\n" + generated
