@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from mplint.catalog import load_catalog
 from mplint.diagnostics import FileResult
-from mplint.engine import FIX_REVERTED, RULE_CRASHED, CheckOptions, check_source
+from mplint.engine import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
 from mplint.facts import build_project_facts, extract_file_facts
 from mplint.registry import all_rules
 
@@ -139,10 +139,13 @@ def assert_engine_properties(program: Program, source: bytes) -> None:
     assert not crashed, f"a rule crashed: {crashed}"
     assert lint.fixed_source is None
 
-    # the rules' pre-filter (Rule.candidate) hides no finding
-    found = [(d.rule_id, d.line, d.column, d.message) for d in lint.diagnostics]
+    # the rules' pre-filter (Rule.candidate) hides no finding. (Not compared: MP000 from libcst alone, for
+    # code CPython accepts but libcst cannot parse, such as a backslash-CRLF at the end of the file; a file
+    # no rule can match never reaches libcst, so there is nothing to report about it.)
+    found = [(d.rule_id, d.line, d.column, d.message) for d in lint.diagnostics if d.rule_id != PARSE_ERROR]
     unfiltered = check(program, source, fix=False, prefilter=False)
-    assert found == [(d.rule_id, d.line, d.column, d.message) for d in unfiltered.diagnostics], "the pre-filter hid a finding"
+    unfiltered_found = [(d.rule_id, d.line, d.column, d.message) for d in unfiltered.diagnostics if d.rule_id != PARSE_ERROR]
+    assert found == unfiltered_found, "the pre-filter hid a finding"
 
     if not any(d.fixable for d in lint.diagnostics):
         return  # with nothing to fix, --fix runs exactly the lint pass above

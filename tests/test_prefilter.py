@@ -86,3 +86,14 @@ def test_the_prefilter_stops_files_that_only_talk_about_an_api():
     assert not rules["MP602"].candidate(code)
     aliased = b"from keras.layers import Dense as D, Softmax as S\nfrom keras import Sequential as Seq\nm = Seq([D(3), S()])\n"
     assert rules["MP101"].candidate(summarize(ast.parse(aliased), aliased))
+
+
+def test_valid_python_only_libcst_rejects_is_not_reported_when_no_rule_could_match():
+    """Found by the fuzz tests: CPython accepts a backslash-CRLF at the end of a file, libcst does not.
+    Such a file reaches libcst (and gets an MP000) only when some rule could match it."""
+    source = b"# softmax Sequential\nx = 1\n\\\r\n"
+    compile(source, "example.py", "exec")
+    assert check_source("example.py", source, _every_rule_active()).diagnostics == []
+    unfiltered = _every_rule_active()
+    unfiltered = CheckOptions(unfiltered.rules, unfiltered.facts, prefilter=False)
+    assert [d.rule_id for d in check_source("example.py", source, unfiltered).diagnostics] == ["MP000"]
