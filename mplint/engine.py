@@ -228,7 +228,7 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
     if len(source) > MAX_SOURCE_BYTES:
         if any(admits(rule, source) for rule in options.rules):
             message = f"file too large to check ({len(source) / 2**20:.1f} MiB, limit {MAX_SOURCE_BYTES // 2**20} MiB); skipped"
-        elif _is_valid_python(path, source):
+        elif not isinstance(parse_native(path, source), Diagnostic):
             return result
         else:
             message = f"file too large to check and not valid Python ({len(source) / 2**20:.1f} MiB)"
@@ -254,14 +254,6 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         result.diagnostics = [run.diagnostic(f) for f in run.findings] + run.crashes
         return result
     return _fix(path, source, run, options, module_name, is_package, result)
-
-
-def _is_valid_python(path: str, source: bytes) -> bool:
-    try:
-        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
-        return False
-    return True
 
 
 def _fix(path, source, run: _Run, options, module_name, is_package, result: FileResult) -> FileResult:
