@@ -17,8 +17,11 @@ re-exported path's names along.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from typing import Mapping
+
+from mplint.apinames import resolve_relative
 
 # Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.
 _MAX_WORD = 100
@@ -52,6 +55,12 @@ class CodeSummary:
     operand_numbers: frozenset[float]
     #: absolute values of int and float literals passed as positional call arguments
     argument_numbers: frozenset[float]
+    #: import bindings: local name -> the dotted paths imports bind it to (relative imports resolved)
+    origins: Mapping[str, frozenset[str]]
+    #: every call whose callee is a Name or an Attribute chain (``ops.sum(x)``, ``fit(...)``)
+    called: tuple[ast.Call, ...]
+    #: re-exported name -> the parts of the Keras path it stands for (see ``ProjectFacts.reexported_names``)
+    reexported: Mapping[str, frozenset[str]]
 
     def mentions(self, *words: str) -> bool:
         return not self.words.isdisjoint(words)
@@ -67,9 +76,78 @@ class CodeSummary:
         """Whether some word contains ``part``, ignoring case (``loss`` in ``val_loss`` or ``LOSS_FN``)."""
         return any(part in word.lower() for word in self.words)
 
+    def names_of(self, call: ast.Call) -> set[str]:
+        """What a call in ``called`` may call, by last name: as written, through an import alias
+        (``Dense`` for ``D(3)``) and through a project re-export (the parts of its Keras path)."""
+        func = call.func
+        return self.spelled(func.id if type(func) is ast.Name else func.attr)
 
-def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozenset[str]] = {}) -> CodeSummary:
-    """The summary of one parsed file; ``reexported`` maps a re-exported name to the parts of its target."""
+    def words_of(self, node: ast.expr) -> set[str]:
+        """What an argument spells directly, as in ``argument_words``."""
+        found: set[str] = set()
+        _add_word(node, found)
+        return set().union(*map(self.spelled, found))
+
+    def spelled(self, name: str) -> set[str]:
+        """``name``, what an import alias of that name stands for, and what a re-export of it does."""
+        return {name, self.aliases.get(name, name), *self.reexported.get(name, ())}
+
+    def import_paths(self, call: ast.Call) -> list[str]:
+        """The dotted paths a call goes through when its first name is imported, that name replaced
+        by what the import binds: ``keras.losses.mse`` for ``losses.mse(y, p)`` after ``from keras
+        import losses``, or for ``mse(y, p)`` after ``from keras.losses import mse``."""
+        func = call.func
+        parts = []
+        while type(func) is ast.Attribute:
+            parts.append(func.attr)
+            func = func.value
+        if type(func) is not ast.Name:
+            return []
+        rest = ".".join(reversed(parts))
+        return [f"{origin}.{rest}" if rest else origin for origin in self.origins.get(func.id, ())]
+
+    @functools.cached_property
+    def import_calls(self) -> frozenset[str]:
+        """``import_paths`` of every call of the file."""
+        return frozenset(path for call in self.called for path in self.import_paths(call))
+
+    def goes_through(self, path: str, module: str) -> bool:
+        """Whether ``module`` comes before the last name of ``path`` (``losses`` in
+        ``keras.losses.mse``), or a re-exported name on the path stands for such a path."""
+        parts = path.split(".")
+        return module in parts[:-1] or any(module in self.reexported.get(part, ()) for part in parts)
+
+    @functools.cached_property
+    def simple_bindings(self) -> Mapping[str, tuple[ast.expr, ...]]:
+        """Name -> the values the file binds it to in ways a constant can come from: ``name = value``,
+        ``name: T = value`` (any scope) and parameter defaults (``def f(units=64)``, lambdas too)."""
+        found: dict[str, list[ast.expr]] = {}
+        for node in ast.walk(self.tree):
+            kind = type(node)
+            if kind is ast.Assign:
+                if len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
+                    found.setdefault(node.targets[0].id, []).append(node.value)
+            elif kind is ast.AnnAssign:
+                if node.value is not None and type(node.target) is ast.Name:
+                    found.setdefault(node.target.id, []).append(node.value)
+            elif kind is ast.arguments:
+                positional = [*node.posonlyargs, *node.args]
+                for arg, default in zip(positional[len(positional) - len(node.defaults):], node.defaults):
+                    found.setdefault(arg.arg, []).append(default)
+                for arg, default in zip(node.kwonlyargs, node.kw_defaults):
+                    if default is not None:
+                        found.setdefault(arg.arg, []).append(default)
+        return {name: tuple(values) for name, values in found.items()}
+
+    def calls_through(self, module: str) -> list[str]:
+        """The ``import_calls`` that go through ``module`` (see ``goes_through``)."""
+        return [path for path in self.import_calls if self.goes_through(path, module)]
+
+
+def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozenset[str]] = {}, module_name: str = "",
+              is_package: bool = False) -> CodeSummary:
+    """The summary of one parsed file; ``reexported`` maps a re-exported name to the parts of its target,
+    ``module_name`` and ``is_package`` place the file for relative imports."""
     words: set[str] = set()
     calls: set[str] = set()
     attribute_calls: set[str] = set()
@@ -81,6 +159,8 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
     operands: set[float] = set()
     arguments: set[float] = set()
     aliases: dict[str, str] = {}
+    origins: dict[str, set[str]] = {}
+    called: list[ast.expr] = []
     docstrings: set[int] = set()
     add = words.add
     for node in ast.walk(tree):
@@ -93,9 +173,11 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
             func = node.func
             if type(func) is ast.Name:
                 calls.add(func.id)
+                called.append(node)
             elif type(func) is ast.Attribute:
                 calls.add(func.attr)
                 attribute_calls.add(func.attr)
+                called.append(node)
             for arg in node.args:
                 _add_number(arg, arguments)
                 _add_word(arg, argument_words)
@@ -127,10 +209,18 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
                 add(node.asname)
                 imported.add(node.asname)
                 aliases[node.asname] = parts[-1]
+        elif kind is ast.Import:
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                origins.setdefault(local, set()).add(alias.name if alias.asname else local)
         elif kind is ast.ImportFrom:
             if node.module:
                 words.update(node.module.split("."))
             imported.update(alias.name for alias in node.names)
+            base = resolve_relative("." * node.level + (node.module or ""), module_name, is_package)
+            for alias in node.names:
+                if alias.name != "*":
+                    origins.setdefault(alias.asname or alias.name, set()).add(f"{base}.{alias.name}" if base else alias.name)
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef):
             add(node.name)
         elif kind is ast.ClassDef:
@@ -153,7 +243,8 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
     return CodeSummary(
         source, tree, frozenset(words), frozenset(calls), frozenset(attribute_calls), frozenset(imported), aliases,
         frozenset(bases), frozenset(keywords), frozenset(argument_words), frozenset(operators),
-        frozenset(operands), frozenset(arguments),
+        frozenset(operands), frozenset(arguments), {name: frozenset(paths) for name, paths in origins.items()},
+        tuple(called), reexported,
     )
 
 

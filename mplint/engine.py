@@ -176,6 +176,8 @@ class _Run:
         except Exception as exc:  # one broken rule must not lose the other files
             self.crashes.append(_engine_diagnostic(path, RULE_CRASHED, f"a rule crashed on this file: {exc!r}"))
             return
+        finally:
+            self.context.release()
         suppressions = parse_suppressions(self.context.text)
         for visitor in visitors:
             for finding in visitor.findings:
@@ -240,7 +242,7 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         result.diagnostics.append(tree)
         return result
     if rules and options.prefilter:
-        code = summarize(tree, source, options.facts.reexported_names)
+        code = summarize(tree, source, options.facts.reexported_names, module_name, is_package)
         rules = [r for r in rules if r.candidate(code)]
     if not rules:
         return result

@@ -150,3 +150,22 @@ def test_nested_fixes_are_applied_over_rounds():
     source = b"from keras import layers\nlayers.Dense(layers.Dense(1))\n"
     result = check(source, DenseWithoutDtype, fix=True)
     assert result.fixed_source == b'from keras import layers\nlayers.Dense(layers.Dense(1, dtype="float32"), dtype="float32")\n'
+
+
+def test_positions_match_libcsts_position_provider():
+    """``context.positions`` skips libcst's empty batched visit; the positions must be libcst's own."""
+    from pathlib import Path
+
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from mplint.context import positions
+
+    sources = sorted((Path(__file__).parent.parent / "fixtures").rglob("*.py"))
+    assert sources
+    for path in sources:
+        wrapper = MetadataWrapper(cst.parse_module(path.read_bytes()))
+        expected = wrapper.resolve(PositionProvider)
+        found = positions(wrapper)
+        assert len(found) == len(expected) > 0
+        assert all(found[node] == expected[node] for node in expected), path

@@ -97,3 +97,53 @@ def test_valid_python_only_libcst_rejects_is_not_reported_when_no_rule_could_mat
     unfiltered = _every_rule_active()
     unfiltered = CheckOptions(unfiltered.rules, unfiltered.facts, prefilter=False)
     assert [d.rule_id for d in check_source("example.py", source, unfiltered).diagnostics] == ["MP000"]
+
+
+# Findings that reach the rule only through what the pre-filter must follow: aliases, constants
+# bound elsewhere in the file, parameter defaults, arithmetic, loss modules imported under other names.
+_FOLLOWED = {
+    "MP301": [
+        "from keras.layers import Dense as D\nWIDTH = 100\n\ndef block(x):\n    return D(WIDTH)(x)\n",
+        "from keras import layers\n\ndef block(x, filters=36):\n    return layers.Conv2D(filters, 3)(x)\n",
+        "from keras import layers\nBASE = 16\nh = layers.Dense(BASE * 6 + 4)\n",
+        "from keras import layers\nh = layers.Dense(units=2 ** 7 - 28)\n",
+        "from keras import layers\nHEADS = 3\natt = layers.MultiHeadAttention(num_heads=HEADS, key_dim=20)\n",
+        "import keras\nclass Block:\n    size: int = 100\n    proj = keras.layers.Embedding(output_dim=size, input_dim=64)\n",
+    ],
+    "MP302": [
+        "BATCH = 30\n\ndef train(ds):\n    return ds.batch(BATCH)\n",
+        "def make(ds, *, batch_size=30):\n    return ds.batch(batch_size)\n",
+        "def fit(model, x, y):\n    model.fit(x, y, batch_size=100 // 3)\n",
+        "n = -30\n\ndef pad(ds):\n    return ds.padded_batch(-n)\n",
+        "def outer(size=12):\n    def inner(ds):\n        return ds.batch(size)\n    return inner\n",
+    ],
+    "MP103": [
+        "import keras\nfrom tensorflow.keras import losses as L\n\ndef distill(t, s, h):\n"
+        "    student = keras.ops.cast(s, h.dtype)\n    return L.mean_squared_error(t, student)\n",
+        "import keras\nfrom keras.losses import mean_squared_error as mse_fn\n\ndef distill(t, s, h):\n"
+        "    student = keras.ops.cast(s, h.dtype)\n    return mse_fn(t, student)\n",
+        "import tensorflow as tf\n\nclass Penalty(tf.keras.layers.Layer):\n    def call(self, x):\n"
+        "        penalty = tf.reduce_sum(x)\n        self.add_loss(penalty)\n        return x\n",
+        "import tensorflow as tf\n\nclass Penalty(tf.keras.layers.Layer):\n    def call(self, x):\n"
+        "        self.stats['l2_LOSS'] = tf.reduce_mean(x ** 2)\n        return x\n",
+    ],
+}
+
+
+@pytest.mark.parametrize("rule_id, source", [(r, s) for r, sources in _FOLLOWED.items() for s in sources])
+def test_the_prefilter_follows_what_the_rule_follows(rule_id, source):
+    options = _every_rule_active()
+    on = check_source("example.py", source.encode(), options)
+    off = check_source("example.py", source.encode(), CheckOptions(options.rules, options.facts, prefilter=False))
+    assert rule_id in {d.rule_id for d in on.diagnostics}
+    assert _keys(on.diagnostics) == _keys(off.diagnostics)
+
+
+@pytest.mark.parametrize("rule_id, source", [
+    ("MP301", "from keras import layers\nWIDTH = 64\nh = [layers.Dense(WIDTH * 3), layers.Dense(WIDTH + 32), layers.Conv2D(width, 3)]\n"),
+    ("MP302", "BATCH = 32\n\ndef fit(model, ds, args):\n    model.fit(ds.batch(BATCH * 4), batch_size=args.batch_size)\n"),
+    ("MP103", "from keras import losses\nloss_fn = losses.MeanSquaredError()\nlosses = []\n"),
+    ("MP103", "from keras import ops\n\ndef pool(x):\n    scores = ops.sum(x ** 2, axis=-1)\n    return scores\n"),
+])
+def test_the_prefilter_stops_files_whose_values_cannot_be_reported(rule_id, source):
+    assert not all_rules()[rule_id].candidate(summarize(ast.parse(source), source.encode()))

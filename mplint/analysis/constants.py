@@ -9,6 +9,7 @@ values they cannot be sure of.
 
 from __future__ import annotations
 
+import ast
 import operator
 from dataclasses import dataclass
 from typing import Callable
@@ -52,8 +53,10 @@ def evaluate(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> 
     if depth > _MAX_DEPTH:
         return None
     if isinstance(expr, cst.Integer):
-        return Constant(expr.evaluated_value, expr)
-    if isinstance(expr, (cst.Float, cst.SimpleString)):
+        return Constant(number_value(expr), expr)
+    if isinstance(expr, cst.Float):
+        return Constant(number_value(expr))
+    if isinstance(expr, cst.SimpleString):
         return Constant(expr.evaluated_value)
     if isinstance(expr, cst.Name):
         if expr.value in ("True", "False", "None"):
@@ -77,6 +80,13 @@ def evaluate(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> 
             return None
         return Constant(value)
     return None
+
+
+def number_value(node: cst.Integer | cst.Float) -> int | float:
+    """The value of a number literal (``evaluated_value`` runs ``ast.literal_eval``, whose closures
+    leave garbage for the cyclic collector on every call)."""
+    text = node.value.replace("_", "")
+    return int(text, 0) if isinstance(node, cst.Integer) else float(text)
 
 
 def evaluate_int(context: FileContext, expr: cst.BaseExpression) -> Constant | None:
@@ -152,3 +162,51 @@ def _assignment_at(context: FileContext, binding: cst.Name):
     if scope is None:
         return None
     return next((a for a in scope.assignments[binding.value] if a.node is binding), None)
+
+
+# --- the same evaluation over CPython's tree, for the rules' pre-filters ------------------------------
+
+ALIGNED, UNALIGNED = "aligned", "unaligned"
+_NONE: frozenset[str] = frozenset()
+_ALIGNED = frozenset({ALIGNED})
+_EITHER = frozenset({ALIGNED, UNALIGNED})
+
+
+def may_be_unaligned(code, expr: ast.expr, multiple: int) -> bool:
+    """Pre-filter: could ``evaluate_int`` find an int that is not a multiple of ``multiple`` in ``expr``?
+
+    ``code`` is the file's ``CodeSummary``. A superset of ``evaluate``: every binding of a name in
+    the file counts (``evaluate`` needs exactly one), and results of ``//``, ``%`` and ``**`` may be
+    anything. Sums and differences of multiples are multiples, and so is a product with one."""
+    return UNALIGNED in _int_kinds(code, expr, multiple, 0)
+
+
+def _int_kinds(code, expr: ast.expr, multiple: int, depth: int) -> frozenset[str]:
+    """Which of ALIGNED/UNALIGNED an int value of ``expr`` can be; empty when it is never a known int."""
+    if depth > _MAX_DEPTH:
+        return _NONE
+    kind = type(expr)
+    if kind is ast.Constant:
+        value = expr.value
+        if type(value) not in (int, bool):
+            return _NONE  # floats make the result a float, which no size check accepts
+        return frozenset({UNALIGNED if value % multiple else ALIGNED})
+    if kind is ast.Name:
+        found: frozenset[str] = _NONE
+        for value in code.simple_bindings.get(expr.id, ()):
+            found |= _int_kinds(code, value, multiple, depth + 1)
+        return found
+    if kind is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
+        return _int_kinds(code, expr.operand, multiple, depth + 1)
+    if kind is ast.BinOp and type(expr.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Pow):
+        left = _int_kinds(code, expr.left, multiple, depth + 1)
+        right = _int_kinds(code, expr.right, multiple, depth + 1)
+        if not left or not right:
+            return _NONE
+        op = type(expr.op)
+        if op is ast.Mult and (left == _ALIGNED or right == _ALIGNED):
+            return _ALIGNED
+        if op in (ast.Add, ast.Sub) and left == right == _ALIGNED:
+            return _ALIGNED
+        return _EITHER
+    return _NONE

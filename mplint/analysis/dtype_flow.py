@@ -14,6 +14,7 @@ expression naming that dtype at the use site, or None when only
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
@@ -239,7 +240,7 @@ class DtypeFlow:
         cls = self.enclosing_class(call)
         if cls is None:
             return False
-        for node in _self_assignments(cls, attr):
+        for node in _self_assignments(self.context, cls, attr):
             if isinstance(node, cst.Call):
                 dtype = argument(node, None, "dtype")
                 if dtype is not None and dtype_spelling(self.context, dtype) in WIDE_SPELLINGS:
@@ -293,18 +294,14 @@ class _BindingCollector(cst.CSTVisitor):
         self._add(node.target, "assign", node.value, node)
 
 
-def _self_assignments(cls: cst.ClassDef, attr: str):
+def _self_assignments(context: FileContext, cls: cst.ClassDef, attr: str):
     """Values assigned to ``self.<attr>`` anywhere in the class."""
     found = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                t = target.target
-                if isinstance(t, cst.Attribute) and _is_self(t.value) and t.attr.value == attr:
-                    found.append(node.value)
-
-    cls.body.visit(Finder())
+    for node in context.nodes_within(cls.body, cst.Assign):
+        for target in node.targets:
+            t = target.target
+            if isinstance(t, cst.Attribute) and _is_self(t.value) and t.attr.value == attr:
+                found.append(node.value)
     return found
 
 
@@ -327,3 +324,43 @@ def dtype_spelling(context: FileContext, dtype: cst.BaseExpression) -> str | Non
                 if last in FLOAT16_SPELLINGS | WIDE_SPELLINGS | _NON_FLOAT_SPELLINGS:
                     return last
     return None
+
+
+# --- pre-filter tests on CPython's tree ---------------------------------------------------------
+
+_CARRYING_CALLS = frozenset(
+    path.rsplit(".", 1)[-1] for path in (*_CAST_PATHS, *_CONVERT_PATHS, "astype", "float16", "half")
+)
+
+
+def flow_units(tree: ast.Module) -> list[list[ast.AST]]:
+    """The file's code in the parts ``classify`` follows names within: each outermost function
+    (methods included, nested functions and lambdas with it), and the code outside functions."""
+    outside: list[ast.AST] = []
+    functions: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(tree))
+    while stack:
+        node = stack.pop()
+        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef):
+            functions.append(node)
+            continue
+        outside.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return [outside, *(list(ast.walk(f)) for f in functions)]
+
+
+def may_carry(code, unit: list[ast.AST]) -> bool:
+    """Pre-filter: can ``classify`` find a compute-dtype value in this unit of ``flow_units``?
+    Only a cast or conversion, ``np.float16(...)``, a sublayer call ``self.x(...)`` or the inputs of
+    a ``call()`` method start one; everything else only passes one on."""
+    for node in unit:
+        kind = type(node)
+        if kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self":
+                return True
+            if type(func) in (ast.Name, ast.Attribute) and not code.names_of(node).isdisjoint(_CARRYING_CALLS):
+                return True
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef) and node.name == "call":
+            return True
+    return False

@@ -8,6 +8,7 @@ the constant a fix would edit, plus the index of every call of the file
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -15,7 +16,7 @@ from typing import Callable
 import libcst as cst
 
 from mplint.analysis.call_args import argument, keyword_value
-from mplint.analysis.constants import Constant, evaluate_int, only_used_where
+from mplint.analysis.constants import Constant, evaluate_int, may_be_unaligned, only_used_where
 from mplint.analysis.model_outputs import is_output_layer
 from mplint.code_summary import CodeSummary
 from mplint.context import FileContext
@@ -36,6 +37,11 @@ SIZED_LAYERS: dict[str, tuple[tuple[int, str], ...]] = {
 }
 ATTENTION = "layers.MultiHeadAttention"
 _SIZED_LAYER_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in [*SIZED_LAYERS, ATTENTION])
+# Last name -> (positions, keywords) of its dimension arguments, for the pre-filter.
+_SIZE_ARGUMENTS = {
+    **{path.rsplit(".", 1)[-1]: ({p for p, _ in sizes}, {k for _, k in sizes}) for path, sizes in SIZED_LAYERS.items()},
+    ATTENTION.rsplit(".", 1)[-1]: ({0, 1, 2}, {"num_heads", "key_dim", "value_dim"}),
+}
 # Wrappers whose result is the wrapped layer's output (an output check must look through them).
 _WRAPPERS = ("layers.Bidirectional", "layers.TimeDistributed")
 # Words that name a class count rather than a hidden size: `Dense(num_classes)`, `Conv2D(n_labels, 1)`.
@@ -142,14 +148,34 @@ def _hidden_sizes(context: FileContext) -> list[SizeArg]:
     ]
 
 
-def sizes_layers(code: CodeSummary) -> bool:
-    """Pre-filter: a call of a layer whose arguments set matmul/conv dimensions."""
-    return code.calls_any(*_SIZED_LAYER_NAMES)
+def sizes_layers(code: CodeSummary, multiple: int) -> bool:
+    """Pre-filter: a call of a sized layer with a dimension argument that may be a constant int not
+    a multiple of ``multiple`` (see ``may_be_unaligned``)."""
+    if not code.calls_any(*_SIZED_LAYER_NAMES):
+        return False
+    for call in code.called:
+        for target in code.names_of(call) & _SIZED_LAYER_NAMES:
+            positions, keywords = _SIZE_ARGUMENTS[target]
+            sizes = [arg for i, arg in enumerate(call.args) if i in positions]
+            sizes.extend(k.value for k in call.keywords if k.arg in keywords)
+            if any(may_be_unaligned(code, size, multiple) for size in sizes):
+                return True
+    return False
 
 
-def sets_batch_size(code: CodeSummary) -> bool:
-    """Pre-filter: ``.batch(n)``/``.padded_batch(n)`` or a ``batch_size=`` argument."""
-    return code.calls_any(*_BATCH_METHODS) or "batch_size" in code.keywords
+def sets_batch_size(code: CodeSummary, multiple: int) -> bool:
+    """Pre-filter: ``.batch(n)``/``.padded_batch(n)`` or a ``batch_size=`` argument whose value may
+    be a constant int not a multiple of ``multiple``."""
+    if not (code.calls_any(*_BATCH_METHODS) or "batch_size" in code.keywords):
+        return False
+    for call in code.called:
+        func = call.func
+        sizes = [k.value for k in call.keywords if k.arg == "batch_size"]
+        if type(func) is ast.Attribute and func.attr in _BATCH_METHODS:
+            sizes.extend(call.args[:1])
+        if any(may_be_unaligned(code, size, multiple) for size in sizes):
+            return True
+    return False
 
 
 def round_up(value: int, multiple: int) -> int:

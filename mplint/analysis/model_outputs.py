@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.call_args import argument
+from mplint.apinames import canonical
 from mplint.code_summary import CodeSummary
 from mplint.context import FileContext
-from mplint.walk import walk
 
 _SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _MAX_HOPS = 20  # guards against assignment cycles such as `x = y; y = x`
@@ -43,61 +43,57 @@ class _Index:
     parent_scope: dict[int, cst.CSTNode] = field(default_factory=dict)
 
 
-class _Indexer(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.index = _Index()
-        self.scopes: list[cst.CSTNode] = []
-        self.classes: list[cst.ClassDef | None] = []
+def _build_index(context: FileContext) -> _Index:
+    """Assignments, calls and returns with their scopes, from the file's node index in source order.
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    A node belongs to the innermost scope (module, def, class, lambda) whose span holds it; a
+    def's decorators and defaults count as inside the def, as a visitor entering it first sees them.
+    """
+    index = _Index()
+    kinds = (*_SCOPES, cst.Assign, cst.AnnAssign, cst.Call, cst.Return)
+    nodes = sorted((n for kind in kinds for n in context.nodes(kind)), key=context.source_order)
+    stack: list[tuple[cst.CSTNode, int, cst.ClassDef | None]] = []  # (scope, its end, nearest class)
+    for node in nodes:
+        order = context.source_order(node)
+        while stack and stack[-1][1] < order:
+            stack.pop()
         if isinstance(node, _SCOPES):
-            if self.scopes:
-                self.index.parent_scope[id(node)] = self.scopes[-1]
-            self.scopes.append(node)
-            self.classes.append(node if isinstance(node, cst.ClassDef) else (self.classes[-1] if self.classes else None))
+            if stack:
+                index.parent_scope[id(node)] = stack[-1][0]
+            cls = node if isinstance(node, cst.ClassDef) else (stack[-1][2] if stack else None)
+            stack.append((node, context.end_order(node), cls))
             if isinstance(node, cst.ClassDef):
-                self.index.classes.append(node)
-        return super().on_visit(node)
+                index.classes.append(node)
+            continue
+        scope, _, cls = stack[-1]
+        if isinstance(node, cst.Call):
+            index.calls.append((node, scope))
+        elif isinstance(node, cst.Return):
+            index.returns.setdefault(id(scope), []).append(node)
+        elif isinstance(node, cst.Assign):
+            for target in node.targets:
+                _bind(index, scope, cls, node, target.target, node.value)
+        elif node.value is not None:  # AnnAssign
+            _bind(index, scope, cls, node, node.target, node.value)
+    return index
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, _SCOPES):
-            self.scopes.pop()
-            self.classes.pop()
-        super().on_leave(original_node)
 
-    def _bind(self, stmt: cst.CSTNode, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        scope = self.scopes[-1]
-        if isinstance(target, cst.Name):
-            self.index.assigns.setdefault((id(scope), target.value), []).append((stmt, value))
-        elif (
-            isinstance(target, cst.Attribute)
-            and isinstance(target.value, cst.Name)
-            and target.value.value == "self"
-            and self.classes[-1] is not None
-        ):
-            self.index.self_assigns.setdefault((id(self.classes[-1]), target.attr.value), []).append(value)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self._bind(node, target.target, node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            self._bind(node, node.target, node.value)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.index.calls.append((node, self.scopes[-1]))
-
-    def visit_Return(self, node: cst.Return) -> None:
-        self.index.returns.setdefault(id(self.scopes[-1]), []).append(node)
+def _bind(index: _Index, scope, cls, stmt: cst.CSTNode, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+    if isinstance(target, cst.Name):
+        index.assigns.setdefault((id(scope), target.value), []).append((stmt, value))
+    elif (
+        isinstance(target, cst.Attribute)
+        and isinstance(target.value, cst.Name)
+        and target.value.value == "self"
+        and cls is not None
+    ):
+        index.self_assigns.setdefault((id(cls), target.attr.value), []).append(value)
 
 
 class ModelOutputs:
     def __init__(self, context: FileContext):
         self.context = context
-        indexer = _Indexer()
-        walk(context.module, indexer, context.children)
-        self.index = indexer.index
+        self.index = _build_index(context)
         self.sites: list[OutputSite] = []
         self._find()
 
@@ -239,8 +235,23 @@ class ModelOutputs:
 
 
 def builds_model(code: CodeSummary) -> bool:
-    """Pre-filter: model outputs need a ``Sequential``/``Model`` call or a class deriving from ``Model``."""
-    return code.calls_any("Sequential", "Model") or "Model" in code.bases
+    """Pre-filter: model outputs need a class deriving from ``Model``, or a ``Sequential``/``Model``
+    call through an import that can lead to Keras (``ov.Model(...)`` of openvino cannot)."""
+    if "Model" in code.bases:
+        return True
+    return code.calls_any("Sequential", "Model") and any(_keras_model(path, code) for path in code.import_calls)
+
+
+def _keras_model(path: str, code: CodeSummary) -> bool:
+    """``keras.Model``-like paths; through a project re-export (``mypkg.K.Model``, ``mypkg.Net``)
+    the rule resolves them, so they count."""
+    *modules, last = path.split(".")
+    if last in _MODEL_CLASSES:
+        return canonical(path) is not None or any(part in code.reexported for part in modules)
+    return not code.reexported.get(last, frozenset()).isdisjoint(_MODEL_CLASSES)
+
+
+_MODEL_CLASSES = frozenset({"Sequential", "Model"})
 
 
 def _analysis(context: FileContext) -> ModelOutputs:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from mplint.analysis.dtype_flow import Carrier, DtypeFlow
+from mplint.analysis.dtype_flow import Carrier, DtypeFlow, flow_units, may_carry
 from mplint.diagnostics import Fix, FixSafety
 from mplint.names import dotted
 from mplint.rule import Rule
@@ -18,6 +19,8 @@ _LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"
 _GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.pow", "ops.square", "ops.exp",
                       "ops.power"})
 _GROWING_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _GROWING)
+_REDUCTION_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _REDUCTIONS)
+_SUMS_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _SUMS)
 
 
 class LossInFloat16(Rule):
@@ -26,14 +29,19 @@ class LossInFloat16(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        """A Keras loss function, or a TF/Keras reduction of something that can grow (a power, an
-        exponential or a sum), where something is named a loss or differentiated."""
-        if "losses" in code.words:
-            return True
-        if not code.calls_api("reduce_mean", "reduce_sum", "mean", "sum"):
+        """In one unit of ``flow_units`` where a compute-dtype value can come from (``may_carry``): a
+        Keras loss function called, or a TF/Keras reduction of something that can grow (a power, an
+        exponential or a sum) where ``_is_loss`` can hold (a loss sink is called, or a function or an
+        assignment target is named a loss)."""
+        functional = any(_loss_function(path) for path in code.calls_through("losses"))
+        reduction = code.calls_api(*_REDUCTION_NAMES)
+        if not (functional or reduction):
             return False
-        grows = "Pow" in code.operators or code.calls_api(*_GROWING_NAMES, "reduce_sum", "sum")
-        return grows and ("gradient" in code.words or code.mentions_part("loss"))
+        return any(
+            (functional and _calls_loss_function(unit, code) or reduction and _reduces_a_loss(unit, code))
+            and may_carry(code, unit)
+            for unit in flow_units(code.tree)
+        )
 
     @classmethod
     def active_for(cls, facts):
@@ -42,7 +50,11 @@ class LossInFloat16(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         callee = dotted(node.func)
         if callee is not None and "." in callee and not _MAYBE_LOSS.search(callee):
-            return  # cheap textual reject before any name resolution
+            # cheap textual reject before any name resolution, unless the first name is an import
+            # alias (``from tensorflow.keras import losses as L``)
+            root = callee.split(".", 1)[0]
+            if not any(_MAYBE_LOSS.search(path) for path in self.context.names.bindings.imports.get(root, ())):
+                return
         kname = self.context.names.kname(node.func)
         if kname is None or not node.args:
             return
@@ -90,7 +102,7 @@ class LossInFloat16(Rule):
         targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
         if any("loss" in self.context.module.code_for_node(t).lower() for t in targets):
             return True
-        names = {n.value for t in targets for n in _names(t) if n.value != "self"}
+        names = {n.value for t in targets for n in _names(self.context, t) if n.value != "self"}
         return bool(names) and function is not None and self._sunk(function, names)
 
     @staticmethod
@@ -100,19 +112,13 @@ class LossInFloat16(Rule):
 
     def _sunk(self, function: cst.FunctionDef, names: set[str]) -> bool:
         """Whether one of ``names`` reaches a loss sink (its first argument) inside ``function``."""
-        found = False
-
-        class Finder(cst.CSTVisitor):
-            def visit_Call(self, node: cst.Call) -> bool:
-                nonlocal found
-                sink = LossInFloat16._sink(node.func)
-                if sink is not None and node.args:
-                    values = [a.value for a in node.args] if sink == "add_loss" else [node.args[0].value]
-                    found = found or any(n.value in names for v in values for n in _names(v))
-                return not found
-
-        function.body.visit(Finder())
-        return found
+        for node in self.context.nodes_within(function.body, cst.Call):
+            sink = self._sink(node.func)
+            if sink is not None and node.args:
+                values = [a.value for a in node.args] if sink == "add_loss" else [node.args[0].value]
+                if any(n.value in names for v in values for n in _names(self.context, v)):
+                    return True
+        return False
 
     def _growing_operand(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
@@ -167,17 +173,72 @@ class LossInFloat16(Rule):
         return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _names(node: cst.CSTNode) -> list[cst.Name]:
+def _api_calls(unit, code):
+    """Calls in the unit of an attribute or of an imported name (not ``sum(x)`` of the builtins)."""
+    for node in unit:
+        if type(node) is ast.Call:
+            func = node.func
+            if type(func) is ast.Attribute or type(func) is ast.Name and func.id in code.imported:
+                yield node
+
+
+def _calls_loss_function(unit, code) -> bool:
+    return any(
+        code.goes_through(path, "losses") and _loss_function(path)
+        for call in _api_calls(unit, code) for path in code.import_paths(call)
+    )
+
+
+def _reduces_a_loss(unit, code) -> bool:
+    """A reduction, something that grows, and a loss (a sink called, or a name that says loss)."""
+    called = set().union(*(code.names_of(call) for call in _api_calls(unit, code)))
+    if called.isdisjoint(_REDUCTION_NAMES):
+        return False
+    if called.isdisjoint(_GROWING_NAMES | _SUMS_NAMES) and not any(
+        type(node) is ast.BinOp and type(node.op) is ast.Pow for node in unit
+    ):
+        return False
+    sinks = any(
+        type(node) is ast.Call and type(node.func) in (ast.Name, ast.Attribute)
+        and not code.names_of(node).isdisjoint(_LOSS_SINKS)
+        for node in unit
+    )
+    return sinks or _names_a_loss(unit, code)
+
+
+def _loss_function(path: str) -> bool:
+    """``keras.losses.mse`` but not the class ``keras.losses.Loss`` (a re-exported name may be either)."""
+    module, _, last = path.rpartition(".")
+    return last[:1].islower() or "losses" not in module.split(".")
+
+
+def _names_a_loss(unit, code) -> bool:
+    """Whether a function's name, or the text of an assignment target, says ``loss``."""
+    lines = None
+    for node in unit:
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+            if "loss" in node.name.lower():
+                return True
+        elif kind in (ast.Assign, ast.AnnAssign, ast.AugAssign):
+            lines = lines or code.source.splitlines(keepends=True)
+            for target in node.targets if kind is ast.Assign else [node.target]:
+                if b"loss" in _segment(lines, target).lower():
+                    return True
+    return False
+
+
+def _segment(lines: list[bytes], node: ast.expr) -> bytes:
+    """The source bytes of ``node`` (CPython's offsets count UTF-8 bytes)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first][node.col_offset:node.end_col_offset]
+    return b"".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]])
+
+
+def _names(context, node: cst.CSTNode) -> list[cst.Name]:
     """The plain names in ``node`` (targets, tuple targets, operands), not attributes' members."""
-    found: list[cst.Name] = []
-
-    class Collector(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.append(name)
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
-            return False
-
-    node.visit(Collector())
-    return found
+    return [
+        name for name in context.nodes_within(node, cst.Name)
+        if not (isinstance(parent := context.parent(name), cst.Attribute) and parent.attr is name)
+    ]

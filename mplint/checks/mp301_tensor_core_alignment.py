@@ -26,7 +26,7 @@ class TensorCoreAlignment(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return sizes_layers(code)
+        return sizes_layers(code, 8)
 
     @classmethod
     def active_for(cls, facts) -> bool:

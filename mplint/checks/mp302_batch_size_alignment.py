@@ -22,7 +22,7 @@ class BatchSizeAlignment(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return sets_batch_size(code)
+        return sets_batch_size(code, 8)
 
     @classmethod
     def active_for(cls, facts) -> bool:

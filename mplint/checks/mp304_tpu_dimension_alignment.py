@@ -16,7 +16,7 @@ class TpuDimensionAlignment(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return sizes_layers(code) or sets_batch_size(code)
+        return sizes_layers(code, TPU_TILE) or sets_batch_size(code, TPU_TILE)
 
     @classmethod
     def active_for(cls, facts) -> bool:

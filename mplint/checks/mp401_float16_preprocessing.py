@@ -25,9 +25,15 @@ class Float16Preprocessing(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        """``np.float16(x)``, or a conversion whose dtype argument spells float16."""
-        return code.calls_any("float16", "half") or (
-            not code.argument_words.isdisjoint(FLOAT16_SPELLINGS) and code.calls_any(*_CONVERTERS)
+        """``np.float16(x)``, or a conversion with an argument that spells float16."""
+        if code.calls_any("float16", "half"):
+            return True
+        if code.argument_words.isdisjoint(FLOAT16_SPELLINGS) or not code.calls_any(*_CONVERTERS):
+            return False
+        return any(
+            not FLOAT16_SPELLINGS.isdisjoint(code.words_of(arg))
+            for call in code.called if not code.names_of(call).isdisjoint(_CONVERTERS)
+            for arg in [*call.args, *(k.value for k in call.keywords)]
         )
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -8,7 +8,10 @@ import re
 
 import libcst as cst
 
+from mplint.analysis.constants import number_value
 from mplint.analysis.dtype_flow import (
+    flow_units,
+    may_carry,
     WIDE_SPELLINGS,
     Carrier,
     DtypeFlow,
@@ -50,12 +53,16 @@ class Float16OverflowConstant(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        """Arithmetic or a bounding call with a literal float16 cannot hold, or a float32/float64 limit."""
-        if any(_beyond_float16(n) for n in code.operand_numbers):
-            return True
-        if code.calls_any(*_BOUNDING_NAMES) and any(_beyond_float16(n) for n in code.argument_numbers):
-            return True
-        return _DTYPE_LIMIT.search(code.source) is not None and any(_wide_limit(n, code) for n in ast.walk(code.tree))
+        """Arithmetic or a bounding call with a literal float16 cannot hold, or a float32/float64 limit,
+        in code where a compute-dtype value can come from (see ``may_carry``)."""
+        limits = _DTYPE_LIMIT.search(code.source) is not None
+        if not (
+            any(_beyond_float16(n) for n in code.operand_numbers)
+            or code.calls_any(*_BOUNDING_NAMES) and any(_beyond_float16(n) for n in code.argument_numbers)
+            or limits
+        ):
+            return False
+        return any(_has_constant(unit, code, limits) and may_carry(code, unit) for unit in flow_units(code.tree))
 
     @classmethod
     def active_for(cls, facts):
@@ -101,7 +108,7 @@ class Float16OverflowConstant(Rule):
 
     def _value(self, node: cst.BaseExpression) -> float | None:
         if isinstance(node, (cst.Integer, cst.Float)):
-            return float(node.evaluated_value)
+            return float(number_value(node))
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
             inner = self._value(node.expression)
             if inner is None:
@@ -162,6 +169,32 @@ class Float16OverflowConstant(Rule):
 
 def _beyond_float16(value: float) -> bool:
     return value > FLOAT16_MAX or 0 < value < FLOAT16_TINY
+
+
+def _has_constant(unit: list[ast.AST], code, limits: bool) -> bool:
+    """Whether the unit has arithmetic or a bounding call with a constant ``_check`` would report."""
+    for node in unit:
+        kind = type(node)
+        if kind is ast.BinOp:
+            operands = (node.left, node.right)
+        elif kind is ast.AugAssign:
+            operands = (node.value,)
+        elif kind is ast.Call and type(node.func) in (ast.Name, ast.Attribute) \
+                and not code.names_of(node).isdisjoint(_BOUNDING_NAMES):
+            operands = node.args
+        else:
+            continue
+        if any(_beyond(operand, code, limits) for operand in operands):
+            return True
+    return False
+
+
+def _beyond(node: ast.expr, code, limits: bool) -> bool:
+    while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+        node = node.operand
+    if type(node) is ast.Constant:
+        return type(node.value) in (int, float) and _beyond_float16(abs(node.value))
+    return limits and _wide_limit(node, code)
 
 
 def _wide_limit(node: ast.AST, code) -> bool:
