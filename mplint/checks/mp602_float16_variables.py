@@ -16,6 +16,7 @@ _DATA_ONLY = frozenset({"layers.Input", "Input", "layers.InputLayer", "InputLaye
 # Files that only run a model (no optimizer step) may keep float16 weights on purpose.
 _TRAINING_MARKERS = ("fit(", "apply_gradients", "GradientTape", "train_step", "compile(", "optimizer")
 _INFERENCE_MARKERS = ("predict(", "load_model", "saved_model", "TFLite", "tflite", "export(", "serve")
+_SETTERS = frozenset(path.rsplit(".", 1)[-1] for path in (*_POLICY_CALLS, *_FLOATX_CALLS))
 _MODULE_FOR = {"keras": "keras", "tf.keras": "tensorflow.keras", "tf_keras": "tf_keras"}
 _MIXED = '"mixed_float16"'
 
@@ -26,13 +27,22 @@ class Float16Variables(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        setters = (path.rsplit(".", 1)[-1] for path in (*_POLICY_CALLS, *_FLOATX_CALLS))
-        return "float16" in code.argument_words and (code.calls_any(*setters) or "dtype" in code.keywords)
+        """A policy or floatx setter whose first argument spells float16, or a ``dtype=`` that does,
+        in a file that trains (see ``_inference_only``)."""
+        if "float16" not in code.argument_words or not (code.calls_any(*_SETTERS) or "dtype" in code.keywords):
+            return False
+        if _inference_only(code.source):
+            return False
+        for call in code.called:
+            if not code.names_of(call).isdisjoint(_SETTERS) and call.args and "float16" in code.words_of(call.args[0]):
+                return True
+            if any(k.arg == "dtype" and "float16" in code.words_of(k.value) for k in call.keywords):
+                return True
+        return False
 
     def __init__(self, context):
         super().__init__(context)
-        code = context.text
-        self._inference_only = not any(m in code for m in _TRAINING_MARKERS) and any(m in code for m in _INFERENCE_MARKERS)
+        self._inference_only = _inference_only(context.text)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._inference_only:
@@ -101,3 +111,11 @@ class Float16Variables(Rule):
             if isinstance(stmt, cst.ClassDef) and stmt.name.value == name:
                 return self.context.analysis(DtypeFlow).is_layer_class(stmt)
         return False
+
+
+def _inference_only(code: str | bytes) -> bool:
+    """A file that runs a model but never trains it (its text, or its bytes: the markers are ASCII)."""
+    def has(marker: str) -> bool:
+        return (marker if isinstance(code, str) else marker.encode()) in code
+
+    return not any(map(has, _TRAINING_MARKERS)) and any(map(has, _INFERENCE_MARKERS))

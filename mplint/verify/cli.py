@@ -71,7 +71,7 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
             console.print("--- stderr (last lines) ---", markup=False)
             console.print(err["stderr_tail"], markup=False)
         return
-    for label, run in doc["runs"].items():
+    for label, run in doc.get("runs", {}).items():  # a --benchmark document has no runs, only findings
         for finding in run["metrics"]["findings"]:
             console.print(f"{label}: {finding['rule']} {finding['message']}", markup=False)
     events = doc.get("events", {})
