@@ -21,7 +21,7 @@ import functools
 from dataclasses import dataclass
 from typing import Mapping
 
-from mplint.apinames import resolve_relative
+from mplint.apinames import KName, canonical, resolve_relative
 
 # Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.
 _MAX_WORD = 100
@@ -61,6 +61,8 @@ class CodeSummary:
     called: tuple[ast.Call, ...]
     #: re-exported name -> the parts of the Keras path it stands for (see ``ProjectFacts.reexported_names``)
     reexported: Mapping[str, frozenset[str]]
+    #: the project's re-exports: ``mypkg.Dense`` -> ``keras.layers.Dense`` (see ``ProjectFacts.reexports``)
+    reexports: Mapping[str, str]
 
     def mentions(self, *words: str) -> bool:
         return not self.words.isdisjoint(words)
@@ -111,12 +113,6 @@ class CodeSummary:
         """``import_paths`` of every call of the file."""
         return frozenset(path for call in self.called for path in self.import_paths(call))
 
-    def goes_through(self, path: str, module: str) -> bool:
-        """Whether ``module`` comes before the last name of ``path`` (``losses`` in
-        ``keras.losses.mse``), or a re-exported name on the path stands for such a path."""
-        parts = path.split(".")
-        return module in parts[:-1] or any(module in self.reexported.get(part, ()) for part in parts)
-
     @functools.cached_property
     def simple_bindings(self) -> Mapping[str, tuple[ast.expr, ...]]:
         """Name -> the values the file binds it to in ways a constant can come from: ``name = value``,
@@ -139,13 +135,19 @@ class CodeSummary:
                         found.setdefault(arg.arg, []).append(default)
         return {name: tuple(values) for name, values in found.items()}
 
-    def calls_through(self, module: str) -> list[str]:
-        """The ``import_calls`` that go through ``module`` (see ``goes_through``)."""
-        return [path for path in self.import_calls if self.goes_through(path, module)]
+    def api_names(self, call: ast.Call) -> list[KName]:
+        """What ``import_paths`` of a call resolve to, as the name resolver does (project re-exports
+        followed): ``losses.mse`` in namespace ``keras`` for ``keras.losses.mse(y, p)``."""
+        return [found for path in self.import_paths(call) if (found := canonical(path, self.reexports)) is not None]
+
+    @functools.cached_property
+    def api_calls(self) -> frozenset[KName]:
+        """``api_names`` of every call of the file."""
+        return frozenset(found for call in self.called for found in self.api_names(call))
 
 
 def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozenset[str]] = {}, module_name: str = "",
-              is_package: bool = False) -> CodeSummary:
+              is_package: bool = False, reexports: Mapping[str, str] = {}) -> CodeSummary:
     """The summary of one parsed file; ``reexported`` maps a re-exported name to the parts of its target,
     ``module_name`` and ``is_package`` place the file for relative imports."""
     words: set[str] = set()
@@ -244,7 +246,7 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
         source, tree, frozenset(words), frozenset(calls), frozenset(attribute_calls), frozenset(imported), aliases,
         frozenset(bases), frozenset(keywords), frozenset(argument_words), frozenset(operators),
         frozenset(operands), frozenset(arguments), {name: frozenset(paths) for name, paths in origins.items()},
-        tuple(called), reexported,
+        tuple(called), reexported, reexports,
     )
 
 

@@ -242,7 +242,7 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         result.diagnostics.append(tree)
         return result
     if rules and options.prefilter:
-        code = summarize(tree, source, options.facts.reexported_names, module_name, is_package)
+        code = summarize(tree, source, options.facts.reexported_names, module_name, is_package, options.facts.reexports)
         rules = [r for r in rules if r.candidate(code)]
     if not rules:
         return result

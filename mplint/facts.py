@@ -32,7 +32,11 @@ _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_
 # Files without these never set a policy, use TPUs or switch Keras: imports alone are read by regex.
 MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
 # (`dtype_policy` attributes, everywhere in Keras' own code, set nothing: setters and Policy(...) calls do.)
-_FACT_TOKENS = re.compile(rb"set_(?:global_|dtype_)?policy|Policy\s*\(|floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS")
+# (Nor do `floatx()` reads, or TPU in other names: only `set_floatx` and the names in _TPU_NAMES count.)
+_FACT_TOKENS = re.compile(
+    rb"set_(?:global_|dtype_)?policy|Policy\s*\(|set_floatx|mixed_|TPUStrategy|TPUClusterResolver|initialize_tpu_system"
+    rb"|LEGACY_KERAS"
+)
 _IMPORT_LINE = re.compile(
     rb"^([ \t]*)(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))", re.M
 )

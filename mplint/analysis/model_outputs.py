@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.apinames import canonical
+from mplint.apinames import KERAS_NAMESPACES
 from mplint.code_summary import CodeSummary
 from mplint.context import FileContext
 
@@ -235,23 +235,13 @@ class ModelOutputs:
 
 
 def builds_model(code: CodeSummary) -> bool:
-    """Pre-filter: model outputs need a class deriving from ``Model``, or a ``Sequential``/``Model``
-    call through an import that can lead to Keras (``ov.Model(...)`` of openvino cannot)."""
+    """Pre-filter: model outputs need a class deriving from ``Model``, or a Keras ``Sequential``/
+    ``Model`` call (``ov.Model(...)`` of openvino is none)."""
     if "Model" in code.bases:
         return True
-    return code.calls_any("Sequential", "Model") and any(_keras_model(path, code) for path in code.import_calls)
-
-
-def _keras_model(path: str, code: CodeSummary) -> bool:
-    """``keras.Model``-like paths; through a project re-export (``mypkg.K.Model``, ``mypkg.Net``)
-    the rule resolves them, so they count."""
-    *modules, last = path.split(".")
-    if last in _MODEL_CLASSES:
-        return canonical(path) is not None or any(part in code.reexported for part in modules)
-    return not code.reexported.get(last, frozenset()).isdisjoint(_MODEL_CLASSES)
-
-
-_MODEL_CLASSES = frozenset({"Sequential", "Model"})
+    return code.calls_any("Sequential", "Model") and any(
+        found.path in ("Sequential", "Model") and found.ns in KERAS_NAMESPACES for found in code.api_calls
+    )
 
 
 def _analysis(context: FileContext) -> ModelOutputs:

@@ -18,9 +18,7 @@ _SUMS = frozenset({"reduce_sum", "math.reduce_sum", "ops.sum"})
 _LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"})
 _GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.pow", "ops.square", "ops.exp",
                       "ops.power"})
-_GROWING_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _GROWING)
 _REDUCTION_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _REDUCTIONS)
-_SUMS_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _SUMS)
 
 
 class LossInFloat16(Rule):
@@ -33,7 +31,7 @@ class LossInFloat16(Rule):
         Keras loss function called, or a TF/Keras reduction of something that can grow (a power, an
         exponential or a sum) where ``_is_loss`` can hold (a loss sink is called, or a function or an
         assignment target is named a loss)."""
-        functional = any(_loss_function(path) for path in code.calls_through("losses"))
+        functional = any(map(_loss_function, code.api_calls))
         reduction = code.calls_api(*_REDUCTION_NAMES)
         if not (functional or reduction):
             return False
@@ -183,20 +181,18 @@ def _api_calls(unit, code):
 
 
 def _calls_loss_function(unit, code) -> bool:
-    return any(
-        code.goes_through(path, "losses") and _loss_function(path)
-        for call in _api_calls(unit, code) for path in code.import_paths(call)
-    )
+    return any(_loss_function(found) for call in _api_calls(unit, code) for found in code.api_names(call))
 
 
 def _reduces_a_loss(unit, code) -> bool:
     """A reduction, something that grows, and a loss (a sink called, or a name that says loss)."""
-    called = set().union(*(code.names_of(call) for call in _api_calls(unit, code)))
-    if called.isdisjoint(_REDUCTION_NAMES):
+    called = {
+        found.path for call in _api_calls(unit, code) for found in code.api_names(call)
+        if found.ns == "tf" or found.is_keras
+    }
+    if called.isdisjoint(_REDUCTIONS):
         return False
-    if called.isdisjoint(_GROWING_NAMES | _SUMS_NAMES) and not any(
-        type(node) is ast.BinOp and type(node.op) is ast.Pow for node in unit
-    ):
+    if called.isdisjoint(_GROWING | _SUMS) and not any(type(node) is ast.BinOp and type(node.op) is ast.Pow for node in unit):
         return False
     sinks = any(
         type(node) is ast.Call and type(node.func) in (ast.Name, ast.Attribute)
@@ -206,10 +202,9 @@ def _reduces_a_loss(unit, code) -> bool:
     return sinks or _names_a_loss(unit, code)
 
 
-def _loss_function(path: str) -> bool:
-    """``keras.losses.mse`` but not the class ``keras.losses.Loss`` (a re-exported name may be either)."""
-    module, _, last = path.rpartition(".")
-    return last[:1].islower() or "losses" not in module.split(".")
+def _loss_function(found) -> bool:
+    """``keras.losses.mse`` but not the class ``keras.losses.Loss`` (what ``visit_Call`` checks)."""
+    return found.is_keras and found.path.startswith("losses.") and found.last[:1].islower()
 
 
 def _names_a_loss(unit, code) -> bool:

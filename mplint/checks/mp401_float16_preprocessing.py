@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from mplint.analysis.call_args import argument
@@ -25,16 +27,22 @@ class Float16Preprocessing(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        """``np.float16(x)``, or a conversion with an argument that spells float16."""
-        if code.calls_any("float16", "half"):
-            return True
-        if code.argument_words.isdisjoint(FLOAT16_SPELLINGS) or not code.calls_any(*_CONVERTERS):
+        """A call ``_float16_conversion`` accepts: ``x.astype(<float16>)``, or a NumPy/TensorFlow
+        ``float16(x)``, cast or conversion (through an import) with an argument that spells float16."""
+        if not code.calls_any(*_CONVERTERS):
             return False
-        return any(
-            not FLOAT16_SPELLINGS.isdisjoint(code.words_of(arg))
-            for call in code.called if not code.names_of(call).isdisjoint(_CONVERTERS)
-            for arg in [*call.args, *(k.value for k in call.keywords)]
-        )
+        for call in code.called:
+            names = code.names_of(call)
+            if names.isdisjoint(_CONVERTERS):
+                continue
+            spells = any(not FLOAT16_SPELLINGS.isdisjoint(code.words_of(arg))
+                         for arg in [*call.args, *(k.value for k in call.keywords)])
+            if type(call.func) is ast.Attribute and call.func.attr == "astype":
+                if spells:
+                    return True
+            elif (spells or not names.isdisjoint(("float16", "half"))) and _numpy_or_tf(code, call):
+                return True
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         dtype = self._float16_conversion(node)
@@ -118,6 +126,11 @@ class Float16Preprocessing(Rule):
     def _code(self, node: cst.CSTNode) -> str:
         text = " ".join(self.context.module.code_for_node(node).split())
         return f"`{text}`" if len(text) <= 50 else f"`{text[:47]}...`"
+
+
+def _numpy_or_tf(code, call) -> bool:
+    """Whether the call can resolve to NumPy or TensorFlow, as ``_float16_conversion`` requires."""
+    return any(found.ns in ("tf", "np") for found in code.api_names(call))
 
 
 class _LaterUses(cst.CSTVisitor):

@@ -30,6 +30,7 @@ FLOAT16_EPSILON = "6.104e-05"
 _FIXABLE_LARGE = (cst.Add, cst.Subtract, cst.Multiply, cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)
 _FIXABLE_TINY = (cst.Add, cst.Subtract, cst.AddAssign, cst.SubtractAssign)
 _CHECKED_OPS = (*_FIXABLE_LARGE, cst.Divide, cst.DivideAssign)
+_CHECKED_AST_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)  # the same operators on CPython's tree
 _BOUNDING_CALLS = frozenset(
     {"where", "maximum", "minimum", "clip_by_value", "math.maximum", "math.minimum", "ops.where",
      "ops.maximum", "ops.minimum", "ops.clip"}
@@ -44,10 +45,10 @@ class Float16OverflowConstant(Rule):
     id = "MP601"
     # Literals beyond float16's range or below its smallest subnormal, and float32/float64 limits.
     triggers = (
-        re.compile(
-            rb"\d[eE]\+?(?:[4-9]|\d\d)\b|\d[eE]-(?:[89]|\d\d)\b"  # 1e4.., 1e-8..
-            rb"|(?<![\w.])(?:[6-9]\d{4}|\d{6,})(?!\d)|\.0{7}"  # 60000.., 100000.., 0.00000001
-        ),
+        # (three patterns: each starts with a character class the regex engine can skip ahead to)
+        re.compile(rb"\d[eE](?:\+?(?:[4-9]|\d\d)|-(?:[89]|\d\d))\b"),  # 1e4.., 1e-8..
+        re.compile(rb"(?<![\w.])(?:[6-9]\d{4}|\d{6,})(?!\d)"),  # 60000.., 100000..
+        re.compile(rb"\.0{7}"),  # 0.00000001
         _DTYPE_LIMIT,
     )
 
@@ -176,9 +177,9 @@ def _has_constant(unit: list[ast.AST], code, limits: bool) -> bool:
     for node in unit:
         kind = type(node)
         if kind is ast.BinOp:
-            operands = (node.left, node.right)
+            operands = (node.left, node.right) if type(node.op) in _CHECKED_AST_OPS else ()
         elif kind is ast.AugAssign:
-            operands = (node.value,)
+            operands = (node.value,) if type(node.op) in _CHECKED_AST_OPS else ()
         elif kind is ast.Call and type(node.func) in (ast.Name, ast.Attribute) \
                 and not code.names_of(node).isdisjoint(_BOUNDING_NAMES):
             operands = node.args
