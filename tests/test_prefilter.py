@@ -117,6 +117,15 @@ _FOLLOWED = {
         "n = -30\n\ndef pad(ds):\n    return ds.padded_batch(-n)\n",
         "def outer(size=12):\n    def inner(ds):\n        return ds.batch(size)\n    return inner\n",
     ],
+    "MP401": [
+        "from numpy import asarray as arr, float16 as f16\n\ndef load(data):\n    x = arr(data, dtype=f16)\n    return x / 255.0\n",
+        "import tensorflow as tf\n\ndef prep(image):\n    image = tf.image.convert_image_dtype(image, 'float16')\n"
+        "    return image * 2.0\n",
+    ],
+    "MP601": [
+        "import keras\nfrom keras import ops as K\n\nclass Masked(keras.layers.Layer):\n    def call(self, scores, mask):\n"
+        "        return K.where(mask, scores, -1e9)\n",
+    ],
     "MP103": [
         "import keras\nfrom tensorflow.keras import losses as L\n\ndef distill(t, s, h):\n"
         "    student = keras.ops.cast(s, h.dtype)\n    return L.mean_squared_error(t, student)\n",
@@ -139,7 +148,30 @@ def test_the_prefilter_follows_what_the_rule_follows(rule_id, source):
     assert _keys(on.diagnostics) == _keys(off.diagnostics)
 
 
+def test_the_prefilter_resolves_calls_through_the_projects_re_exports():
+    """``from mypkg import Net`` where mypkg re-exports ``keras.Sequential``: the rule resolves it, so
+    the pre-filter must too; ``ov.Model`` of openvino is no Keras model."""
+    facts = _every_rule_active().facts
+    facts = ProjectFacts(facts.policies, facts.generation, facts.tpu_sites, {"mypkg.Net": "keras.Sequential"},
+                         facts.keras_namespaces)
+    options = CheckOptions(_every_rule_active().rules, facts)
+    source = b"from mypkg import Net\nfrom keras import layers\n\nmodel = Net([layers.Dense(64), layers.Dense(10, activation='softmax')])\n"
+    on = check_source("train.py", source, options)
+    off = check_source("train.py", source, CheckOptions(options.rules, facts, prefilter=False))
+    assert "MP101" in {d.rule_id for d in on.diagnostics}
+    assert _keys(on.diagnostics) == _keys(off.diagnostics)
+    code = summarize(ast.parse(source), source, facts.reexported_names, "train", False, facts.reexports)
+    assert all_rules()["MP101"].candidate(code)
+    openvino = b"import openvino as ov\nmodel = ov.Model(results=[softmax], parameters=[])\n"
+    assert not all_rules()["MP102"].candidate(summarize(ast.parse(openvino), openvino))
+
+
 @pytest.mark.parametrize("rule_id, source", [
+    ("MP401", "import torch\nx = torch.ones(3).half() * 2\ny = cast(x, 'float16') + 1\n"),
+    ("MP601", "seed = int(s[0]) & 0x7FFFFFFF\nx = tf.cast(x, tf.float16)\n"),
+    ("MP601", "import tensorflow as tf\nSCALE = 1e9\n\ndef f(x):\n    return x * 1e-9\n"),
+    ("MP602", "import keras\nlayer = keras.layers.Dense(8, dtype='mixed_float16')\nname = 'float16'\nmodel.fit(x)\n"),
+    ("MP302", "def windows(ds, size):\n    return ds.batch(size)\n"),
     ("MP301", "from keras import layers\nWIDTH = 64\nh = [layers.Dense(WIDTH * 3), layers.Dense(WIDTH + 32), layers.Conv2D(width, 3)]\n"),
     ("MP302", "BATCH = 32\n\ndef fit(model, ds, args):\n    model.fit(ds.batch(BATCH * 4), batch_size=args.batch_size)\n"),
     ("MP103", "from keras import losses\nloss_fn = losses.MeanSquaredError()\nlosses = []\n"),
