@@ -63,7 +63,8 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 def walk(root: cst.CSTNode, visitor, children_of=children) -> None:
-    """Call ``visitor.on_visit`` before and ``visitor.on_leave`` after each node's children.
+    """Call ``visitor.on_visit`` before and ``visitor.on_leave`` after each node's children (which
+    ``on_visit`` returning False skips, as with libcst's ``visit``).
 
     ``children_of`` may be a lookup in an index of the tree (``FileContext.children``)."""
     stack: list[tuple[cst.CSTNode, bool]] = [(root, False)]
@@ -73,6 +74,7 @@ def walk(root: cst.CSTNode, visitor, children_of=children) -> None:
             visitor.on_leave(node)
             continue
         if visitor.on_visit(node) is False:
+            visitor.on_leave(node)  # as libcst does: children skipped, the node still left
             continue
         stack.append((node, True))
         stack.extend((child, False) for child in reversed(children_of(node)))

@@ -22,6 +22,7 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.context import FileContext
 from mplint.names import dotted
+from mplint.walk import walk
 
 FLOAT16_SPELLINGS = frozenset({"float16", "half", "f2"})
 WIDE_SPELLINGS = frozenset({"float32", "float64", "double", "single", "f4", "f8"})
@@ -221,7 +222,7 @@ class DtypeFlow:
         key = id(function)
         if key not in self._bindings:
             collector = _BindingCollector(self.context)
-            function.body.visit(collector)
+            walk(function.body, collector, self.context.children)
             self._bindings[key] = collector.bindings
         return self._bindings[key]
 

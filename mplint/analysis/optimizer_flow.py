@@ -26,6 +26,7 @@ from mplint.context import FileContext
 from mplint.diagnostics import ImportSpec
 from mplint.facts import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.names import canonical, dotted
+from mplint.walk import walk
 
 SCALE_METHODS = frozenset({"scale_loss", "get_scaled_loss"})
 UNSCALE_METHOD = "get_unscaled_gradients"
@@ -200,7 +201,7 @@ class OptimizerFlow:
         self.context = context
         self.facts = context.facts
         c = _Collector()
-        context.module.visit(c)
+        walk(context.module, c, context.children)
         self.c = c
         self.sites: list[GradientSite] = []
         for scope_id, tapes in c.tapes.items():

@@ -9,6 +9,7 @@ from mplint.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
 from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES
 from mplint.rule import Rule
+from mplint.walk import walk
 
 _TPU_NAMES = frozenset({"TPUStrategy", "TPUStrategyV2", "TPUClusterResolver", "initialize_tpu_system"})
 _TPU_STRATEGIES = frozenset({"TPUStrategy", "TPUStrategyV2"})
@@ -122,7 +123,7 @@ class Float16PolicyOnTpu(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         sites = _Sites(self.context)
-        node.visit(sites)
+        walk(node, sites, self.context.children)
         if not (sites.mentions_tpu or self._tpu_helper_elsewhere()):
             return
         for setter in sites.setters:
@@ -160,10 +161,9 @@ class Float16PolicyOnTpu(Rule):
         )
 
     def _reset_for_tpu_later(self, setter: cst.Call, sites: _Sites) -> bool:
-        start = self.context.position(setter).start
+        start = self.context.source_order(setter)
         for other in sites.setters:
-            position = self.context.position(other).start
-            if (position.line, position.column) <= (start.line, start.column):
+            if self.context.source_order(other) <= start:
                 continue
             arg = other.args[0].value
             arm = _tpu_arm(arg)

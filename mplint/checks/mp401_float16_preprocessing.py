@@ -10,6 +10,7 @@ from mplint.analysis.call_args import argument
 from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety
 from mplint.rule import Rule
+from mplint.walk import walk
 
 _CONVERSIONS = {"cast": 1, "dtypes.cast": 1, "image.convert_image_dtype": 1}  # path -> dtype position
 _DTYPE_KEYWORD_CONVERSIONS = frozenset({"array", "asarray", "convert_to_tensor"})
@@ -91,8 +92,8 @@ class Float16Preprocessing(Rule):
             return None
         name = parent.targets[0].target.value
         scope = self._scope(parent)
-        finder = _LaterUses(name, self.context.position(parent).end, self.context)
-        scope.visit(finder)
+        finder = _LaterUses(name, parent, self.context)
+        walk(scope, finder, self.context.children)
         for use in finder.uses:
             if isinstance(use, cst.AugAssign):
                 return use
@@ -134,18 +135,20 @@ def _numpy_or_tf(code, call) -> bool:
 
 
 class _LaterUses(cst.CSTVisitor):
-    """Uses of ``name`` after ``start`` and before it is bound again (nested scopes skipped)."""
+    """Uses of ``name`` after the ``assign`` statement and before it is bound again (nested scopes
+    skipped). Order is the file's source order (``FileContext.source_order``), not positions."""
 
-    def __init__(self, name: str, start, context):
+    def __init__(self, name: str, assign: cst.CSTNode, context):
         self.name = name
-        self.start = (start.line, start.column)
+        self.assign = assign
+        self.end = context.end_order(assign)  # nodes ordered after this one come after the statement
         self.context = context
         self.uses: list[cst.CSTNode] = []
-        self._rebound_at = None
+        self._rebound_at = None  # the end of the first later statement that binds the name again
 
     def visit_FunctionDef(self, node) -> bool:
-        return isinstance(node, cst.FunctionDef) and self.context.position(node).start.line <= self.start[0] \
-            and self.start < _key(self.context.position(node).end)
+        order = self.context.source_order
+        return order(node) < order(self.assign) <= self.context.end_order(node)  # the scope holding the statement
 
     def visit_ClassDef(self, node) -> bool:
         return False
@@ -154,10 +157,11 @@ class _LaterUses(cst.CSTVisitor):
         return False
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        end = _key(self.context.position(node).end)
         binds = any(isinstance(t.target, cst.Name) and t.target.value == self.name for t in node.targets)
-        if binds and end > self.start and (self._rebound_at is None or end < self._rebound_at):
-            self._rebound_at = end
+        if binds and self._after(node):
+            end = self.context.end_order(node)
+            if self._rebound_at is None or end < self._rebound_at:
+                self._rebound_at = end
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.target, cst.Name) and node.target.value == self.name and self._after(node):
@@ -168,7 +172,7 @@ class _LaterUses(cst.CSTVisitor):
             self.uses.append(node)
 
     def _after(self, node) -> bool:
-        return _key(self.context.position(node).start) > self.start
+        return self.context.source_order(node) > self.end
 
     def leave_Module(self, node) -> None:
         self._trim()
@@ -177,13 +181,10 @@ class _LaterUses(cst.CSTVisitor):
         self._trim()
 
     def _trim(self) -> None:
+        order = self.context.source_order
         if self._rebound_at is not None:  # a use inside the rebinding statement still reads the float16 value
-            self.uses = [u for u in self.uses if _key(self.context.position(u).start) < self._rebound_at]
-        self.uses.sort(key=lambda u: _key(self.context.position(u).start))
-
-
-def _key(position) -> tuple[int, int]:
-    return (position.line, position.column)
+            self.uses = [u for u in self.uses if order(u) <= self._rebound_at]
+        self.uses.sort(key=order)
 
 
 def _as_float32(dtype: cst.BaseExpression) -> cst.BaseExpression:

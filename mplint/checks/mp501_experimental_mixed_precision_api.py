@@ -195,7 +195,7 @@ class ExperimentalMixedPrecisionApi(Rule):
             return
         if attr == "set_policy":
             if self.context.names.matches(node, ["mixed_precision.set_policy"]):
-                self.items.append(_Item(node, f"`set_policy` does not exist outside the G1 experimental API: use `set_global_policy`",
+                self.items.append(_Item(node, "`set_policy` does not exist outside the G1 experimental API: use `set_global_policy`",
                                         {node.attr: cst.Name("set_global_policy")}))
             return
         if not self.context.names.matches(node, [_EXPERIMENTAL]):
@@ -234,7 +234,7 @@ class ExperimentalMixedPrecisionApi(Rule):
             return
         self.handled.add(id(arg.value))
         value = read_loss_scale(self.context, arg.value)
-        head = f"`Policy(..., loss_scale=...)` is G1 API (TypeError in Keras 2 and 3)"
+        head = "`Policy(..., loss_scale=...)` is G1 API (TypeError in Keras 2 and 3)"
         if value.kind == "dynamic":
             self.items.append(_Item(arg, f"{head}: drop it; compile() adds dynamic loss scaling itself under mixed_float16",
                                     {call: without_arg(call, arg)}))

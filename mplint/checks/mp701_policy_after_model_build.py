@@ -11,6 +11,7 @@ from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy
 from mplint.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
 from mplint.rule import Rule
+from mplint.walk import walk
 
 # Layers that hold no float weights or are adapted outside the model; their policy does not matter.
 _NOT_MODEL_LAYERS = frozenset({
@@ -64,7 +65,7 @@ class Constructions:
     def __init__(self, context: FileContext):
         self.context = context
         visitor = _ScopeCalls()
-        context.module.visit(visitor)
+        walk(context.module, visitor, context.children)
         self.scopes = visitor.scopes
         self._by_node = {id(s.node): s for s in self.scopes}
         self.functions = visitor.functions
@@ -162,9 +163,8 @@ class PolicyAfterModelBuild(Rule):
             self._move_fix(setter, before[0][0]),
         )
 
-    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
-        p = self.context.position(node).start
-        return (p.line, p.column)
+    def _start(self, node: cst.CSTNode) -> int:
+        return self.context.source_order(node)
 
     def _move_fix(self, setter: cst.Call, first: cst.Call) -> Fix | None:
         """Move the setter's statement before the statement of the first construction, in the same block."""
