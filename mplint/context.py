@@ -109,6 +109,25 @@ class FileContext:
         start = bisect.bisect_left(found, first, key=self.source_order)
         return found[start:bisect.bisect_right(found, last, lo=start, key=self.source_order)]
 
+    def findall(self, root: cst.CSTNode, matcher, node_types: tuple[type, ...]) -> list:
+        """``libcst.matchers.findall(root, matcher)`` for a matcher of nodes of ``node_types``, from
+        the index: only those nodes are tested, where libcst's findall rebuilds every node under
+        ``root`` on its way. Nodes outside the file's tree (parts of a fix) go to libcst's."""
+        from mplint import matchers as m
+
+        if self._parents is None:
+            self._index()
+        if id(root) not in self._preorder:
+            return list(m.findall(root, matcher))
+        found = [node for node_type in node_types for node in self.nodes_within(root, node_type)]
+        if len(node_types) > 1:
+            found.sort(key=self.source_order)
+        return [node for node in found if m.matches(node, matcher)]
+
+    def contains(self, outer: cst.CSTNode, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is ``outer`` or lies under it."""
+        return self.source_order(outer) <= self.source_order(node) <= self.end_order(outer)
+
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         if self._parents is None:
             self._index()

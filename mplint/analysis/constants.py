@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import libcst as cst
-from mplint import matchers as m
 
 from mplint.analysis.bindings import binding_nodes
 from mplint.context import FileContext
@@ -148,9 +147,9 @@ def _parameter_default(context: FileContext, param: cst.Param, depth: int) -> Co
 
 def _assigned_value(context: FileContext, target: cst.Name) -> cst.BaseExpression | None:
     parent = context.parent(target)
-    if m.matches(parent, m.AnnAssign()) and parent.value is not None:
+    if isinstance(parent, cst.AnnAssign) and parent.value is not None:
         return parent.value
-    if m.matches(parent, m.AssignTarget()):
+    if isinstance(parent, cst.AssignTarget):
         assign = context.parent(parent)
         if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
             return assign.value

@@ -58,8 +58,8 @@ def method_name(call: cst.CSTNode) -> str | None:
     return None
 
 
-def names_in(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in m.findall(node, m.Name())}
+def names_in(context: FileContext, node: cst.CSTNode) -> set[str]:
+    return {n.value for n in context.nodes_within(node, cst.Name)}
 
 
 def is_lso_call(node: cst.CSTNode) -> bool:
@@ -233,7 +233,7 @@ class OptimizerFlow:
     def _site(self, scope, tape, call, line, lines, index) -> GradientSite | None:
         target = call.args[0].value
         # grads = tape.gradient(...), or wrapped: grads = unscale(tape.gradient(...))
-        stmt = line if _single_assign(line) and _contains(_assign_value(line), call) else None
+        stmt = line if _single_assign(line) and self.context.contains(_assign_value(line), call) else None
         grad_names = _target_names(line) if stmt is not None else ()
         site = GradientSite(scope, tape, call, stmt, grad_names, target)
         if stmt is not None and _assign_value(line) is not call:
@@ -274,7 +274,7 @@ class OptimizerFlow:
             if not _single_assign(stmt):
                 continue
             value = _assign_value(stmt)
-            reads = names_in(value) & flow
+            reads = names_in(self.context, value) & flow
             if not reads:
                 continue
             targets = _target_names(stmt)
@@ -284,9 +284,9 @@ class OptimizerFlow:
             flow |= set(targets)
 
     def _apply_in(self, stmt: cst.CSTNode, flow: set[str] | None) -> cst.Call | None:
-        for call in m.findall(stmt, m.Call(func=m.Attribute())):
+        for call in self.context.findall(stmt, m.Call(func=m.Attribute()), (cst.Call,)):
             if method_name(call) in APPLY_METHODS and call.args:
-                if flow is None or names_in(call.args[0].value) & flow:
+                if flow is None or names_in(self.context, call.args[0].value) & flow:
                     return call
         return None
 
@@ -304,21 +304,21 @@ class OptimizerFlow:
         if method_name(call) in SCALE_METHODS:
             return True
         fn = self.helper(call)
-        return fn is not None and any(method_name(c) in SCALE_METHODS for c in m.findall(fn, m.Call()))
+        return fn is not None and any(method_name(c) in SCALE_METHODS for c in self.context.nodes_within(fn, cst.Call))
 
     def grad_op(self, value: cst.BaseExpression) -> tuple[str | None, cst.CSTNode | None]:
-        for call in m.findall(value, m.Call()):
+        for call in self.context.nodes_within(value, cst.Call):
             if method_name(call) == UNSCALE_METHOD:
                 return "unscale", call
             if last_name(call.func) in CLIPS:
                 return "clip", call
             fn = self.helper(call)
             if fn is not None:
-                if any(method_name(c) == UNSCALE_METHOD for c in m.findall(fn, m.Call())):
+                if any(method_name(c) == UNSCALE_METHOD for c in self.context.nodes_within(fn, cst.Call)):
                     return "unscale", call
-                if _divides_by_scale(fn):
+                if _divides_by_scale(self.context, fn):
                     return "manual_unscale", call
-        if _divides_by_scale(value):
+        if _divides_by_scale(self.context, value):
             return "manual_unscale", value
         return None, None
 
@@ -412,18 +412,14 @@ def _params(fn: cst.FunctionDef) -> list[str]:
     return [x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)]
 
 
-def _divides_by_scale(node: cst.CSTNode) -> bool:
-    for op in m.findall(node, m.BinaryOperation(operator=m.Divide())):
+def _divides_by_scale(context: FileContext, node: cst.CSTNode) -> bool:
+    for op in context.findall(node, m.BinaryOperation(operator=m.Divide()), (cst.BinaryOperation,)):
         right = op.right  # type: ignore[union-attr]
-        if any(a.attr.value in SCALE_ATTRS for a in m.findall(right, m.Attribute())) or (
+        if any(a.attr.value in SCALE_ATTRS for a in context.nodes_within(right, cst.Attribute)) or (
             isinstance(right, cst.Attribute) and right.attr.value in SCALE_ATTRS
         ):
             return True
     return False
-
-
-def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return tree is node or bool(m.findall(tree, m.MatchIfTrue(lambda n: n is node)))
 
 
 def _single_assign(line: cst.SimpleStatementLine) -> bool:
@@ -550,7 +546,7 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
         if site.loss_stmt is None or not isinstance(site.target, cst.Name):
             return None
         loss = site.target.value
-        scaled = _free_name(site.scope, "scaled_loss" if loss == "loss" else f"scaled_{loss}")
+        scaled = _free_name(context, site.scope, "scaled_loss" if loss == "loss" else f"scaled_{loss}")
         method = "scale_loss" if context.generation == 3 else "get_scaled_loss"
         added = cst.parse_statement(f"{scaled} = {code(opt)}.{method}({loss})")
         out[site.loss_stmt] = cst.FlattenSentinel([site.loss_stmt, added])
@@ -570,8 +566,8 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
     return out
 
 
-def _free_name(scope: cst.CSTNode, wanted: str) -> str:
-    used = names_in(scope)
+def _free_name(context: FileContext, scope: cst.CSTNode, wanted: str) -> str:
+    used = names_in(context, scope)
     name, i = wanted, 2
     while name in used:
         name, i = f"{wanted}_{i}", i + 1

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint import matchers as m
 from mplint.analysis.call_args import keyword, keyword_arg
 from mplint.context import FileContext
 from mplint.diagnostics import ImportSpec
 from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.names import KName, canonical, dotted
+from mplint.walk import descendants
 
 FLOAT32 = frozenset({"float32", "float64"})
 REDUCED = FLOAT16_POLICIES | BFLOAT16_POLICIES
@@ -134,8 +134,8 @@ def policy_reason(context: FileContext, layer: cst.Call | None) -> str:
 
 def quote_of(call: cst.Call) -> str:
     """The file's quoting style as seen in the call's own string arguments."""
-    for node in m.findall(call, m.SimpleString()):
-        if node.value[-1] in "'\"" and not node.value.endswith(('"""', "'''")):
+    for node, _, _ in descendants(call):
+        if isinstance(node, cst.SimpleString) and node.value[-1] in "'\"" and not node.value.endswith(('"""', "'''")):
             return node.value[-1]
     return '"'
 

@@ -267,7 +267,8 @@ class ExperimentalMixedPrecisionApi(Rule):
     def _compile_optimizer(self) -> cst.Arg | str:
         """The optimizer argument of the file's single compile() call, or why there is none to wrap."""
         found = []
-        for call in m.findall(self.context.module, m.Call(func=m.Attribute(attr=m.Name("compile")))):
+        compile_calls = m.Call(func=m.Attribute(attr=m.Name("compile")))
+        for call in self.context.findall(self.context.module, compile_calls, (cst.Call,)):
             arg = keyword(call, "optimizer") or positional(call, 0)
             if arg is not None and not m.matches(call.func, m.Attribute(value=m.Name("re"))):
                 found.append(arg)

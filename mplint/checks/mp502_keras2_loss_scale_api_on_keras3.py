@@ -102,7 +102,7 @@ class Keras2LossScaleApiOnKeras3(Rule):
     @property
     def own_methods(self) -> set[str]:
         if self._own_methods is None:
-            self._own_methods = {f.name.value for f in m.findall(self.context.module, m.FunctionDef())}
+            self._own_methods = {f.name.value for f in self.context.nodes(cst.FunctionDef)}
         return self._own_methods
 
     # --- attributes ------------------------------------------------------------------------
