@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
+import re
+import tokenize
 from dataclasses import dataclass
 from typing import Mapping
 
 from mplint.apinames import KName, canonical, resolve_relative
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.
 _MAX_WORD = 100
 
@@ -74,10 +78,6 @@ class CodeSummary:
         """A call that can reach an imported API named so: ``ops.sum(x)`` or an imported ``sum``, not builtin ``sum(x)``."""
         return any(n in self.attribute_calls or (n in self.calls and n in self.imported) for n in names)
 
-    def mentions_part(self, part: str) -> bool:
-        """Whether some word contains ``part``, ignoring case (``loss`` in ``val_loss`` or ``LOSS_FN``)."""
-        return any(part in word.lower() for word in self.words)
-
     def names_of(self, call: ast.Call) -> set[str]:
         """What a call in ``called`` may call, by last name: as written, through an import alias
         (``Dense`` for ``D(3)``) and through a project re-export (the parts of its Keras path)."""
@@ -109,11 +109,6 @@ class CodeSummary:
         return [f"{origin}.{rest}" if rest else origin for origin in self.origins.get(func.id, ())]
 
     @functools.cached_property
-    def import_calls(self) -> frozenset[str]:
-        """``import_paths`` of every call of the file."""
-        return frozenset(path for call in self.called for path in self.import_paths(call))
-
-    @functools.cached_property
     def simple_bindings(self) -> Mapping[str, tuple[ast.expr, ...]]:
         """Name -> the values the file binds it to in ways a constant can come from: ``name = value``,
         ``name: T = value`` (any scope) and parameter defaults (``def f(units=64)``, lambdas too)."""
@@ -135,6 +130,27 @@ class CodeSummary:
                         found.setdefault(arg.arg, []).append(default)
         return {name: tuple(values) for name, values in found.items()}
 
+    @functools.cached_property
+    def _lines(self) -> list[bytes]:
+        """The source's lines as CPython counts them (``\\r``, ``\\n``, ``\\r\\n`` only), in UTF-8: the
+        encoding CPython's column offsets count in, whatever the file declares."""
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(self.source).readline)
+            text = self.source.decode(encoding)
+        except (SyntaxError, LookupError, UnicodeDecodeError):
+            text = self.source.decode("utf-8", errors="replace")
+        return [line.encode("utf-8") for line in _LINE.findall(text)]
+
+    def segment(self, node: ast.expr) -> str:
+        """The source text of ``node`` (as ``ast.get_source_segment``, without re-splitting the file)."""
+        lines = self._lines
+        first, last = node.lineno - 1, node.end_lineno - 1
+        if first == last:
+            raw = lines[first][node.col_offset:node.end_col_offset]
+        else:
+            raw = b"".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]])
+        return raw.decode("utf-8", errors="replace")
+
     def api_names(self, call: ast.Call) -> list[KName]:
         """What ``import_paths`` of a call resolve to, as the name resolver does (project re-exports
         followed): ``losses.mse`` in namespace ``keras`` for ``keras.losses.mse(y, p)``."""
@@ -148,8 +164,9 @@ class CodeSummary:
 
 def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozenset[str]] = {}, module_name: str = "",
               is_package: bool = False, reexports: Mapping[str, str] = {}) -> CodeSummary:
-    """The summary of one parsed file; ``reexported`` maps a re-exported name to the parts of its target,
-    ``module_name`` and ``is_package`` place the file for relative imports."""
+    """The summary of one parsed file. ``reexported`` maps a re-exported name to the parts of its
+    target and ``reexports`` is the project's table of them (``ProjectFacts``); ``module_name`` and
+    ``is_package`` place the file for relative imports."""
     words: set[str] = set()
     calls: set[str] = set()
     attribute_calls: set[str] = set()

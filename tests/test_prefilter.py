@@ -179,3 +179,16 @@ def test_the_prefilter_resolves_calls_through_the_projects_re_exports():
 ])
 def test_the_prefilter_stops_files_whose_values_cannot_be_reported(rule_id, source):
     assert not all_rules()[rule_id].candidate(summarize(ast.parse(source), source.encode()))
+
+
+def test_the_prefilter_reads_targets_of_files_in_other_encodings():
+    """CPython's column offsets count UTF-8 bytes; a latin-1 file's bytes differ before the target."""
+    source = (
+        "# -*- coding: latin-1 -*-\nimport tensorflow as tf\n\nclass Penalty(tf.keras.layers.Layer):\n"
+        "    def call(self, x):\n        note = '" + "é" * 40 + "'; self.stats['l2_LOSS'] = tf.reduce_mean(x ** 2)\n        return x\n"
+    ).encode("latin-1")
+    options = _every_rule_active()
+    on = check_source("example.py", source, options)
+    off = check_source("example.py", source, CheckOptions(options.rules, options.facts, prefilter=False))
+    assert [(d.rule_id, d.line) for d in on.diagnostics if d.rule_id == "MP103"] == [("MP103", 6)]
+    assert _keys(on.diagnostics) == _keys(off.diagnostics)

@@ -209,26 +209,16 @@ def _loss_function(found) -> bool:
 
 def _names_a_loss(unit, code) -> bool:
     """Whether a function's name, or the text of an assignment target, says ``loss``."""
-    lines = None
     for node in unit:
         kind = type(node)
         if kind in (ast.FunctionDef, ast.AsyncFunctionDef):
             if "loss" in node.name.lower():
                 return True
         elif kind in (ast.Assign, ast.AnnAssign, ast.AugAssign):
-            lines = lines or code.source.splitlines(keepends=True)
-            for target in node.targets if kind is ast.Assign else [node.target]:
-                if b"loss" in _segment(lines, target).lower():
-                    return True
+            targets = node.targets if kind is ast.Assign else [node.target]
+            if any("loss" in code.segment(target).lower() for target in targets):
+                return True
     return False
-
-
-def _segment(lines: list[bytes], node: ast.expr) -> bytes:
-    """The source bytes of ``node`` (CPython's offsets count UTF-8 bytes)."""
-    first, last = node.lineno - 1, node.end_lineno - 1
-    if first == last:
-        return lines[first][node.col_offset:node.end_col_offset]
-    return b"".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]])
 
 
 def _names(context, node: cst.CSTNode) -> list[cst.Name]:
