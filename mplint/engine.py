@@ -242,11 +242,11 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         result.diagnostics.append(tree)
         return result
     if rules and options.prefilter:
-        code = summarize(tree, source, options.facts.reexported_names, module_name, is_package, options.facts.reexports)
-        rules = [r for r in rules if r.candidate(code)]
+        rules = _candidates(rules, summarize(tree, source, options.facts.reexported_names, module_name, is_package,
+                                             options.facts.reexports))
     if not rules:
         return result
-    del tree
+    del tree  # CPython's tree (and the summary over it) is not needed while libcst's exists
     module = parse_concrete(path, source)
     if isinstance(module, Diagnostic):
         result.diagnostics.append(module)
@@ -256,6 +256,10 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         result.diagnostics = [run.diagnostic(f) for f in run.findings] + run.crashes
         return result
     return _fix(path, source, run, options, module_name, is_package, result)
+
+
+def _candidates(rules: list[type[Rule]], code) -> list[type[Rule]]:
+    return [rule for rule in rules if rule.candidate(code)]
 
 
 def _fix(path, source, run: _Run, options, module_name, is_package, result: FileResult) -> FileResult:
