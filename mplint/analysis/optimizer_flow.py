@@ -26,6 +26,7 @@ from mplint.context import FileContext
 from mplint.diagnostics import ImportSpec
 from mplint.facts import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.names import canonical, dotted
+from mplint.rule import Rule
 from mplint.walk import walk
 
 SCALE_METHODS = frozenset({"scale_loss", "get_scaled_loss"})
@@ -41,6 +42,21 @@ Scope = cst.Module | cst.FunctionDef
 def has_gradient_sites(code: CodeSummary) -> bool:
     """Pre-filter: gradient sites need ``with GradientTape() as t`` and ``t.gradient(...)``."""
     return "GradientTape" in code.calls and "gradient" in code.calls
+
+
+class GradientSiteRule(Rule):
+    """What the rules on a custom loop's gradient sites under mixed_float16 (MP201-MP203) share: where
+    they can fire (a file that takes a ``GradientTape``'s gradient) and when (under float16 policies)."""
+
+    triggers = (b"GradientTape",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return has_gradient_sites(code)
+
+    @classmethod
+    def active_for(cls, facts) -> bool:
+        return facts.float16
 
 
 def last_name(node: cst.CSTNode) -> str | None:

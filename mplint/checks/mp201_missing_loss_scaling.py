@@ -5,27 +5,16 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.optimizer_flow import (
+    GradientSiteRule,
     OptimizerFlow,
-    has_gradient_sites,
     scaling_insertion,
     wrap_construction,
 )
 from mplint.diagnostics import Fix, FixSafety
-from mplint.rule import Rule
 
 
-class MissingLossScaling(Rule):
+class MissingLossScaling(GradientSiteRule):
     id = "MP201"
-    triggers = (b"GradientTape",)
-
-    @classmethod
-    def candidate(cls, code) -> bool:
-        return has_gradient_sites(code)
-
-    @classmethod
-    def active_for(cls, facts):
-        return facts.float16
-
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         g3 = self.context.generation == 3

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import OptimizerFlow, has_gradient_sites, scaling_insertion
+from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, scaling_insertion
 from mplint.diagnostics import Fix, FixSafety
-from mplint.rule import Rule
 
 
-class UnscaledLossGradient(Rule):
+class UnscaledLossGradient(GradientSiteRule):
     id = "MP202"
-    triggers = (b"GradientTape",)
-
-    @classmethod
-    def candidate(cls, code) -> bool:
-        return has_gradient_sites(code)
-
-    @classmethod
-    def active_for(cls, facts):
-        return facts.float16
-
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:
