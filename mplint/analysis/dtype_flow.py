@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mplint.analysis.call_args import argument
+from mplint.code_summary import walk_ast
 from mplint.context import FileContext
 from mplint.names import dotted
 from mplint.walk import walk
@@ -347,7 +348,7 @@ def flow_units(tree: ast.Module) -> list[list[ast.AST]]:
             continue
         outside.append(node)
         stack.extend(ast.iter_child_nodes(node))
-    return [outside, *(list(ast.walk(f)) for f in functions)]
+    return [outside, *(list(walk_ast(f)) for f in functions)]
 
 
 def may_carry(code, unit: list[ast.AST]) -> bool:
