@@ -18,6 +18,14 @@ _SUMS = frozenset({"reduce_sum", "math.reduce_sum", "ops.sum"})
 _LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"})
 _GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.pow", "ops.square", "ops.exp",
                       "ops.power"})
+# The functions of keras.losses and tf.keras.losses (Keras 2 and 3) that compute a loss.
+_FUNCTIONAL_LOSSES = frozenset({
+    "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy", "categorical_focal_crossentropy",
+    "categorical_generalized_cross_entropy", "categorical_hinge", "circle", "cosine_similarity", "ctc", "dice",
+    "hinge", "huber", "kl_divergence", "kld", "kullback_leibler_divergence", "log_cosh", "logcosh", "mae", "mape",
+    "mean_absolute_error", "mean_absolute_percentage_error", "mean_squared_error", "mean_squared_logarithmic_error",
+    "mse", "msle", "poisson", "sparse_categorical_crossentropy", "squared_hinge", "tversky",
+})
 _REDUCTION_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _REDUCTIONS)
 
 
@@ -58,7 +66,7 @@ class LossInFloat16(Rule):
             return
         if kname.path in _REDUCTIONS and (kname.ns == "tf" or kname.is_keras):
             self._check_reduction(node, kname.path)
-        elif kname.is_keras and kname.path.startswith("losses.") and kname.last[:1].islower():
+        elif _loss_function(kname):
             self._check_functional_loss(node)
 
     def _check_reduction(self, call: cst.Call, path: str) -> None:
@@ -203,8 +211,9 @@ def _reduces_a_loss(unit, code) -> bool:
 
 
 def _loss_function(found) -> bool:
-    """``keras.losses.mse`` but not the class ``keras.losses.Loss`` (what ``visit_Call`` checks)."""
-    return found.is_keras and found.path.startswith("losses.") and found.last[:1].islower()
+    """``keras.losses.mse``: a functional Keras loss, not the class ``keras.losses.Loss`` nor a helper
+    of the losses package (``get``, ``unscale_loss_for_distribution``)."""
+    return found.is_keras and found.path.startswith("losses.") and found.last in _FUNCTIONAL_LOSSES
 
 
 def _names_a_loss(unit, code) -> bool:
