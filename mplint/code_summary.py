@@ -79,10 +79,13 @@ class CodeSummary:
         return any(n in self.attribute_calls or (n in self.calls and n in self.imported) for n in names)
 
     def names_of(self, call: ast.Call) -> set[str]:
-        """What a call in ``called`` may call, by last name: as written, through an import alias
-        (``Dense`` for ``D(3)``) and through a project re-export (the parts of its Keras path)."""
+        """What a call may call, by last name: as written, through an import alias (``Dense`` for
+        ``D(3)``) and through a project re-export (the parts of its Keras path). Nothing for a call
+        of anything but a name or attribute (``f()()``, ``fs[0]()``)."""
         func = call.func
-        return self.spelled(func.id if type(func) is ast.Name else func.attr)
+        if type(func) is ast.Name:
+            return self.spelled(func.id)
+        return self.spelled(func.attr) if type(func) is ast.Attribute else set()
 
     def words_of(self, node: ast.expr) -> set[str]:
         """What an argument spells directly, as in ``argument_words``."""

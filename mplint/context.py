@@ -74,10 +74,6 @@ class FileContext:
         found = self._children.get(id(node))
         return found if found is not None else children(node)
 
-    def starts_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether ``first`` starts before ``second`` in the source (without computing positions)."""
-        return self.source_order(first) < self.source_order(second)
-
     def ends_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         """Whether all of ``first`` comes before ``second`` starts (``x = x + 1``: the read is not after)."""
         return self.end_order(first) < self.source_order(second)
@@ -96,15 +92,17 @@ class FileContext:
             self._index()
         return self._preorder[id(node)]
 
-    def nodes(self, node_type: type[N]) -> list[N]:
-        """Every node of exactly this type, in source order (whitespace and punctuation are not indexed)."""
+    def nodes(self, *node_types: type[N]) -> list[N]:
+        """Every node of exactly these types, in source order (whitespace and punctuation are not indexed)."""
         if self._parents is None:
             self._index()
-        return self._by_type.get(node_type, [])
+        if len(node_types) == 1:
+            return self._by_type.get(node_types[0], [])
+        return sorted((n for t in node_types for n in self._by_type.get(t, ())), key=self.source_order)
 
-    def nodes_within(self, node: cst.CSTNode, node_type: type[N]) -> list[N]:
-        """Every node of exactly this type under ``node`` (``node`` included), in source order."""
-        found = self.nodes(node_type)
+    def nodes_within(self, node: cst.CSTNode, *node_types: type[N]) -> list[N]:
+        """Every node of exactly these types under ``node`` (``node`` included), in source order."""
+        found = self.nodes(*node_types)
         first, last = self.source_order(node), self.end_order(node)
         start = bisect.bisect_left(found, first, key=self.source_order)
         return found[start:bisect.bisect_right(found, last, lo=start, key=self.source_order)]
@@ -119,10 +117,7 @@ class FileContext:
             self._index()
         if id(root) not in self._preorder:
             return list(m.findall(root, matcher))
-        found = [node for node_type in node_types for node in self.nodes_within(root, node_type)]
-        if len(node_types) > 1:
-            found.sort(key=self.source_order)
-        return [node for node in found if m.matches(node, matcher)]
+        return [node for node in self.nodes_within(root, *node_types) if m.matches(node, matcher)]
 
     def contains(self, outer: cst.CSTNode, node: cst.CSTNode) -> bool:
         """Whether ``node`` is ``outer`` or lies under it."""

@@ -27,9 +27,8 @@ class Rule(cst.BatchableCSTVisitor):
     id: ClassVar[str]
     #: Byte strings or compiled byte regexes of which a file must contain at least one for
     #: the rule to run on it (the engine never parses a file no active rule admits).
-    #: Empty means every file.
+    #: Empty means every file. The second pre-filter is ``candidate``, on what the file's code mentions.
     triggers: ClassVar[tuple["bytes | re.Pattern[bytes]", ...]] = ()
-    #: The second pre-filter is ``candidate``, on what the file's code mentions.
     #: Filled from the catalog when the rule is registered.
     meta: ClassVar["RuleMeta"]
 

@@ -361,7 +361,7 @@ def may_carry(code, unit: list[ast.AST]) -> bool:
             func = node.func
             if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self":
                 return True
-            if type(func) in (ast.Name, ast.Attribute) and not code.names_of(node).isdisjoint(_CARRYING_CALLS):
+            if not code.names_of(node).isdisjoint(_CARRYING_CALLS):
                 return True
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef) and node.name == "call":
             return True

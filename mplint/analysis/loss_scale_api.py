@@ -125,7 +125,7 @@ class LossScaleOptimizerNames:
 
     def __init__(self, context: FileContext):
         self.bound: dict[str, KName] = {}
-        for assign in sorted([*context.nodes(cst.Assign), *context.nodes(cst.AnnAssign)], key=context.source_order):
+        for assign in context.nodes(cst.Assign, cst.AnnAssign):
             if assign.value is None:
                 continue
             kname = loss_scale_optimizer_call(context, assign.value)

@@ -50,8 +50,7 @@ def _build_index(context: FileContext) -> _Index:
     def's decorators and defaults count as inside the def, as a visitor entering it first sees them.
     """
     index = _Index()
-    kinds = (*_SCOPES, cst.Assign, cst.AnnAssign, cst.Call, cst.Return)
-    nodes = sorted((n for kind in kinds for n in context.nodes(kind)), key=context.source_order)
+    nodes = context.nodes(*_SCOPES, cst.Assign, cst.AnnAssign, cst.Call, cst.Return)
     stack: list[tuple[cst.CSTNode, int, cst.ClassDef | None]] = []  # (scope, its end, nearest class)
     for node in nodes:
         order = context.source_order(node)

@@ -203,8 +203,7 @@ def _reduces_a_loss(unit, code) -> bool:
     if called.isdisjoint(_GROWING | _SUMS) and not any(type(node) is ast.BinOp and type(node.op) is ast.Pow for node in unit):
         return False
     sinks = any(
-        type(node) is ast.Call and type(node.func) in (ast.Name, ast.Attribute)
-        and not code.names_of(node).isdisjoint(_LOSS_SINKS)
+        type(node) is ast.Call and not code.names_of(node).isdisjoint(_LOSS_SINKS)
         for node in unit
     )
     return sinks or _names_a_loss(unit, code)

@@ -47,7 +47,7 @@ def _namespaces_read(context: FileContext) -> set[str]:
         k = context.names.kname(node.func)
         if k is not None and k.is_keras:
             found.add(k.ns)
-    for statement in sorted([*context.nodes(cst.Import), *context.nodes(cst.ImportFrom)], key=context.source_order):
+    for statement in context.nodes(cst.Import, cst.ImportFrom):
         modules = [cst.helpers.get_full_name_for_node(a.name) for a in statement.names] if isinstance(statement, cst.Import) else []
         if isinstance(statement, cst.ImportFrom) and statement.module is not None and not statement.relative:
             module = cst.helpers.get_full_name_for_node(statement.module)

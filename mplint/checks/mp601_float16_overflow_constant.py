@@ -180,8 +180,7 @@ def _has_constant(unit: list[ast.AST], code, limits: bool) -> bool:
             operands = (node.left, node.right) if type(node.op) in _CHECKED_AST_OPS else ()
         elif kind is ast.AugAssign:
             operands = (node.value,) if type(node.op) in _CHECKED_AST_OPS else ()
-        elif kind is ast.Call and type(node.func) in (ast.Name, ast.Attribute) \
-                and not code.names_of(node).isdisjoint(_BOUNDING_NAMES):
+        elif kind is ast.Call and not code.names_of(node).isdisjoint(_BOUNDING_NAMES):
             operands = node.args
         else:
             continue
