@@ -112,10 +112,10 @@ def _run_check(argv: list[str]) -> int:
     args = _check_parser().parse_args(argv)  # first: --version and --help need none of the imports below
 
     from mplint.catalog import CatalogError
-    from mplint.config import ConfigError
-    from mplint.git import GitError, changed_files
+    from mplint.project.config import ConfigError
+    from mplint.project.git import GitError, changed_files
     from mplint.output import FORMATS
-    from mplint.registry import unknown_selectors
+    from mplint.engine.registry import unknown_selectors
     from mplint.runner import RunOptions, run
 
     bad = unknown_selectors([*(args.select or []), *args.ignore, *args.extend_select])

@@ -16,16 +16,16 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 from mplint.baseline import add_noqa
-from mplint.cache import ProjectCache, content_hash, settings_key
+from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.catalog import load_catalog
-from mplint.config import Config, load_config, marked_root
+from mplint.project.config import Config, load_config, marked_root
 from mplint.diagnostics import Diagnostic, FileResult
-from mplint.discovery import SourcePath, discover, module_name
-from mplint.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions
-from mplint.facts import ProjectFacts, build_project_facts, extract_file_facts
-from mplint.notebooks import Notebook, NotebookResult, check_notebook, is_notebook, load as load_notebook
-from mplint.registry import all_rules, select
-from mplint.writer import write_atomic
+from mplint.project.discovery import SourcePath, discover, module_name
+from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions
+from mplint.project.facts import ProjectFacts, build_project_facts, extract_file_facts
+from mplint.engine.notebooks import Notebook, NotebookResult, check_notebook, is_notebook, load as load_notebook
+from mplint.engine.registry import all_rules, select
+from mplint.fixes.writer import write_atomic
 
 
 @dataclass
@@ -151,7 +151,7 @@ def _python_source(source: SourcePath, data: bytes) -> bytes | None:
 
 
 def _check_file(source: SourcePath, data: bytes, check: CheckOptions) -> FileResult:
-    from mplint.engine import check_source  # libcst: imported only when a file is really checked
+    from mplint.engine.check import check_source  # libcst: imported only when a file is really checked
 
     name, is_package = module_name(source.path)
     if is_notebook(source.path):

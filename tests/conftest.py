@@ -8,7 +8,7 @@ import pytest
 
 from mplint.catalog import load_catalog
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from mplint.catalog import load_catalog
 from mplint.diagnostics import FileResult
-from mplint.engine import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
-from mplint.facts import build_project_facts, extract_file_facts
-from mplint.registry import all_rules
+from mplint.engine.check import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
+from mplint.project.facts import build_project_facts, extract_file_facts
+from mplint.engine.registry import all_rules
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -119,8 +119,8 @@ def test_constants_evaluate_module_constants_arithmetic_and_defaults():
     import libcst as cst
     from libcst.metadata import MetadataWrapper
 
-    from mplint.context import FileContext
-    from mplint.facts import ProjectFacts
+    from mplint.engine.context import FileContext
+    from mplint.project.facts import ProjectFacts
 
     source = "A = 10\nB = A * 3 + 2\nC = 1\nC = 2\ndef f(width=A // 4, other=x):\n    return B, width, C, other, 2 ** 100\n"
     wrapper = MetadataWrapper(cst.parse_module(source))

@@ -12,8 +12,8 @@ from libcst.metadata import MetadataWrapper
 from mplint.analysis import constants
 from mplint.analysis.bindings import binding_nodes
 from mplint.catalog import load_catalog
-from mplint.context import FileContext
-from mplint.facts import ProjectFacts
+from mplint.engine.context import FileContext
+from mplint.project.facts import ProjectFacts
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mplint.cli import main
-from mplint.config import ConfigError, find_config, load_config
+from mplint.project.config import ConfigError, find_config, load_config
 
 
 def write(path, text):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import Crashes, DenseWithoutDtype, NeverSettles, ReturnEverywhere, UnsafeImportAdder
 
 from mplint.diagnostics import FixSafety
-from mplint.engine import CheckOptions, check_source
+from mplint.engine.check import CheckOptions, check_source
 
 
 def check(source: bytes, *rules, fix=False, unsafe=False):
@@ -159,7 +159,7 @@ def test_positions_match_libcsts_position_provider():
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from mplint.context import positions
+    from mplint.engine.context import positions
 
     sources = sorted((Path(__file__).parent.parent / "fixtures").rglob("*.py"))
     assert sources

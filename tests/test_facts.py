@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mplint.facts import UNKNOWN_POLICY, build_project_facts, extract_file_facts, generation_from_pins
-from mplint.names import KName, canonical, resolve_relative
+from mplint.project.facts import UNKNOWN_POLICY, build_project_facts, extract_file_facts, generation_from_pins
+from mplint.engine.names import KName, canonical, resolve_relative
 
 
 def facts_of(files: dict[str, str], root: Path, keras=None, policy=None):

@@ -20,9 +20,9 @@ import pytest
 
 import mplint.runner
 from mplint.cli import main
-from mplint.config import ConfigError, load_config
-from mplint.engine import MAX_SOURCE_BYTES, CheckOptions, check_source
-from mplint.registry import all_rules
+from mplint.project.config import ConfigError, load_config
+from mplint.engine.check import MAX_SOURCE_BYTES, CheckOptions, check_source
+from mplint.engine.registry import all_rules
 
 GOOD = 'import keras\nm = keras.Sequential([keras.layers.Dense(3, activation="softmax")])\n'
 # a line every rule pre-filter of MP101 admits: files no active rule could match are not even parsed

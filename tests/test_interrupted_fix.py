@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from mplint.cli import main
-from mplint.discovery import discover
-from mplint.writer import write_atomic
+from mplint.project.discovery import discover
+from mplint.fixes.writer import write_atomic
 
 FILES = 80
 PADDING = "".join(f"# padding line {i}: keeps each write long enough to be interrupted\n" for i in range(400))

@@ -9,8 +9,8 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper
 
 from mplint.analysis.model_outputs import is_output_layer, model_outputs
-from mplint.context import FileContext
-from mplint.facts import ProjectFacts
+from mplint.engine.context import FileContext
+from mplint.project.facts import ProjectFacts
 
 
 def _context(code: str) -> FileContext:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mplint.cli import main
-from mplint.notebooks import Notebook, load
+from mplint.engine.notebooks import Notebook, load
 
 DATA = Path(__file__).parent / "data" / "notebooks"
 SOFTMAX = '    layers.Dense(10, activation=\\"softmax\\"),\\n'

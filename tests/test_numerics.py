@@ -77,8 +77,8 @@ def _classify(code: str, marker: str):
 
     from libcst.metadata import MetadataWrapper
 
-    from mplint.context import FileContext
-    from mplint.facts import ProjectFacts
+    from mplint.engine.context import FileContext
+    from mplint.project.facts import ProjectFacts
 
     wrapper = MetadataWrapper(cst.parse_module(code))
     context = FileContext("probe.py", wrapper, ProjectFacts(), "probe", False)

@@ -26,7 +26,7 @@ def test_wheel_carries_the_rule_catalog(wheel):
     names = set(wheel.namelist())
     rules = sorted(p.name for p in (REPO / "rules").glob("*.yaml"))
     assert rules and [n for n in rules if f"mplint/catalog/{n}" not in names] == []
-    assert "mplint/cli.py" in names and "mplint/notebooks.py" in names
+    assert "mplint/cli.py" in names and "mplint/engine/notebooks.py" in names
     assert not any(n.startswith(("tests/", "rules/")) for n in names)
 
 

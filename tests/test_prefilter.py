@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from mplint.catalog import load_catalog
-from mplint.check_options import CheckOptions
-from mplint.code_summary import summarize
-from mplint.engine import check_source
-from mplint.facts import Generation, PolicySite, ProjectFacts, UNKNOWN_POLICY
-from mplint.registry import all_rules
+from mplint.engine.check_options import CheckOptions
+from mplint.engine.code_summary import summarize
+from mplint.engine.check import check_source
+from mplint.project.facts import Generation, PolicySite, ProjectFacts, UNKNOWN_POLICY
+from mplint.engine.registry import all_rules
 from mplint.runner import RunOptions, run
 
 REPO = Path(__file__).resolve().parent.parent

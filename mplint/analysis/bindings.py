@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.context import FileContext
-from mplint.walk import children
+from mplint.engine.context import FileContext
+from mplint.engine.walk import children
 
 _UNSURE_USES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.ClassDef)
 _UNSURE_BINDINGS = (cst.Match,)

@@ -17,7 +17,7 @@ from typing import Callable
 import libcst as cst
 
 from mplint.analysis.bindings import binding_nodes
-from mplint.context import FileContext
+from mplint.engine.context import FileContext
 
 # Bindings looked up per name (analysis/bindings.py), the ScopeProvider only where that is unsure.
 FAST_BINDINGS = True

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.code_summary import walk_ast
-from mplint.context import FileContext
-from mplint.names import dotted
-from mplint.walk import walk
+from mplint.engine.code_summary import walk_ast
+from mplint.engine.context import FileContext
+from mplint.engine.names import dotted
+from mplint.engine.walk import walk
 
 FLOAT16_SPELLINGS = frozenset({"float16", "half", "f2"})
 WIDE_SPELLINGS = frozenset({"float32", "float64", "double", "single", "f4", "f8"})

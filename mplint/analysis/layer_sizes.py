@@ -18,8 +18,8 @@ import libcst as cst
 from mplint.analysis.call_args import argument, keyword_value
 from mplint.analysis.constants import Constant, evaluate_int, may_be_unaligned, only_used_where
 from mplint.analysis.model_outputs import is_output_layer
-from mplint.code_summary import CodeSummary
-from mplint.context import FileContext
+from mplint.engine.code_summary import CodeSummary
+from mplint.engine.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
 
 # Layer -> the arguments that become matmul/conv dimensions: (position, keyword).

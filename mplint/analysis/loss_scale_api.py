@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from mplint import matchers as m
+from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword
-from mplint.context import FileContext
-from mplint.names import KName, dotted
+from mplint.engine.context import FileContext
+from mplint.engine.names import KName, dotted
 
 LOSS_SCALE_OPTIMIZER = ("optimizers.LossScaleOptimizer", "mixed_precision.experimental.LossScaleOptimizer")
 POLICY = ("mixed_precision.Policy", "mixed_precision.experimental.Policy")

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.apinames import KERAS_NAMESPACES
-from mplint.code_summary import CodeSummary
-from mplint.context import FileContext
+from mplint.engine.apinames import KERAS_NAMESPACES
+from mplint.engine.code_summary import CodeSummary
+from mplint.engine.context import FileContext
 
 _SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _MAX_HOPS = 20  # guards against assignment cycles such as `x = y; y = x`

@@ -19,15 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-from mplint import matchers as m
-from mplint.code_summary import CodeSummary
+from mplint.engine import matchers as m
+from mplint.engine.code_summary import CodeSummary
 
-from mplint.context import FileContext
+from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec
-from mplint.facts import FLOAT16_POLICIES, UNKNOWN_POLICY
-from mplint.names import canonical, dotted
-from mplint.rule import Rule
-from mplint.walk import walk
+from mplint.project.facts import FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.engine.names import canonical, dotted
+from mplint.engine.rule import Rule
+from mplint.engine.walk import walk
 
 SCALE_METHODS = frozenset({"scale_loss", "get_scaled_loss"})
 UNSCALE_METHOD = "get_unscaled_gradients"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.constants import evaluate
-from mplint.code_summary import CodeSummary
-from mplint.context import FileContext
-from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES
+from mplint.engine.code_summary import CodeSummary
+from mplint.engine.context import FileContext
+from mplint.project.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES
 
 REDUCED_POLICIES = FLOAT16_POLICIES | BFLOAT16_POLICIES
 _SETTERS = frozenset({"set_global_policy", "set_policy", "set_dtype_policy"})

@@ -19,7 +19,7 @@ from mplint.analysis.output_dtype import (
     with_float32_dtype,
 )
 from mplint.diagnostics import Fix, FixSafety
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 
 class Float16SoftmaxOutput(Rule):

@@ -22,7 +22,7 @@ from mplint.analysis.output_dtype import (
     with_float32_dtype,
 )
 from mplint.diagnostics import Fix
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 _MODELS = ("Sequential", "Model")
 _OPS_PREFIXES = ("nn.", "math.", "ops.", "activations.")

@@ -9,8 +9,8 @@ import libcst as cst
 
 from mplint.analysis.dtype_flow import Carrier, DtypeFlow, flow_units, may_carry
 from mplint.diagnostics import Fix, FixSafety
-from mplint.names import dotted
-from mplint.rule import Rule
+from mplint.engine.names import dotted
+from mplint.engine.rule import Rule
 
 _REDUCTIONS = frozenset({"reduce_mean", "reduce_sum", "math.reduce_mean", "math.reduce_sum", "ops.mean", "ops.sum"})
 _MAYBE_LOSS = re.compile(r"(^|\.)(losses|reduce_mean|reduce_sum|mean|sum)(\.|$)")

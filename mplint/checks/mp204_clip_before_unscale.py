@@ -6,7 +6,7 @@ import libcst as cst
 
 from mplint.analysis.optimizer_flow import OptimizerFlow, has_gradient_sites, last_name
 from mplint.diagnostics import Fix, FixSafety
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 
 class ClipBeforeUnscale(Rule):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.optimizer_flow import LSO, last_name
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 _WHY = "a fixed loss scale overflows to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"
 

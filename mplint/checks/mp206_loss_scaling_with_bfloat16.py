@@ -14,7 +14,7 @@ from mplint.analysis.optimizer_flow import (
     statement_of,
 )
 from mplint.diagnostics import Fix, FixSafety
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 _WHY = "bfloat16 has float32's exponent range, so loss scaling only costs time"
 

@@ -11,8 +11,8 @@ from mplint.analysis.optimizer_flow import (
     wrap_construction,
 )
 from mplint.diagnostics import Fix, FixSafety
-from mplint.facts import FLOAT16_POLICIES, UNKNOWN_POLICY
-from mplint.rule import Rule
+from mplint.project.facts import FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.engine.rule import Rule
 
 
 class PerLayerPolicyWithoutLossScaling(Rule):

@@ -13,7 +13,7 @@ from mplint.analysis.layer_sizes import (
     rounding_hint,
     sizes_layers,
 )
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 _LAYERS = rb"(?:Dense|Conv[123]D\w*|Convolution[123]D\w*|SeparableConv\w*|DepthwiseConv\w*|LSTM|GRU|Embedding|MultiHeadAttention)"
 # A layer constructor call, or an import that may rename one (`from keras.layers import Dense as D`).

@@ -13,7 +13,7 @@ from mplint.analysis.layer_sizes import (
     rounding_hint,
     sets_batch_size,
 )
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 
 class BatchSizeAlignment(Rule):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.policy_calls import policy_setter, policy_values, sets_policy
-from mplint.context import FileContext
+from mplint.engine.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
-from mplint.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES
-from mplint.rule import Rule
-from mplint.walk import walk
+from mplint.project.facts import BFLOAT16_POLICIES, FLOAT16_POLICIES
+from mplint.engine.rule import Rule
+from mplint.engine.walk import walk
 
 _TPU_NAMES = frozenset({"TPUStrategy", "TPUStrategyV2", "TPUClusterResolver", "initialize_tpu_system"})
 _TPU_STRATEGIES = frozenset({"TPUStrategy", "TPUStrategyV2"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.layer_sizes import batch_sizes, hidden_sizes, rounding_hint, sets_batch_size, sizes_layers
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 TPU_TILE = 128
 

@@ -9,8 +9,8 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety
-from mplint.rule import Rule
-from mplint.walk import walk
+from mplint.engine.rule import Rule
+from mplint.engine.walk import walk
 
 _CONVERSIONS = {"cast": 1, "dtypes.cast": 1, "image.convert_image_dtype": 1}  # path -> dtype position
 _DTYPE_KEYWORD_CONVERSIONS = frozenset({"array", "asarray", "convert_to_tensor"})

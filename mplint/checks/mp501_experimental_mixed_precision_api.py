@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from mplint import matchers as m
+from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword, keyword_arg
 from mplint.analysis.loss_scale_api import (
     POLICY,
@@ -27,8 +27,8 @@ from mplint.analysis.loss_scale_api import (
     without_arg,
 )
 from mplint.diagnostics import Fix, ImportSpec
-from mplint.names import canonical, dotted
-from mplint.rule import Rule
+from mplint.engine.names import canonical, dotted
+from mplint.engine.rule import Rule
 
 # Experimental names and their non-experimental twins (present in Keras 2 and Keras 3).
 _TWINS = {"Policy": "Policy", "set_policy": "set_global_policy", "global_policy": "global_policy",

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint import matchers as m
+from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword
 from mplint.analysis.loss_scale_api import (
     LossScaleOptimizerNames,
     loss_scale_optimizer_call,
 )
 from mplint.diagnostics import Fix
-from mplint.names import dotted
-from mplint.rule import Rule
+from mplint.engine.names import dotted
+from mplint.engine.rule import Rule
 
 _METHODS = {"get_scaled_loss", "get_unscaled_gradients"}
 _ATTRIBUTES = {"loss_scale": "dynamic_scale", "dynamic_counter": "step_counter"}

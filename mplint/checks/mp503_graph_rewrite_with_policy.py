@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import libcst as cst
-from mplint import matchers as m
+from mplint.engine import matchers as m
 
 from mplint.diagnostics import Fix, FixSafety
-from mplint.facts import MIXED_POLICIES, UNKNOWN_POLICY
-from mplint.names import dotted
-from mplint.rule import Rule
+from mplint.project.facts import MIXED_POLICIES, UNKNOWN_POLICY
+from mplint.engine.names import dotted
+from mplint.engine.rule import Rule
 
 REWRITE_FUNCTION = "enable_mixed_precision_graph_rewrite"
 AMP_OPTION = "auto_mixed_precision"

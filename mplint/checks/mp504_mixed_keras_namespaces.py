@@ -8,9 +8,9 @@ import libcst.helpers
 
 from mplint.analysis.layer_sizes import calls
 from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values, sets_policy
-from mplint.context import FileContext
-from mplint.names import KERAS_NAMESPACES, canonical
-from mplint.rule import Rule
+from mplint.engine.context import FileContext
+from mplint.engine.names import KERAS_NAMESPACES, canonical
+from mplint.engine.rule import Rule
 
 _LABELS = {"keras": "`keras`", "tf.keras": "`tf.keras`", "tf_keras": "`tf_keras`"}
 _NOT_MODEL_LAYERS = frozenset({"Input", "InputLayer", "InputSpec"})

@@ -18,7 +18,7 @@ from mplint.analysis.dtype_flow import (
     dtype_spelling,
 )
 from mplint.diagnostics import Fix, FixSafety
-from mplint.rule import Rule
+from mplint.engine.rule import Rule
 
 FLOAT16_MAX = 65504.0
 FLOAT16_TINY = 6e-8  # below this a value flushes to zero (smallest subnormal: 5.96e-8)

@@ -6,8 +6,8 @@ import libcst as cst
 
 from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
-from mplint.names import dotted
-from mplint.rule import Rule
+from mplint.engine.names import dotted
+from mplint.engine.rule import Rule
 
 _POLICY_CALLS = ("mixed_precision.Policy", "DTypePolicy", "mixed_precision.set_global_policy", "mixed_precision.experimental.Policy",
                  "mixed_precision.experimental.set_policy", "dtype_policies.get", "config.set_dtype_policy")

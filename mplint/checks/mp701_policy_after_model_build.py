@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values, sets_policy
-from mplint.context import FileContext
+from mplint.engine.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
-from mplint.rule import Rule
-from mplint.walk import walk
+from mplint.engine.rule import Rule
+from mplint.engine.walk import walk
 
 # Layers that hold no float weights or are adapted outside the model; their policy does not matter.
 _NOT_MODEL_LAYERS = frozenset({

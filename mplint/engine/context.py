@@ -8,9 +8,9 @@ from typing import Callable, TypeVar
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from mplint.facts import ProjectFacts
-from mplint.names import NameResolver
-from mplint.walk import children, descendants
+from mplint.project.facts import ProjectFacts
+from mplint.engine.names import NameResolver
+from mplint.engine.walk import children, descendants
 
 T = TypeVar("T")
 N = TypeVar("N", bound=cst.CSTNode)
@@ -68,7 +68,7 @@ class FileContext:
         return self._nodes
 
     def children(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """The node's children in source order, without trivia (see ``mplint.walk``), from the index."""
+        """The node's children in source order, without trivia (see ``mplint.engine.walk``), from the index."""
         if self._parents is None:
             self._index()
         found = self._children.get(id(node))
@@ -111,7 +111,7 @@ class FileContext:
         """``libcst.matchers.findall(root, matcher)`` for a matcher of nodes of ``node_types``, from
         the index: only those nodes are tested, where libcst's findall rebuilds every node under
         ``root`` on its way. Nodes outside the file's tree (parts of a fix) go to libcst's."""
-        from mplint import matchers as m
+        from mplint.engine import matchers as m
 
         if self._parents is None:
             self._index()

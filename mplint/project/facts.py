@@ -19,7 +19,7 @@ from typing import Iterable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from mplint.apinames import canonical
+from mplint.engine.apinames import canonical
 
 MIXED_POLICIES = frozenset({"mixed_float16", "mixed_bfloat16"})
 FLOAT16_POLICIES = frozenset({"mixed_float16", "float16"})

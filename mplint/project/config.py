@@ -17,7 +17,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
-from mplint.registry import unknown_selectors
+from mplint.engine.registry import unknown_selectors
 
 YAML_NAMES = (".mplint.yaml", ".mplint.yml")
 POLICIES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")

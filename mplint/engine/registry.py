@@ -17,12 +17,12 @@ from mplint import checks
 from mplint.catalog import CatalogError, RuleMeta, load_catalog
 
 if TYPE_CHECKING:
-    from mplint.rule import Rule
+    from mplint.engine.rule import Rule
 
 
 @functools.lru_cache(maxsize=None)
 def all_rules() -> dict[str, type["Rule"]]:
-    from mplint.rule import Rule  # libcst: needed only when rules run
+    from mplint.engine.rule import Rule  # libcst: needed only when rules run
 
     catalog = load_catalog()
     found: dict[str, type[Rule]] = {}

@@ -272,7 +272,7 @@ def to_cell(nb: Notebook, d: Diagnostic) -> Diagnostic:
 
 
 def check_notebook(path: str, data: bytes, check, module_name: str = "", is_package: bool = False) -> NotebookResult:
-    from mplint.engine import check_source
+    from mplint.engine.check import check_source
 
     nb = load(data)
     if not isinstance(nb, Notebook):

@@ -16,7 +16,7 @@ from typing import Iterable, Iterator, Mapping
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
-from mplint.apinames import KERAS_NAMESPACES, KName, canonical, resolve_relative  # noqa: F401 (re-exported)
+from mplint.engine.apinames import KERAS_NAMESPACES, KName, canonical, resolve_relative  # noqa: F401 (re-exported)
 
 
 def dotted(node: cst.CSTNode) -> str | None:

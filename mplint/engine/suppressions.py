@@ -8,7 +8,7 @@ import tokenize
 from dataclasses import dataclass, field
 
 from mplint.catalog import RuleMeta
-from mplint.registry import matches
+from mplint.engine.registry import matches
 
 _IGNORE = re.compile(r"#\s*mplint\s*:\s*ignore(?P<file>-file)?(?:\[(?P<codes>[^\]]*)\])?", re.I)
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9_\-]+(?:[\s,]+[A-Za-z0-9_\-]+)*))?", re.I)

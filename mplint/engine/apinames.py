@@ -4,7 +4,7 @@
 ``keras.src.layers.core.dense.Dense``, ``tf_keras.layers.Dense``...) to a
 namespace plus a path such as ``layers.Dense``, applying the project's
 re-exports (``from pkg.backend import keras``). The project-facts pass uses it
-without parsing; ``mplint.names`` adds resolution of names in parsed files.
+without parsing; ``mplint.engine.names`` adds resolution of names in parsed files.
 """
 
 from __future__ import annotations

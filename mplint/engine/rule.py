@@ -17,9 +17,9 @@ from mplint.diagnostics import Finding, Fix
 
 if TYPE_CHECKING:
     from mplint.catalog import RuleMeta
-    from mplint.code_summary import CodeSummary
-    from mplint.context import FileContext
-    from mplint.facts import ProjectFacts
+    from mplint.engine.code_summary import CodeSummary
+    from mplint.engine.context import FileContext
+    from mplint.project.facts import ProjectFacts
 
 
 class Rule(cst.BatchableCSTVisitor):

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mplint.diagnostics import FixSafety
-from mplint.facts import ProjectFacts
+from mplint.project.facts import ProjectFacts
 
 if TYPE_CHECKING:
-    from mplint.rule import Rule
+    from mplint.engine.rule import Rule
 
 # The engine's own diagnostics (see rules/MP000.yaml ... MP002.yaml).
 PARSE_ERROR = "MP000"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from mplint import __version__
 from mplint.diagnostics import Diagnostic, Edit, FixSafety, Severity
-from mplint.facts import FileFacts, PolicySite
-from mplint.writer import write_atomic
+from mplint.project.facts import FileFacts, PolicySite
+from mplint.fixes.writer import write_atomic
 
 CACHE_DIR = ".mplint_cache"
 _FORMAT = "v1"
@@ -36,7 +36,7 @@ def code_fingerprint() -> str:
     from mplint.catalog import catalog_dir
 
     digest = hashlib.blake2b(__version__.encode(), digest_size=16)
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # the whole mplint package
     for path in sorted([*package.rglob("*.py"), *catalog_dir().glob("*.yaml")]):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())

@@ -16,14 +16,14 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from mplint.catalog import load_catalog
-from mplint.code_summary import summarize
-from mplint.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
-from mplint.context import FileContext
+from mplint.engine.code_summary import summarize
+from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
+from mplint.engine.context import FileContext
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
-from mplint.fixes import apply_fixes, choose_non_overlapping
-from mplint.rule import Rule
-from mplint.suppressions import parse_suppressions
-from mplint.walk import walk
+from mplint.fixes.edits import apply_fixes, choose_non_overlapping
+from mplint.engine.rule import Rule
+from mplint.engine.suppressions import parse_suppressions
+from mplint.engine.walk import walk
 
 MAX_FIX_ROUNDS = 10
 # Larger files are generated data, not code to lint: parsing one costs minutes and gigabytes

@@ -24,7 +24,7 @@ import tokenize
 from dataclasses import dataclass
 from typing import Mapping
 
-from mplint.apinames import KName, canonical, resolve_relative
+from mplint.engine.apinames import KName, canonical, resolve_relative
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.

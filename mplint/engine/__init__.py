@@ -1,0 +1,3 @@
+"""The per-file engine: parse, pre-filter, dispatch rules over libcst, apply fixes.
+
+Kept import-free so that a warm run (everything cached) never loads libcst."""
