@@ -19,11 +19,11 @@ from pathlib import Path
 
 from mplint import __version__
 from mplint.diagnostics import Diagnostic, Edit, FixSafety, Severity
-from mplint.project.facts import FileFacts, PolicySite
+from mplint.project.extract import FileFacts, ImportRecord, PolicySite
 from mplint.fixes.writer import write_atomic
 
 CACHE_DIR = ".mplint_cache"
-_FORMAT = "v1"
+_FORMAT = "v2"
 
 
 def content_hash(data: bytes) -> str:
@@ -68,18 +68,16 @@ def _diagnostic_from_json(data: dict) -> Diagnostic:
 def _facts_to_json(facts: FileFacts) -> dict:
     raw = dataclasses.asdict(facts)
     raw["keras_imports"] = sorted(facts.keras_imports)
+    raw["policies"] = [dataclasses.astuple(p) for p in facts.policies]
+    raw["imports"] = [dataclasses.astuple(i) for i in facts.imports]
     return raw
 
 
 def _facts_from_json(raw: dict) -> FileFacts:
-    return FileFacts(
-        path=raw["path"],
-        policies=[PolicySite(**p) for p in raw["policies"]],
-        keras_imports=set(raw["keras_imports"]),
-        legacy_keras_env=raw["legacy_keras_env"],
-        tpu_lines=list(raw["tpu_lines"]),
-        reexports=dict(raw["reexports"]),
-    )
+    fields = {**raw, "keras_imports": set(raw["keras_imports"])}
+    fields["policies"] = [PolicySite(*p) for p in raw["policies"]]
+    fields["imports"] = [ImportRecord(*i) for i in raw["imports"]]
+    return FileFacts(**fields)
 
 
 class _Store:
@@ -136,7 +134,10 @@ class ProjectCache:
 
     def facts(self, path: str, digest: str) -> FileFacts | None:
         raw = self._facts.get(f"{path}:{digest}")
-        return _facts_from_json(raw) if raw is not None else None
+        try:
+            return _facts_from_json(raw) if raw is not None else None
+        except (KeyError, TypeError, ValueError):  # an entry of another shape: extract again
+            return None
 
     def store_facts(self, path: str, digest: str, facts: FileFacts) -> None:
         self._facts.put(f"{path}:{digest}", _facts_to_json(facts))
