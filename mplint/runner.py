@@ -22,7 +22,7 @@ from mplint.project.config import Config, load_config, marked_root
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.project.discovery import SourcePath, discover, module_name
 from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions
-from mplint.project.facts import ProjectFacts
+from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.extract import FileFacts, extract_file_facts
 from mplint.project.pins import generation_from_pins
 from mplint.project.programs import Module, ProjectModel, module_facts
@@ -50,16 +50,6 @@ class RunOptions:
     jobs: int | None = None  # worker processes; None: one per core
     cache: bool = True  # reuse results from .mplint_cache/ when nothing relevant changed
     prefilter: bool = True  # the rules' candidate tests; off only to show they hide nothing
-
-
-@dataclass
-class ProjectSummary:
-    """What a run learnt about one project: for the JSON ``projects`` block."""
-
-    root: Path
-    files: int
-    programs: list[dict]  # {entry, policies: [{policy, path, line}]} of each program that sets a policy
-    generation: dict | None  # {value, source} when config or pins decide the target project-wide; None: per program
 
 
 @dataclass
@@ -242,9 +232,19 @@ def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
     return None if code is None else extract_file_facts(code, source.display, module_name(source.path)[0])
 
 
-def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts],
-                  options: RunOptions) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
-    """Every module's facts, from the program model of the project."""
+def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts], options: RunOptions,
+                  cache: ProjectCache | None = None, digests: dict[Path, str] | None = None,
+                  ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
+    """Every module's facts, from the program model of the project (cached while no file changes)."""
+    keras, policy = options.keras or config.keras, options.policy or config.policy
+    pinned = None if keras else generation_from_pins(config.root)
+    key = None
+    if cache is not None and digests is not None:
+        key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), keras, policy, pinned, str(config.root))
+        cached = cache.module_facts(key)
+        if cached is not None:
+            by_display, summary = cached
+            return {s.path: by_display[s.display] for s in sources if s.display in by_display}, summary
     modules = []
     for source in sources:
         if source.path in file_facts:
@@ -254,8 +254,6 @@ def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Pa
     for module in modules:
         reexports.update(module.facts.reexports)
     model = ProjectModel(modules, config.root, reexports)
-    keras, policy = options.keras or config.keras, options.policy or config.policy
-    pinned = None if keras else generation_from_pins(config.root)
     by_display = module_facts(model, pinned, policy, keras)
     summary = ProjectSummary(
         config.root, len(modules),
@@ -264,6 +262,8 @@ def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Pa
         {"value": keras, "source": f"keras = {keras} in the mplint config"} if keras
         else {"value": pinned.value, "source": pinned.source} if pinned else None,
     )
+    if key is not None:
+        cache.store_module_facts(key, by_display, summary)
     return {m.path: by_display[m.display] for m in modules}, summary
 
 
@@ -328,7 +328,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     loaded = [(s, options.stdin[1] if s.path == stdin_path else overrides.get(s.path) or _read(s)) for s in sources]
     digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
     cache = ProjectCache(config.root, options.cache and stdin_path is None)
-    facts_by_path, summary = _module_facts(config, sources, _facts_of(loaded, cache, digests, options.jobs), options)
+    facts_by_path, summary = _module_facts(config, sources, _facts_of(loaded, cache, digests, options.jobs), options, cache, digests)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
     cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items())))

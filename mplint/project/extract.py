@@ -8,6 +8,7 @@ only for programs that call it), TPU use, Keras flavour and re-exports.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from mplint.engine.apinames import canonical
@@ -17,6 +18,11 @@ MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
 _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}
 _TRUE_STRINGS = {"1", "true", "True", "TRUE", "yes"}
 HERE = "<here>"  # a sys.path entry relative to the file's own folder
+# Files without these set no policy, use no TPU, touch no sys.path or TF_USE_LEGACY_KERAS and reach
+# tf.keras only through imports: their statements are read, not every expression (most files of a project).
+_FACT_TOKENS = re.compile(
+    rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
+)
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,6 @@ class _Reader(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}  # local name -> dotted import path
         self.consts: dict[str, list[str]] = {}  # module-level NAME = "string" (or a conditional of strings)
         self.function: list[str] = []
-        self.uses: set[str] = set()
 
     # --- names -------------------------------------------------------------------------
     def qualified(self, node: ast.AST) -> str | None:
@@ -186,13 +191,7 @@ class _Reader(ast.NodeVisitor):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._enter(node, self.function[-1] if self.function else node.name)
 
-    # --- uses --------------------------------------------------------------------------
-    def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load):
-            self.uses.add(node.id)
-
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        self.uses.add(node.attr)
         if node.attr == "keras" and isinstance(node.value, ast.Name) and self.aliases.get(node.value.id, node.value.id) == "tensorflow":
             self.facts.keras_imports.add("tf.keras")
         if node.attr in _TPU_NAMES:
@@ -325,6 +324,31 @@ def _reexports(module_level: list[ImportRecord], module_name: str) -> dict[str, 
     return out
 
 
+def _statements(body: list[ast.stmt]):
+    """Every statement, nested ones included, without descending into expressions."""
+    for stmt in body:
+        yield stmt
+        for name in ("body", "orelse", "finalbody"):
+            yield from _statements(getattr(stmt, name, ()))
+        for handler in getattr(stmt, "handlers", ()):
+            yield from _statements(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            yield from _statements(case.body)
+
+
+def _used_names(tree: ast.Module) -> set[str]:
+    """Names read and attributes accessed anywhere (what an import of this module may lead to)."""
+    uses: set[str] = set()
+    name, attribute = ast.Name, ast.Attribute
+    for node in ast.walk(tree):
+        kind = type(node)
+        if kind is name:
+            uses.add(node.id)
+        elif kind is attribute:
+            uses.add(node.attr)
+    return uses
+
+
 def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts = FileFacts(path=path)
     if len(source) > MAX_FACTS_BYTES:
@@ -338,14 +362,19 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             reader.visit(stmt)
     top_imports = len(facts.imports)
-    reader.consts = _module_strings(tree, reader)
+    if _FACT_TOKENS.search(source):
+        reader.consts = _module_strings(tree, reader)
+        for stmt in tree.body:
+            if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                reader.visit(stmt)
+    else:  # imports anywhere (functions import lazily), read from the statements alone
+        for stmt in _statements([s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]):
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                reader.visit(stmt)
     for stmt in tree.body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            continue
-        reader.visit(stmt)
         facts.main_guard |= _is_main_guard(stmt)
         facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)
     facts.reexports = _reexports(facts.imports[:top_imports], module_name)
-    facts.uses = sorted(reader.uses)
+    facts.uses = sorted(_used_names(tree))
     facts.defines = _defined_names(tree)
     return facts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mplint.project.extract import FileFacts, ImportRecord, PolicySite, extract_file_facts  # noqa: F401 (re-exported)
 from mplint.project.generation import DEFAULT, Generation
@@ -124,3 +125,13 @@ class ProjectFacts:
                 record["via"] = list(link.via)
             break
         return record
+
+
+@dataclass
+class ProjectSummary:
+    """What a run learnt about one project: for the JSON ``projects`` block."""
+
+    root: Path
+    files: int
+    programs: list[dict]  # {entry, policies: [{policy, path, line}]} of each program that sets a policy
+    generation: dict | None  # {value, source} when config or pins decide the target project-wide; None: per program

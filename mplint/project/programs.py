@@ -8,6 +8,8 @@ Each module's facts (``ProjectFacts``) are the union over the programs that reac
 
 from __future__ import annotations
 
+import functools
+import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +34,23 @@ class Module:
     uses: frozenset[str] = frozenset()
     entry: bool = False
 
+    @functools.cached_property
+    def folder(self) -> str:
+        return os.path.dirname(self.key)
+
+    @functools.cached_property
+    def key(self) -> str:
+        return os.path.normpath(self.path)
+
 
 @dataclass(eq=False)
 class Program:
     entry: Module
     parents: dict[Module, Module | None] = field(default_factory=dict)  # reached module -> the module it came from
     sites: list[PolicySite] = field(default_factory=list)
+    keras_imports: frozenset[str] = frozenset()
+    legacy_keras_env: bool = False
+    tpu_sites: frozenset[tuple[str, int]] = frozenset()
 
     def link_to(self, module: Module) -> ProgramLink:
         chain: list[str] = []
@@ -62,8 +75,11 @@ class ProjectModel:
         self.modules = modules
         self.root = root
         self.reexports = reexports
-        self._by_path = {m.path: m for m in modules}
-        self._found: dict[Path, Module | None] = {}
+        self._by_file = {m.key: m for m in modules}
+        self._found: dict[str, Module | None] = {}
+        self._root_cache: dict[Module, list[str]] = {}
+        self._resolved: dict[tuple[Module, int], list] = {}
+        self._resolved_from_entry: dict[tuple[Module, int, str], list] = {}
         for module in modules:
             module.uses = frozenset(module.facts.uses)
         imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
@@ -79,50 +95,67 @@ class ProjectModel:
         return facts.top_level_work and module not in imported and module.path.name != "__init__.py"
 
     # --- import resolution ---------------------------------------------------------------
-    def _module_at(self, folder: Path, parts: list[str]) -> Module | None:
+    # Paths are handled as strings: resolution runs for every import of every program.
+    def _module_at(self, folder: str, parts: tuple[str, ...]) -> Module | None:
         """The project module ``parts`` names under ``folder`` (a package wins over a same-named file)."""
-        base = folder.joinpath(*parts)
-        if base not in self._found:
-            package = self._by_path.get(base / "__init__.py")
-            self._found[base] = package or (self._by_path.get(base.parent / f"{base.name}.py") if parts else None)
-        return self._found[base]
+        base = "/".join((folder, *parts))
+        found = self._found.get(base, False)
+        if found is False:
+            found = self._by_file.get(base + "/__init__.py") or (self._by_file.get(base + ".py") if parts else None)
+            self._found[base] = found
+        return found
 
-    def _roots(self, importer: Module, entry: Module) -> list[Path]:
-        """Folders on sys.path for ``importer`` run by ``entry``: the entry's folder first."""
-        roots = [entry.path.parent, importer.path.parent]
-        package_root = importer.path.parent
-        for _ in range(importer.name.count(".") + (1 if importer.is_package else 0)):
-            package_root = package_root.parent
-        roots += [package_root, self.root, self.root / "src"]
-        for owner in (entry, importer):
-            for entry_path in owner.facts.sys_paths:
+    def _roots(self, importer: Module) -> list[str]:
+        """Folders on sys.path for ``importer``: its own folder, its package root, the project root, sys.path inserts."""
+        roots = self._root_cache.get(importer)
+        if roots is None:
+            package_root = importer.path.parent
+            for _ in range(importer.name.count(".") + (1 if importer.is_package else 0)):
+                package_root = package_root.parent
+            paths = [importer.path.parent, package_root, self.root, self.root / "src"]
+            for entry_path in importer.facts.sys_paths:
                 if entry_path.startswith(HERE):
-                    roots.append(owner.path.parent / entry_path[len(HERE):].lstrip("/"))
+                    paths.append(importer.path.parent / entry_path[len(HERE):].lstrip("/"))
                 elif entry_path.startswith("/"):
-                    roots.append(Path(entry_path))
+                    paths.append(Path(entry_path))
                 else:
-                    roots.append(self.root / entry_path)
+                    paths.append(self.root / entry_path)
+            roots = list(dict.fromkeys(os.path.normpath(p) for p in paths))
+            self._root_cache[importer] = roots
         return roots
 
-    def _resolve(self, importer: Module, entry: Module, record: ImportRecord) -> list[tuple[Module, frozenset[str] | None]]:
+    def _resolve(self, importer: Module, entry: Module, index: int) -> list[tuple[Module, frozenset[str] | None]]:
         """Modules an import brings in, each with the names asked of it (None: the importer's attribute uses)."""
-        parts = record.module.split(".") if record.module else []
-        if record.level:
-            folder = importer.path.parent
-            for _ in range(record.level - 1):
-                folder = folder.parent
-            candidates = [folder]
-        else:
-            candidates = self._roots(importer, entry)
-        for folder in candidates:
+        key = (importer, index)
+        found = self._resolved.get(key)
+        if found is None:
+            record = importer.facts.imports[index]
+            if record.level:
+                folder = importer.path.parent
+                for _ in range(record.level - 1):
+                    folder = folder.parent
+                found = self._resolve_in([os.path.normpath(folder)], record)
+            else:
+                found = self._resolve_in(self._roots(importer), record)
+            self._resolved[key] = found
+        if not found and entry is not importer and not importer.facts.imports[index].level:
+            # The entry point's folder is sys.path[0] when it runs as a script.
+            key = (importer, index, entry.folder)
+            if key not in self._resolved_from_entry:
+                self._resolved_from_entry[key] = self._resolve_in([entry.folder], importer.facts.imports[index])
+            return self._resolved_from_entry[key]
+        return found
+
+    def _resolve_in(self, folders: list[str], record: ImportRecord) -> list[tuple[Module, frozenset[str] | None]]:
+        parts = tuple(record.module.split(".")) if record.module else ()
+        for folder in folders:
             base = self._module_at(folder, parts) if parts or record.level else None
             if record.name:  # from base import name: a submodule, or a name of base
-                sub = self._module_at(folder, [*parts, record.name]) if record.name != "*" else None
+                sub = self._module_at(folder, (*parts, record.name)) if record.name != "*" else None
                 if sub is not None:
                     return [(sub, None)] + ([(base, frozenset())] if base is not None else [])
                 if base is not None:
-                    asked = None if record.name == "*" else frozenset({record.name})
-                    return [(base, asked)]
+                    return [(base, None if record.name == "*" else frozenset({record.name}))]
             elif base is not None:  # import a.b.c: runs a, a.b and a.b.c
                 found = [(base, None)]
                 for end in range(1, len(parts)):
@@ -136,11 +169,11 @@ class ProjectModel:
         """The imports of ``module`` whose bound names are used (or asked for), resolved."""
         asked = asked or frozenset()
         wanted = module.uses | asked
-        for record in module.facts.imports:
+        for index, record in enumerate(module.facts.imports):
             used = every or record.bound == "*" or record.bound in wanted
             if not used and module.is_package:
                 continue  # a package's unused imports are re-exports: followed only when asked for
-            for target, names in self._resolve(module, entry, record):
+            for target, names in self._resolve(module, entry, index):
                 if target is module:
                     continue
                 if not used:  # imported for its side effects: its module-level code runs
@@ -165,6 +198,9 @@ class ProjectModel:
                 program.parents.setdefault(target, module)
                 queue.append((target, wanted if before is None else wanted - before))
         uses = frozenset().union(*(m.uses for m in program.parents))
+        program.keras_imports = frozenset().union(*(m.facts.keras_imports for m in program.parents))
+        program.legacy_keras_env = any(m.facts.legacy_keras_env for m in program.parents)
+        program.tpu_sites = frozenset((m.display, line) for m in program.parents for line in m.facts.tpu_lines)
         for module in program.parents:
             for site in module.facts.policies:
                 if not self._applies(site):
@@ -208,9 +244,12 @@ def module_facts(model: ProjectModel, generation: Generation | None, policy_sett
             ordered = sorted(sites, key=lambda s: (s.path != module.display, s.path, s.line))  # stable: source order
             policies, links = tuple(ordered), tuple(sites[s] for s in ordered)
         mixed = any(p.policy not in _NOT_MIXED for p in policies)
-        namespaces = frozenset().union(*(m.facts.keras_imports for p in programs for m in p.parents)) if programs else frozenset(module.facts.keras_imports)
-        tpu = sorted({(m.display, line) for p in programs for m in p.parents for line in m.facts.tpu_lines}) if programs \
-            else [(module.display, line) for line in module.facts.tpu_lines]
+        if programs:
+            namespaces = frozenset().union(*(p.keras_imports for p in programs))
+            tpu = sorted(frozenset().union(*(p.tpu_sites for p in programs)))
+        else:
+            namespaces = frozenset(module.facts.keras_imports)
+            tpu = [(module.display, line) for line in module.facts.tpu_lines]
         out[module.display] = ProjectFacts(
             policies=policies,
             generation=_generation(module, programs, program_generation, generation, keras_setting, project_imports, project_legacy),
@@ -236,9 +275,7 @@ def _generation(module: Module, programs: list[Program], memo: dict, pinned: Gen
     found = []
     for program in programs:
         if program not in memo:
-            imports = frozenset().union(*(m.facts.keras_imports for m in program.parents))
-            legacy = any(m.facts.legacy_keras_env for m in program.parents)
-            memo[program] = from_imports(imports, legacy, f"program {program.entry.display}") or DEFAULT
+            memo[program] = from_imports(program.keras_imports, program.legacy_keras_env, f"program {program.entry.display}") or DEFAULT
         found.append(memo[program])
     # Keras 2 wins a disagreement: the Keras 3 fixes (scale_loss) crash on Keras 2, not the reverse.
     return min(found, key=lambda g: g.value)
