@@ -33,6 +33,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -170,19 +171,25 @@ class PackageRun:
     findings: list[dict] = field(default_factory=list)
     files: int = 0
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # user + system time of mplint and its workers: steadier than wall time on a busy machine
     error: str = ""
 
 
-def run_mplint(tree: Path) -> tuple[dict, float]:
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_mplint(tree: Path) -> tuple[dict, float, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                MPLINT_NO_PROGRESS="1")
     cmd = [sys.executable, "-m", "mplint", ".", "--format", "json", "--no-cache", "--exit-zero"]
-    start = time.perf_counter()
+    cpu, start = children_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, children_cpu() - cpu
     if proc.returncode:
         raise FetchError(f"mplint exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
-    return json.loads(proc.stdout), wall
+    return json.loads(proc.stdout), wall, cpu
 
 
 def finding_from(diagnostic: dict, package: str) -> dict:
@@ -198,7 +205,7 @@ def check(name: str, cache: Path) -> PackageRun:
     try:
         run.version = package_version(name)
         tree = fetch_keras_src(cache) if name == KERAS_SRC else fetch(next(p for p in PACKAGES if p.name == name), cache)
-        report, run.wall_s = run_mplint(tree)
+        report, run.wall_s, run.cpu_s = run_mplint(tree)
     except (FetchError, OSError, ValueError) as exc:
         run.error = str(exc)
         return run
@@ -302,7 +309,7 @@ def format_table(rows: list[dict], columns: list[str]) -> list[str]:
     def cell(column, value):
         if value is None:
             return "-"
-        return f"{value:.0%}" if column == "precision" else f"{value:.1f}" if isinstance(value, float) else str(value)
+        return f"{value:.1%}" if column == "precision" else f"{value:.1f}" if isinstance(value, float) else str(value)
 
     text = [list(columns)] + [[cell(c, r.get(c)) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in text) for i in range(len(columns))]
@@ -310,13 +317,24 @@ def format_table(rows: list[dict], columns: list[str]) -> list[str]:
 
 
 def describe(finding: dict) -> str:
-    return f"{finding['package']}: {finding['path']}:{finding['line']}:{finding['col']}: {finding['rule']} {finding['message']}"
+    text = f"{finding['package']}: {finding['path']}:{finding['line']}:{finding['col']}: {finding['rule']} {finding['message']}"
+    return f"[{finding['verdict']}] {text}" if finding.get("verdict") else text
+
+
+def vanished_by_verdict(vanished: list[dict]) -> dict[str, list[dict]]:
+    """Lost true positives first: a fix that silences them is a regression, not progress."""
+    return {title: [e for e in vanished if test(e.get("verdict"))] for title, test in (
+        ("VANISHED TRUE POSITIVES (lost: regression?)", lambda v: v == "tp"),
+        ("VANISHED FALSE POSITIVES (fixed)", lambda v: v == "fp"),
+        ("VANISHED UNREVIEWED", lambda v: v not in ("tp", "fp")))}
 
 
 def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
-    out = []
-    for title, items in (("NEW (need review)", comparison.new), ("VANISHED", comparison.vanished),
-                         ("REAPPEARED (old verdict applies)", comparison.reappeared)):
+    failed = [f"  {run.name}: {run.error}" for run in runs if run.error]
+    out = [f"NOT CHECKED: {len(failed)}", *failed, ""] if failed else []
+    sections = {"NEW (need review)": comparison.new, **vanished_by_verdict(comparison.vanished),
+                "REAPPEARED (old verdict applies)": comparison.reappeared}
+    for title, items in sections.items():
         if items:
             out += [f"{title}: {len(items)}"] + [f"  {describe(f)}" for f in items] + [""]
     if comparison.changed:
@@ -325,10 +343,10 @@ def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
     package_rows = {r["package"]: r for r in precision_table(comparison.verdicts, "package")}
     empty = {"tp": 0, "fp": 0, "unreviewed": 0, "precision": None}
     rows = [dict(package_rows.get(run.name, empty), package=run.name, version=run.version, files=run.files,
-                 cold_s=run.wall_s, error=run.error[:60]) for run in runs]
-    rows.append(dict(package_rows.get("all", {"package": "all"})))
-    out += ["per package (cold wall time of `mplint --no-cache`):"]
-    out += format_table(rows, ["package", "version", "files", "cold_s", "tp", "fp", "unreviewed", "precision", "error"])
+                 cold_s=None if run.error else run.wall_s, cpu_s=None if run.error else run.cpu_s) for run in runs]
+    rows.append(dict(package_rows.get("all", empty), package="all"))
+    out += ["per package (cold `mplint --no-cache`: wall time, and CPU time of mplint and its workers):"]
+    out += format_table(rows, ["package", "version", "files", "cold_s", "cpu_s", "tp", "fp", "unreviewed", "precision"])
     out += ["", "per rule:"] + format_table(precision_table(comparison.verdicts, "rule"),
                                            ["rule", "tp", "fp", "unreviewed", "precision"])
     unreviewed = sum(1 for _, v in comparison.verdicts if v == "unreviewed")
@@ -339,9 +357,11 @@ def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
 def json_report(runs: list[PackageRun], comparison: Comparison) -> dict:
     return {
         "packages": [{"name": r.name, "version": r.version, "files": r.files, "cold_wall_s": round(r.wall_s, 2),
+                      "cold_cpu_s": round(r.cpu_s, 2),
                       "findings": len(r.findings), "error": r.error or None} for r in runs],
         "new": comparison.new,
         "vanished": comparison.vanished,
+        "vanished_tp": sum(1 for e in comparison.vanished if e.get("verdict") == "tp"),
         "reappeared": comparison.reappeared,
         "message_changed": [{"finding": f, "was": e.get("message")} for e, f in comparison.changed],
         "precision": {"by_rule": precision_table(comparison.verdicts, "rule"),
@@ -363,6 +383,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def warn_version_drift(runs: list[PackageRun], snapshot: dict) -> None:
+    # Only keras-src can drift (it follows the installed Keras); its findings then differ for reasons of its own.
+    for run in runs:
+        reviewed_on = snapshot["packages"].get(run.name)
+        if run.version and reviewed_on and reviewed_on != run.version:
+            print(f"warning: {run.name} {run.version} is checked, the snapshot was reviewed on {reviewed_on}",
+                  file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cache = (args.cache or default_cache()).expanduser()
@@ -373,11 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     checked = {r.name for r in runs if not r.error}
     findings = [f for r in runs if not r.error for f in r.findings]
     snapshot = load_snapshot(args.snapshot)
-    for run in runs:
-        reviewed_on = snapshot["packages"].get(run.name)
-        if run.version and reviewed_on and reviewed_on != run.version:
-            print(f"warning: {run.name} {run.version} is checked, the snapshot was reviewed on {reviewed_on}",
-                  file=sys.stderr)
+    warn_version_drift(runs, snapshot)
     comparison = compare(findings, snapshot["findings"], checked)
     if args.update:
         snapshot["findings"] = updated(snapshot["findings"], findings, checked)
