@@ -274,7 +274,7 @@ def _facts_key(facts: ProjectFacts) -> tuple:
     """The facts as a value whose repr is the same in every process (no set iteration order)."""
     return (
         facts.policies, facts.links, facts.generation, facts.tpu_sites, sorted(facts.reexports.items()),
-        sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context,
+        sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.test_module,
     )
 
 

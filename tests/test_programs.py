@@ -190,3 +190,35 @@ def test_diff_shows_what_fix_writes(tmp_path, monkeypatch, capsys):
     )
     added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert added == written.splitlines()[1:3]
+
+
+def test_a_policy_set_inside_a_test_governs_that_test_alone(tmp_path, monkeypatch, capsys):
+    _write(tmp_path, {
+        ".mplint.yaml": "{}\n",
+        "models.py": "import keras\ndef build():\n    return keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n",
+        "models_test.py": (
+            "import keras\nfrom models import build\n\n"
+            "def test_mixed():\n    keras.mixed_precision.set_global_policy('mixed_float16')\n    try:\n"
+            "        build().fit(batch_size=20)\n    finally:\n        keras.mixed_precision.set_global_policy('float32')\n\n"
+            "def test_float16_weights():\n    layer = keras.layers.Dense(4, dtype='float16')\n"
+            "    with __import__('pytest').raises(ValueError):\n        keras.layers.Dense(4, dtype='float16')\n"
+        ),
+    })
+    facts = project_facts(tmp_path)
+    assert not facts["models_test.py"].reduced_precision and facts["models_test.py"].test_module
+    assert facts["models.py"].library_context
+    monkeypatch.chdir(tmp_path)
+    assert _lint(capsys, "--select", "ALL", ".") == (0, [])  # no MP101, MP302 or MP602 in test code
+
+
+def test_findings_inside_expected_errors_are_not_reported(tmp_path, monkeypatch, capsys):
+    _write(tmp_path, {
+        ".mplint.yaml": "{}\n",
+        "check.py": (
+            "import keras\nimport pytest\n\nopt = keras.optimizers.SGD()\n"
+            "with pytest.raises(ValueError):\n    keras.mixed_precision.LossScaleOptimizer(opt, dynamic=False)\n"
+            "keras.mixed_precision.LossScaleOptimizer(opt, dynamic=False)\n"
+        ),
+    })
+    monkeypatch.chdir(tmp_path)
+    assert _lint(capsys, "--select", "MP502", ".") == (1, [("check.py", None, "MP502", 7, 47)])

@@ -138,6 +138,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "links": [[link.entry, list(link.via)] for link in facts.links],
         "library_context": facts.library_context,
         "path": facts.path,
+        "test_module": facts.test_module,
     }
 
 
@@ -152,6 +153,7 @@ def _module_facts_from_json(raw: dict, reexports: dict) -> ProjectFacts:
         links=tuple(ProgramLink(entry, tuple(via)) for entry, via in raw["links"]),
         library_context=raw["library_context"],
         path=raw["path"],
+        test_module=raw["test_module"],
     )
 
 

@@ -38,6 +38,7 @@ class ProjectFacts:
     links: tuple[ProgramLink, ...] = ()
     library_context: bool = False  # importable code no policy-setting program of the project reaches
     path: str = ""  # the module these facts are for ("" for project-wide facts)
+    test_module: bool = False  # test_*.py / *_test.py: exercises code, trains nothing users run
 
     @functools.cached_property
     def reexported_names(self) -> dict[str, frozenset[str]]:

@@ -198,6 +198,7 @@ class ProjectModel:
                 program.parents.setdefault(target, module)
                 queue.append((target, wanted if before is None else wanted - before))
         uses = frozenset().union(*(m.uses for m in program.parents))
+        testing = _is_test_module(entry.path)
         program.keras_imports = frozenset().union(*(m.facts.keras_imports for m in program.parents))
         program.legacy_keras_env = any(m.facts.legacy_keras_env for m in program.parents)
         program.tpu_sites = frozenset((m.display, line) for m in program.parents for line in m.facts.tpu_lines)
@@ -205,6 +206,8 @@ class ProjectModel:
             for site in module.facts.policies:
                 if not self._applies(site):
                     continue
+                if site.function and testing:
+                    continue  # set inside a test: it governs that test alone, whose models nobody trains
                 function = site.function.rsplit(".", 1)[-1]
                 if module is entry or not site.function or function in uses:
                     program.sites.append(site)
@@ -235,8 +238,9 @@ def module_facts(model: ProjectModel, generation: Generation | None, policy_sett
         for program in programs:
             for site in program.sites:
                 sites.setdefault(site, program.link_to(module))
+        testing = _is_test_module(module.path)
         for site in module.facts.policies:  # dtype="mixed_float16" on a layer governs that layer wherever it runs
-            if site.how == "layer":
+            if site.how == "layer" and not (testing and site.function):
                 sites.setdefault(site, ProgramLink(module.display))
         if policy_setting:
             policies, links = (PolicySite(policy_setting, "", 0, "config"),), ()
@@ -260,6 +264,7 @@ def module_facts(model: ProjectModel, generation: Generation | None, policy_sett
             links=links,
             library_context=not policy_setting and not module.entry and not mixed,
             path=module.display,
+            test_module=testing,
         )
     return out
 
