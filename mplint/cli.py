@@ -53,6 +53,8 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "github", "sarif"), default="text")
     p.add_argument("--output-file", type=Path, help="write the report here instead of standard output")
     p.add_argument("--keras", type=int, choices=(2, 3), help="target Keras generation (overrides config and pins)")
+    p.add_argument("--target", choices=("tf1", "tf2.3", "keras2", "keras3"),
+                   help="target TensorFlow/Keras for every program: TF1, TF 2.1-2.3, Keras 2 or Keras 3 (overrides config and pins)")
     p.add_argument("--policy", choices=("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16"),
                    help="the policy the code runs under (overrides what the code sets)")
     p.add_argument("--config", type=Path, help="config file (pyproject.toml or .mplint.yaml)")
@@ -143,6 +145,7 @@ def _run_check(argv: list[str]) -> int:
         ignore=args.ignore,
         extend_select=args.extend_select,
         keras=args.keras,
+        target=args.target,
         policy=args.policy,
         config_path=args.config,
         add_noqa=args.add_noqa,

@@ -56,6 +56,7 @@ class Finding:
     node: cst.CSTNode
     message: str
     fix: Fix | None = None
+    severity: "Severity | None" = None  # None: the catalog's; a rule lowers it where the target makes it so
 
 
 @dataclass(frozen=True)

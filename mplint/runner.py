@@ -24,7 +24,8 @@ from mplint.project.discovery import SourcePath, discover, module_name
 from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions
 from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.extract import FileFacts, extract_file_facts
-from mplint.project.pins import generation_from_pins
+from mplint.project.generation import TARGETS, Generation
+from mplint.project.pins import PinFinder
 from mplint.project.programs import Module, ProjectModel, module_facts
 from mplint.engine.notebooks import Notebook, NotebookResult, check_notebook, is_notebook, load as load_notebook
 from mplint.engine.registry import all_rules, select
@@ -41,6 +42,7 @@ class RunOptions:
     ignore: list[str] = field(default_factory=list)
     extend_select: list[str] = field(default_factory=list)
     keras: int | None = None
+    target: str | None = None  # tf1 | tf2.3 | keras2 | keras3
     policy: str | None = None
     config_path: Path | None = None
     add_noqa: bool = False  # suppress every current finding with a noqa comment
@@ -236,11 +238,14 @@ def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Pa
                   cache: ProjectCache | None = None, digests: dict[Path, str] | None = None,
                   ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     """Every module's facts, from the program model of the project (cached while no file changes)."""
-    keras, policy = options.keras or config.keras, options.policy or config.policy
-    pinned = None if keras else generation_from_pins(config.root)
+    configured, policy = _configured_target(config, options), options.policy or config.policy
+    pins = PinFinder(config.root)
+    pinned = None if configured else pins.target_for(config.root)
     key = None
     if cache is not None and digests is not None:
-        key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), keras, policy, pinned, str(config.root))
+        pin_files = [(str(p), content_hash(p.read_bytes())) for p in _pin_files(config.root)]
+        key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), configured, policy,
+                           str(config.root), sorted(pin_files))
         cached = cache.module_facts(key)
         if cached is not None:
             by_display, summary = cached
@@ -254,17 +259,37 @@ def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Pa
     for module in modules:
         reexports.update(module.facts.reexports)
     model = ProjectModel(modules, config.root, reexports)
-    by_display = module_facts(model, pinned, policy, keras)
+    by_display = module_facts(model, None if configured else pins, policy, configured)
     summary = ProjectSummary(
         config.root, len(modules),
         [{"entry": p.entry.display, "policies": [{"policy": s.policy, "path": s.path, "line": s.line} for s in p.sites]}
          for p in model.programs if p.sites],
-        {"value": keras, "source": f"keras = {keras} in the mplint config"} if keras
+        {"value": configured.value, "source": configured.source} if configured
         else {"value": pinned.value, "source": pinned.source} if pinned else None,
     )
     if key is not None:
         cache.store_module_facts(key, by_display, summary)
     return {m.path: by_display[m.display] for m in modules}, summary
+
+
+def _configured_target(config: Config, options: RunOptions) -> Generation | None:
+    """--target/--keras, else the config's `target`/`keras`: the generation every program targets."""
+    if options.target:
+        return Generation(TARGETS[options.target], f"--target {options.target}", "config")
+    if options.keras:
+        return Generation(options.keras, f"keras = {options.keras} in the mplint config", "config")
+    if config.target:
+        return Generation(TARGETS[config.target], f"target = {config.target} in the mplint config", "config")
+    if config.keras:
+        return Generation(config.keras, f"keras = {config.keras} in the mplint config", "config")
+    return None
+
+
+def _pin_files(root: Path) -> list[Path]:
+    """Files whose change may change a target: the project's pin sources (their content is hashed into keys)."""
+    patterns = ("requirements*.txt", "requirements/*.txt", "pyproject.toml", "setup.py", "setup.cfg", "environment.y*ml",
+                "Pipfile", "Dockerfile*", "*.Dockerfile", "**/requirements*.txt", "**/Dockerfile*", "**/pyproject.toml")
+    return sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file() and ".mplint_cache" not in p.parts})
 
 
 MAX_FACT_ROUNDS = 3
@@ -344,7 +369,8 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         """Rule modules are imported only when some file must really be checked (never on a warm run)."""
         facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
         if facts not in active:
-            active[facts] = tuple(r for rid, r in all_rules().items() if rid in enabled and r.active_for(facts))
+            active[facts] = tuple(r for rid, r in all_rules().items()
+                                  if rid in enabled and facts.generation.value in r.meta.generations and r.active_for(facts))
         ignored = _per_file_ignored(config, source.path)
         return CheckOptions(tuple(r for r in active[facts] if r.id not in ignored), facts, options.fix, unsafe, options.prefilter)
 

@@ -212,7 +212,7 @@ class _Run:
         return Diagnostic(
             self.path, finding.rule_id, meta.name, finding.message,
             r.start.line, r.start.column + 1, r.end.line, r.end.column + 1,
-            meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
+            finding.severity or meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
             edits=self.edits(finding), context=self.context.facts.context_record(),
         )
 

@@ -22,7 +22,14 @@ HERE = "<here>"  # a sys.path entry relative to the file's own folder
 # tf.keras only through imports: their statements are read, not every expression (most files of a project).
 _FACT_TOKENS = re.compile(
     rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
+    rb"|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior"
 )
+# TF1 constructs, by canonical prefix: the program is TF1 (G0) unless it also sets a Keras policy.
+_TF1_PREFIXES = ("tensorflow.Session", "tensorflow.compat.v1.Session", "tensorflow.estimator", "tensorflow.compat.v1.estimator",
+                 "tensorflow.contrib", "tensorflow.compat.v1.disable_v2_behavior", "tensorflow.compat.v1.train.",
+                 "tensorflow.train.", "tensorflow.compat.v1.placeholder", "tensorflow.placeholder")
+_TF1_OPTIMIZER_SUFFIX = "Optimizer"
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class FileFacts:
     main_guard: bool = False  # has `if __name__ == "__main__":`
     top_level_work: bool = False  # calls, loops or `with` blocks at module level
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
+    tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -126,6 +134,7 @@ class _Reader(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}  # local name -> dotted import path
         self.consts: dict[str, list[str]] = {}  # module-level NAME = "string" (or a conditional of strings)
         self.function: list[str] = []
+        self.optional = 0  # inside `try: import ... except ImportError`: a compatibility import, not a choice
 
     # --- names -------------------------------------------------------------------------
     def qualified(self, node: ast.AST) -> str | None:
@@ -158,7 +167,7 @@ class _Reader(ast.NodeVisitor):
             self.aliases[bound] = alias.name if alias.asname else alias.name.split(".")[0]
             self.facts.imports.append(ImportRecord(alias.name, "", bound, 0, node.lineno))
             kind = _keras_kind(alias.name)
-            if kind:
+            if kind and not self.optional:
                 self.facts.keras_imports.add(kind)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -172,8 +181,34 @@ class _Reader(ast.NodeVisitor):
             kind = _keras_kind(module)
             if module == "tensorflow" and any(a.name == "keras" for a in node.names):
                 kind = "tf.keras"
-            if kind:
+            if kind and not self.optional:
                 self.facts.keras_imports.add(kind)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        guarded = any(_handler_names(h) & _IMPORT_ERRORS for h in node.handlers)
+        self.optional += guarded
+        for stmt in node.body:
+            self.visit(stmt)
+        self.optional -= guarded
+        for part in (*node.handlers, *node.orelse, *node.finalbody):
+            self.visit(part)
+
+    def visit_imports(self, body: list[ast.stmt]) -> None:
+        """The imports among ``body`` and the statements nested in it, expressions left unread."""
+        for stmt in body:
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                self.visit(stmt)
+                continue
+            guarded = isinstance(stmt, ast.Try) and any(_handler_names(h) & _IMPORT_ERRORS for h in stmt.handlers)
+            self.optional += guarded
+            self.visit_imports(getattr(stmt, "body", []))
+            self.optional -= guarded
+            for name in ("orelse", "finalbody"):
+                self.visit_imports(getattr(stmt, name, []))
+            for handler in getattr(stmt, "handlers", []):
+                self.visit_imports(handler.body)
+            for case in getattr(stmt, "cases", []):
+                self.visit_imports(case.body)
 
     # --- scopes ------------------------------------------------------------------------
     def _enter(self, node, name: str) -> None:
@@ -217,6 +252,9 @@ class _Reader(ast.NodeVisitor):
                     if value in MIXED_POLICIES:
                         site.append(PolicySite(value, path, node.lineno, "layer", callee or "", where))
         self._legacy_keras_env(node, callee or "")
+        if callee and (callee.startswith(_TF1_PREFIXES[:-4]) or callee.startswith(("tensorflow.train.", "tensorflow.compat.v1.train."))
+                       and callee.endswith(_TF1_OPTIMIZER_SUFFIX) or callee.startswith(_TF1_PREFIXES[-2:])):
+            self.facts.tf1 = True
         self._sys_path(node, callee or "")
         if isinstance(node.func, ast.Name) and node.func.id in _TPU_NAMES:
             self.facts.tpu_lines.append(node.lineno)
@@ -245,6 +283,11 @@ class _Reader(ast.NodeVisitor):
         entry = _path_value(node.args[-1], self.qualified)
         if entry is not None:
             self.facts.sys_paths.append(entry)
+
+
+def _handler_names(handler: ast.ExceptHandler) -> set[str]:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type] if handler.type else []
+    return {k.id if isinstance(k, ast.Name) else k.attr if isinstance(k, ast.Attribute) else "" for k in kinds} or {"Exception"}
 
 
 def _constant(node: ast.AST):
@@ -324,18 +367,6 @@ def _reexports(module_level: list[ImportRecord], module_name: str) -> dict[str, 
     return out
 
 
-def _statements(body: list[ast.stmt]):
-    """Every statement, nested ones included, without descending into expressions."""
-    for stmt in body:
-        yield stmt
-        for name in ("body", "orelse", "finalbody"):
-            yield from _statements(getattr(stmt, name, ()))
-        for handler in getattr(stmt, "handlers", ()):
-            yield from _statements(handler.body)
-        for case in getattr(stmt, "cases", ()):
-            yield from _statements(case.body)
-
-
 def _used_names(tree: ast.Module) -> set[str]:
     """Names read and attributes accessed anywhere (what an import of this module may lead to)."""
     uses: set[str] = set()
@@ -368,9 +399,7 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
             if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 reader.visit(stmt)
     else:  # imports anywhere (functions import lazily), read from the statements alone
-        for stmt in _statements([s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]):
-            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                reader.visit(stmt)
+        reader.visit_imports([s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))])
     for stmt in tree.body:
         facts.main_guard |= _is_main_guard(stmt)
         facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)

@@ -18,6 +18,7 @@ from mplint.engine.apinames import canonical
 from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts
 from mplint.project.generation import DEFAULT, Generation, from_imports
+from mplint.project.pins import PinFinder
 from mplint.project.policies import MIXED_POLICIES, UNKNOWN_POLICY, is_floatx_setter, is_policy_setter
 
 _NOT_MIXED = frozenset({"float32", "float64"})
@@ -50,6 +51,7 @@ class Program:
     sites: list[PolicySite] = field(default_factory=list)
     keras_imports: frozenset[str] = frozenset()
     legacy_keras_env: bool = False
+    tf1: bool = False
     tpu_sites: frozenset[tuple[str, int]] = frozenset()
 
     def link_to(self, module: Module) -> ProgramLink:
@@ -201,6 +203,7 @@ class ProjectModel:
         testing = _is_test_module(entry.path)
         program.keras_imports = frozenset().union(*(m.facts.keras_imports for m in program.parents))
         program.legacy_keras_env = any(m.facts.legacy_keras_env for m in program.parents)
+        program.tf1 = any(m.facts.tf1 for m in program.parents)
         program.tpu_sites = frozenset((m.display, line) for m in program.parents for line in m.facts.tpu_lines)
         for module in program.parents:
             for site in module.facts.policies:
@@ -221,8 +224,8 @@ class ProjectModel:
         return is_floatx_setter(k) if site.how == "floatx" else is_policy_setter(k)
 
 
-def module_facts(model: ProjectModel, generation: Generation | None, policy_setting: str | None,
-                 keras_setting: int | None) -> dict[str, ProjectFacts]:
+def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: str | None,
+                 configured: Generation | None) -> dict[str, ProjectFacts]:
     """Each module's facts, by display path: the union over the programs that reach it."""
     reaching: dict[Module, list[Program]] = {}
     for program in model.programs:
@@ -256,7 +259,7 @@ def module_facts(model: ProjectModel, generation: Generation | None, policy_sett
             tpu = [(module.display, line) for line in module.facts.tpu_lines]
         out[module.display] = ProjectFacts(
             policies=policies,
-            generation=_generation(module, programs, program_generation, generation, keras_setting, project_imports, project_legacy),
+            generation=_generation(module, programs, program_generation, pins, configured, project_imports, project_legacy),
             tpu_sites=tuple(tpu),
             reexports=model.reexports,
             keras_namespaces=namespaces,
@@ -269,20 +272,23 @@ def module_facts(model: ProjectModel, generation: Generation | None, policy_sett
     return out
 
 
-def _generation(module: Module, programs: list[Program], memo: dict, pinned: Generation | None, keras_setting: int | None,
+def _generation(module: Module, programs: list[Program], memo: dict, pins: PinFinder | None, configured: Generation | None,
                 project_imports: frozenset[str], project_legacy: bool) -> Generation:
-    if keras_setting:
-        return Generation(keras_setting, f"keras = {keras_setting} in the mplint config", "config")
-    if pinned is not None:
-        return pinned
-    if not programs:  # library code: what the project as a whole imports
-        return from_imports(project_imports, project_legacy, "the project") or DEFAULT
+    """Config, else the pins nearest above the program, else the program's own code, else Keras 3."""
+    if configured is not None:
+        return configured
+    if not programs:  # library code: the pins above it, else what the project as a whole imports
+        pinned = pins.target_for(module.path.parent) if pins else None
+        return pinned or from_imports(project_imports, project_legacy, "the project") or DEFAULT
     found = []
     for program in programs:
         if program not in memo:
-            memo[program] = from_imports(program.keras_imports, program.legacy_keras_env, f"program {program.entry.display}") or DEFAULT
+            whose = f"program {program.entry.display}"
+            memo[program] = (pins.target_for(program.entry.path.parent) if pins else None) or from_imports(
+                program.keras_imports, program.legacy_keras_env, whose, program.tf1 and not program.sites
+            ) or DEFAULT
         found.append(memo[program])
-    # Keras 2 wins a disagreement: the Keras 3 fixes (scale_loss) crash on Keras 2, not the reverse.
+    # The oldest wins a disagreement: the newer API's fixes (scale_loss) crash on an older Keras, not the reverse.
     return min(found, key=lambda g: g.value)
 
 
@@ -303,4 +309,5 @@ def in_memory_facts(files: dict[str, bytes], keras: int | None = None, policy: s
         facts = extract_file_facts(source, name, dotted)
         modules.append(Module(root / name, name, dotted, is_package, name.endswith(".ipynb"), facts))
     reexports = {k: v for m in modules for k, v in m.facts.reexports.items()}
-    return module_facts(ProjectModel(modules, root, reexports), None, policy, keras)
+    configured = Generation(keras, f"keras = {keras} in the mplint config", "config") if keras is not None else None
+    return module_facts(ProjectModel(modules, root, reexports), None, policy, configured)
