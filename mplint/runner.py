@@ -262,14 +262,24 @@ def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Pa
     by_display = module_facts(model, None if configured else pins, policy, configured)
     summary = ProjectSummary(
         config.root, len(modules),
-        [{"entry": p.entry.display, "policies": [{"policy": s.policy, "path": s.path, "line": s.line} for s in p.sites]}
-         for p in model.programs if p.sites],
+        [_program_record(p, by_display[p.entry.display]) for p in model.programs],
         {"value": configured.value, "source": configured.source} if configured
         else {"value": pinned.value, "source": pinned.source} if pinned else None,
     )
     if key is not None:
         cache.store_module_facts(key, by_display, summary)
     return {m.path: by_display[m.display] for m in modules}, summary
+
+
+def _program_record(program, facts: ProjectFacts) -> dict:
+    """What ``--show-facts`` and the JSON ``projects`` block say of one program."""
+    return {
+        "entry": program.entry.display,
+        "policies": [{"policy": s.policy, "path": s.path, "line": s.line} for s in program.sites],
+        "keras_generation": {"value": facts.generation.value, "source": facts.generation.source},
+        "tpu": [f"{path}:{line}" for path, line in sorted(program.tpu_sites)],
+        "modules": len(program.parents),
+    }
 
 
 def _configured_target(config: Config, options: RunOptions) -> Generation | None:

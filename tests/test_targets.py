@@ -123,3 +123,19 @@ def test_target_in_config(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["."]) == 2
     assert "'target' must be one of tf1, tf2.3, keras2, keras3" in capsys.readouterr().err
+
+
+def test_show_facts_prints_each_program(monkeypatch, capsys):
+    monkeypatch.chdir(REPO / "fixtures" / "gpu_tpu_scripts")
+    assert main(["--show-facts", "--no-cache", "."]) == 0
+    assert capsys.readouterr().out == (
+        f"project {(REPO / 'fixtures' / 'gpu_tpu_scripts').as_posix()} (3 files)\n"
+        "  target for every program: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "  program train_gpu.py (reaches 2 modules)\n"
+        "    policy mixed_float16 set at train_gpu.py:8\n"
+        "    target: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "  program train_tpu.py (reaches 2 modules)\n"
+        "    policy mixed_bfloat16 set at train_tpu.py:11\n"
+        "    target: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "    TPU: train_tpu.py:8, train_tpu.py:9, train_tpu.py:10\n"
+    )
