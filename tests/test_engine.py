@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import Crashes, DenseWithoutDtype, NeverSettles, ReturnEverywhere, UnsafeImportAdder
 
 from mplint.diagnostics import FixSafety
@@ -169,3 +171,16 @@ def test_positions_match_libcsts_position_provider():
         found = positions(wrapper)
         assert len(found) == len(expected) > 0
         assert all(found[node] == expected[node] for node in expected), path
+
+
+def test_rules_are_not_libcst_visitors_and_say_so():
+    """libcst authors expect attribute visitors and get_metadata; a rule that defines them is rejected at once."""
+    from mplint.engine.rule import Rule
+
+    with pytest.raises(TypeError, match=r"Wrong.visit_Call_func: rules get visit_<Node>/leave_<Node> calls only"):
+        class Wrong(Rule):  # noqa: F841
+            id = "MP999"
+
+            def visit_Call_func(self, node):
+                pass
+    assert not hasattr(Rule, "get_metadata")

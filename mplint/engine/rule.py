@@ -1,9 +1,13 @@
 """The base class of every rule.
 
-A rule is a libcst batchable visitor: the engine runs all active rules in one
-traversal of the file. Rules learn about the file and the project only through
-their ``FileContext`` and report ``Finding``s; they know nothing of the CLI,
-configs or output formats.
+A rule is not a libcst visitor: the engine runs all active rules in one traversal of
+the file and calls their ``visit_<Node>(node)`` and ``leave_<Node>(node)`` methods (node
+class names as in libcst; return values are ignored, every rule sees every node).
+libcst's attribute visitors (``visit_Call_func``) and ``get_metadata`` do not exist here:
+the registry rejects such methods, and metadata comes from the ``FileContext``
+(``context.position(node)``, ``context.names``, ``context.parent(node)``). Rules learn
+about the file and the project only through their context and report ``Finding``s; they
+know nothing of the CLI, configs or output formats.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ if TYPE_CHECKING:
     from mplint.project.facts import ProjectFacts
 
 
-class Rule(cst.BatchableCSTVisitor):
+class Rule:
     #: Catalog ID, e.g. "MP101"; the rule's YAML in rules/ carries the rest.
     id: ClassVar[str]
     #: Byte strings or compiled byte regexes of which a file must contain at least one for
@@ -33,9 +37,15 @@ class Rule(cst.BatchableCSTVisitor):
     meta: ClassVar["RuleMeta"]
 
     def __init__(self, context: "FileContext") -> None:
-        super().__init__()
         self.context = context
         self.findings: list[Finding] = []
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        wrong = [name for name in vars(cls) if name.startswith(("visit_", "leave_")) and name.count("_") > 1
+                 or name in ("get_metadata", "on_visit", "on_leave", "visit_batched")]
+        if wrong:
+            raise TypeError(f"{cls.__name__}.{wrong[0]}: rules get visit_<Node>/leave_<Node> calls only (see mplint.engine.rule)")
 
     @classmethod
     def active_for(cls, facts: "ProjectFacts") -> bool:
