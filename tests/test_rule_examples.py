@@ -45,7 +45,9 @@ def test_flagged_example(meta, example):
     if example.fixed is None:  # the rule offers no fix in this case, and says so
         assert all(d.fix_safety is FixSafety.NONE for d in found.diagnostics if d.rule_id == meta.id)
         return
-    unsafe = meta.fix_safety is FixSafety.UNSAFE or bool(example.settings.get("unsafe"))
+    # A fix's declared safety is its rule's catalog safety: a safe rule's fix must apply without --unsafe-fixes.
+    assert {d.fix_safety for d in found.diagnostics if d.rule_id == meta.id and d.fixable} <= {meta.fix_safety}
+    unsafe = meta.fix_safety is FixSafety.UNSAFE
     fixed = lint_code(example.code, select=[meta.id], fix=True, unsafe_fixes=unsafe, **kwargs)
     assert fixed.fixed_code == example.fixed
     assert [d for d in fixed.diagnostics if d.rule_id == meta.id] == []
