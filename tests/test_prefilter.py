@@ -192,3 +192,20 @@ def test_the_prefilter_reads_targets_of_files_in_other_encodings():
     off = check_source("example.py", source, CheckOptions(options.rules, options.facts, prefilter=False))
     assert [(d.rule_id, d.line) for d in on.diagnostics if d.rule_id == "MP103"] == [("MP103", 6)]
     assert _keys(on.diagnostics) == _keys(off.diagnostics)
+
+
+def test_a_keras_layer_re_exported_under_another_name_is_checked(tmp_path, monkeypatch):
+    """``from keras.layers import Dense as Linear`` in a project module: files that build ``Linear(...)`` never
+    mention Dense, yet MP301 resolves the name, so the byte triggers must admit them (and do, on and off)."""
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    (tmp_path / "nn").mkdir()
+    (tmp_path / "nn" / "__init__.py").write_text("from keras.layers import Dense as Linear\n")
+    (tmp_path / "train.py").write_text(
+        "import keras\nfrom nn import Linear\n\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "model = keras.Sequential([Linear(100), Linear(10, dtype='float32')])\nmodel.fit()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    on = run(RunOptions([tmp_path], cache=False, jobs=1, select=["MP301"]))
+    off = run(RunOptions([tmp_path], cache=False, jobs=1, select=["MP301"], prefilter=False))
+    assert [(d.path, d.line, d.column) for d in on.diagnostics] == [("train.py", 5, 34)]
+    assert _keys(on.diagnostics) == _keys(off.diagnostics)

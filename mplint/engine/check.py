@@ -91,14 +91,32 @@ def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagn
     return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
 
 
-def admits(rule: type[Rule], source: bytes) -> bool:
-    """The byte-level pre-filter: can this rule match anything in ``source``?"""
+def admits(rule: type[Rule], source: bytes, facts: ProjectFacts | None = None) -> bool:
+    """The byte-level pre-filter: can this rule match anything in ``source``?
+
+    A project module that re-exports a Keras name under another (``Linear = layers.Dense``)
+    makes that other name a trigger too: the rule resolves it, so the pre-filter must see it.
+    """
     if not rule.triggers:
         return True
-    for trigger in rule.triggers:
+    triggers = rule.triggers + (_aliased_triggers(rule, facts) if facts is not None and facts.reexports else ())
+    for trigger in triggers:
         if trigger.search(source) if isinstance(trigger, re.Pattern) else trigger in source:
             return True
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _aliased_triggers(rule: type[Rule], facts: ProjectFacts) -> tuple[bytes, ...]:
+    out = []
+    for alias, parts in facts.reexported_names.items():
+        # What a file using the target directly would spell: `layers.Dense(` for `Linear(`.
+        spelled = " ".join(f"{part}({part}" for part in sorted(parts)).encode()
+        for trigger in rule.triggers:
+            if trigger.search(spelled) if isinstance(trigger, re.Pattern) else trigger in spelled:
+                out.append(alias.encode())
+                break
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,7 +184,7 @@ class _Run:
         self.findings: list[Finding] = []
         self.crashes: list[Diagnostic] = []
         if rules is None:
-            rules = [r for r in options.rules if admits(r, source)]
+            rules = [r for r in options.rules if admits(r, source, options.facts)]
         self.metas = {r.id: r.meta for r in rules}
         if not rules:
             return
@@ -243,7 +261,7 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
     """
     result = FileResult(path, original_source=source)
     if len(source) > MAX_SOURCE_BYTES:
-        if any(admits(rule, source) for rule in options.rules):
+        if any(admits(rule, source, options.facts) for rule in options.rules):
             message = f"file too large to check ({len(source) / 2**20:.1f} MiB, limit {MAX_SOURCE_BYTES // 2**20} MiB); skipped"
         elif not isinstance(parse_native(path, source), Diagnostic):
             return result
@@ -251,7 +269,8 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
             message = f"file too large to check and not valid Python ({len(source) / 2**20:.1f} MiB)"
         result.diagnostics.append(_engine_diagnostic(path, PARSE_ERROR, message))
         return result
-    rules = [r for r in options.rules if admits(r, source)]
+    # Off, the pre-filters are off together (byte triggers and candidates): the on/off tests see both.
+    rules = [r for r in options.rules if admits(r, source, options.facts)] if options.prefilter else list(options.rules)
     tree = parse_native(path, source)
     if isinstance(tree, Diagnostic):
         result.diagnostics.append(tree)
