@@ -244,7 +244,7 @@ def _run_rules(argv: list[str]) -> int:
         table.add_column(column, overflow="fold")
     for meta in load_catalog().values():
         table.add_row(meta.id, meta.name, meta.fix_safety.value, meta.kind, "yes" if meta.default_enabled else "no", meta.summary)
-    Console(highlight=False).print(table)
+    Console(highlight=False, emoji=False, markup=False).print(table)
     return EXIT_OK
 
 
