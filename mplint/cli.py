@@ -6,11 +6,8 @@ Exit codes: 0 nothing left to report, 1 findings remain, 2 usage, config or inte
 from __future__ import annotations
 
 import argparse
-import difflib
-import io
 import os
 import sys
-import tokenize
 from pathlib import Path
 
 from mplint import __version__
@@ -113,8 +110,7 @@ def _run_check(argv: list[str]) -> int:
 
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
-    from mplint.project.git import GitError, changed_files
-    from mplint.output import FORMATS
+    from mplint.output import renderer
     from mplint.engine.registry import unknown_selectors
     from mplint.runner import RunOptions, run
 
@@ -129,6 +125,8 @@ def _run_check(argv: list[str]) -> int:
     paths = args.paths or ([] if stdin else [Path(".")])
     only = None
     if args.changed_since:
+        from mplint.project.git import GitError, changed_files
+
         try:
             only = changed_files(args.changed_since, paths[0] if paths[0].is_dir() else paths[0].parent)
         except GitError as exc:
@@ -173,7 +171,7 @@ def _run_check(argv: list[str]) -> int:
             for error in report.errors:
                 print(f"mplint: error: {error}", file=sys.stderr)
             return EXIT_ERROR if report.errors else EXIT_FINDINGS if changed and not args.exit_zero else EXIT_OK
-        FORMATS[args.format](report, out, statistics=args.statistics)
+        renderer(args.format)(report, out, statistics=args.statistics)
     finally:
         if out not in (sys.stdout, sys.stderr):
             out.close()
@@ -186,6 +184,9 @@ def _run_check(argv: list[str]) -> int:
 
 
 def _decode(data: bytes) -> str:
+    import io
+    import tokenize
+
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         return data.decode(encoding)
@@ -198,6 +199,8 @@ def _lines(text: str) -> list[str]:
 
 
 def _print_diff(report, out) -> bool:
+    import difflib
+
     changed = False
     for result in report.results:
         if result.fixed_source is None:

@@ -129,3 +129,16 @@ def test_an_unmarked_tree_is_one_project(tmp_path, monkeypatch, capsys):
     code, doc = run_json(["--select", "MP101", "--no-cache", "."], capsys)
     assert code == 1
     assert [(d["path"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [("b/model.py", "MP101", 2)]
+
+
+def test_a_run_that_changes_nothing_writes_no_cache(tmp_path, monkeypatch, capsys):
+    softmax = "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n" \
+              "m = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    monkeypatch.chdir(make(tmp_path, {"a.py": softmax, "b.py": GOOD}))
+    first = run_json(["."], capsys)
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")}
+    assert stamps and run_json(["."], capsys) == first
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")} == stamps
+    (tmp_path / "b.py").write_text(softmax)
+    code, doc = run_json(["."], capsys)
+    assert [(d["path"], d["rule"]) for d in doc["diagnostics"]] == [("a.py", "MP101"), ("b.py", "MP101")]

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import ast
 import bisect
-import difflib
 import json
 import re
 from dataclasses import dataclass, field, replace
 from json.decoder import scanstring
+from typing import TYPE_CHECKING
 
 from mplint.diagnostics import Diagnostic, Edit, FileResult
-from mplint.engine import ipython_syntax
-from mplint.engine.ipython_syntax import Line
+
+if TYPE_CHECKING:
+    from mplint.engine.ipython_syntax import Line
 
 SUFFIX = ".ipynb"
 PARSE_ERROR = "MP000"
@@ -102,6 +103,10 @@ class Notebook:
     def _source(self, cell: Cell, body: str) -> str:
         """A cell's source from its (fixed) lines: unchanged lines as they were, masked lines restored,
         changed or new lines given back the prefix of the line they replace or follow."""
+        import difflib
+
+        from mplint.engine import ipython_syntax
+
         fixed = ipython_syntax.source_lines(body)
         if fixed == cell.code:
             return cell.text
@@ -175,13 +180,14 @@ def load(data: bytes) -> Notebook | tuple[str, int, int]:
 
 def assemble(raw: str, bom: str, sources: list[tuple[int, str]]) -> Notebook:
     """The virtual module of code cells given as (cell index, source)."""
+    from mplint.engine.ipython_syntax import source_lines
+
     cells = _read_cells(sources)
     magics: list[str] = []
     checked: list[Cell] = []
     errors: list[CellError] = []
     for cell in cells:
-        cell.code = [_virtual_line(line, source, magics) for line, source in
-                     zip(cell.lines, ipython_syntax.source_lines(cell.text))]
+        cell.code = [_virtual_line(line, source, magics) for line, source in zip(cell.lines, source_lines(cell.text))]
         error = _syntax_error(cell)
         if error is None:
             checked.append(cell)
@@ -197,6 +203,8 @@ def assemble(raw: str, bom: str, sources: list[tuple[int, str]]) -> Notebook:
 
 def _read_cells(sources: list[tuple[int, str]]) -> list[Cell]:
     """Each Python cell read as IPython reads it; automagic lines masked unless a notebook name shadows them."""
+    from mplint.engine import ipython_syntax
+
     magics = ipython_syntax.LINE_MAGICS
     read = [(index, text, ipython_syntax.read_cell(text, magics)) for index, text in sources]
     extensions = {name for _, text, code in read if code is not None

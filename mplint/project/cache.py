@@ -50,10 +50,17 @@ def settings_key(*parts: object) -> str:
     return digest.hexdigest()
 
 
+_DIAGNOSTIC_FIELDS = tuple(f.name for f in dataclasses.fields(Diagnostic))
+
+
 def _diagnostic_to_json(d: Diagnostic) -> dict:
-    data = dataclasses.asdict(d)
+    """Plain JSON values, equal to what the cache file holds for the same diagnostic (so an unchanged
+    result does not mark the cache for writing)."""
+    data = {name: getattr(d, name) for name in _DIAGNOSTIC_FIELDS}
     data["severity"] = d.severity.value
     data["fix_safety"] = d.fix_safety.value
+    data["edits"] = [{"line": e.line, "column": e.column, "end_line": e.end_line, "end_column": e.end_column,
+                      "text": e.text} for e in d.edits]
     return data
 
 
@@ -107,8 +114,9 @@ class _Store:
     def put(self, key: str, value) -> None:
         if self.path is not None:
             self.live.add(key)
-            self.entries[key] = value
-            self.dirty = True
+            if self.entries.get(key) != value:  # a run that changed nothing writes nothing
+                self.entries[key] = value
+                self.dirty = True
 
     def save(self) -> None:
         if self.path is None or not (self.dirty or set(self.entries) - self.live):

@@ -10,13 +10,6 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib
-
 from mplint.engine.registry import unknown_selectors
 
 YAML_NAMES = (".mplint.yaml", ".mplint.yml")
@@ -131,16 +124,28 @@ def load_file(path: Path) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config: {exc}") from exc
     if path.name == "pyproject.toml":
+        tomllib = _toml()
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
         return parse_config(data.get("tool", {}).get("mplint"), str(path), path.parent)
     try:
+        import yaml  # only a project with a .mplint.yaml pays for the YAML parser
+
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML (only plain YAML is accepted): {exc}") from exc
     return parse_config(data, str(path), path.parent)
+
+
+def _toml():
+    """The TOML parser, imported only for a project that has a pyproject.toml."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        import tomli as tomllib
+    return tomllib
 
 
 def _has_tool_section(pyproject: Path) -> bool:
@@ -148,6 +153,7 @@ def _has_tool_section(pyproject: Path) -> bool:
         text = pyproject.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
+    tomllib = _toml()
     try:
         return "mplint" in tomllib.loads(text).get("tool", {})
     except tomllib.TOMLDecodeError:
