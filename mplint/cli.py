@@ -14,7 +14,7 @@ from mplint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 PROGRESS_MIN_FILES = 100  # a bar only on runs long enough to need one
-SUBCOMMANDS = ("check", "rules", "explain", "verify")
+SUBCOMMANDS = ("check", "rules", "explain", "verify", "server")
 
 
 def _csv(value: str) -> list[str]:
@@ -33,7 +33,7 @@ def _check_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mplint",
         description="Find and fix TensorFlow/Keras mixed-precision bugs.",
-        epilog="Other commands: 'mplint rules', 'mplint explain RULE', 'mplint verify SCRIPT'. "
+        epilog="Other commands: 'mplint rules', 'mplint explain RULE', 'mplint verify SCRIPT', 'mplint server'. "
         "Exit codes: 0 clean, 1 findings remain, 2 error.",
     )
     p.add_argument("paths", nargs="*", type=Path, help="files or folders to check (default: .)")
@@ -266,13 +266,25 @@ def _run_verify(argv: list[str]) -> int:
     return verify_main(argv)
 
 
+def _run_server(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="mplint server", description="Run the language server (LSP) on standard input and output.")
+    parser.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; standard I/O is the only transport")
+    parser.parse_args(argv)
+    try:
+        from mplint.server.app import main as serve
+    except ImportError as exc:
+        return _usage_error(f"the language server needs pygls ({exc}); pip install 'pygls>=2'")
+    return serve()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else "check"
     if argv and argv[0] in SUBCOMMANDS:
         argv = argv[1:]
     try:
-        return {"check": _run_check, "rules": _run_rules, "explain": _run_explain, "verify": _run_verify}[command](argv)
+        return {"check": _run_check, "rules": _run_rules, "explain": _run_explain, "verify": _run_verify,
+                "server": _run_server}[command](argv)
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     except KeyboardInterrupt:
