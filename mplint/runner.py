@@ -259,7 +259,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
     loaded = [(s, options.stdin[1] if s.path == stdin_path else _read(s)) for s in sources]
     digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
-    cache = ProjectCache(config.root, options.cache and stdin_path is None)
+    cache = ProjectCache(config.root, options.cache, read_only=stdin_path is not None)
     facts = build_project_facts(
         _facts_of(loaded, cache, digests, options.jobs), config.root, options.keras or config.keras, options.policy or config.policy
     )

@@ -142,3 +142,17 @@ def test_a_run_that_changes_nothing_writes_no_cache(tmp_path, monkeypatch, capsy
     (tmp_path / "b.py").write_text(softmax)
     code, doc = run_json(["."], capsys)
     assert [(d["path"], d["rule"]) for d in doc["diagnostics"]] == [("a.py", "MP101"), ("b.py", "MP101")]
+
+
+def test_stdin_reads_the_cache_and_never_writes_it(tmp_path, monkeypatch, capsys):
+    import io
+
+    softmax = "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n" \
+              "m = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    monkeypatch.chdir(make(tmp_path, {"a.py": softmax, "b.py": GOOD}))
+    run_json(["."], capsys)
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")}
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(softmax.encode())))
+    code, doc = run_json(["--stdin-filename", "b.py", "."], capsys)
+    assert (code, [(d["path"], d["rule"]) for d in doc["diagnostics"]]) == (1, [("b.py", "MP101")])
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")} == stamps

@@ -137,8 +137,11 @@ class _Store:
 
 
 class ProjectCache:
-    def __init__(self, root: Path, enabled: bool):
+    def __init__(self, root: Path, enabled: bool, read_only: bool = False):
+        """``read_only``: a run that checks an editor's buffer reads what earlier runs stored and writes
+        nothing (its file's content is not on disk, and it sees too few files to keep the others' entries)."""
         self.folder = root / CACHE_DIR / _FORMAT if enabled else None
+        self.read_only = read_only
         self._facts = _Store(self.folder / "facts.json" if self.folder else None)
         self._results: _Store | None = None
 
@@ -161,6 +164,8 @@ class ProjectCache:
             self._results.put(f"{path}:{digest}", [_diagnostic_to_json(d) for d in diagnostics])
 
     def save(self) -> None:
+        if self.read_only:
+            return
         self._facts.save()
         if self._results is not None:
             self._results.save()
