@@ -18,3 +18,16 @@ def test_version_and_selection_import_no_parser():
             "select(None, ['MP3']); print(sorted(m for m in ('yaml', 'libcst', 'rich', 'pathspec') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "[]\n"
+
+
+def test_a_run_answered_from_the_cache_imports_no_parser(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "requirements.txt").write_text("tensorflow>=2.16\n")
+    for n in range(3):
+        (tmp_path / "pkg" / f"m{n}.py").write_text("import keras\nmodel = keras.Sequential([keras.layers.Dense(10)])\n")
+    code = ("import sys; from mplint.cli import main; main(['--exit-zero', '.']); "
+            "print(sorted(m for m in ('yaml', 'libcst', 'rich', 'pathspec', 'multiprocessing', 'tomllib') if m in sys.modules))")
+    first = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert "libcst" in first.stdout  # the cold run parsed the files
+    warm = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert warm.stdout.splitlines()[-1] == "[]"
