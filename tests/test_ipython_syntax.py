@@ -207,6 +207,12 @@ def test_fix_in_an_indented_cell_keeps_its_indentation():
     assert nb.cell_texts(fixed) == {1: "    a = f(1, dtype='float32')\n    !ls\n    b = 2\n    c = 3\n"}
 
 
+def test_lines_added_on_top_of_an_indented_cell_take_its_indentation():
+    nb = notebook("    a = f(1)\n    b = 2")
+    fixed = nb.virtual.replace("# __mplint_cell_1__\n", "# __mplint_cell_1__\nimport keras\n")
+    assert nb.cell_texts(fixed) == {1: "    import keras\n    a = f(1)\n    b = 2"}
+
+
 def test_a_broken_cell_is_reported_alone_and_the_others_are_kept():
     nb = notebook("import keras", "    def f(:\n        pass", "x = 1")
     assert [(e.index, e.line, e.column, e.message) for e in nb.errors] == [(2, 1, 11, "syntax error: invalid syntax")]

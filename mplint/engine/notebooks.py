@@ -122,7 +122,7 @@ class Notebook:
                 if m:
                     out.append(self.magics[int(m.group(1))])
                     continue
-                near = min(i1 + k, i2 - 1) if i2 > i1 else i1 - 1
+                near = min(i1 + k, i2 - 1) if i2 > i1 else max(i1 - 1, 0)  # lines added on top take the first's
                 prefix = cell.lines[near].prefix if 0 <= near < len(cell.lines) else ""
                 out.append(prefix + line if line.strip() else line)
         text = "\n".join(out)
