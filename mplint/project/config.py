@@ -6,7 +6,6 @@ close match. YAML is read with ``yaml.safe_load`` only: a config cannot run code
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +49,7 @@ def _rules(key: str, value, where: str) -> list[str]:
         from mplint.catalog import load_catalog
 
         known = [m.id for m in load_catalog().values()] + [m.name for m in load_catalog().values()]
-        hint = difflib.get_close_matches(bad[0], known, n=1)
+        hint = _close_matches(bad[0], known, n=1)
         raise ConfigError(
             f"{where}: '{key}' names unknown rule {bad[0]!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
         )
@@ -73,7 +72,7 @@ def _keras(key: str, value, where: str) -> int:
 
 def _policy(key: str, value, where: str) -> str:
     if value not in POLICIES:
-        hint = difflib.get_close_matches(str(value), POLICIES, n=1)
+        hint = _close_matches(str(value), POLICIES, n=1)
         raise ConfigError(
             f"{where}: '{key}' must be one of {', '.join(POLICIES)}, got {value!r}"
             + (f" (did you mean {hint[0]!r}?)" if hint else "")
@@ -111,7 +110,7 @@ def parse_config(data, where: str, root: Path) -> Config:
         if key not in _KEYS and key.replace("_", "-") in _KEYS:
             key = key.replace("_", "-")
         if key not in _KEYS:
-            hint = difflib.get_close_matches(str(key), list(_KEYS), n=1)
+            hint = _close_matches(str(key), list(_KEYS), n=1)
             raise ConfigError(f"{where}: unknown setting {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
         attr, check = _KEYS[key]
         setattr(config, attr, check(key, value, where))
@@ -137,6 +136,12 @@ def load_file(path: Path) -> Config:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML (only plain YAML is accepted): {exc}") from exc
     return parse_config(data, str(path), path.parent)
+
+
+def _close_matches(word: str, candidates, n: int = 1) -> list[str]:
+    import difflib  # only a bad configuration needs suggestions
+
+    return difflib.get_close_matches(word, candidates, n=n)
 
 
 def _toml():
