@@ -49,11 +49,19 @@ class MplintServer(LanguageServer):
                 document = self.workspace.get_text_document(cell.document)
                 python = cell.kind == types.NotebookCellKind.Code and document.language_id in (None, "python")
                 parts.append(Part(cell.document, document.source, index, python))
-            return Buffer(Path(to_fs_path(notebook.uri)), tuple(parts))
+            return Buffer(self.path(notebook.uri, ".ipynb"), tuple(parts))
         if unquote(uri) not in self.workspace.text_documents:
             return None
         document = self.workspace.get_text_document(uri)
-        return Buffer(Path(to_fs_path(uri)), (Part(uri, document.source),))
+        return Buffer(self.path(uri, ".py"), (Part(uri, document.source),))
+
+    def path(self, uri: str, suffix: str) -> Path:
+        """The file a URI names; an unsaved buffer (``untitled:``) stands for a new file in the workspace."""
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        if path is None:
+            root = self.workspace.root_path or "."
+            return Path(root).resolve() / f"untitled{suffix}"
+        return Path(path)
 
     def key(self, uri: str) -> str:
         notebook = self.workspace.get_notebook_document(cell_uri=uri)
