@@ -50,11 +50,15 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "github", "sarif"), default="text")
     p.add_argument("--output-file", type=Path, help="write the report here instead of standard output")
     p.add_argument("--keras", type=int, choices=(2, 3), help="target Keras generation (overrides config and pins)")
+    p.add_argument("--target", choices=("tf1", "tf2.3", "keras2", "keras3"),
+                   help="target TensorFlow/Keras for every program: TF1, TF 2.1-2.3, Keras 2 or Keras 3 (overrides config and pins)")
     p.add_argument("--policy", choices=("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16"),
                    help="the policy the code runs under (overrides what the code sets)")
     p.add_argument("--config", type=Path, help="config file (pyproject.toml or .mplint.yaml)")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     p.add_argument("--statistics", action="store_true", help="count findings per rule")
+    p.add_argument("--show-facts", action="store_true",
+                   help="print each program's entry point, the policies it sets, its target and TPU use; check nothing")
     p.add_argument("--jobs", "-j", type=int, metavar="N", help="worker processes (default: one per core)")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not update .mplint_cache/")
     adoption = p.add_argument_group("adoption and integrations")
@@ -131,7 +135,7 @@ def _run_check(argv: list[str]) -> int:
             only = changed_files(args.changed_since, paths[0] if paths[0].is_dir() else paths[0].parent)
         except GitError as exc:
             return _usage_error(str(exc))
-    progress = _ProgressBar() if show_progress(sys.stderr, os.environ) else None
+    progress = _ProgressBar() if show_progress(sys.stderr, os.environ) and not args.show_facts else None
     options = RunOptions(
         paths=paths,
         fix=args.fix or args.diff,
@@ -141,6 +145,7 @@ def _run_check(argv: list[str]) -> int:
         ignore=args.ignore,
         extend_select=args.extend_select,
         keras=args.keras,
+        target=args.target,
         policy=args.policy,
         config_path=args.config,
         add_noqa=args.add_noqa,
@@ -150,6 +155,8 @@ def _run_check(argv: list[str]) -> int:
         jobs=args.jobs,
         cache=not args.no_cache,
     )
+    if args.show_facts:  # the facts alone: no rule runs, nothing is written
+        options.select, options.extend_select, options.fix, options.add_noqa = [], [], False, False
     try:
         report = run(options)
     except (ConfigError, CatalogError) as exc:
@@ -157,6 +164,11 @@ def _run_check(argv: list[str]) -> int:
     finally:
         if progress:
             progress.close()
+    if args.show_facts:
+        from mplint.output import facts_report
+
+        facts_report.render(report, sys.stdout)
+        return EXIT_OK
     if stdin and args.fix and not args.diff:
         result = next(r for r in report.results if r.path == stdin[0].as_posix())
         sys.stdout.buffer.write(result.fixed_source if result.fixed_source is not None else stdin[1])

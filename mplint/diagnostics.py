@@ -56,6 +56,7 @@ class Finding:
     node: cst.CSTNode
     message: str
     fix: Fix | None = None
+    severity: "Severity | None" = None  # None: the catalog's; a rule lowers it where the target makes it so
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Diagnostic:
     fixed: bool = False
     cell: int | None = None  # notebook cell (1-based) when the file is a notebook
     edits: tuple["Edit", ...] = ()  # the fix as text replacements (imports it adds not included)
+    context: dict | None = None  # the MP context and target the finding was judged under (JSON-ready)
 
     @property
     def fixable(self) -> bool:
@@ -102,6 +104,7 @@ class Diagnostic:
             "severity": self.severity.value,
             "start": {"line": self.line, "column": self.column},
             "end": {"line": self.end_line, "column": self.end_column},
+            "context": self.context,
             "fix": None
             if self.fix_safety is FixSafety.NONE
             else {

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
+from packaging.version import Version
 from libcst.helpers import get_full_name_for_node
 
 from mplint.engine import matchers as m
@@ -26,7 +27,7 @@ from mplint.analysis.loss_scale_api import (
     read_loss_scale,
     without_arg,
 )
-from mplint.diagnostics import Fix, ImportSpec
+from mplint.diagnostics import Fix, ImportSpec, Severity
 from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
 
@@ -73,6 +74,10 @@ class ExperimentalMixedPrecisionApi(Rule):
         gen = context.facts.generation
         self.gen = gen.value
         self.target = f"target {gen.label}, from {gen.source}"
+        # TF 2.4-2.8 still ship the experimental module (deprecated); 2.9 removed it.
+        self.deprecated_only = bool(gen.tf_newest) and Version("2.4") <= Version(gen.tf_newest) < Version("2.9")
+        if self.deprecated_only:
+            self.target += "; deprecated there, removed in TF 2.9"
 
     # --- imports ---------------------------------------------------------------------------
 
@@ -342,7 +347,8 @@ class ExperimentalMixedPrecisionApi(Rule):
             if item.namespace and waiting and fix is not None:
                 fix = None
                 message += "; fixed once the loss-scale findings in this file are settled by hand"
-            self.report(item.node, f"{message} ({self.target})", Fix(fix, imports=item.imports) if fix else None)
+            self.report(item.node, f"{message} ({self.target})", Fix(fix, imports=item.imports) if fix else None,
+                        Severity.WARNING if self.deprecated_only else None)
 
 
 def _rename_note(replacements: dict) -> str:

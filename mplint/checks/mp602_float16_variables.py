@@ -26,6 +26,10 @@ class Float16Variables(Rule):
     triggers = (b"float16", b"half")
 
     @classmethod
+    def active_for(cls, facts) -> bool:
+        return not facts.test_module  # tests set float16 on purpose, to exercise it; this rule is about training code
+
+    @classmethod
     def candidate(cls, code) -> bool:
         """A policy or floatx setter whose first argument spells float16, or a ``dtype=`` that does,
         in a file that trains (see ``_inference_only``)."""

@@ -151,6 +151,9 @@ class _Dispatcher(cst.CSTVisitor):
         self.on_leave(context.module)
 
 
+_RAISE_EXPECTATIONS = frozenset({"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"})
+
+
 class _Run:
     """One lint pass over one parsed module."""
 
@@ -182,9 +185,21 @@ class _Run:
         for visitor in visitors:
             for finding in visitor.findings:
                 line = self.context.position(finding.node).start.line
-                if not suppressions.suppressed(visitor.meta, line):
+                if not suppressions.suppressed(visitor.meta, line) and not self.expected_to_raise(finding.node):
                     self.findings.append(finding)
         self.findings.sort(key=lambda f: self.span(f.node))
+
+    def expected_to_raise(self, node: cst.CSTNode) -> bool:
+        """Inside ``with pytest.raises(...)``/``self.assertRaises(...)``: a test that wants the error."""
+        for ancestor in self.context.ancestors(node):
+            if isinstance(ancestor, cst.With):
+                for item in ancestor.items:
+                    call = item.item
+                    func = call.func if isinstance(call, cst.Call) else None
+                    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+                    if name in _RAISE_EXPECTATIONS:
+                        return True
+        return False
 
     def span(self, node: cst.CSTNode):
         r = self.context.position(node)
@@ -197,8 +212,8 @@ class _Run:
         return Diagnostic(
             self.path, finding.rule_id, meta.name, finding.message,
             r.start.line, r.start.column + 1, r.end.line, r.end.column + 1,
-            meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
-            edits=self.edits(finding),
+            finding.severity or meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
+            edits=self.edits(finding), context=self.context.facts.context_record(),
         )
 
     def edits(self, finding: Finding) -> tuple[Edit, ...]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
-from mplint.diagnostics import Finding, Fix
+from mplint.diagnostics import Finding, Fix, Severity
 
 if TYPE_CHECKING:
     from mplint.catalog import RuleMeta
@@ -52,7 +52,7 @@ class Rule(cst.BatchableCSTVisitor):
         """
         return True
 
-    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> None:
+    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None, severity: Severity | None = None) -> None:
         if fix is not None and not fix.description:
             fix.description = self.meta.fix.splitlines()[0] if self.meta.fix else ""
-        self.findings.append(Finding(self.id, node, message, fix))
+        self.findings.append(Finding(self.id, node, message, fix, severity))

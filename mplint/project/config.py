@@ -30,6 +30,7 @@ class Config:
     extend_exclude: list[str] = field(default_factory=list)
     respect_gitignore: bool = True
     keras: int | None = None
+    target: str | None = None  # tf1 | tf2.3 | keras2 | keras3
     policy: str | None = None
     unsafe_fixes: bool = False
     source: Path | None = None  # the file it came from
@@ -70,6 +71,14 @@ def _keras(key: str, value, where: str) -> int:
     return value
 
 
+def _target(key: str, value, where: str) -> str:
+    from mplint.project.generation import TARGETS
+
+    if value not in TARGETS:
+        raise ConfigError(f"{where}: '{key}' must be one of {', '.join(TARGETS)}, got {value!r}")
+    return value
+
+
 def _policy(key: str, value, where: str) -> str:
     if value not in POLICIES:
         hint = _close_matches(str(value), POLICIES, n=1)
@@ -95,6 +104,7 @@ _KEYS = {
     "extend-exclude": ("extend_exclude", _str_list),
     "respect-gitignore": ("respect_gitignore", _bool),
     "keras": ("keras", _keras),
+    "target": ("target", _target),
     "policy": ("policy", _policy),
     "unsafe-fixes": ("unsafe_fixes", _bool),
 }

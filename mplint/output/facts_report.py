@@ -1,0 +1,31 @@
+"""``mplint --show-facts``: what mplint believes about each program, the first thing to read when a finding surprises."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+
+def render(report, stream: TextIO) -> None:
+    for project in report.projects:
+        stream.write(f"project {project.root.as_posix()} ({project.files} files)\n")
+        if project.generation:
+            stream.write(f"  target for every program: {_label(project.generation['value'])} ({project.generation['source']})\n")
+        programs = sorted(project.programs, key=lambda p: (not p["policies"], p["entry"]))
+        for program in programs:
+            count = program["modules"]
+            stream.write(f"  program {program['entry']} (reaches {count} module{'s' if count != 1 else ''})\n")
+            if program["policies"]:
+                for site in program["policies"]:
+                    stream.write(f"    policy {site['policy']} set at {site['path']}:{site['line']}\n")
+            else:
+                stream.write("    policy: none set (float32)\n")
+            generation = program["keras_generation"]
+            stream.write(f"    target: {_label(generation['value'])} ({generation['source']})\n")
+            if program["tpu"]:
+                stream.write(f"    TPU: {', '.join(program['tpu'][:3])}{' ...' if len(program['tpu']) > 3 else ''}\n")
+        if not programs:
+            stream.write("  no programs (no notebook, script, __main__ module or test): library code only\n")
+
+
+def _label(value: int) -> str:
+    return {0: "G0 (TF1)", 1: "G1 (TF 2.1-2.3)", 2: "Keras 2", 3: "Keras 3"}[value]

@@ -1,0 +1,141 @@
+"""The target TensorFlow/Keras per program: real pin parsers, container images, TF1 programs, --target."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mplint.cli import main
+from mplint.project.pins import PinFinder, generation_from_pins
+from mplint.runner import project_facts
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def _lint(capsys, *args: str) -> list[tuple]:
+    main(["--format", "json", "--no-cache", *args])
+    doc = json.loads(capsys.readouterr().out)
+    return [(d["path"], d["rule"], d["severity"], d["start"]["line"], d["start"]["column"]) for d in doc["diagnostics"]]
+
+
+@pytest.mark.parametrize("image,value,source", [
+    ("nvcr.io/nvidia/tensorflow:20.06-tf1-py3", 0, "tensorflow==1.15.*"),
+    ("nvcr.io/nvidia/tensorflow:20.06-tf2-py3", 1, "tensorflow==2.2.0"),
+    ("nvcr.io/nvidia/tensorflow:22.03-tf2-py3", 2, "tensorflow==2.8.0"),
+    ("nvcr.io/nvidia/tensorflow:23.10-tf2-py3", 2, "tensorflow==2.13.0"),
+    ("tensorflow/tensorflow:2.8.0-gpu", 2, "tensorflow==2.8.0"),
+    ("tensorflow/tensorflow:2.3.1-gpu-jupyter", 1, "tensorflow==2.3.1"),
+    ("tensorflow/tensorflow:2.16.1", 3, "tensorflow==2.16.1"),
+    ("gcr.io/deeplearning-platform-release/tf2-gpu.2-8", 2, "tensorflow==2.8.*"),
+])
+def test_container_images_name_their_tensorflow(tmp_path, image, value, source):
+    (tmp_path / "Dockerfile").write_text(f"FROM python:3.10 AS build\nRUN pip wheel .\nFROM {image}\nCOPY . /app\n")
+    found = generation_from_pins(tmp_path)
+    assert (found.value, found.source) == (value, f"Dockerfile (FROM {image}) pins {source}")
+
+
+@pytest.mark.parametrize("files,expected", [
+    ({"requirements.txt": "-r base.txt\n", "base.txt": "tensorflow==2.8.0 --hash=sha256:abc\n"}, (2, "requirements.txt pins tensorflow==2.8.0")),
+    ({"requirements.txt": "tensorflow\n-c constraints.txt\n", "constraints.txt": "tensorflow<2.9\n"}, (2, "requirements.txt pins tensorflow<2.9")),
+    ({"setup.py": "from setuptools import setup\nTF = '>=2.6,<2.14'\nsetup(install_requires=['tensorflow' + TF])\n"},
+     (2, "setup.py pins tensorflow<2.14,>=2.6")),
+    ({"setup.py": "import logging\nlogging.getLogger('tensorflow')\nREQS = ['tensorflow']\n"}, None),
+    ({"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    tensorflow>=2.4,<2.9\n"}, (2, "setup.cfg pins tensorflow<2.9,>=2.4")),
+    ({"environment.yml": "name: x\ndependencies:\n  - python=3.8\n  - tensorflow-gpu=2.3\n"}, (1, "environment.yml pins tensorflow-gpu==2.3.*")),
+    ({"environment.yml": "dependencies:\n  - pip:\n    - tensorflow==2.15.1\n"}, (2, "environment.yml pins tensorflow==2.15.1")),
+    ({"Pipfile": "[packages]\ntensorflow = \"==2.5.0\"\n"}, (2, "Pipfile pins tensorflow==2.5.0")),
+    ({"pyproject.toml": "[tool.poetry.group.train.dependencies]\ntensorflow = '~2.13'\n"}, (2, "pyproject.toml pins tensorflow<2.14,>=2.13")),
+])
+def test_pin_sources(tmp_path, files, expected):
+    found = generation_from_pins(_write(tmp_path, files))
+    assert ((found.value, found.source) if found else None) == expected
+
+
+def test_the_nearest_pins_above_a_program_win(tmp_path):
+    _write(tmp_path, {
+        "requirements.txt": "tensorflow>=2.16\n",
+        "legacy/requirements.txt": "tensorflow==2.3.0\n",
+        "legacy/train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n",
+        "train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n",
+        ".mplint.yaml": "{}\n",
+    })
+    facts = project_facts(tmp_path)
+    assert (facts["legacy/train.py"].generation.value, facts["legacy/train.py"].generation.source) == (
+        1, "legacy/requirements.txt pins tensorflow==2.3.0")
+    assert facts["train.py"].generation.value == 3
+    assert PinFinder(tmp_path).target_for(tmp_path / "legacy" / "sub").value == 1
+
+
+def test_tf1_programs_are_g0_and_draw_no_keras_findings(tmp_path, monkeypatch, capsys):
+    shutil.copytree(REPO / "fixtures" / "ngc_tf1_estimator", tmp_path / "p")
+    monkeypatch.chdir(tmp_path / "p")
+    assert _lint(capsys, "--select", "ALL", ".") == []
+    (tmp_path / "p" / "Dockerfile").unlink()  # without the image, the code itself says TF1
+    facts = project_facts(tmp_path / "p")["train.py"]
+    assert facts.generation.value == 0 and facts.generation.source.startswith("program train.py uses TF1")
+    assert _lint(capsys, "--select", "ALL", ".") == []
+
+
+def test_experimental_api_in_a_tf_2_8_container_is_a_deprecation_warning(tmp_path, monkeypatch, capsys):
+    shutil.copytree(REPO / "fixtures" / "ngc_tf2_container", tmp_path / "p")
+    monkeypatch.chdir(tmp_path / "p")
+    assert _lint(capsys, ".") == [("train.py", "MP501", "warning", 4, 1)]
+    (tmp_path / "p" / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:20.10-tf2-py3\n")  # TF 2.3: the right API
+    assert _lint(capsys, ".") == []
+    (tmp_path / "p" / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:22.06-tf2-py3\n")  # TF 2.9: removed
+    assert _lint(capsys, ".") == [("train.py", "MP501", "error", 4, 1)]
+
+
+def test_a_computed_pin_and_a_helper_named_setup_py(tmp_path, monkeypatch, capsys):
+    shutil.copytree(REPO / "fixtures" / "computed_pin", tmp_path / "p")
+    monkeypatch.chdir(tmp_path / "p")
+    assert _lint(capsys, "--select", "MP502", ".") == []  # Keras 2 API on the Keras 2 that setup.py pins
+    assert project_facts(tmp_path / "p")["trainer/task.py"].generation.source == "setup.py pins tensorflow<2.14,>=2.6"
+    assert [r[:2] for r in _lint(capsys, "--select", "MP502", "--target", "keras3", ".")] == [
+        ("trainer/task.py", "MP502"), ("trainer/task.py", "MP502")]
+
+
+def test_a_compatibility_import_is_not_a_choice_of_keras(tmp_path):
+    facts = project_facts(_write(tmp_path, {
+        ".mplint.yaml": "{}\n",
+        "train.py": (
+            "try:\n    import keras.src as keras_src\nexcept ImportError:\n    keras_src = None\n"
+            "import tf_keras\ntf_keras.Sequential().fit()\n"
+        ),
+    }))
+    assert facts["train.py"].generation.value == 2 and facts["train.py"].keras_namespaces == {"tf_keras"}
+
+
+def test_target_in_config(tmp_path, monkeypatch, capsys):
+    _write(tmp_path, {".mplint.yaml": "target: tf2.3\n", "train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n"})
+    assert project_facts(tmp_path)["train.py"].generation.value == 1
+    (tmp_path / ".mplint.yaml").write_text("target: tf9\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["."]) == 2
+    assert "'target' must be one of tf1, tf2.3, keras2, keras3" in capsys.readouterr().err
+
+
+def test_show_facts_prints_each_program(monkeypatch, capsys):
+    monkeypatch.chdir(REPO / "fixtures" / "gpu_tpu_scripts")
+    assert main(["--show-facts", "--no-cache", "."]) == 0
+    assert capsys.readouterr().out == (
+        f"project {(REPO / 'fixtures' / 'gpu_tpu_scripts').as_posix()} (3 files)\n"
+        "  target for every program: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "  program train_gpu.py (reaches 2 modules)\n"
+        "    policy mixed_float16 set at train_gpu.py:8\n"
+        "    target: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "  program train_tpu.py (reaches 2 modules)\n"
+        "    policy mixed_bfloat16 set at train_tpu.py:11\n"
+        "    target: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "    TPU: train_tpu.py:8, train_tpu.py:9, train_tpu.py:10\n"
+    )
