@@ -9,7 +9,11 @@ Corpora (all offline):
 
 Tools: mplint cold (``--no-cache``), mplint warm (cache filled, nothing changed),
 ``mplint --fix`` on a fresh copy, ``fixit lint`` (default rules) and
-``ruff check --no-cache`` as peers. Each figure is the median of the repeats;
+``ruff check --no-cache`` as peers. Startup: ``python -X importtime`` of
+``mplint --version`` and of a warm run on a 100-file tree, against a budget of
+what each may import, and that warm run against ``ruff check --no-cache`` (both
+printing text); the interpreter's own start (``python -c pass``) is given beside
+it, as the floor of any Python tool. Each figure is the median of the repeats;
 CPU time and peak RSS (largest single process) come from getrusage of the
 children. Results go to bench/results/ as Markdown and JSON.
 """
@@ -143,6 +147,49 @@ def bench_corpus(label: str, folder: Path, repeats: int, peers: bool, jobs: int 
     return rows
 
 
+# What a command may import (python -X importtime, milliseconds of import beyond the interpreter's own)
+# and which heavy modules it must not import at all.
+IMPORT_BUDGET = {
+    "version": (15.0, ("mplint.runner", "yaml", "rich", "libcst", "pathspec", "packaging", "tomllib")),
+    "warm": (90.0, ("yaml", "rich", "libcst", "pathspec", "multiprocessing", "mplint.checks.mp101_float16_softmax_output")),
+}
+
+
+def import_profile(cmd: list[str], cwd: Path, baseline: frozenset[str] = frozenset()) -> dict:
+    """Milliseconds spent importing: the top-level entries of -X importtime, less those in ``baseline``
+    (what the interpreter imports for ``python -c pass``)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *cmd], cwd=cwd, capture_output=True, text=True)
+    total, modules = 0, []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line[len("import time:"):].split("|")
+        if cumulative.strip().isdigit():
+            modules.append(name.strip())
+            if not name.startswith("  ") and name.strip() not in baseline:
+                total += int(cumulative)
+    return {"ms": total / 1000, "modules": modules}
+
+
+def startup_budget(root: Path, repeats: int) -> dict:
+    """Import budget of --version and a warm run, and a warm 100-file tree against ruff."""
+    small = synthetic(root, 100)
+    mplint = [sys.executable, "-m", "mplint", "--exit-zero", "--output-file", os.devnull]
+    subprocess.run([*mplint, "."], cwd=small, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = {"interpreter": measure("python -c pass", [sys.executable, "-c", "pass"], small, repeats * 3)["wall"]}
+    baseline = frozenset(import_profile(["-c", "pass"], small)["modules"])
+    for label, cmd in (("version", ["-m", "mplint", "--version"]), ("warm", ["-m", "mplint", "--exit-zero", "--output-file", os.devnull, "."])):
+        profile = import_profile(cmd, small, baseline)
+        budget, banned = IMPORT_BUDGET[label]
+        out[f"{label}_imports_ms"] = profile["ms"]
+        out[f"{label}_import_budget_ms"] = budget
+        out[f"{label}_banned_imported"] = sorted(m for m in banned if m in profile["modules"])
+    out["small_warm"] = measure("mplint warm (100 files)", [*mplint, "."], small, repeats * 3)["wall"]
+    if shutil.which("ruff"):
+        out["small_ruff"] = measure("ruff (100 files)", ["ruff", "check", "--no-cache", "--exit-zero", "."], small, repeats * 3)["wall"]
+    return out
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -172,7 +219,7 @@ def report(rows: list[dict], extra: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def targets(rows: list[dict], scaling: list[dict], jobs_rows: list[dict], startup: dict) -> list[str]:
+def targets(rows: list[dict], scaling: list[dict], jobs_rows: list[dict], startup: dict, imports: dict) -> list[str]:
     def get(corpus, tool):
         return next((r for r in rows if r["corpus"] == corpus and r["tool"] == tool), None)
 
@@ -192,6 +239,14 @@ def targets(rows: list[dict], scaling: list[dict], jobs_rows: list[dict], startu
     if len(jobs_rows) == 2:
         lines.append(f"--jobs 2 vs --jobs 1 (keras_src, cold): {jobs_rows[0]['wall'] / jobs_rows[1]['wall']:.2f}x (target >= 1.6x)")
     lines.append(f"`mplint --version`: {startup['version']:.3f}s; one small file: {startup['one_file']:.3f}s (target < 0.5 s)")
+    for label in ("version", "warm"):
+        banned = imports[f"{label}_banned_imported"]
+        lines.append(f"imports of {'`--version`' if label == 'version' else 'a warm run'}: {imports[f'{label}_imports_ms']:.0f} ms "
+                     f"(budget {imports[f'{label}_import_budget_ms']:.0f} ms){'; imports ' + ', '.join(banned) if banned else ''}")
+    if "small_ruff" in imports:
+        lines.append(f"warm check, 100 files: {imports['small_warm']:.3f}s vs `ruff check --no-cache` {imports['small_ruff']:.3f}s: "
+                     f"{imports['small_warm'] / imports['small_ruff']:.2f}x ruff's time (target <= 3x; the interpreter alone "
+                     f"takes {imports['interpreter']:.3f}s)")
     return lines
 
 
@@ -204,8 +259,11 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
     scales = (1, 4) if args.quick else (1, 4, 16)
+    # Timings are of installed code: bytecode compiled as pip would (PYTHONDONTWRITEBYTECODE may be set).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "mplint")], stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="mplint-bench-") as tmp:
         root = Path(tmp)
+        imports = startup_budget(root, repeats)
         keras = copy_keras(root)
         rows = bench_corpus("keras_src", keras, repeats, not args.no_peers, None)
         jobs_rows = [measure(f"mplint cold --jobs {j}", [sys.executable, "-m", "mplint", "--exit-zero", "--no-cache",
@@ -224,12 +282,12 @@ def main() -> None:
             "one_file": measure("one file", [sys.executable, "-m", "mplint", "--no-cache", "--exit-zero", "small.py"], root, 5)["wall"],
         }
     extra = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
-    extra["targets"] = targets(rows, scaling, jobs_rows, startup)
+    extra["targets"] = targets(rows, scaling, jobs_rows, startup, imports)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
     text = report(rows, extra)
     (RESULTS / f"{stamp}.md").write_text(text)
-    (RESULTS / f"{stamp}.json").write_text(json.dumps({"rows": rows, "jobs": jobs_rows, "startup": startup, **extra}, indent=2))
+    (RESULTS / f"{stamp}.json").write_text(json.dumps({"rows": rows, "jobs": jobs_rows, "startup": startup, "imports": imports, **extra}, indent=2))
     (RESULTS / "latest.md").write_text(text)
     print(text)
     for row in rows + jobs_rows:

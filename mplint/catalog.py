@@ -7,10 +7,9 @@ examples); the Python module under ``mplint.checks`` carries only detection.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 
 from mplint.diagnostics import FixSafety, Severity
 
@@ -18,8 +17,6 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _CATALOG_DIRS = (_PACKAGE_DIR / "catalog", _PACKAGE_DIR.parent / "rules")
 
 
-# libyaml's safe loader when PyYAML has it (about 10x faster); both build plain data only.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class CatalogError(Exception):
@@ -74,8 +71,11 @@ def _example(raw: dict, where: str) -> Example:
 
 
 def _load(path: Path) -> RuleMeta:
+    import yaml  # only runs that print a rule's documentation or check files read the whole catalog
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when PyYAML has it: about 10x faster
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{path}: {exc}") from exc
     try:
@@ -111,6 +111,33 @@ def load_catalog() -> dict[str, RuleMeta]:
     if len(by_id) != len(metas):
         raise CatalogError("duplicate rule IDs in the catalog")
     return dict(sorted(by_id.items()))
+
+
+@dataclass(frozen=True)
+class RuleKey:
+    """What choosing rules needs: a rule's ID, name and whether it is on by default."""
+
+    id: str
+    name: str
+    default_enabled: bool
+
+
+# The first keys of every rule file, written as plain scalars (tests/test_catalog_index.py holds the
+# files to it): rule selection reads them without a YAML parser, so a run answered from the cache
+# never loads the catalog.
+_HEAD = re.compile(r"\Aid: (MP\d+)\nname: ([a-z0-9-]+)\n(?:default: (true|false)\n)?")
+
+
+@functools.lru_cache(maxsize=None)
+def rule_keys() -> tuple[RuleKey, ...]:
+    """Every rule's key, in ID order (the same rules as ``load_catalog``)."""
+    keys = []
+    for path in sorted(catalog_dir().glob("MP*.yaml")):
+        m = _HEAD.match(path.read_text(encoding="utf-8")[:200])
+        if m is None:
+            raise CatalogError(f"{path}: must start with 'id: MPnnn', 'name: kebab-case-name' and optionally 'default: false'")
+        keys.append(RuleKey(m.group(1), m.group(2), m.group(3) != "false"))
+    return tuple(sorted(keys, key=lambda k: k.id))
 
 
 def by_name() -> dict[str, RuleMeta]:

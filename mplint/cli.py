@@ -6,18 +6,15 @@ Exit codes: 0 nothing left to report, 1 findings remain, 2 usage, config or inte
 from __future__ import annotations
 
 import argparse
-import difflib
-import io
 import os
 import sys
-import tokenize
 from pathlib import Path
 
 from mplint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 PROGRESS_MIN_FILES = 100  # a bar only on runs long enough to need one
-SUBCOMMANDS = ("check", "rules", "explain", "verify")
+SUBCOMMANDS = ("check", "rules", "explain", "verify", "server")
 
 
 def _csv(value: str) -> list[str]:
@@ -36,7 +33,7 @@ def _check_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mplint",
         description="Find and fix TensorFlow/Keras mixed-precision bugs.",
-        epilog="Other commands: 'mplint rules', 'mplint explain RULE', 'mplint verify SCRIPT'. "
+        epilog="Other commands: 'mplint rules', 'mplint explain RULE', 'mplint verify SCRIPT', 'mplint server'. "
         "Exit codes: 0 clean, 1 findings remain, 2 error.",
     )
     p.add_argument("paths", nargs="*", type=Path, help="files or folders to check (default: .)")
@@ -117,8 +114,7 @@ def _run_check(argv: list[str]) -> int:
 
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
-    from mplint.project.git import GitError, changed_files
-    from mplint.output import FORMATS
+    from mplint.output import renderer
     from mplint.engine.registry import unknown_selectors
     from mplint.runner import RunOptions, run
 
@@ -133,6 +129,8 @@ def _run_check(argv: list[str]) -> int:
     paths = args.paths or ([] if stdin else [Path(".")])
     only = None
     if args.changed_since:
+        from mplint.project.git import GitError, changed_files
+
         try:
             only = changed_files(args.changed_since, paths[0] if paths[0].is_dir() else paths[0].parent)
         except GitError as exc:
@@ -185,7 +183,7 @@ def _run_check(argv: list[str]) -> int:
             for error in report.errors:
                 print(f"mplint: error: {error}", file=sys.stderr)
             return EXIT_ERROR if report.errors else EXIT_FINDINGS if changed and not args.exit_zero else EXIT_OK
-        FORMATS[args.format](report, out, statistics=args.statistics)
+        renderer(args.format)(report, out, statistics=args.statistics)
     finally:
         if out not in (sys.stdout, sys.stderr):
             out.close()
@@ -198,6 +196,9 @@ def _run_check(argv: list[str]) -> int:
 
 
 def _decode(data: bytes) -> str:
+    import io
+    import tokenize
+
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         return data.decode(encoding)
@@ -210,6 +211,8 @@ def _lines(text: str) -> list[str]:
 
 
 def _print_diff(report, out) -> bool:
+    import difflib
+
     changed = False
     for result in report.results:
         if result.fixed_source is None:
@@ -256,7 +259,7 @@ def _run_rules(argv: list[str]) -> int:
         table.add_column(column, overflow="fold")
     for meta in load_catalog().values():
         table.add_row(meta.id, meta.name, meta.fix_safety.value, meta.kind, "yes" if meta.default_enabled else "no", meta.summary)
-    Console(highlight=False).print(table)
+    Console(highlight=False, emoji=False, markup=False).print(table)
     return EXIT_OK
 
 
@@ -275,13 +278,25 @@ def _run_verify(argv: list[str]) -> int:
     return verify_main(argv)
 
 
+def _run_server(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="mplint server", description="Run the language server (LSP) on standard input and output.")
+    parser.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; standard I/O is the only transport")
+    parser.parse_args(argv)
+    try:
+        from mplint.server.app import main as serve
+    except ImportError as exc:
+        return _usage_error(f"the language server needs pygls ({exc}); pip install 'pygls>=2'")
+    return serve()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else "check"
     if argv and argv[0] in SUBCOMMANDS:
         argv = argv[1:]
     try:
-        return {"check": _run_check, "rules": _run_rules, "explain": _run_explain, "verify": _run_verify}[command](argv)
+        return {"check": _run_check, "rules": _run_rules, "explain": _run_explain, "verify": _run_verify,
+                "server": _run_server}[command](argv)
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.syntax import Syntax
+from rich.text import Text
 
 from mplint.catalog import load_catalog
 
@@ -27,14 +28,15 @@ def find(rule: str):
 
 
 def explain(rule: str, console: Console | None = None) -> bool:
-    console = console or Console(highlight=False)
+    console = console or Console(highlight=False, emoji=False)
     meta = find(rule)
     if meta is None:
         known = [m.id for m in load_catalog().values()] + [m.name for m in load_catalog().values()]
         hint = difflib.get_close_matches(rule, known, n=1)
-        console.print(f"mplint: error: unknown rule {rule!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        console.print(f"mplint: error: unknown rule {rule!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""),
+                      markup=False)
         return False
-    console.print(Panel(f"[bold]{meta.id} {meta.name}[/]\n{meta.summary}", expand=False))
+    console.print(Panel(Text.assemble((f"{meta.id} {meta.name}", "bold"), "\n", meta.summary), expand=False))
     generations = ", ".join(f"G{g}" for g in meta.generations)
     console.print(Markdown(f"## What it does\n\n{meta.what}\n\n## Why is this bad?\n\n{meta.why}"))
     if meta.example:

@@ -10,12 +10,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-import pathspec
-
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-
-from mplint.baseline import add_noqa
 from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.catalog import load_catalog
 from mplint.project.config import Config, load_config, marked_root
@@ -96,6 +90,8 @@ def _per_file_ignored(config: Config, path: Path) -> set[str]:
         rel = path.resolve().relative_to(config.root.resolve()).as_posix()
     except ValueError:
         rel = path.as_posix()
+    import pathspec  # imported only for a config with per-file-ignores
+
     ignored: set[str] = set()
     for glob, selectors in config.per_file_ignores.items():
         if pathspec.GitIgnoreSpec.from_lines([glob]).match_file(rel):
@@ -197,6 +193,8 @@ def _with_noqa(result: FileResult, data: bytes) -> tuple[bytes | None, int, int]
     for d in found:
         line = nb.virtual_line(d.cell, d.line) if nb else d.line
         targets.setdefault(line, set()).add(d.rule_id)
+    from mplint.baseline import add_noqa
+
     if nb:
         code, changed, skipped = add_noqa(nb.virtual, targets)
         return (nb.rewrite(code) if changed else None), changed, skipped
@@ -362,7 +360,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
     loaded = [(s, options.stdin[1] if s.path == stdin_path else overrides.get(s.path) or _read(s)) for s in sources]
     digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
-    cache = ProjectCache(config.root, options.cache and stdin_path is None)
+    cache = ProjectCache(config.root, options.cache, read_only=stdin_path is not None)
     facts_by_path, summary = _module_facts(config, sources, _facts_of(loaded, cache, digests, options.jobs), options, cache, digests)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
@@ -460,13 +458,16 @@ def _parallel_map(function: Callable, items: list, jobs: int | None, on_result: 
     global _WORK
     jobs = jobs or os.cpu_count() or 1
     _collect_garbage_less()
-    if jobs <= 1 or len(items) < POOL_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
+    if jobs <= 1 or len(items) < POOL_MIN_FILES or not hasattr(os, "fork"):
         results = []
         for item in items:
             results.append(function(item))
             if on_result:
                 on_result()
         return results
+    import multiprocessing  # a pool only when there is work for one: warm runs never start it
+    from concurrent.futures import ProcessPoolExecutor
+
     _WORK = (function, items)
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("fork")) as pool:

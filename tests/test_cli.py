@@ -133,3 +133,30 @@ def test_an_unmarked_tree_is_one_project_and_policies_follow_imports(tmp_path, m
     assert code == 1
     assert [(d["path"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [("b/model.py", "MP101", 2)]
     assert doc["diagnostics"][0]["context"]["program"] == "a/train.py"
+
+
+def test_a_run_that_changes_nothing_writes_no_cache(tmp_path, monkeypatch, capsys):
+    softmax = "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n" \
+              "m = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    monkeypatch.chdir(make(tmp_path, {"a.py": softmax, "b.py": GOOD}))
+    first = run_json(["."], capsys)
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")}
+    assert stamps and run_json(["."], capsys) == first
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")} == stamps
+    (tmp_path / "b.py").write_text(softmax)
+    code, doc = run_json(["."], capsys)
+    assert [(d["path"], d["rule"]) for d in doc["diagnostics"]] == [("a.py", "MP101"), ("b.py", "MP101")]
+
+
+def test_stdin_reads_the_cache_and_never_writes_it(tmp_path, monkeypatch, capsys):
+    import io
+
+    softmax = "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n" \
+              "m = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    monkeypatch.chdir(make(tmp_path, {"a.py": softmax, "b.py": GOOD}))
+    run_json(["."], capsys)
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")}
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(softmax.encode())))
+    code, doc = run_json(["--stdin-filename", "b.py", "."], capsys)
+    assert (code, [(d["path"], d["rule"]) for d in doc["diagnostics"]]) == (1, [("b.py", "MP101")])
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")} == stamps

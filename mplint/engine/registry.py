@@ -8,13 +8,10 @@ file, nothing else.
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
-import pkgutil
 from typing import TYPE_CHECKING, Iterable
 
 from mplint import checks
-from mplint.catalog import CatalogError, RuleMeta, load_catalog
+from mplint.catalog import CatalogError, RuleKey, RuleMeta, load_catalog, rule_keys
 
 if TYPE_CHECKING:
     from mplint.engine.rule import Rule
@@ -22,6 +19,10 @@ if TYPE_CHECKING:
 
 @functools.lru_cache(maxsize=None)
 def all_rules() -> dict[str, type["Rule"]]:
+    import importlib
+    import inspect
+    import pkgutil
+
     from mplint.engine.rule import Rule  # libcst: needed only when rules run
 
     catalog = load_catalog()
@@ -39,14 +40,14 @@ def all_rules() -> dict[str, type["Rule"]]:
     return dict(sorted(found.items()))
 
 
-def matches(selector: str, meta: RuleMeta) -> bool:
+def matches(selector: str, meta: RuleMeta | RuleKey) -> bool:
     """An ID (MP101), an ID prefix (MP1, MP), a name (float16-softmax-output) or ALL."""
     s = selector.strip()
     return s.upper() == "ALL" or meta.id.startswith(s.upper()) or s.lower() == meta.name
 
 
 def unknown_selectors(selectors: Iterable[str]) -> list[str]:
-    metas = list(load_catalog().values())
+    metas = rule_keys()
     return [s for s in selectors if not any(matches(s, m) for m in metas)]
 
 
@@ -54,7 +55,7 @@ def select(
     select: Iterable[str] | None, ignore: Iterable[str] = (), extend_select: Iterable[str] = ()
 ) -> set[str]:
     """Rule IDs enabled by ``select``/``ignore``/``extend_select`` (Ruff's semantics)."""
-    metas = load_catalog().values()
+    metas = rule_keys()
     if select is None:
         chosen = {m.id for m in metas if m.default_enabled}
     else:

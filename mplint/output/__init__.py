@@ -1,14 +1,17 @@
-"""Output formats. Each module renders a finished ``RunReport``; rules know nothing of them."""
+"""Output formats. Each module renders a finished ``RunReport``; rules know nothing of them.
+
+A format's module is imported when it is used: SARIF needs the whole rule catalog, text none.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable
 
-from mplint.output import github, json_format, sarif, text
+_MODULES = {"text": "text", "json": "json_format", "github": "github", "sarif": "sarif"}
+FORMAT_NAMES = tuple(_MODULES)
 
-FORMATS: dict[str, Callable] = {
-    "text": text.render,
-    "json": json_format.render,
-    "github": github.render,
-    "sarif": sarif.render,
-}
+
+def renderer(name: str) -> Callable:
+    """The ``render(report, stream, **options)`` function of a format."""
+    return importlib.import_module(f"mplint.output.{_MODULES[name]}").render

@@ -1,80 +1,116 @@
-"""Human output with rich: ``path:line:col: ID [*] message``, a code frame and a fix hint.
+"""Human output: ``path:line:col: ID [*] message``, a code frame and a fix hint.
 
-Colour only when the stream is a terminal (rich decides; NO_COLOR is honoured).
+Written as plain text, never through a markup or emoji renderer: paths, messages and
+source lines are user text, and ``train.py:100:5`` or a folder named ``[bold]`` or
+``:smile:`` must print as they are. Colour is ANSI codes around whole fields, only for
+a terminal (``NO_COLOR`` turns it off, ``FORCE_COLOR`` on, as rich and most tools do).
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import TextIO
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from mplint.diagnostics import FixSafety
 from mplint.output.common import location, sort_key, source_lines
 
+_CODES = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36"}
 
-def _frame(console: Console, lines: list[str], d) -> None:
+
+def use_colour(stream, environ=os.environ) -> bool:
+    if environ.get("NO_COLOR"):
+        return False
+    if environ.get("FORCE_COLOR"):
+        return True
+    return environ.get("TERM") != "dumb" and bool(getattr(stream, "isatty", lambda: False)())
+
+
+class _Paint:
+    def __init__(self, colour: bool):
+        self.colour = colour
+
+    def __call__(self, text: str, *styles: str) -> str:
+        if not self.colour or not styles:
+            return text
+        return f"\x1b[{';'.join(_CODES[s] for s in styles)}m{text}\x1b[0m"
+
+
+def _frame(paint: _Paint, lines: list[str], d) -> list[str]:
     if not 0 < d.line <= len(lines):
-        return
+        return []
     text = lines[d.line - 1].expandtabs(1)
-    gutter = len(str(d.line))
+    gutter = " " * len(str(d.line))
     end = d.end_column if d.end_line == d.line else len(text) + 1
     width = max(1, end - d.column)
-    console.print(f"[blue]{' ' * gutter} |[/]")
-    console.print(f"[blue]{d.line} |[/] {escape(text)}")
-    console.print(f"[blue]{' ' * gutter} |[/] {' ' * (d.column - 1)}[red]{'^' * width}[/]")
+    return [
+        paint(f"{gutter} |", "blue"),
+        f"{paint(f'{d.line} |', 'blue')} {text}",
+        f"{paint(f'{gutter} |', 'blue')} {' ' * (d.column - 1)}{paint('^' * width, 'red')}",
+    ]
+
+
+def _mark(paint: _Paint, safety: FixSafety) -> str:
+    if safety is FixSafety.SAFE:
+        return " " + paint("[*]", "cyan")
+    if safety is FixSafety.UNSAFE:
+        return " " + paint("[-]", "yellow")
+    return ""
 
 
 def render(report, stream: TextIO, statistics: bool = False, show_source: bool = True, **_) -> None:
-    console = Console(file=stream, highlight=False, soft_wrap=True)
+    paint = _Paint(use_colour(stream))
+    out: list[str] = []
     remaining = sorted(report.remaining, key=sort_key)
     if statistics:
-        _statistics(console, remaining)
+        out += _statistics(paint, remaining)
     else:
         by_path = {r.path: r for r in report.results}
         for d in remaining:
-            mark = " [cyan]\\[*][/]" if d.fix_safety is FixSafety.SAFE else " [yellow]\\[-][/]" if d.fix_safety is FixSafety.UNSAFE else ""
-            console.print(f"[bold]{escape(location(d))}[/]: [red bold]{d.rule_id}[/]{mark} {escape(d.message)}")
+            out.append(f"{paint(location(d), 'bold')}: {paint(d.rule_id, 'red', 'bold')}{_mark(paint, d.fix_safety)} {d.message}")
             if show_source:
-                _frame(console, source_lines(by_path[d.path], d.cell), d)
+                out += _frame(paint, source_lines(by_path[d.path], d.cell), d)
             if d.fix_description:
-                console.print(f"  [cyan]= help[/]: {escape(d.fix_description)} ({d.fix_safety.value} fix)")
+                out.append(f"  {paint('= help', 'cyan')}: {d.fix_description} ({d.fix_safety.value} fix)")
             if show_source:
-                console.print()
+                out.append("")
     for error in report.errors:
-        console.print(f"[red bold]error[/]: {escape(error)}")
-    _summary(console, report, remaining)
+        out.append(f"{paint('error', 'red', 'bold')}: {error}")
+    out += _summary(paint, report, remaining)
+    stream.write("".join(line + "\n" for line in out))
 
 
-def _statistics(console: Console, remaining) -> None:
+def _statistics(paint: _Paint, remaining) -> list[str]:
     counts = Counter((d.rule_id, d.name) for d in remaining)
     fixable = Counter(d.rule_id for d in remaining if d.fixable)
-    table = Table(box=None, show_header=True, header_style="bold")
-    for column in ("count", "rule", "name", "fixable"):
-        table.add_column(column, justify="right" if column == "count" else "left")
-    for (rule_id, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        table.add_row(str(n), rule_id, name, str(fixable[rule_id]) if fixable[rule_id] else "")
-    console.print(table)
+    rows = [(str(n), rule_id, name, str(fixable[rule_id] or ""))
+            for (rule_id, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    header = ("count", "rule", "name", "fixable")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
+
+    def line(row, style=()):
+        cells = [row[0].rjust(widths[0]), *(cell.ljust(width) for cell, width in zip(row[1:], widths[1:]))]
+        return paint(" " + "  ".join(cells).rstrip(), *style)
+
+    return [line(header, ("bold",)), *(line(row) for row in rows)]
 
 
-def _summary(console: Console, report, remaining) -> None:
+def _summary(paint: _Paint, report, remaining) -> list[str]:
+    out = []
     fixed = report.fixed_count
     if fixed:
-        console.print(f"Fixed {fixed} error{'s' if fixed != 1 else ''}.")
+        out.append(f"Fixed {fixed} error{'s' if fixed != 1 else ''}.")
     if not remaining:
         if not fixed and not report.errors:
-            console.print("[green]All checks passed![/]")
-        return
+            out.append(paint("All checks passed!", "green"))
+        return out
     safe = sum(1 for d in remaining if d.fix_safety is FixSafety.SAFE)
     unsafe = sum(1 for d in remaining if d.fix_safety is FixSafety.UNSAFE)
     n = len(remaining)
-    line = f"Found {n} error{'s' if n != 1 else ''}"
     hints = []
     if safe:
         hints.append(f"{safe} fixable with `--fix`")
     if unsafe:
         hints.append(f"{unsafe} more with `--unsafe-fixes`")
-    console.print(line + (f" ({', '.join(hints)})" if hints else "") + ".")
+    out.append(f"Found {n} error{'s' if n != 1 else ''}" + (f" ({', '.join(hints)})" if hints else "") + ".")
+    return out

@@ -52,10 +52,17 @@ def settings_key(*parts: object) -> str:
     return digest.hexdigest()
 
 
+_DIAGNOSTIC_FIELDS = tuple(f.name for f in dataclasses.fields(Diagnostic))
+
+
 def _diagnostic_to_json(d: Diagnostic) -> dict:
-    data = dataclasses.asdict(d)
+    """Plain JSON values, equal to what the cache file holds for the same diagnostic (so an unchanged
+    result does not mark the cache for writing)."""
+    data = {name: getattr(d, name) for name in _DIAGNOSTIC_FIELDS}
     data["severity"] = d.severity.value
     data["fix_safety"] = d.fix_safety.value
+    data["edits"] = [{"line": e.line, "column": e.column, "end_line": e.end_line, "end_column": e.end_column,
+                      "text": e.text} for e in d.edits]
     return data
 
 
@@ -107,8 +114,9 @@ class _Store:
     def put(self, key: str, value) -> None:
         if self.path is not None:
             self.live.add(key)
-            self.entries[key] = value
-            self.dirty = True
+            if self.entries.get(key) != value:  # a run that changed nothing writes nothing
+                self.entries[key] = value
+                self.dirty = True
 
     def save(self) -> None:
         if self.path is None or not (self.dirty or set(self.entries) - self.live):
@@ -158,8 +166,11 @@ def _module_facts_from_json(raw: dict, reexports: dict) -> ProjectFacts:
 
 
 class ProjectCache:
-    def __init__(self, root: Path, enabled: bool):
+    def __init__(self, root: Path, enabled: bool, read_only: bool = False):
+        """``read_only``: a run that checks an editor's buffer reads what earlier runs stored and writes
+        nothing (its file's content is not on disk, and it sees too few files to keep the others' entries)."""
         self.folder = root / CACHE_DIR / _FORMAT if enabled else None
+        self.read_only = read_only
         self._facts = _Store(self.folder / "facts.json" if self.folder else None)
         self._model = _Store(self.folder / "modules.json" if self.folder else None)
         self._results: _Store | None = None
@@ -208,6 +219,8 @@ class ProjectCache:
             self._results.put(f"{path}:{digest}", [_diagnostic_to_json(d) for d in diagnostics])
 
     def save(self) -> None:
+        if self.read_only:
+            return
         self._facts.save()
         self._model.save()
         if self._results is not None:

@@ -6,16 +6,8 @@ close match. YAML is read with ``yaml.safe_load`` only: a config cannot run code
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib
 
 from mplint.engine.registry import unknown_selectors
 
@@ -58,7 +50,7 @@ def _rules(key: str, value, where: str) -> list[str]:
         from mplint.catalog import load_catalog
 
         known = [m.id for m in load_catalog().values()] + [m.name for m in load_catalog().values()]
-        hint = difflib.get_close_matches(bad[0], known, n=1)
+        hint = _close_matches(bad[0], known, n=1)
         raise ConfigError(
             f"{where}: '{key}' names unknown rule {bad[0]!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
         )
@@ -89,7 +81,7 @@ def _target(key: str, value, where: str) -> str:
 
 def _policy(key: str, value, where: str) -> str:
     if value not in POLICIES:
-        hint = difflib.get_close_matches(str(value), POLICIES, n=1)
+        hint = _close_matches(str(value), POLICIES, n=1)
         raise ConfigError(
             f"{where}: '{key}' must be one of {', '.join(POLICIES)}, got {value!r}"
             + (f" (did you mean {hint[0]!r}?)" if hint else "")
@@ -128,7 +120,7 @@ def parse_config(data, where: str, root: Path) -> Config:
         if key not in _KEYS and key.replace("_", "-") in _KEYS:
             key = key.replace("_", "-")
         if key not in _KEYS:
-            hint = difflib.get_close_matches(str(key), list(_KEYS), n=1)
+            hint = _close_matches(str(key), list(_KEYS), n=1)
             raise ConfigError(f"{where}: unknown setting {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
         attr, check = _KEYS[key]
         setattr(config, attr, check(key, value, where))
@@ -141,16 +133,34 @@ def load_file(path: Path) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config: {exc}") from exc
     if path.name == "pyproject.toml":
+        tomllib = _toml()
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
         return parse_config(data.get("tool", {}).get("mplint"), str(path), path.parent)
     try:
+        import yaml  # only a project with a .mplint.yaml pays for the YAML parser
+
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML (only plain YAML is accepted): {exc}") from exc
     return parse_config(data, str(path), path.parent)
+
+
+def _close_matches(word: str, candidates, n: int = 1) -> list[str]:
+    import difflib  # only a bad configuration needs suggestions
+
+    return difflib.get_close_matches(word, candidates, n=n)
+
+
+def _toml():
+    """The TOML parser, imported only for a project that has a pyproject.toml."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        import tomli as tomllib
+    return tomllib
 
 
 def _has_tool_section(pyproject: Path) -> bool:
@@ -158,6 +168,7 @@ def _has_tool_section(pyproject: Path) -> bool:
         text = pyproject.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
+    tomllib = _toml()
     try:
         return "mplint" in tomllib.loads(text).get("tool", {})
     except tomllib.TOMLDecodeError:

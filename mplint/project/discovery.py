@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-import pathspec
+import fnmatch
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pathspec is imported only for patterns that need it (.gitignore files, path globs)
+    import pathspec
 
 DEFAULT_EXCLUDE = (
     ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytype", ".ruff_cache",
@@ -37,11 +42,36 @@ def display_path(path: Path, cwd: Path) -> str:
         return path.as_posix()
 
 
-def _spec(patterns: Iterable[str]) -> pathspec.PathSpec:
-    return pathspec.GitIgnoreSpec.from_lines(list(patterns))
+# A pattern without a slash (but a trailing one), negation, escape, class or "**" matches a file or
+# folder by its name at any depth: fnmatch on the name says what gitignore's rules would.
+_NAME_PATTERN = re.compile(r"[^/!\\\[#\s]+/?")
 
 
-def _gitignore(folder: Path) -> pathspec.PathSpec | None:
+class _NamePatterns:
+    """The default excludes and most configured ones, matched by name without pathspec."""
+
+    def __init__(self, patterns: list[str]):
+        def either(names):
+            return re.compile("|".join(fnmatch.translate(n) for n in names) or "(?!)")
+
+        self.any = either([p for p in patterns if not p.endswith("/")])
+        self.folder = either([p.rstrip("/") for p in patterns])
+
+    def match_file(self, rel: str) -> bool:
+        name = rel.rstrip("/").rsplit("/", 1)[-1]
+        return bool((self.folder if rel.endswith("/") else self.any).match(name))
+
+
+def _spec(patterns: Iterable[str]) -> "pathspec.PathSpec | _NamePatterns":
+    patterns = list(patterns)
+    if all(_NAME_PATTERN.fullmatch(p) and "**" not in p for p in patterns):
+        return _NamePatterns(patterns)
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines(patterns)
+
+
+def _gitignore(folder: Path) -> "pathspec.PathSpec | None":
     try:
         text = (folder / ".gitignore").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -70,7 +100,7 @@ def discover(
             rel = path.name
         return excluded.match_file(rel + ("/" if is_dir else "")) or excluded.match_file(path.name + ("/" if is_dir else ""))
 
-    def ignores_above(folder: Path) -> list[tuple[Path, pathspec.PathSpec]]:
+    def ignores_above(folder: Path) -> list[tuple[Path, "pathspec.PathSpec"]]:
         """.gitignore files from the project root down to ``folder``."""
         if not respect_gitignore:
             return []

@@ -61,7 +61,7 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
         return
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False)  # script paths and messages are user text
     for item in renderables:
         console.print(item)
     if doc.get("error"):

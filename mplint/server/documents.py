@@ -1,0 +1,105 @@
+"""Editor buffers checked as the command line checks ``--stdin-filename``: same runner, same facts.
+
+A buffer is a Python file or a notebook. A notebook arrives from the editor as cells
+(LSP notebook sync); it is checked as the notebook JSON those cells make, and what
+comes back (findings, fixed text) is handed out per cell. Every run goes through
+``mplint.runner.run`` with the buffer as standard input and the project folder as
+the paths read for project facts, exactly what ``mplint --stdin-filename`` does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+from mplint.diagnostics import Diagnostic, FileResult
+
+
+@dataclass(frozen=True)
+class Part:
+    """One text the editor shows: a whole file, or one cell of a notebook."""
+
+    uri: str
+    text: str
+    cell: int | None = None  # 1-based position in the notebook's cell list
+    python: bool = True  # a code cell in Python (markdown and other languages are carried, not checked)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    path: Path  # the file on disk the buffer stands for (.py or .ipynb)
+    parts: tuple[Part, ...]
+
+    @property
+    def is_notebook(self) -> bool:
+        return self.parts[0].cell is not None if self.parts else self.path.suffix == ".ipynb"
+
+    def source(self) -> bytes:
+        """The bytes the runner reads: the file's text in its declared encoding, or notebook JSON."""
+        if self.is_notebook:
+            cells = [{"cell_type": "code" if p.python else "markdown", "metadata": {}, "source": p.text} for p in self.parts]
+            return json.dumps({"cells": cells, "metadata": {"language_info": {"name": "python"}},
+                               "nbformat": 4, "nbformat_minor": 5}).encode("utf-8")
+        text = self.parts[0].text
+        data = text.encode("utf-8")
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+            return text.encode(encoding)
+        except (SyntaxError, LookupError, UnicodeEncodeError):
+            return data
+
+    def part_of(self, d: Diagnostic) -> Part | None:
+        if d.cell is None:
+            return self.parts[0] if not self.is_notebook else None
+        return next((p for p in self.parts if p.cell == d.cell), None)
+
+
+class CheckFailed(Exception):
+    """The configuration or catalog is broken: the message says how (as the CLI's exit 2 would)."""
+
+
+def project_folder(path: Path, workspace_folders: list[Path]) -> Path:
+    """What a CLI run would be given: the file's marked project, else the workspace folder holding it."""
+    from mplint.project.config import marked_root
+
+    marked = marked_root(path.parent)
+    if marked is not None:
+        return marked
+    holding = [w for w in workspace_folders if path.is_relative_to(w)]
+    return max(holding, key=lambda w: len(w.parts)) if holding else path.parent
+
+
+def check(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
+          select: list[str] | None = None) -> FileResult:
+    """The buffer checked (and fixed in memory with ``fix``) with its project's configuration and facts."""
+    from mplint.catalog import CatalogError
+    from mplint.project.config import ConfigError
+    from mplint.runner import RunOptions, run
+
+    options = RunOptions(paths=[folder], stdin=(buffer.path, buffer.source()), fix=fix, unsafe_fixes=unsafe,
+                         write=False, select=select, jobs=1)
+    try:
+        report = run(options)
+    except (ConfigError, CatalogError) as exc:
+        raise CheckFailed(str(exc)) from exc
+    return next(r for r in report.results if r.path == buffer.path.as_posix())
+
+
+def fixed_texts(buffer: Buffer, result: FileResult) -> dict[str, str]:
+    """URI -> new text of each part a fix run changed."""
+    if result.fixed_source is None:
+        return {}
+    if buffer.is_notebook:
+        cells = getattr(result, "fixed_cells", {})
+        return {p.uri: cells[p.cell] for p in buffer.parts if p.cell in cells and cells[p.cell] != p.text}
+    part = buffer.parts[0]
+    data = result.fixed_source
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        text = data.decode("utf-8", errors="replace")
+    return {part.uri: text} if text != part.text else {}

@@ -1,0 +1,192 @@
+"""``mplint server``: a real LSP session over standard input and output (pygls' client).
+
+Each test starts the server as editors do (``python -m mplint server``), opens a file
+or a notebook, waits for the published diagnostics, asks for code actions and applies
+their edits as an editor would, then checks the exact text that results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pygls")
+from lsprotocol import types  # noqa: E402
+from pygls.lsp.client import LanguageClient  # noqa: E402
+from pygls.uris import from_fs_path  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT = 60
+POLICY = 'import keras\nfrom keras import layers\n\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
+MODEL = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax")])\n'
+FIXED_MODEL = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax", dtype="float32")])\n'
+
+
+class Editor:
+    """The editor's side: a pygls client that keeps the last diagnostics published for each URI."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.client = LanguageClient("mplint-tests", "1")
+        self.published: asyncio.Queue = asyncio.Queue()
+
+        @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def published(params: types.PublishDiagnosticsParams) -> None:
+            self.published.put_nowait(params)
+
+        @self.client.feature(types.CLIENT_REGISTER_CAPABILITY)
+        def register(params: types.RegistrationParams) -> None:
+            self.registered.extend(params.registrations)
+
+        self.registered: list[types.Registration] = []
+
+    async def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        await self.client.start_io(sys.executable, "-m", "mplint", "server", env=env, cwd=self.root)
+        capabilities = types.ClientCapabilities(
+            workspace=types.WorkspaceClientCapabilities(
+                did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True)),
+            notebook_document=types.NotebookDocumentClientCapabilities(
+                synchronization=types.NotebookDocumentSyncClientCapabilities()),
+        )
+        folder = types.WorkspaceFolder(from_fs_path(str(self.root)), "project")
+        await self.client.initialize_async(types.InitializeParams(capabilities=capabilities, workspace_folders=[folder]))
+        self.client.initialized(types.InitializedParams())
+
+    async def stop(self) -> None:
+        await self.client.shutdown_async(None)
+        self.client.exit(None)
+        await self.client.stop()
+
+    async def diagnostics(self, uri: str) -> list[types.Diagnostic]:
+        """The next diagnostics published for ``uri``."""
+        while True:
+            params = await asyncio.wait_for(self.published.get(), TIMEOUT)
+            if params.uri == uri:
+                return list(params.diagnostics)
+
+    def open(self, path: Path, text: str) -> str:
+        uri = from_fs_path(str(path))
+        self.client.text_document_did_open(types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        return uri
+
+    async def actions(self, uri: str, diagnostics, only=None) -> list[types.CodeAction]:
+        whole = types.Range(types.Position(0, 0), types.Position(10_000, 0))
+        return await asyncio.wait_for(self.client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri), range=whole,
+            context=types.CodeActionContext(diagnostics=diagnostics, only=only))), TIMEOUT)
+
+
+def apply(text: str, text_edits: list[types.TextEdit]) -> str:
+    """What an editor does with an action's edits (ASCII text: columns are characters)."""
+    lines = text.splitlines(keepends=True)
+
+    def offset(p: types.Position) -> int:
+        return sum(len(line) for line in lines[:p.line]) + p.character
+
+    for e in sorted(text_edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
+        text = text[:offset(e.range.start)] + e.new_text + text[offset(e.range.end):]
+    return text
+
+
+def session(test):
+    """Run ``test(editor, root)`` against a started server in a fresh project."""
+    def run(tmp_path):
+        (tmp_path / ".mplint.yaml").write_text("{}\n")
+
+        async def main():
+            editor = Editor(tmp_path)
+            await editor.start()
+            try:
+                await test(editor, tmp_path)
+            finally:
+                await editor.stop()
+        asyncio.run(main())
+    run.__name__ = test.__name__
+    return run
+
+
+@session
+async def test_open_diagnose_fix_and_see_it_clear(editor: Editor, root: Path):
+    text = POLICY + MODEL
+    uri = editor.open(root / "train.py", text)
+    [d] = await editor.diagnostics(uri)
+    assert (d.code, d.source, d.severity) == ("MP101", "mplint", types.DiagnosticSeverity.Error)
+    assert d.range == types.Range(types.Position(4, 44), types.Position(4, 82))
+    titles = {a.title: a for a in await editor.actions(uri, [d])}
+    fix = titles['Fix MP101: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to float32.']
+    assert (fix.kind, fix.is_preferred) == (types.CodeActionKind.QuickFix, True)
+    fixed = apply(text, fix.edit.changes[uri])
+    assert fixed == POLICY + FIXED_MODEL
+    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangeWholeDocument(text=fixed)]))
+    assert await editor.diagnostics(uri) == []
+
+
+@session
+async def test_fix_all_and_a_fix_that_adds_an_import(editor: Editor, root: Path):
+    text = 'from keras.backend import set_floatx\n\nset_floatx("float16")\n'
+    uri = editor.open(root / "setup_policy.py", text)
+    [d] = await editor.diagnostics(uri)
+    assert (d.code, d.range.start) == ("MP602", types.Position(2, 0))
+    [fix] = [a for a in await editor.actions(uri, [d]) if a.title.startswith("Fix MP602")]
+    expected = 'from keras.backend import set_floatx\nfrom keras import mixed_precision\n\nmixed_precision.set_global_policy("mixed_float16")\n'
+    assert apply(text, fix.edit.changes[uri]) == expected
+    [fix_all] = await editor.actions(uri, [], only=[types.CodeActionKind.SourceFixAll])
+    assert (fix_all.title, fix_all.kind) == ("Fix all mplint findings", "source.fixAll.mplint")
+    assert apply(text, fix_all.edit.changes[uri]) == expected
+
+
+@session
+async def test_unsafe_fix_is_marked_and_noqa_suppresses(editor: Editor, root: Path):
+    text = POLICY + "hidden = layers.Dense(100)\n" + MODEL
+    uri = editor.open(root / "model.py", text)
+    found = await editor.diagnostics(uri)
+    assert [(d.code, d.range.start.line) for d in found] == [("MP301", 4), ("MP101", 5)]
+    offered = {a.title: a for a in await editor.actions(uri, found[:1])}
+    [unsafe] = [a for title, a in offered.items() if title.startswith("Fix MP301: ")]
+    assert unsafe.title.endswith(" (unsafe: may change results)") and not unsafe.is_preferred
+    assert sorted(offered) == sorted([unsafe.title, "Suppress MP301 on this line (noqa)", "Fix all mplint findings"])
+    assert apply(text, unsafe.edit.changes[uri]) == POLICY + "hidden = layers.Dense(104)\n" + MODEL
+    [noqa] = [a for a in await editor.actions(uri, found[1:]) if "noqa" in a.title]
+    assert apply(text, noqa.edit.changes[uri]) == POLICY + "hidden = layers.Dense(100)\n" + MODEL[:-1] + "  # noqa: MP101\n"
+
+
+@session
+async def test_configuration_change_reaches_open_files(editor: Editor, root: Path):
+    uri = editor.open(root / "train.py", POLICY + MODEL)
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]
+    [watch] = editor.registered  # the server asked to hear of configuration changes
+    assert watch.method == types.WORKSPACE_DID_CHANGE_WATCHED_FILES
+    assert [w["globPattern"] for w in watch.register_options["watchers"]][:2] == ["**/pyproject.toml", "**/.mplint.yaml"]
+    (root / ".mplint.yaml").write_text("ignore: [MP101]\n")
+    editor.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
+        [types.FileEvent(from_fs_path(str(root / ".mplint.yaml")), types.FileChangeType.Changed)]))
+    assert await editor.diagnostics(uri) == []
+
+
+@session
+async def test_notebook_cells_get_their_own_diagnostics_and_fixes(editor: Editor, root: Path):
+    notebook = from_fs_path(str(root / "train.ipynb"))
+    cells = [("cell-1", "!pip install -q keras\n" + POLICY), ("cell-2", "    " + MODEL), ("cell-3", "model.fit?")]
+    uris = {name: f"vscode-notebook-cell:{root}/train.ipynb#{name}" for name, _ in cells}
+    editor.client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(uri=notebook, notebook_type="jupyter-notebook", version=1, cells=[
+            types.NotebookCell(kind=types.NotebookCellKind.Code, document=uris[name]) for name, _ in cells]),
+        cell_text_documents=[types.TextDocumentItem(uri=uris[name], language_id="python", version=1, text=text)
+                             for name, text in cells]))
+    published = {}
+    while len(published) < 3:
+        params = await asyncio.wait_for(editor.published.get(), TIMEOUT)
+        published[params.uri] = list(params.diagnostics)
+    assert published[uris["cell-1"]] == published[uris["cell-3"]] == []
+    [d] = published[uris["cell-2"]]
+    assert (d.code, d.range) == ("MP101", types.Range(types.Position(0, 48), types.Position(0, 86)))
+    [fix] = [a for a in await editor.actions(uris["cell-2"], [d]) if a.title.startswith("Fix MP101")]
+    assert apply("    " + MODEL, fix.edit.changes[uris["cell-2"]]) == "    " + FIXED_MODEL
