@@ -303,10 +303,12 @@ def _pin_files(root: Path) -> list[Path]:
 MAX_FACT_ROUNDS = 3
 
 
-def _facts_key(facts: ProjectFacts) -> tuple:
-    """The facts as a value whose repr is the same in every process (no set iteration order)."""
+def _facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
+    """The facts as a value whose repr is the same in every process (no set iteration order). The project's
+    re-exports, shared by every module and large in big projects, enter as their digest."""
     return (
-        facts.policies, facts.links, facts.generation, facts.tpu_sites, sorted(facts.reexports.items()),
+        facts.policies, facts.links, facts.generation, facts.tpu_sites,
+        reexports_digest or sorted(facts.reexports.items()),
         sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.test_module,
     )
 
@@ -366,12 +368,18 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
     cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items())))
     active: dict[ProjectFacts, tuple] = {}
-    facts_digests: dict[ProjectFacts, str] = {}
+    facts_digests: dict[int, str] = {}  # by id: the facts live as long as this function
+
+    reexports_digests: dict[int, str] = {}
 
     def facts_digest(facts: ProjectFacts) -> str:
-        if facts not in facts_digests:
-            facts_digests[facts] = content_hash(repr(_facts_key(facts)).encode())
-        return facts_digests[facts]
+        digest = facts_digests.get(id(facts))
+        if digest is None:
+            shared = reexports_digests.get(id(facts.reexports))
+            if shared is None:
+                shared = reexports_digests[id(facts.reexports)] = content_hash(repr(sorted(facts.reexports.items())).encode())
+            digest = facts_digests[id(facts)] = content_hash(repr(_facts_key(facts, shared)).encode())
+        return digest
 
     def check_for(source: SourcePath) -> CheckOptions:
         """Rule modules are imported only when some file must really be checked (never on a warm run)."""
