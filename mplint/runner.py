@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import gc
-import io
 import os
-import tokenize
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.catalog import load_catalog
-from mplint.project.config import Config, load_config, marked_root
 from mplint.diagnostics import Diagnostic, FileResult
-from mplint.project.discovery import SourcePath, discover, module_name
-from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions
-from mplint.project.facts import ProjectFacts, ProjectSummary
-from mplint.project.extract import FileFacts, extract_file_facts
-from mplint.project.generation import TARGETS, Generation
-from mplint.project.pins import PinFinder
-from mplint.project.programs import Module, ProjectModel, module_facts
-from mplint.engine.notebooks import Notebook, NotebookResult, check_notebook, is_notebook, load as load_notebook
+from mplint.engine.check_options import PARSE_ERROR, CheckOptions
+from mplint.engine.notebooks import check_notebook, is_notebook
 from mplint.engine.registry import all_rules, select
-from mplint.fixes.writer import write_atomic
+from mplint.fixes.write_back import ENGINE_CODES, write_back
+from mplint.pool import parallel_map
+from mplint.project.build import configured_target, facts_key, facts_of, module_facts_of, signature
+from mplint.project.cache import ProjectCache, content_hash, settings_key
+from mplint.project.config import Config, load_config, marked_root
+from mplint.project.discovery import SourcePath, discover, module_name
+from mplint.project.facts import ProjectFacts, ProjectSummary
+from mplint.project.generation import Generation
 
 
 @dataclass
@@ -142,17 +138,6 @@ def _whole_project(root: Path, config: Config, given: list[SourcePath], paths: l
     return found.files + [s for s in given if s.path not in known]
 
 
-def project_facts(root: Path, keras: int | None = None, policy: str | None = None) -> dict[str, ProjectFacts]:
-    """The facts of every module of the project at ``root``, by path relative to it (for tools and tests)."""
-    root = root.resolve()
-    config = load_config([root])
-    found = discover([root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
-    sources = [SourcePath(s.path, s.path.relative_to(root).as_posix()) for s in found.files]
-    loaded = [(s, _read(s)) for s in sources]
-    by_path, _ = _module_facts(config, sources, _facts_of(loaded, None, {}, 1), RunOptions(keras=keras, policy=policy))
-    return {path.relative_to(root).as_posix(): facts for path, facts in by_path.items()}
-
-
 class _Progress:
     def __init__(self, callback, total: int):
         self.callback, self.total, self.done = callback, total, 0
@@ -161,14 +146,6 @@ class _Progress:
         self.done += 1
         if self.callback:
             self.callback(self.done, self.total)
-
-
-def _python_source(source: SourcePath, data: bytes) -> bytes | None:
-    """What project facts are read from: the file, or a notebook's code cells as one module."""
-    if not is_notebook(source.path):
-        return data
-    nb = load_notebook(data)
-    return nb.virtual.encode("utf-8") if isinstance(nb, Notebook) else None
 
 
 def _check_file(source: SourcePath, data: bytes, check: CheckOptions) -> FileResult:
@@ -180,142 +157,12 @@ def _check_file(source: SourcePath, data: bytes, check: CheckOptions) -> FileRes
     return check_source(source.display, data, check, name, is_package)
 
 
-_ENGINE_CODES = {PARSE_ERROR, FIX_REVERTED, RULE_CRASHED}
-
-
-def _with_noqa(result: FileResult, data: bytes) -> tuple[bytes | None, int, int]:
-    """The file's bytes with every finding suppressed: (new bytes or None, lines changed, lines skipped)."""
-    found = [d for d in result.diagnostics if d.rule_id not in _ENGINE_CODES and not d.fixed]
-    if not found:
-        return None, 0, 0
-    nb = result.notebook if isinstance(result, NotebookResult) else None
-    targets: dict[int, set[str]] = {}
-    for d in found:
-        line = nb.virtual_line(d.cell, d.line) if nb else d.line
-        targets.setdefault(line, set()).add(d.rule_id)
-    from mplint.baseline import add_noqa
-
-    if nb:
-        code, changed, skipped = add_noqa(nb.virtual, targets)
-        return (nb.rewrite(code) if changed else None), changed, skipped
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        text = data.decode(encoding)
-    except (SyntaxError, LookupError, UnicodeDecodeError):
-        return None, 0, len(targets)
-    code, changed, skipped = add_noqa(text, targets)
-    return (code.encode(encoding) if changed else None), changed, skipped
-
-
-def _facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs: int | None) -> dict[Path, FileFacts]:
-    """Each readable file's facts: from the cache, else extracted (in parallel)."""
-    found: dict[Path, FileFacts] = {}
-    missing = []
-    for source, data in loaded:
-        if isinstance(data, bytes):
-            cached = cache.facts(source.display, digests[source.path]) if cache else None
-            if cached is None:
-                missing.append((source, data))
-            else:
-                found[source.path] = cached
-    for (source, _), facts in zip(missing, _parallel_map(_extract_facts, missing, jobs)):
-        if facts is not None:
-            if cache:
-                cache.store_facts(source.display, digests[source.path], facts)
-            found[source.path] = facts
-    return found
-
-
-def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
-    source, data = item
-    code = _python_source(source, data)
-    return None if code is None else extract_file_facts(code, source.display, module_name(source.path)[0])
-
-
-def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts], options: RunOptions,
-                  cache: ProjectCache | None = None, digests: dict[Path, str] | None = None,
-                  ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
-    """Every module's facts, from the program model of the project (cached while no file changes)."""
-    configured, policy = _configured_target(config, options), options.policy or config.policy
-    pins = PinFinder(config.root)
-    pinned = None if configured else pins.target_for(config.root)
-    key = None
-    if cache is not None and digests is not None:
-        pin_files = [(str(p), content_hash(p.read_bytes())) for p in _pin_files(config.root)]
-        key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), configured, policy,
-                           str(config.root), sorted(pin_files))
-        cached = cache.module_facts(key)
-        if cached is not None:
-            by_display, summary = cached
-            return {s.path: by_display[s.display] for s in sources if s.display in by_display}, summary
-    modules = []
-    for source in sources:
-        if source.path in file_facts:
-            name, is_package = module_name(source.path)
-            modules.append(Module(source.path, source.display, name, is_package, is_notebook(source.path), file_facts[source.path]))
-    reexports: dict[str, str] = {}
-    for module in modules:
-        reexports.update(module.facts.reexports)
-    model = ProjectModel(modules, config.root, reexports)
-    by_display = module_facts(model, None if configured else pins, policy, configured)
-    summary = ProjectSummary(
-        config.root, len(modules),
-        [_program_record(p, by_display[p.entry.display]) for p in model.programs],
-        {"value": configured.value, "source": configured.source} if configured
-        else {"value": pinned.value, "source": pinned.source} if pinned else None,
-    )
-    if key is not None:
-        cache.store_module_facts(key, by_display, summary)
-    return {m.path: by_display[m.display] for m in modules}, summary
-
-
-def _program_record(program, facts: ProjectFacts) -> dict:
-    """What ``--show-facts`` and the JSON ``projects`` block say of one program."""
-    return {
-        "entry": program.entry.display,
-        "policies": [{"policy": s.policy, "path": s.path, "line": s.line} for s in program.sites],
-        "keras_generation": {"value": facts.generation.value, "source": facts.generation.source},
-        "tpu": [f"{path}:{line}" for path, line in sorted(program.tpu_sites)],
-        "modules": len(program.parents),
-    }
-
-
-def _configured_target(config: Config, options: RunOptions) -> Generation | None:
-    """--target/--keras, else the config's `target`/`keras`: the generation every program targets."""
-    if options.target:
-        return Generation(TARGETS[options.target], f"--target {options.target}", "config")
-    if options.keras:
-        return Generation(options.keras, f"keras = {options.keras} in the mplint config", "config")
-    if config.target:
-        return Generation(TARGETS[config.target], f"target = {config.target} in the mplint config", "config")
-    if config.keras:
-        return Generation(config.keras, f"keras = {config.keras} in the mplint config", "config")
-    return None
-
-
-def _pin_files(root: Path) -> list[Path]:
-    """Files whose change may change a target: the project's pin sources (their content is hashed into keys)."""
-    patterns = ("requirements*.txt", "requirements/*.txt", "pyproject.toml", "setup.py", "setup.cfg", "environment.y*ml",
-                "Pipfile", "Dockerfile*", "*.Dockerfile", "**/requirements*.txt", "**/Dockerfile*", "**/pyproject.toml")
-    return sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file() and ".mplint_cache" not in p.parts})
+def _settings(config: Config, options: RunOptions) -> tuple[Generation | None, str | None]:
+    """The target and policy that options or config impose on every program (None: each program's own)."""
+    return configured_target(config, options.target, options.keras), options.policy or config.policy
 
 
 MAX_FACT_ROUNDS = 3
-
-
-def _facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
-    """The facts as a value whose repr is the same in every process (no set iteration order). The project's
-    re-exports, shared by every module and large in big projects, enter as their digest."""
-    return (
-        facts.policies, facts.links, facts.generation, facts.tpu_sites,
-        reexports_digest or sorted(facts.reexports.items()),
-        sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.test_module,
-    )
-
-
-def _signature(facts: dict[Path, ProjectFacts]) -> dict:
-    return {path: (f.policy_names, f.global_policy_names, f.generation.value, f.uses_tpu, f.keras_namespaces, f.library_context)
-            for path, f in facts.items()}
 
 
 def _check_until_facts_settle(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport,
@@ -338,8 +185,8 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
         for result in written:
             originals.setdefault(result.path, result.original_source)
             overrides[by_display[result.path].path] = result.fixed_source
-        fresh = _facts_of([(s, overrides.get(s.path) or _read(s)) for s in sources], None, {}, options.jobs)
-        if _signature(_module_facts(config, sources, fresh, options)[0]) == _signature(facts):
+        fresh = facts_of([(s, overrides.get(s.path) or _read(s)) for s in sources], None, {}, options.jobs)
+        if signature(module_facts_of(config, sources, fresh, *_settings(config, options))[0]) == signature(facts):
             break
         for result in report.results[mark:]:  # check again: the files are the fixed ones now
             earlier, count = fixed.get(result.path, ([], 0))
@@ -363,7 +210,8 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     loaded = [(s, options.stdin[1] if s.path == stdin_path else overrides.get(s.path) or _read(s)) for s in sources]
     digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
     cache = ProjectCache(config.root, options.cache, read_only=stdin_path is not None)
-    facts_by_path, summary = _module_facts(config, sources, _facts_of(loaded, cache, digests, options.jobs), options, cache, digests)
+    file_facts = facts_of(loaded, cache, digests, options.jobs)
+    facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
     cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items())))
@@ -378,7 +226,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
             shared = reexports_digests.get(id(facts.reexports))
             if shared is None:
                 shared = reexports_digests[id(facts.reexports)] = content_hash(repr(sorted(facts.reexports.items())).encode())
-            digest = facts_digests[id(facts)] = content_hash(repr(_facts_key(facts, shared)).encode())
+            digest = facts_digests[id(facts)] = content_hash(repr(facts_key(facts, shared)).encode())
         return digest
 
     def check_for(source: SourcePath) -> CheckOptions:
@@ -416,86 +264,19 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         result = done[source.path]
         if isinstance(data, bytes) and not is_notebook(source.path):
             final = result.fixed_source if result.fixed_source is not None else data
-            if not any(d.rule_id in _ENGINE_CODES for d in result.diagnostics):
+            if not any(d.rule_id in ENGINE_CODES for d in result.diagnostics):
                 facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
                 cache.store_result(source.display, f"{content_hash(final)}-{facts_digest(facts)}",
                                    [d for d in result.diagnostics if not d.fixed])
-        report.results.append(_write_back(source, data, result, lambda s=source: check_for(s), options, report, stdin_path))
+        if isinstance(data, bytes) and options.write and source.path != stdin_path:
+            recheck = lambda new, s=source: _check_file(s, new, replace(check_for(s), fix=False))  # noqa: E731
+            result, added, skipped = write_back(source.path, source.display, data, result, recheck,
+                                                options.add_noqa, report.errors)
+            report.noqa_added += added
+            report.noqa_skipped += skipped
+        report.results.append(result)
     cache.save()
     return facts_by_path, summary
-
-
-def _write_back(source: SourcePath, data, result: FileResult, check_for: Callable[[], CheckOptions],
-                options: RunOptions, report: RunReport, stdin_path) -> FileResult:
-    if not isinstance(data, bytes):
-        return result
-    writable = options.write and source.path != stdin_path
-    if result.fixed_source is not None and writable:
-        try:
-            write_atomic(source.path, result.fixed_source)
-        except OSError as exc:
-            report.errors.append(f"{source.display}: cannot write fixes: {exc.strerror or exc}")
-            result = _check_file(source, data, replace(check_for(), fix=False))
-    if options.add_noqa and writable:
-        new, changed, skipped = _with_noqa(result, data)
-        report.noqa_skipped += skipped
-        if new is not None:
-            try:
-                write_atomic(source.path, new)
-            except OSError as exc:
-                report.errors.append(f"{source.display}: cannot write noqa comments: {exc.strerror or exc}")
-            else:
-                report.noqa_added += changed
-                result = _check_file(source, new, replace(check_for(), fix=False))
-    return result
-
-
-# Worker processes: forked after the project's state is set, so nothing but indexes and results
-# crosses the process boundary. Runs of a few files stay in-process (a pool costs more than it saves).
-POOL_MIN_FILES = 8
-_WORK: tuple[Callable, list] | None = None
-
-
-def _work_on(index: int):
-    function, items = _WORK
-    return function(items[index])
-
-
-def _parallel_map(function: Callable, items: list, jobs: int | None, on_result: Callable[[], None] | None = None) -> list:
-    """``[function(item) for item in items]``, over a fork pool of ``jobs`` workers when it pays."""
-    global _WORK
-    jobs = jobs or os.cpu_count() or 1
-    _collect_garbage_less()
-    if jobs <= 1 or len(items) < POOL_MIN_FILES or not hasattr(os, "fork"):
-        results = []
-        for item in items:
-            results.append(function(item))
-            if on_result:
-                on_result()
-        return results
-    import multiprocessing  # a pool only when there is work for one: warm runs never start it
-    from concurrent.futures import ProcessPoolExecutor
-
-    _WORK = (function, items)
-    try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("fork")) as pool:
-            results = []
-            # Small chunks: a few files of a project cost most of its time, and must not queue behind each other.
-            for result in pool.map(_work_on, range(len(items)), chunksize=max(1, len(items) // (jobs * 32))):
-                results.append(result)
-                if on_result:
-                    on_result()
-    finally:
-        _WORK = None
-    return results
-
-
-def _collect_garbage_less() -> None:
-    """Syntax trees make millions of short-lived objects: CPython's default collector thresholds
-    rescan them constantly (about a tenth of a cold run). Objects alive now (modules, the
-    catalog) are frozen out of collection, which also keeps forked workers from copying them."""
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 50)
 
 
 def _check_one(work: tuple[SourcePath, bytes, CheckOptions]) -> FileResult:
@@ -507,7 +288,7 @@ def _check_one(work: tuple[SourcePath, bytes, CheckOptions]) -> FileResult:
 
 
 def _check_all(todo, jobs: int | None, progress: _Progress) -> list[FileResult]:
-    results = _parallel_map(_check_one, todo, jobs, progress.step)
+    results = parallel_map(_check_one, todo, jobs, progress.step)
     for (source, data, _), result in zip(todo, results):
         if result.original_source is None:
             result.original_source = data

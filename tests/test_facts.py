@@ -10,7 +10,7 @@ import pytest
 from mplint.engine.names import KName, canonical, resolve_relative
 from mplint.project.facts import UNKNOWN_POLICY
 from mplint.project.pins import generation_from_pins
-from mplint.runner import project_facts
+from mplint.project.build import project_facts
 
 
 def facts_of(files: dict[str, str], root: Path, keras=None, policy=None, of: str | None = None):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mplint.cli import main
-from mplint.runner import project_facts
+from mplint.project.build import project_facts
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ import pytest
 
 from mplint.cli import main
 from mplint.project.pins import PinFinder, generation_from_pins
-from mplint.runner import project_facts
+from mplint.project.build import project_facts
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,6 +11,7 @@ import functools
 import io
 import re
 import tokenize
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
@@ -24,6 +25,9 @@ from mplint.fixes.edits import apply_fixes, choose_non_overlapping
 from mplint.engine.rule import Rule
 from mplint.engine.suppressions import parse_suppressions
 from mplint.engine.walk import walk
+
+if TYPE_CHECKING:
+    from mplint.project.facts import ProjectFacts
 
 MAX_FIX_ROUNDS = 10
 # Larger files are generated data, not code to lint: parsing one costs minutes and gigabytes

@@ -19,7 +19,7 @@ from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts
 from mplint.project.generation import DEFAULT, Generation, from_imports
 from mplint.project.pins import PinFinder
-from mplint.project.policies import MIXED_POLICIES, UNKNOWN_POLICY, is_floatx_setter, is_policy_setter
+from mplint.project.policies import is_floatx_setter, is_policy_setter
 
 _NOT_MIXED = frozenset({"float32", "float64"})
 

@@ -1,0 +1,65 @@
+"""Writing a checked file back: its fixes, or ``noqa`` comments for every finding (--add-noqa), atomically."""
+
+from __future__ import annotations
+
+import io
+import tokenize
+from pathlib import Path
+from typing import Callable
+
+from mplint.diagnostics import FileResult
+from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED
+from mplint.engine.notebooks import NotebookResult
+from mplint.fixes.writer import write_atomic
+
+ENGINE_CODES = {PARSE_ERROR, FIX_REVERTED, RULE_CRASHED}
+
+
+def write_back(path: Path, display: str, data: bytes, result: FileResult, recheck: Callable[[bytes], FileResult],
+               add_noqa_comments: bool, errors: list[str]) -> tuple[FileResult, int, int]:
+    """Write ``result``'s fixes (and noqa comments) to ``path``; on a write failure the file is checked again
+    as it is. Returns the result that holds, and the noqa lines (changed, skipped)."""
+    changed = skipped = 0
+    if result.fixed_source is not None:
+        try:
+            write_atomic(path, result.fixed_source)
+        except OSError as exc:
+            errors.append(f"{display}: cannot write fixes: {exc.strerror or exc}")
+            result = recheck(data)
+    if add_noqa_comments:
+        new, changed, skipped = with_noqa(result, data)
+        if new is not None:
+            try:
+                write_atomic(path, new)
+            except OSError as exc:
+                errors.append(f"{display}: cannot write noqa comments: {exc.strerror or exc}")
+                changed = 0
+            else:
+                result = recheck(new)
+    return result, changed, skipped
+
+
+def with_noqa(result: FileResult, data: bytes) -> tuple[bytes | None, int, int]:
+    """The file's bytes with every finding suppressed: (new bytes or None, lines changed, lines skipped)."""
+    found = [d for d in result.diagnostics if d.rule_id not in ENGINE_CODES and not d.fixed]
+    if not found:
+        return None, 0, 0
+    nb = result.notebook if isinstance(result, NotebookResult) else None
+    targets: dict[int, set[str]] = {}
+    for d in found:
+        line = nb.virtual_line(d.cell, d.line) if nb else d.line
+        targets.setdefault(line, set()).add(d.rule_id)
+    from mplint.baseline import add_noqa
+
+    if nb:
+        code, changed, skipped = add_noqa(nb.virtual, targets)
+        return (nb.rewrite(code) if changed else None), changed, skipped
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return None, 0, len(targets)
+    code, changed, skipped = add_noqa(text, targets)
+    return (code.encode(encoding) if changed else None), changed, skipped
+
+

@@ -1,0 +1,153 @@
+"""The facts of a project's files: each file's record (cached), the program model over them, each
+module's facts and the project summary. One implementation for the CLI, the language server and tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mplint.engine.notebooks import Notebook, is_notebook, load as load_notebook
+from mplint.pool import parallel_map
+from mplint.project.cache import ProjectCache, content_hash, settings_key
+from mplint.project.config import Config, load_config
+from mplint.project.discovery import SourcePath, discover, module_name
+from mplint.project.extract import FileFacts, extract_file_facts
+from mplint.project.facts import ProjectFacts, ProjectSummary
+from mplint.project.generation import TARGETS, Generation
+from mplint.project.pins import PinFinder
+from mplint.project.programs import Module, ProjectModel, module_facts
+
+
+def read_source(source: SourcePath) -> bytes | None:
+    try:
+        return source.path.read_bytes()
+    except OSError:
+        return None
+
+
+def python_source(source: SourcePath, data: bytes) -> bytes | None:
+    """What project facts are read from: the file, or a notebook's code cells as one module."""
+    if not is_notebook(source.path):
+        return data
+    nb = load_notebook(data)
+    return nb.virtual.encode("utf-8") if isinstance(nb, Notebook) else None
+
+
+def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs: int | None) -> dict[Path, FileFacts]:
+    """Each readable file's facts: from the cache, else extracted (in parallel)."""
+    found: dict[Path, FileFacts] = {}
+    missing = []
+    for source, data in loaded:
+        if isinstance(data, bytes):
+            cached = cache.facts(source.display, digests[source.path]) if cache else None
+            if cached is None:
+                missing.append((source, data))
+            else:
+                found[source.path] = cached
+    for (source, _), facts in zip(missing, parallel_map(_extract_facts, missing, jobs)):
+        if facts is not None:
+            if cache:
+                cache.store_facts(source.display, digests[source.path], facts)
+            found[source.path] = facts
+    return found
+
+
+def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
+    source, data = item
+    code = python_source(source, data)
+    return None if code is None else extract_file_facts(code, source.display, module_name(source.path)[0])
+
+
+def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts],
+                    configured: Generation | None, policy: str | None, cache: ProjectCache | None = None,
+                    digests: dict[Path, str] | None = None) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
+    """Every module's facts, from the program model of the project (cached while no file changes)."""
+    pins = PinFinder(config.root)
+    pinned = None if configured else pins.target_for(config.root)
+    key = None
+    if cache is not None and digests is not None:
+        pin_files = [(str(p), content_hash(p.read_bytes())) for p in _pin_files(config.root)]
+        key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), configured, policy,
+                           str(config.root), sorted(pin_files))
+        cached = cache.module_facts(key)
+        if cached is not None:
+            by_display, summary = cached
+            return {s.path: by_display[s.display] for s in sources if s.display in by_display}, summary
+    modules = []
+    for source in sources:
+        if source.path in file_facts:
+            name, is_package = module_name(source.path)
+            modules.append(Module(source.path, source.display, name, is_package, is_notebook(source.path), file_facts[source.path]))
+    reexports: dict[str, str] = {}
+    for module in modules:
+        reexports.update(module.facts.reexports)
+    model = ProjectModel(modules, config.root, reexports)
+    by_display = module_facts(model, None if configured else pins, policy, configured)
+    summary = ProjectSummary(
+        config.root, len(modules),
+        [_program_record(p, by_display[p.entry.display]) for p in model.programs],
+        {"value": configured.value, "source": configured.source} if configured
+        else {"value": pinned.value, "source": pinned.source} if pinned else None,
+    )
+    if key is not None:
+        cache.store_module_facts(key, by_display, summary)
+    return {m.path: by_display[m.display] for m in modules}, summary
+
+
+def _program_record(program, facts: ProjectFacts) -> dict:
+    """What ``--show-facts`` and the JSON ``projects`` block say of one program."""
+    return {
+        "entry": program.entry.display,
+        "policies": [{"policy": s.policy, "path": s.path, "line": s.line} for s in program.sites],
+        "keras_generation": {"value": facts.generation.value, "source": facts.generation.source},
+        "tpu": [f"{path}:{line}" for path, line in sorted(program.tpu_sites)],
+        "modules": len(program.parents),
+    }
+
+
+def configured_target(config: Config, target: str | None = None, keras: int | None = None) -> Generation | None:
+    """--target/--keras, else the config's `target`/`keras`: the generation every program targets."""
+    if target:
+        return Generation(TARGETS[target], f"--target {target}", "config")
+    if keras:
+        return Generation(keras, f"keras = {keras} in the mplint config", "config")
+    if config.target:
+        return Generation(TARGETS[config.target], f"target = {config.target} in the mplint config", "config")
+    if config.keras:
+        return Generation(config.keras, f"keras = {config.keras} in the mplint config", "config")
+    return None
+
+
+def _pin_files(root: Path) -> list[Path]:
+    """Files whose change may change a target: the project's pin sources (their content is hashed into keys)."""
+    patterns = ("requirements*.txt", "requirements/*.txt", "pyproject.toml", "setup.py", "setup.cfg", "environment.y*ml",
+                "Pipfile", "Dockerfile*", "*.Dockerfile", "**/requirements*.txt", "**/Dockerfile*", "**/pyproject.toml")
+    return sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file() and ".mplint_cache" not in p.parts})
+
+
+def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
+    """The facts as a value whose repr is the same in every process (no set iteration order). The project's
+    re-exports, shared by every module and large in big projects, enter as their digest."""
+    return (
+        facts.policies, facts.links, facts.generation, facts.tpu_sites,
+        reexports_digest or sorted(facts.reexports.items()),
+        sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.test_module,
+    )
+
+
+def signature(facts: dict[Path, ProjectFacts]) -> dict:
+    return {path: (f.policy_names, f.global_policy_names, f.generation.value, f.uses_tpu, f.keras_namespaces, f.library_context)
+            for path, f in facts.items()}
+
+
+def project_facts(root: Path, keras: int | None = None, policy: str | None = None) -> dict[str, ProjectFacts]:
+    """The facts of every module of the project at ``root``, by path relative to it (for tools and tests)."""
+    root = root.resolve()
+    config = load_config([root])
+    found = discover([root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
+    sources = [SourcePath(s.path, s.path.relative_to(root).as_posix()) for s in found.files]
+    loaded = [(s, read_source(s)) for s in sources]
+    by_path, _ = module_facts_of(config, sources, facts_of(loaded, None, {}, 1), configured_target(config, None, keras),
+                                 policy or config.policy)
+    return {path.relative_to(root).as_posix(): facts for path, facts in by_path.items()}
+
+
