@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass, field
 
 from mplint.engine.apinames import canonical
+from mplint.project.generation import legacy_keras_value
 from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 
 MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
 _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}
-_TRUE_STRINGS = {"1", "true", "True", "TRUE", "yes"}
 HERE = "<here>"  # a sys.path entry relative to the file's own folder
 # Files without these set no policy, use no TPU, touch no sys.path or TF_USE_LEGACY_KERAS and reach
 # tf.keras only through imports: their statements are read, not every expression (most files of a project).
@@ -268,13 +268,14 @@ class _Reader(ast.NodeVisitor):
         # os.environ["TF_USE_LEGACY_KERAS"] = "1"
         for target in node.targets:
             if isinstance(target, ast.Subscript) and _constant(target.slice) == "TF_USE_LEGACY_KERAS":
-                if _constant(node.value) in _TRUE_STRINGS:
+                if isinstance(_constant(node.value), str) and legacy_keras_value(_constant(node.value)):
                     self.facts.legacy_keras_env = True
         self.generic_visit(node)
 
     def _legacy_keras_env(self, node: ast.Call, callee: str) -> None:
         # os.environ.setdefault("TF_USE_LEGACY_KERAS", "1"), os.putenv(...), os.environ.update(...)
-        if len(node.args) >= 2 and _constant(node.args[0]) == "TF_USE_LEGACY_KERAS" and _constant(node.args[1]) in _TRUE_STRINGS:
+        if len(node.args) >= 2 and _constant(node.args[0]) == "TF_USE_LEGACY_KERAS" and isinstance(_constant(node.args[1]), str) \
+                and legacy_keras_value(_constant(node.args[1])):
             self.facts.legacy_keras_env = True
 
     def _sys_path(self, node: ast.Call, callee: str) -> None:

@@ -25,6 +25,14 @@ class Generation:
 DEFAULT = Generation(3, "no pin or config: Keras 3, what a current TensorFlow installs (set keras = 2 to target Keras 2)")
 
 
+# TF_USE_LEGACY_KERAS values that select Keras 2, for code read statically and for the running process alike.
+LEGACY_KERAS_VALUES = frozenset({"1", "true", "yes"})
+
+
+def legacy_keras_value(value: str) -> bool:
+    return value.strip().lower() in LEGACY_KERAS_VALUES
+
+
 TARGETS = {"tf1": 0, "tf2.3": 1, "keras2": 2, "keras3": 3}  # --target / config `target`
 
 

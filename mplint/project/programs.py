@@ -284,9 +284,11 @@ def _generation(module: Module, programs: list[Program], memo: dict, pins: PinFi
     for program in programs:
         if program not in memo:
             whose = f"program {program.entry.display}"
-            memo[program] = (pins.target_for(program.entry.path.parent) if pins else None) or from_imports(
-                program.keras_imports, program.legacy_keras_env, whose, program.tf1 and not program.sites
-            ) or DEFAULT
+            pinned = pins.target_for(program.entry.path.parent) if pins else None
+            own = from_imports(program.keras_imports, program.legacy_keras_env, whose, program.tf1 and not program.sites)
+            if pinned is not None and pinned.value == 3 and pinned.origin == "pin-tensorflow" and own and own.value == 2:
+                pinned = None  # tf_keras on TF >= 2.16 is Keras 2: the program chose it
+            memo[program] = pinned or own or DEFAULT
         found.append(memo[program])
     # The oldest wins a disagreement: the newer API's fixes (scale_loss) crash on an older Keras, not the reverse.
     return min(found, key=lambda g: g.value)

@@ -6,9 +6,11 @@ import importlib
 import os
 import sys
 
+from mplint.project.generation import legacy_keras_value
+
 
 def legacy_keras_requested() -> bool:
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
+    return legacy_keras_value(os.environ.get("TF_USE_LEGACY_KERAS", ""))
 
 
 def keras_module(generation: int | None = None):

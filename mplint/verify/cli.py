@@ -183,7 +183,7 @@ def main(argv: list[str]) -> int:
     if args.timeout <= 0:
         print("mplint verify: error: --timeout must be positive", file=sys.stderr)
         return EXIT_UNVERIFIED
-    keras = args.keras or detect_keras(script.read_text(encoding="utf-8", errors="replace"))
+    keras = args.keras or detect_keras(script)
     options = RunOptions(steps=args.steps, seed=args.seed, timeout=args.timeout, keras=keras,
                          source_dir=str(script.resolve().parent), memory_limit_mb=args.memory_limit)
     doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)

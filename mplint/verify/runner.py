@@ -16,7 +16,6 @@ from pathlib import Path
 import mplint
 
 OK_STATUSES = ("completed", "step-cap")
-_LEGACY = re.compile(r"\btf_keras\b|TF_USE_LEGACY_KERAS")
 
 
 @dataclass
@@ -50,10 +49,19 @@ class RunResult:
         return models[0] if models else None
 
 
-def detect_keras(source: str) -> int:
-    """2 when the script uses tf_keras or asks for legacy Keras, else 3."""
-    legacy_env = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
-    return 2 if legacy_env or _LEGACY.search(source) else 3
+def detect_keras(script: Path) -> int:
+    """The Keras the script targets, as the linter decides it for the script's program (config, pins, its
+    own imports), or Keras 2 when this environment asks for legacy Keras."""
+    from mplint.project.build import project_facts
+    from mplint.project.config import project_root
+    from mplint.runtime.keras_generation import legacy_keras_requested
+
+    if legacy_keras_requested():
+        return 2
+    script = script.resolve()
+    root = project_root(script.parent)
+    facts = project_facts(root).get(script.relative_to(root.resolve()).as_posix())
+    return 2 if facts is not None and facts.generation.value <= 2 else 3
 
 
 def _tail(text: str, lines: int = 15) -> str:
