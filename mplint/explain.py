@@ -35,7 +35,7 @@ def explain(rule: str, console: Console | None = None) -> bool:
         console.print(f"mplint: error: unknown rule {rule!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
         return False
     console.print(Panel(f"[bold]{meta.id} {meta.name}[/]\n{meta.summary}", expand=False))
-    generations = ", ".join(f"G{g}" for g in meta.generations)
+    generations = ", ".join(f"G{g}" for g in meta.generations) or "PyTorch (torch.amp, torch.cuda.amp, apex.amp)"
     console.print(Markdown(f"## What it does\n\n{meta.what}\n\n## Why is this bad?\n\n{meta.why}"))
     if meta.example:
         console.print(Markdown("## Example"))
