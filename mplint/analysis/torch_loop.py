@@ -51,7 +51,13 @@ class _Path:
     stepped: bool = False  # a scaler.step since the last update
     last_update: int | None = None  # id of the last update() since the last scaled backward
     manual_unscale: int | None = None  # id of a by-hand division by get_scale() awaiting scaler.step
-    float16_ran: bool = False  # a float16 autocast region ran on this path
+    # the enabling conditions of the float16 autocast regions that ran on this path (None: always enabled);
+    # matched against the path's assumptions when the backward comes (``if not amp: loss.backward()``)
+    float16_ran: frozenset[Condition | None] = frozenset()
+
+    @property
+    def float16_active(self) -> bool:
+        return any(c is None or self.assumes(c) is not False for c in self.float16_ran)
     plain_backward: int | None = None  # id of a backward() after float16 autocast, awaiting optimizer.step()
 
     def assumes(self, condition: Condition | None) -> bool | None:
@@ -98,7 +104,8 @@ class TrainingLoopFlow:
         self._nodes: dict[int, cst.CSTNode] = {}
         self._events: dict[int, list[_Event]] = {}
         self._holds: dict[int, list[bool]] = {}  # event node -> whether its finding's condition held, per path
-        self.pending_scalers: dict[int, set[str]] = {}  # clip/step node -> the scalers whose backward is pending
+        self.pending_scalers: dict[int, set[str]] = {}
+        self.unscaled_steps: dict[int, dict[int, cst.Call]] = {}  # MISSING_SCALER backward -> the optimizer steps after it  # clip/step node -> the scalers whose backward is pending
         self.functions = {s.name.value: s for s in context.module.body if isinstance(s, cst.FunctionDef)}
         for root in [context.module, *context.nodes(cst.FunctionDef)]:
             self._root = root
@@ -221,15 +228,8 @@ class TrainingLoopFlow:
         regions = [r for r in self.amp.regions if r.node is node and r.dtype == FLOAT16 and r.enabled is not False]
         if not regions:
             return paths
-        out = []
-        for path in paths:
-            active = any(r.enabled is True or path.assumes(r.enabled_when) is not False for r in regions)
-            if active and not path.float16_ran:
-                path = replace(path, float16_ran=True)
-            elif active is False:
-                pass
-            out.append(path)
-        return out
+        conditions = frozenset(None if r.enabled is True else r.enabled_when for r in regions)
+        return [replace(path, float16_ran=path.float16_ran | conditions) for path in paths]
 
     # --- events -------------------------------------------------------------------------------
 
@@ -251,7 +251,7 @@ class TrainingLoopFlow:
         if kind == "scaled-backward":
             return replace(path, pending=path.pending | {event.scaler}, last_update=None)
         if kind == "plain-backward":
-            return replace(path, plain_backward=id(event.node)) if path.float16_ran and not self._root_has_scaler else path
+            return replace(path, plain_backward=id(event.node)) if path.float16_active and not self._root_has_scaler else path
         if kind == "unscale":
             pair = (event.scaler, event.optimizer)
             if self._hold(event.node, pair in path.unscaled):
@@ -274,6 +274,7 @@ class TrainingLoopFlow:
                 self.pending_scalers.setdefault(id(event.node), set()).update(path.pending)
             if path.plain_backward is not None:
                 self._report(MISSING_SCALER, self._nodes[path.plain_backward])
+                self.unscaled_steps.setdefault(path.plain_backward, {})[id(event.node)] = event.node
             return replace(path, plain_backward=None)
         if kind == "update":
             if path.last_update is not None and path.stepped:  # the earlier update() sits between two steps
