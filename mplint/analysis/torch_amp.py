@@ -296,3 +296,40 @@ class TorchRule(Rule):
 
     def code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node)
+
+
+def is_half_cast(context: FileContext, amp: TorchAmp, node: cst.CSTNode) -> bool:
+    """``x.half()``, ``x.to(torch.float16)``, ``x.to(device, dtype=torch.half)``, ``x.type(torch.float16)``."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+        return False
+    method = node.func.attr.value
+    if method == "half":
+        return not node.args
+    if method in ("to", "type"):
+        dtypes = [a.value for a in node.args if a.keyword is None or a.keyword.value == "dtype"]
+        return any(_names_float16(context, d) or _string(d) in ("float16", "torch.float16", "torch.half") for d in dtypes)
+    return False
+
+
+def _names_float16(context: FileContext, node: cst.BaseExpression) -> bool:
+    """``torch.float16``/``torch.half`` spelled out (a plain name could be anything)."""
+    return any(k.ns == "torch" and k.path in ("float16", "half") for k in context.names.torch_names(node)) \
+        if isinstance(node, cst.Attribute) else False
+
+
+def half_names(context: FileContext, amp: TorchAmp, scope: cst.CSTNode) -> dict[str, cst.CSTNode]:
+    """Names ``scope`` binds to a float16 cast (``x = batch.half()``), with the cast."""
+    found = {}
+    for assign in context.nodes_within(scope, cst.Assign):
+        if is_half_cast(context, amp, assign.value):
+            for target in assign.targets:
+                text = dotted(target.target)
+                if text:
+                    found[text] = assign.value
+    return found
+
+
+def float32_cast(node: cst.CSTNode) -> bool:
+    """``x.float()``/``x.to(torch.float32)``: explicitly float32."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and (
+        node.func.attr.value == "float" or node.func.attr.value == "to" and "float32" in cst.Module([]).code_for_node(node))
