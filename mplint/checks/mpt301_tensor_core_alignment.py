@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.constants import evaluate_int
+from mplint.analysis.constants import evaluate_int, only_used_where
 from mplint.analysis.torch_amp import TorchAmp, TorchRule, is_half_cast
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
@@ -21,6 +21,9 @@ _SIZES = {
     "nn.LSTM": (1, "hidden_size"),
     "nn.GRU": (1, "hidden_size"),
 }
+# layer -> (position, keyword) of the size it takes from the layer before
+_INPUTS = {name: (0, "in_channels" if "Conv" in name else "input_size" if name in ("nn.LSTM", "nn.GRU") else "in_features")
+           for name in _SIZES if name not in ("nn.Embedding", "nn.MultiheadAttention")}
 # Names of sizes and attributes that are a model's output (a class count, a vocabulary, a head).
 _OUTPUT_NAME = re.compile(r"class|label|vocab|target|out(put)?s?$|^n_?out|head|classifier|logit|num_out", re.I)
 
@@ -52,9 +55,43 @@ class TorchTensorCoreAlignment(TorchRule):
             if value is None or value.value % 8 == 0 or value.value <= 0 or _OUTPUT_NAME.search(dotted(size) or ""):
                 continue
             rounded = -(-value.value // 8) * 8
-            fix = Fix({size: cst.Integer(str(rounded))}, FixSafety.UNSAFE) if isinstance(size, cst.Integer) else None
+            fix = self._fix(call, size, value, rounded)
             self.report(size, f"`{keyword}={value.value}` of `{found.path}` is not a multiple of 8: under {precision} its "
                               f"matmuls miss tensor cores (use {rounded})", fix)
+
+    def _fix(self, call: cst.Call, size, value, rounded: int) -> Fix | None:
+        """A PyTorch layer's size is also the next layer's input size: round a literal together with the
+        next layer's equal input literal in an ``nn.Sequential``, or a constant used only as layer sizes."""
+        new = cst.Integer(str(rounded))
+        if value.binding is not None and value.literal is not None:
+            if only_used_where(self.context, value.binding, self._layer_size):
+                return Fix({value.literal: new}, FixSafety.UNSAFE)
+            return None
+        if not isinstance(size, cst.Integer):
+            return None
+        following = self._next_in_sequential(call)
+        if following is None:
+            return None
+        found = self.context.names.torch_api(following.func, _INPUTS)
+        position, keyword = _INPUTS[found.path] if found is not None else (None, "")
+        width = argument(following, position, keyword) if found is not None else None
+        if not isinstance(width, cst.Integer) or evaluate_int(self.context, width).value != value.value:
+            return None
+        return Fix({size: new, width: cst.Integer(str(rounded))}, FixSafety.UNSAFE)
+
+    def _next_in_sequential(self, call: cst.Call) -> cst.Call | None:
+        arg = self.context.parent(call)
+        outer = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not isinstance(outer, cst.Call) or not (dotted(outer.func) or "").endswith("Sequential"):
+            return None
+        later = outer.args[outer.args.index(arg) + 1:]
+        return next((a.value for a in later if isinstance(a.value, cst.Call)
+                     and self.context.names.torch_api(a.value.func, _SIZES) is not None), None)
+
+    def _layer_size(self, name: cst.Name) -> bool:
+        arg = self.context.parent(name)
+        call = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
+        return isinstance(call, cst.Call) and self.context.names.torch_api(call.func, _SIZES) is not None
 
     def _is_output(self, call: cst.Call) -> bool:
         """The last layer of an ``nn.Sequential``, or a layer bound to a name like ``head``/``classifier``,
