@@ -72,7 +72,10 @@ class _Path:
         return replace(self, assumed=self.assumed | frozenset(conditions))
 
     def forget(self, keys: set[str]) -> "_Path":
-        return replace(self, assumed=frozenset(c for c in self.assumed if c.key.split(".")[0] not in keys))
+        """A new loop iteration: conditions on names the loop rebinds no longer hold, and an optimizer
+        named by the loop variable (``for opt in optimizers: scaler.unscale_(opt)``) is another one."""
+        return replace(self, assumed=frozenset(c for c in self.assumed if c.key.split(".")[0] not in keys),
+                       unscaled=frozenset(pair for pair in self.unscaled if pair[1].split(".")[0] not in keys))
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import TorchAmp, TorchRule, half_names, is_half_cast
+from mplint.analysis.torch_amp import TorchAmp, TorchRule, is_half_cast
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 
@@ -33,15 +33,14 @@ class LossOutsideAutocastInFloat16(TorchRule):
         criteria = self._loss_objects()
         for call in self.context.nodes(cst.Call):
             name = self._float32_op(call, criteria)
-            if name is None or any(r.enabled is not False for r in amp.enclosing_regions(call)):
-                continue
-            scope = self.context.enclosing(call, cst.FunctionDef) or self.context.module
-            halves = half_names(self.context, amp, scope)
+            if name is None or any(r.enabled is not False for r in amp.enclosing_regions(call)) \
+                    or any(a.keyword is not None and a.keyword.value == "dtype" for a in call.args):
+                continue  # softmax(x, dtype=torch.float32) computes in float32
             for arg in call.args:
                 value = arg.value
                 if arg.keyword is not None and arg.keyword.value not in ("input", "target"):
                     continue
-                if is_half_cast(self.context, amp, value) or (dotted(value) in halves and self._before(halves[dotted(value)], call)):
+                if is_half_cast(self.context, amp, value) or self._reaching_half(amp, value, call):
                     self.report(value, f"`{name}` runs on the float16 tensor `{self.code(value)}` outside autocast (autocast would "
                                        "run it in float32): exp/log/sums overflow or lose precision in float16; `.float()` it first",
                                 Fix({value: cst.parse_expression(f"({self.code(value)}).float()" if not isinstance(
@@ -64,5 +63,18 @@ class LossOutsideAutocastInFloat16(TorchRule):
                 found.update(t for t in (dotted(a.target) for a in assign.targets) if t)
         return found
 
-    def _before(self, cast: cst.CSTNode, call: cst.CSTNode) -> bool:
-        return self.context.ends_before(cast, call)
+    def _reaching_half(self, amp: TorchAmp, value: cst.BaseExpression, call: cst.Call) -> bool:
+        """Whether the last assignment of the name ``value`` that surely runs before ``call`` (in the same
+        block or an enclosing one, not a sibling branch) binds a float16 cast."""
+        text = dotted(value)
+        if text is None:
+            return False
+        scope = self.context.enclosing(call, cst.FunctionDef) or self.context.module
+        reaching = None
+        for assign in self.context.nodes_within(scope, cst.Assign):
+            if not any(dotted(t.target) == text for t in assign.targets) or not self.context.ends_before(assign, call):
+                continue
+            line = self.context.parent(assign)
+            if self.context.contains(self.context.parent(line), call):
+                reaching = assign
+        return reaching is not None and is_half_cast(self.context, amp, reaching.value)

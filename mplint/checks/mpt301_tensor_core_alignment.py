@@ -52,8 +52,8 @@ class TorchTensorCoreAlignment(TorchRule):
             position, keyword = _SIZES[found.path]
             size = argument(call, position, keyword)
             value = evaluate_int(self.context, size) if size is not None else None
-            if value is None or value.value % 8 == 0 or value.value <= 0 or _OUTPUT_NAME.search(dotted(size) or ""):
-                continue
+            if value is None or value.value % 8 == 0 or value.value < 8 or _OUTPUT_NAME.search(dotted(size) or ""):
+                continue  # sizes below 8 are heads (a regression output, 3D coordinates), not widths to pad
             rounded = -(-value.value // 8) * 8
             fix = self._fix(call, size, value, rounded)
             self.report(size, f"`{keyword}={value.value}` of `{found.path}` is not a multiple of 8: under {precision} its "

@@ -96,7 +96,8 @@ class ApexAmp(TorchRule):
             return "`with amp.scale_loss(loss, optimizer) as scaled_loss: scaled_loss.backward()` -> `scaler.scale(loss).backward()`"
         if path == "amp.master_params":
             return "`amp.master_params(optimizer)` -> the model's `parameters()`, after `scaler.unscale_(optimizer)`"
-        return (f"`{path}()` saves apex's loss-scaler state: use `scaler.{path.split('.')[1]}()` (checkpoints written by apex "
+        verb = "saves" if path == "amp.state_dict" else "restores"
+        return (f"`{path}()` {verb} apex's loss-scaler state: use `scaler.{path.split('.')[1]}()` (checkpoints written by apex "
                 "hold their scale under another key and need converting)")
 
     def _opt_level(self, call: cst.Call) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from mplint.analysis.call_args import keyword_arg
@@ -18,6 +20,7 @@ _DEPRECATED = {
                        ("grad_scaler.GradScaler", "GradScaler"), ("custom_fwd", "custom_fwd"), ("custom_bwd", "custom_bwd"))
     if device == "cuda" or not name.startswith("custom")
 }
+_NEW_API = re.compile(r"(?<!cuda\.)(?<!cpu\.)\bamp\.(?:GradScaler|autocast|custom_fwd|custom_bwd)\(|\bautocast\(\s*(?:device_type=)?[\"']|GradScaler\(\s*(?:device=)?[\"']")
 # torch.cuda.amp.autocast(enabled, dtype, cache_enabled) -> torch.amp.autocast(device_type, dtype, enabled, cache_enabled)
 _AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
 
@@ -52,7 +55,28 @@ class DeprecatedCudaAmpApi(TorchRule):
         found = self.context.names.torch_api(func, _DEPRECATED)
         return (found.path, *_DEPRECATED[found.path]) if found is not None and found.ns == "torch" else None
 
+    def _in_compatibility_branch(self, node: cst.CSTNode) -> bool:
+        """``torch.amp.GradScaler(...) if new_torch else torch.cuda.amp.GradScaler()``, an ``else:`` or an
+        ``except`` fallback whose other branch already writes the torch.amp API: code for older torch."""
+        child = node
+        for ancestor in self.context.ancestors(node):
+            other = None
+            if isinstance(ancestor, cst.IfExp):
+                other = ancestor.body if child is ancestor.orelse else ancestor.orelse
+            elif isinstance(ancestor, cst.If):
+                other = ancestor.orelse if child is ancestor.body else ancestor.body
+            elif isinstance(ancestor, cst.ExceptHandler):
+                other = self.context.parent(ancestor).body
+            if other is not None and _NEW_API.search(self.code(other)):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            child = ancestor
+        return False
+
     def _report(self, node, func, found, call: cst.Call | None) -> None:
+        if self._in_compatibility_branch(node):
+            return
         path, device, name = found
         new = self._new_spelling(call, device, name)
         message = (f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning): write "
