@@ -242,7 +242,8 @@ class TrainingLoopFlow:
                 if id(event.callee) in stack or len(stack) > _MAX_INLINE_DEPTH:
                     continue
                 inner = self._block(event.callee.body.body, paths, (*stack, id(event.callee)))
-                paths = _dedupe(inner.normal + inner.returned)
+                # a callee that always raises is an abstract method a subclass overrides: step over it
+                paths = _dedupe(inner.normal + inner.returned) or paths
             else:
                 paths = _dedupe([self._apply(event, p) for p in paths])
             if not paths:
