@@ -87,6 +87,7 @@ class Diagnostic:
     fixed: bool = False
     cell: int | None = None  # notebook cell (1-based) when the file is a notebook
     edits: tuple["Edit", ...] = ()  # the fix as text replacements (imports it adds not included)
+    context: dict | None = None  # the MP context and target the finding was judged under (JSON-ready)
 
     @property
     def fixable(self) -> bool:
@@ -102,6 +103,7 @@ class Diagnostic:
             "severity": self.severity.value,
             "start": {"line": self.line, "column": self.column},
             "end": {"line": self.end_line, "column": self.end_column},
+            "context": self.context,
             "fix": None
             if self.fix_safety is FixSafety.NONE
             else {

@@ -22,7 +22,10 @@ from mplint.project.config import Config, load_config, marked_root
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.project.discovery import SourcePath, discover, module_name
 from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions
-from mplint.project.facts import ProjectFacts, build_project_facts, extract_file_facts
+from mplint.project.facts import ProjectFacts, ProjectSummary
+from mplint.project.extract import FileFacts, extract_file_facts
+from mplint.project.pins import generation_from_pins
+from mplint.project.programs import Module, ProjectModel, module_facts
 from mplint.engine.notebooks import Notebook, NotebookResult, check_notebook, is_notebook, load as load_notebook
 from mplint.engine.registry import all_rules, select
 from mplint.fixes.writer import write_atomic
@@ -53,8 +56,8 @@ class RunOptions:
 class RunReport:
     results: list[FileResult]
     errors: list[str]  # fatal-for-one-path problems (missing paths, write failures)
-    facts: ProjectFacts
     config: Config
+    projects: list["ProjectSummary"] = field(default_factory=list)  # every project checked, in order
     noqa_added: int = 0  # lines that got a noqa comment (--add-noqa)
     noqa_skipped: int = 0  # findings whose line cannot carry a comment
 
@@ -121,15 +124,35 @@ def run(options: RunOptions) -> RunReport:
         if folder not in roots:
             roots[folder] = top.root if options.config_path else marked_root(folder) or top.root
         groups.setdefault(roots[folder], []).append(source)
-    report = RunReport([], list(found.errors), ProjectFacts(), top)
+    report = RunReport([], list(found.errors), top)
     progress = _Progress(options.on_progress, sum(1 for s in found.files if only is None or s.path in only))
-    for root, sources in groups.items():
+    for root, given in groups.items():
         config = top if options.config_path else load_config([root])
-        report.facts = _check_until_facts_settle(config, sources, replace(options, only=only), report, progress)
-    if not groups:
-        report.facts = build_project_facts((), top.root, options.keras or top.keras, options.policy or top.policy)
+        # Facts never depend on which paths were given: the whole project is read, the given files checked.
+        sources = _whole_project(root, config, given, options.paths)
+        wanted = {s.path for s in given} if only is None else only & {s.path for s in given}
+        _check_until_facts_settle(config, sources, replace(options, only=wanted), report, progress)
     report.results.sort(key=lambda r: r.path)
     return report
+
+
+def _whole_project(root: Path, config: Config, given: list[SourcePath], paths: list[Path]) -> list[SourcePath]:
+    if any(Path(os.path.abspath(p)) in (root, *root.parents) for p in paths):
+        return given  # the given paths cover the project
+    found = discover([root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
+    known = {s.path for s in found.files}
+    return found.files + [s for s in given if s.path not in known]
+
+
+def project_facts(root: Path, keras: int | None = None, policy: str | None = None) -> dict[str, ProjectFacts]:
+    """The facts of every module of the project at ``root``, by path relative to it (for tools and tests)."""
+    root = root.resolve()
+    config = load_config([root])
+    found = discover([root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
+    sources = [SourcePath(s.path, s.path.relative_to(root).as_posix()) for s in found.files]
+    loaded = [(s, _read(s)) for s in sources]
+    by_path, _ = _module_facts(config, sources, _facts_of(loaded, None, {}, 1), RunOptions(keras=keras, policy=policy))
+    return {path.relative_to(root).as_posix(): facts for path, facts in by_path.items()}
 
 
 class _Progress:
@@ -184,26 +207,64 @@ def _with_noqa(result: FileResult, data: bytes) -> tuple[bytes | None, int, int]
     return (code.encode(encoding) if changed else None), changed, skipped
 
 
-def _facts_of(loaded, cache: ProjectCache, digests: dict[Path, str], jobs: int | None) -> list:
-    """Each file's facts, in file order: from the cache, else extracted (in parallel)."""
-    found, missing = [], []
+def _facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs: int | None) -> dict[Path, FileFacts]:
+    """Each readable file's facts: from the cache, else extracted (in parallel)."""
+    found: dict[Path, FileFacts] = {}
+    missing = []
     for source, data in loaded:
         if isinstance(data, bytes):
-            found.append(cache.facts(source.display, digests[source.path]))
-            if found[-1] is None:
-                missing.append((len(found) - 1, source, data))
-    extracted = _parallel_map(_extract_facts, [(source, data) for _, source, data in missing], jobs)
-    for (index, source, _), facts in zip(missing, extracted):
+            cached = cache.facts(source.display, digests[source.path]) if cache else None
+            if cached is None:
+                missing.append((source, data))
+            else:
+                found[source.path] = cached
+    for (source, _), facts in zip(missing, _parallel_map(_extract_facts, missing, jobs)):
         if facts is not None:
-            cache.store_facts(source.display, digests[source.path], facts)
-        found[index] = facts
-    return [facts for facts in found if facts is not None]
+            if cache:
+                cache.store_facts(source.display, digests[source.path], facts)
+            found[source.path] = facts
+    return found
 
 
-def _extract_facts(item: tuple[SourcePath, bytes]):
+def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
     source, data = item
     code = _python_source(source, data)
     return None if code is None else extract_file_facts(code, source.display, module_name(source.path)[0])
+
+
+def _module_facts(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts], options: RunOptions,
+                  cache: ProjectCache | None = None, digests: dict[Path, str] | None = None,
+                  ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
+    """Every module's facts, from the program model of the project (cached while no file changes)."""
+    keras, policy = options.keras or config.keras, options.policy or config.policy
+    pinned = None if keras else generation_from_pins(config.root)
+    key = None
+    if cache is not None and digests is not None:
+        key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), keras, policy, pinned, str(config.root))
+        cached = cache.module_facts(key)
+        if cached is not None:
+            by_display, summary = cached
+            return {s.path: by_display[s.display] for s in sources if s.display in by_display}, summary
+    modules = []
+    for source in sources:
+        if source.path in file_facts:
+            name, is_package = module_name(source.path)
+            modules.append(Module(source.path, source.display, name, is_package, is_notebook(source.path), file_facts[source.path]))
+    reexports: dict[str, str] = {}
+    for module in modules:
+        reexports.update(module.facts.reexports)
+    model = ProjectModel(modules, config.root, reexports)
+    by_display = module_facts(model, pinned, policy, keras)
+    summary = ProjectSummary(
+        config.root, len(modules),
+        [{"entry": p.entry.display, "policies": [{"policy": s.policy, "path": s.path, "line": s.line} for s in p.sites]}
+         for p in model.programs if p.sites],
+        {"value": keras, "source": f"keras = {keras} in the mplint config"} if keras
+        else {"value": pinned.value, "source": pinned.source} if pinned else None,
+    )
+    if key is not None:
+        cache.store_module_facts(key, by_display, summary)
+    return {m.path: by_display[m.display] for m in modules}, summary
 
 
 MAX_FACT_ROUNDS = 3
@@ -212,74 +273,86 @@ MAX_FACT_ROUNDS = 3
 def _facts_key(facts: ProjectFacts) -> tuple:
     """The facts as a value whose repr is the same in every process (no set iteration order)."""
     return (
-        facts.policies, facts.generation, facts.tpu_sites, sorted(facts.reexports.items()),
-        sorted(facts.keras_namespaces), facts.policy_from_config,
+        facts.policies, facts.links, facts.generation, facts.tpu_sites, sorted(facts.reexports.items()),
+        sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context,
     )
 
 
-def _signature(facts: ProjectFacts) -> tuple:
-    return (facts.policy_names, facts.global_policy_names, facts.generation.value, facts.uses_tpu, facts.keras_namespaces)
+def _signature(facts: dict[Path, ProjectFacts]) -> dict:
+    return {path: (f.policy_names, f.global_policy_names, f.generation.value, f.uses_tpu, f.keras_namespaces, f.library_context)
+            for path, f in facts.items()}
 
 
 def _check_until_facts_settle(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport,
-                              progress: _Progress) -> ProjectFacts:
-    """Check a project; when --fix changed what the project facts say (a fix that sets a policy), check again.
+                              progress: _Progress) -> None:
+    """Check a project; when fixes changed what the project facts say (a fix that sets a policy), check again.
 
-    A second ``mplint --fix`` must change nothing, so the fixes of one run must already
-    see the facts the fixed project has.
+    A second ``mplint --fix`` must change nothing, so the fixes of one run must already see the
+    facts the fixed project has; ``--diff`` follows the same rounds on the fixed text in memory.
     """
     fixed: dict[str, tuple[list[Diagnostic], int]] = {}  # what earlier rounds fixed, by file
+    overrides: dict[Path, bytes] = {}  # the fixed text of earlier rounds (written too, unless --diff)
+    originals: dict[str, bytes | None] = {}  # the text the user had, of files fixed in an earlier round
     for _ in range(MAX_FACT_ROUNDS):
         mark = len(report.results)
-        facts = _check_project(config, sources, options, report, progress)
-        written = [r for r in report.results[mark:] if r.fixed_source is not None]
-        if not (options.fix and options.write and written) or options.stdin is not None:
+        facts, summary = _check_project(config, sources, options, report, progress, overrides)
+        by_display = {s.display: s for s in sources}
+        written = [r for r in report.results[mark:] if r.fixed_source is not None and r.path in by_display]
+        if not (options.fix and written) or options.stdin is not None:
             break
-        fresh = build_project_facts(
-            (extract_file_facts(_python_source(s, s.path.read_bytes()) or b"", s.display, module_name(s.path)[0])
-             for s in sources if s.path.is_file()),
-            config.root, options.keras or config.keras, options.policy or config.policy,
-        )
-        if _signature(fresh) == _signature(facts):
+        for result in written:
+            originals.setdefault(result.path, result.original_source)
+            overrides[by_display[result.path].path] = result.fixed_source
+        fresh = _facts_of([(s, overrides.get(s.path) or _read(s)) for s in sources], None, {}, options.jobs)
+        if _signature(_module_facts(config, sources, fresh, options)[0]) == _signature(facts):
             break
-        for result in report.results[mark:]:  # check again: the files on disk are the fixed ones now
+        for result in report.results[mark:]:  # check again: the files are the fixed ones now
             earlier, count = fixed.get(result.path, ([], 0))
             fixed[result.path] = (earlier + [d for d in result.diagnostics if d.fixed], count + result.fixes_applied)
         del report.results[mark:]
+    report.projects.append(summary)
     for result in report.results[mark:]:
         earlier, count = fixed.get(result.path, ([], 0))
         if count:
             result.diagnostics = earlier + result.diagnostics
             result.fixes_applied += count
             if result.fixed_source is None:
-                result.fixed_source = result.original_source  # fixed in an earlier round, already written
-    return facts
+                result.fixed_source = result.original_source  # fixed in an earlier round only
+            result.original_source = originals.get(result.path, result.original_source)
 
 
-def _check_project(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport, progress: _Progress) -> ProjectFacts:
+def _check_project(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport,
+                   progress: _Progress, overrides: dict[Path, bytes]) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     enabled = _enabled_rules(config, options)
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
-    loaded = [(s, options.stdin[1] if s.path == stdin_path else _read(s)) for s in sources]
+    loaded = [(s, options.stdin[1] if s.path == stdin_path else overrides.get(s.path) or _read(s)) for s in sources]
     digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
     cache = ProjectCache(config.root, options.cache and stdin_path is None)
-    facts = build_project_facts(
-        _facts_of(loaded, cache, digests, options.jobs), config.root, options.keras or config.keras, options.policy or config.policy
-    )
+    facts_by_path, summary = _module_facts(config, sources, _facts_of(loaded, cache, digests, options.jobs), options, cache, digests)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
-    # The key needs no rule module: which enabled rules are active follows from the facts it contains.
-    cache.use_settings(settings_key(
-        sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()), _facts_key(facts)
-    ))
-    settings = CheckOptions((), facts, options.fix, unsafe, options.prefilter)
-    active: list[tuple] = []
+    # The key needs no rule module: which enabled rules are active follows from each file's facts.
+    cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items())))
+    active: dict[ProjectFacts, tuple] = {}
+    facts_digests: dict[ProjectFacts, str] = {}
+
+    def facts_digest(facts: ProjectFacts) -> str:
+        if facts not in facts_digests:
+            facts_digests[facts] = content_hash(repr(_facts_key(facts)).encode())
+        return facts_digests[facts]
 
     def check_for(source: SourcePath) -> CheckOptions:
         """Rule modules are imported only when some file must really be checked (never on a warm run)."""
-        if not active:
-            active.append(tuple(r for rid, r in all_rules().items() if rid in enabled and r.active_for(facts)))
+        facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
+        if facts not in active:
+            active[facts] = tuple(r for rid, r in all_rules().items() if rid in enabled and r.active_for(facts))
         ignored = _per_file_ignored(config, source.path)
-        return replace(settings, rules=tuple(r for r in active[0] if r.id not in ignored))
+        return CheckOptions(tuple(r for r in active[facts] if r.id not in ignored), facts, options.fix, unsafe, options.prefilter)
 
+    def key_of(source: SourcePath) -> str:
+        facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
+        return f"{digests[source.path]}-{facts_digest(facts)}"
+
+    may_apply = CheckOptions((), ProjectFacts(), options.fix, unsafe, options.prefilter).may_apply
     todo: list[tuple[SourcePath, bytes, CheckOptions]] = []
     done: dict[Path, FileResult] = {}
     for source, data in loaded:
@@ -288,8 +361,8 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         if isinstance(data, Diagnostic):
             done[source.path] = FileResult(source.display, [data])
             continue
-        cached = None if is_notebook(source.path) else cache.result(source.display, digests[source.path])
-        if cached is not None and not any(d.fixable and settings.may_apply(d.fix_safety) for d in cached):
+        cached = None if is_notebook(source.path) else cache.result(source.display, key_of(source))
+        if cached is not None and not any(d.fixable and may_apply(d.fix_safety) for d in cached):
             done[source.path] = FileResult(source.display, cached, original_source=data)
         else:
             todo.append((source, data, check_for(source)))
@@ -302,10 +375,12 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         if isinstance(data, bytes) and not is_notebook(source.path):
             final = result.fixed_source if result.fixed_source is not None else data
             if not any(d.rule_id in _ENGINE_CODES for d in result.diagnostics):
-                cache.store_result(source.display, content_hash(final), [d for d in result.diagnostics if not d.fixed])
+                facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
+                cache.store_result(source.display, f"{content_hash(final)}-{facts_digest(facts)}",
+                                   [d for d in result.diagnostics if not d.fixed])
         report.results.append(_write_back(source, data, result, lambda s=source: check_for(s), options, report, stdin_path))
     cache.save()
-    return facts
+    return facts_by_path, summary
 
 
 def _write_back(source: SourcePath, data, result: FileResult, check_for: Callable[[], CheckOptions],

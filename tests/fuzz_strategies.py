@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from mplint.catalog import load_catalog
 from mplint.diagnostics import FileResult
 from mplint.engine.check import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
-from mplint.project.facts import build_project_facts, extract_file_facts
+from mplint.project.programs import in_memory_facts
 from mplint.engine.registry import all_rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,12 +88,10 @@ CORPUS = _corpus()
 
 def options_for(program: Program, code: str, fix: bool, prefilter: bool = True) -> CheckOptions:
     """CheckOptions as the runner builds them, with a mixed_float16 policy when the code sets none."""
-    file_facts = [extract_file_facts(code.encode("utf-8", "surrogatepass"), "example.py", "example")]
-    file_facts += [extract_file_facts(text.encode(), name, name.removesuffix(".py").replace("/", ".")) for name, text in program.files]
-    root = Path("/nonexistent-mplint-fuzz-root")  # no pins: the generation comes from settings and imports
-    facts = build_project_facts(file_facts, root, program.keras, program.policy)
+    files = {"example.py": code.encode("utf-8", "surrogatepass"), **{name: text.encode() for name, text in program.files}}
+    facts = in_memory_facts(files, program.keras, program.policy)["example.py"]  # no pins
     if not facts.reduced_precision:
-        facts = build_project_facts(file_facts, root, program.keras, "mixed_float16")
+        facts = in_memory_facts(files, program.keras, "mixed_float16")["example.py"]
     rules = tuple(r for r in all_rules().values() if r.active_for(facts))
     return CheckOptions(rules, facts, fix=fix, unsafe_fixes=True, prefilter=prefilter)
 

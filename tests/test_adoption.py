@@ -86,13 +86,13 @@ def repo(project):
 
 
 def test_changed_since_checks_changed_and_untracked_files_only(repo, capsys):
-    (repo / "edited.py").write_text("from keras import layers\nimport keras\n" + BAD_MODEL + "\n")
-    (repo / "new.py").write_text("import keras\nfrom keras import layers\n" + BAD_MODEL + "\n")
+    (repo / "edited.py").write_text("import policy\nfrom keras import layers\nimport keras\n" + BAD_MODEL + "\n")
+    (repo / "new.py").write_text("import policy\nimport keras\nfrom keras import layers\n" + BAD_MODEL + "\n")
     assert main(["--select", "MP101", "--format", "json", "--changed-since", "HEAD", "."]) == 1
     doc = _json(capsys)
     # old.py has a finding but did not change; the policy set in unchanged policy.py still counts
     assert [(d["path"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [
-        ("edited.py", "MP101", 3), ("new.py", "MP101", 3)]
+        ("edited.py", "MP101", 4), ("new.py", "MP101", 4)]
     assert doc["summary"]["files"] == 2
 
 
@@ -102,7 +102,7 @@ def test_changed_since_with_nothing_changed_is_clean(repo, capsys):
 
 
 def test_changed_since_staged_changes_count(repo, capsys):
-    (repo / "edited.py").write_text("import keras\nfrom keras import layers\n" + BAD_MODEL + "\n")
+    (repo / "edited.py").write_text("import policy\nimport keras\nfrom keras import layers\n" + BAD_MODEL + "\n")
     _git(repo, "add", "edited.py")
     assert main(["--select", "MP101", "--format", "json", "--changed-since", "HEAD", "."]) == 1
     assert [d["path"] for d in _json(capsys)["diagnostics"]] == ["edited.py"]
@@ -149,14 +149,15 @@ def test_stdin_check_reports_on_stdout_with_the_given_name(project, monkeypatch,
     assert (project / "train.py").read_text() == "x = 1\n"
 
 
-def test_stdin_policy_from_other_paths(project, monkeypatch, capsys):
+def test_stdin_facts_come_from_the_whole_project_not_the_given_paths(project, monkeypatch, capsys):
+    """An editor sends one buffer: the policy its program sets in an unsent module still counts."""
     (project / "policy.py").write_text(POLICY)
-    _stdin(monkeypatch, "import keras\nfrom keras import layers\n" + BAD_MODEL + "\n")
-    assert main(["--select", "MP101", "--format", "json", "--stdin-filename", "model.py"]) == 0  # alone: no policy, clean
-    capsys.readouterr()
-    _stdin(monkeypatch, "import keras\nfrom keras import layers\n" + BAD_MODEL + "\n")
-    assert main(["--select", "MP101", "--format", "json", "--stdin-filename", "model.py", "policy.py"]) == 1
-    assert [d["path"] for d in _json(capsys)["diagnostics"]] == ["model.py"]
+    _stdin(monkeypatch, "import policy\nimport keras\nfrom keras import layers\n" + BAD_MODEL + "\n")
+    assert main(["--select", "MP101", "--format", "json", "--stdin-filename", "model.py"]) == 1
+    [d] = _json(capsys)["diagnostics"]
+    assert (d["path"], d["context"]["set_at"]) == ("model.py", {"path": "policy.py", "line": 4})
+    _stdin(monkeypatch, "import keras\nfrom keras import layers\n" + BAD_MODEL + "\n")  # not reached by policy.py
+    assert main(["--select", "MP101", "--format", "json", "--stdin-filename", "model.py", "policy.py"]) == 0
 
 
 def test_stdin_notebook_fix_prints_the_notebook(project, monkeypatch, capfdbinary):

@@ -100,9 +100,10 @@ def test_mp304_is_off_by_default_and_extend_select_enables_it(project):
     assert code == 1
     assert [(rule, line, column) for _, rule, line, column, _ in found] == [("MP303", 17, 1)]  # all sizes are 128-aligned
     tagger = project("lstm_tagger")
-    (tagger / "tpu.py").write_text(
-        "import tensorflow as tf\n"
+    (tagger / "tpu.py").write_text(  # a second program: trains the tagger on a TPU
+        "import tensorflow as tf\nimport train\n"
         "strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver())\n"
+        "with strategy.scope():\n    train.main()\n"
     )
     code, found = mplint(tagger)
     assert code == 1 and all(rule != "MP304" for _, rule, *_ in found)

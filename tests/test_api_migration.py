@@ -59,7 +59,8 @@ def test_keras3_by_default_reports_keras2_loss_scale_api(tmp_path, capsys):
     code, report = _check(capsys, str(project), "--select", "MP502")
     assert code == 1
     assert _found(report) == KERAS2_LOOP_FINDINGS
-    assert report["project"]["keras_generation"] == 3
+    assert {d["context"]["keras_generation"] for d in report["diagnostics"]} == {3}
+    assert report["projects"][0]["keras_generation"] is None  # no pin: each program's own imports decide
 
 
 def test_keras2_option_silences_mp502(tmp_path, capsys):
@@ -72,7 +73,7 @@ def test_requirements_pin_below_2_16_silences_mp502(tmp_path, capsys):
     project = _project(tmp_path / "p", KERAS2_LOOP, **{"requirements.txt": "numpy\ntensorflow<2.16\n"})
     code, report = _check(capsys, str(project), "--select", "MP502")
     assert (code, _found(report)) == (0, [])
-    assert report["project"]["keras_generation"] == 2
+    assert report["projects"][0]["keras_generation"] == {"value": 2, "source": "requirements.txt pins tensorflow<2.16"}
 
 
 def test_pyproject_dependency_keeps_mp502(tmp_path, capsys):
@@ -87,7 +88,7 @@ def test_pyproject_dependency_keeps_mp502(tmp_path, capsys):
 def test_tf23_pin_silences_mp501_and_config_overrides_it(tmp_path, capsys):
     project = _project(tmp_path / "p", G1_SCRIPT, **{"requirements.txt": "tensorflow==2.3.0\n"})
     code, report = _check(capsys, str(project), "--select", "MP501")
-    assert (code, _found(report), report["project"]["keras_generation"]) == (0, [], 1)
+    assert (code, _found(report), report["projects"][0]["keras_generation"]["value"]) == (0, [], 1)
     code, report = _check(capsys, str(project), "--select", "MP501", "--keras", "3")
     assert (code, _found(report)) == (1, [("MP501", 1, 1)])
     assert "keras = 3" in report["diagnostics"][0]["message"]

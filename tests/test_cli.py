@@ -116,16 +116,20 @@ def test_rules_and_explain(capsys):
     assert "unknown rule 'MP00'" in capsys.readouterr().out
 
 
-def test_an_unmarked_tree_is_one_project(tmp_path, monkeypatch, capsys):
-    """A policy set in one folder governs models in another when no marker splits the tree."""
+def test_an_unmarked_tree_is_one_project_and_policies_follow_imports(tmp_path, monkeypatch, capsys):
+    """Without markers the tree is one project: a program in one folder governs the modules it imports
+    from another, and no module it does not reach."""
     tree = tmp_path / "tree"
     (tree / "a").mkdir(parents=True)
     (tree / "b").mkdir()
-    (tree / "a" / "train.py").write_text("import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n")
-    (tree / "b" / "model.py").write_text(
-        "import keras\nmodel = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    (tree / "a" / "train.py").write_text(
+        "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\nfrom b.model import model\nmodel.fit()\n"
     )
+    softmax = "import keras\nmodel = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    (tree / "b" / "model.py").write_text(softmax)
+    (tree / "b" / "other.py").write_text(softmax)
     monkeypatch.chdir(tree)
     code, doc = run_json(["--select", "MP101", "--no-cache", "."], capsys)
     assert code == 1
     assert [(d["path"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [("b/model.py", "MP101", 2)]
+    assert doc["diagnostics"][0]["context"]["program"] == "a/train.py"

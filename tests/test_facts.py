@@ -1,25 +1,29 @@
-"""Project facts: policies from anywhere in the project, the Keras generation, TPU use, re-exports."""
+"""Facts in force for a module: policies of the programs that reach it, the Keras generation, TPU use, re-exports."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from mplint.project.facts import UNKNOWN_POLICY, build_project_facts, extract_file_facts, generation_from_pins
 from mplint.engine.names import KName, canonical, resolve_relative
+from mplint.project.facts import UNKNOWN_POLICY
+from mplint.project.pins import generation_from_pins
+from mplint.runner import project_facts
 
 
-def facts_of(files: dict[str, str], root: Path, keras=None, policy=None):
-    return build_project_facts(
-        (extract_file_facts(code.encode(), name, name[:-3].replace("/", ".")) for name, code in files.items()),
-        root, keras, policy,
-    )
+def facts_of(files: dict[str, str], root: Path, keras=None, policy=None, of: str | None = None):
+    """The facts of module ``of`` (default: the first file) in a project made of ``files``."""
+    for name, code in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(code)
+    return project_facts(root, keras, policy)[of or next(iter(files))]
 
 
 def test_policies_are_collected_with_place_and_kind(tmp_path):
     facts = facts_of({
-        "train.py": "from tensorflow.keras import mixed_precision\nmixed_precision.set_global_policy('mixed_float16')\n",
+        "train.py": "from tensorflow.keras import mixed_precision\nmixed_precision.set_global_policy('mixed_float16')\nimport layers\n",
         "layers.py": "import keras\nd = keras.layers.Dense(4, dtype='mixed_bfloat16')\n",
     }, tmp_path)
     assert [(p.policy, p.path, p.line, p.how) for p in facts.policies] == [
@@ -44,7 +48,8 @@ def test_policy_values_through_constants_conditionals_and_policy_objects(tmp_pat
 
 
 def test_config_policy_overrides_the_code(tmp_path):
-    facts = facts_of({"t.py": "set_global_policy('mixed_float16')\n"}, tmp_path, policy="mixed_bfloat16")
+    facts = facts_of({"t.py": "from keras.mixed_precision import set_global_policy\nset_global_policy('mixed_float16')\n"},
+                     tmp_path, policy="mixed_bfloat16")
     assert facts.bfloat16_only and not facts.float16
     assert facts.describe_policy() == "policy mixed_bfloat16 from the mplint config"
 
@@ -88,7 +93,7 @@ def test_generation_priority_config_then_pins_then_imports(tmp_path):
     assert facts_of(legacy, tmp_path).generation.value == 2
     env = {"t.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tensorflow as tf\n"}
     assert facts_of(env, tmp_path).generation.value == 2
-    assert facts_of({"t.py": "import keras\n"}, tmp_path).generation.source.startswith("the code imports Keras 3")
+    assert facts_of({"t.py": "import keras\n"}, tmp_path).generation.source == "the project imports Keras 3 (`import keras`)"
     assert facts_of({"t.py": "import tensorflow as tf\n"}, tmp_path).generation.value == 3
 
 
@@ -98,7 +103,7 @@ def test_tpu_sites(tmp_path):
 
 
 def test_reexports_make_aliases_resolve(tmp_path):
-    facts = facts_of({"pkg/backend.py": "from tensorflow import keras\nimport tensorflow as tf\n"}, tmp_path)
+    facts = facts_of({"pkg/backend.py": "from tensorflow import keras\nimport tensorflow as tf\n", "pkg/__init__.py": ""}, tmp_path)
     assert facts.reexports == {"pkg.backend.keras": "tensorflow.keras", "pkg.backend.tf": "tensorflow"}
     assert canonical("pkg.backend.keras.layers.Dense", facts.reexports) == KName("tf.keras", "layers.Dense")
 
@@ -132,7 +137,7 @@ def test_files_without_policy_tokens_are_read_by_regex_like_the_parser(tmp_path)
         "import tensorflow as tf\nfrom tensorflow import keras\nfrom tf_keras import (\n    layers,\n    models as m,\n)\n"
         "def f():\n    import keras as k3\n"
     )
-    facts = facts_of({"pkg/backend.py": code}, tmp_path)
+    facts = facts_of({"pkg/backend.py": code, "pkg/__init__.py": ""}, tmp_path)
     assert facts.keras_namespaces == {"tf.keras", "tf_keras", "keras"}
     assert facts.reexports == {
         "pkg.backend.tf": "tensorflow", "pkg.backend.keras": "tensorflow.keras",
@@ -151,3 +156,18 @@ def test_generation_says_where_it_came_from(tmp_path):
     assert facts_of({"t.py": "x = 1\n"}, tmp_path).generation.origin == "pin-keras"
     (tmp_path / "requirements.txt").write_text("tf-keras\n")
     assert facts_of({"t.py": "x = 1\n"}, tmp_path).generation.origin == "pin-tf-keras"
+
+
+def test_file_facts_survive_the_cache_unchanged(tmp_path):
+    from mplint.project.cache import _facts_from_json, _facts_to_json
+    from mplint.project.extract import extract_file_facts
+
+    code = (
+        "import sys, os\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))\n"
+        "from .models import Net as N\nimport tensorflow.keras as k\n"
+        "def setup(policy):\n    k.mixed_precision.set_global_policy(policy)\n"
+        "if __name__ == '__main__':\n    setup('mixed_float16')\n"
+    )
+    facts = extract_file_facts(code.encode(), "pkg/train.py", "pkg.train")
+    assert facts.sys_paths == ["<here>/.."] and facts.main_guard and facts.policies[0].function == "setup"
+    assert _facts_from_json(json.loads(json.dumps(_facts_to_json(facts)))) == facts

@@ -72,12 +72,23 @@ def test_sarif_schema_rejects_a_broken_document(project, capsys):
 def test_json_document(project, capsys):
     assert main(["--select", "MP101", "--format", "json", "."]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["tool"] == {"name": "mplint", "version": __version__}
     assert [(d["path"], d["cell"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [
         ("broken.py", None, "MP000", 1), ("nb.ipynb", 4, "MP101", 3), ("train.py", None, "MP101", 5)]
     assert doc["summary"] == {"files": 3, "diagnostics": 3, "fixable": 2, "fixed": 0, "by_rule": {"MP000": 1, "MP101": 2}}
-    assert set(doc["diagnostics"][2]) == {"path", "cell", "rule", "name", "message", "severity", "start", "end", "fix"}
+    assert set(doc["diagnostics"][2]) == {"path", "cell", "rule", "name", "message", "severity", "start", "end", "fix", "context"}
+    assert doc["diagnostics"][2]["context"] == {
+        "keras_generation": 3, "keras_generation_source": "program train.py imports Keras 3 (`import keras`)",
+        "library": False, "policy": "mixed_float16", "set_at": {"path": "train.py", "line": 4}, "program": "train.py", "via": [],
+    }
+    assert doc["projects"] == [{
+        "root": project.resolve().as_posix(), "files": 3, "keras_generation": None,
+        "programs": [
+            {"entry": "nb.ipynb", "policies": [{"policy": "mixed_float16", "path": "nb.ipynb", "line": 6}]},
+            {"entry": "train.py", "policies": [{"policy": "mixed_float16", "path": "train.py", "line": 4}]},
+        ],
+    }]
     assert doc["diagnostics"][2]["fix"]["safety"] == "safe"
 
 

@@ -140,10 +140,11 @@ def test_folders_yield_notebooks_but_not_checkpoints(project, capsys):
     assert [d["path"] for d in doc["diagnostics"]] == ["train.ipynb"]
 
 
-def test_policy_set_in_a_module_governs_a_notebook(project, capsys):
+def test_policy_set_in_a_module_the_notebook_imports_governs_it(project, capsys):
     (project / "setup_policy.py").write_text('import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n')
+    (project / "other.py").write_text('import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n')
     nb = json.loads((DATA / "train.ipynb").read_text())
-    nb["cells"][1]["source"] = ["import keras\n", "from keras import layers"]
+    nb["cells"][1]["source"] = ["import keras\n", "import setup_policy\n", "from keras import layers"]
     (project / "nb.ipynb").write_text(json.dumps(nb))
     assert main(["--select", "MP101", "--format", "json", "."]) == 1
     assert [(d["path"], d["cell"]) for d in json.loads(capsys.readouterr().out)["diagnostics"]] == [("nb.ipynb", 4)]

@@ -51,7 +51,8 @@ class LossInFloat16(Rule):
 
     @classmethod
     def active_for(cls, facts):
-        return not facts.bfloat16_only
+        # float16 programs, and library code that any user may run under mixed_float16.
+        return facts.float16_capable
 
     def visit_Call(self, node: cst.Call) -> None:
         callee = dotted(node.func)

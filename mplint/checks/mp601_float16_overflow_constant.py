@@ -67,8 +67,8 @@ class Float16OverflowConstant(Rule):
 
     @classmethod
     def active_for(cls, facts):
-        # Library code that sets no policy is float16-capable; only a bfloat16-only project is exempt.
-        return not facts.bfloat16_only
+        # float16 programs, and library code that any user may run under mixed_float16.
+        return facts.float16_capable
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if not isinstance(node.operator, _CHECKED_OPS):

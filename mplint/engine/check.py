@@ -198,7 +198,7 @@ class _Run:
             self.path, finding.rule_id, meta.name, finding.message,
             r.start.line, r.start.column + 1, r.end.line, r.end.column + 1,
             meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
-            edits=self.edits(finding),
+            edits=self.edits(finding), context=self.context.facts.context_record(),
         )
 
     def edits(self, finding: Finding) -> tuple[Edit, ...]:

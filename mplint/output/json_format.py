@@ -9,7 +9,7 @@ from typing import TextIO
 from mplint import __version__
 from mplint.output.common import sort_key
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def document(report) -> dict:
@@ -18,12 +18,10 @@ def document(report) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "mplint", "version": __version__},
-        "project": {
-            "keras_generation": report.facts.generation.value,
-            "keras_generation_source": report.facts.generation.source,
-            "policies": sorted(report.facts.policy_names),
-            "tpu": report.facts.uses_tpu,
-        },
+        "projects": [
+            {"root": p.root.as_posix(), "files": p.files, "keras_generation": p.generation, "programs": p.programs}
+            for p in report.projects
+        ],
         "diagnostics": [d.to_dict() for d in remaining],
         "fixed": [d.to_dict() for d in fixed],
         "errors": list(report.errors),

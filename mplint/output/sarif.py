@@ -41,6 +41,13 @@ def _result(d, index: dict[str, int]) -> dict:
     }
     if d.cell is not None:
         result["properties"] = {"cell": d.cell}
+    set_at = (d.context or {}).get("set_at")
+    if set_at:  # where the policy that makes this a defect is set
+        result["relatedLocations"] = [{
+            "id": 1,
+            "message": {"text": f"{d.context['policy']} set here" + (f" (program {d.context['program']})" if d.context.get("program") else "")},
+            "physicalLocation": {"artifactLocation": {"uri": _uri(set_at["path"])}, "region": {"startLine": set_at["line"]}},
+        }]
     if d.edits:
         result["fixes"] = [{
             "description": {"text": f"{d.fix_description} ({d.fix_safety.value} fix)"},

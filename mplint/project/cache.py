@@ -19,11 +19,13 @@ from pathlib import Path
 
 from mplint import __version__
 from mplint.diagnostics import Diagnostic, Edit, FixSafety, Severity
-from mplint.project.facts import FileFacts, PolicySite
+from mplint.project.extract import FileFacts, ImportRecord, PolicySite
+from mplint.project.facts import ProgramLink, ProjectFacts, ProjectSummary
+from mplint.project.generation import Generation
 from mplint.fixes.writer import write_atomic
 
 CACHE_DIR = ".mplint_cache"
-_FORMAT = "v1"
+_FORMAT = "v2"
 
 
 def content_hash(data: bytes) -> str:
@@ -68,18 +70,16 @@ def _diagnostic_from_json(data: dict) -> Diagnostic:
 def _facts_to_json(facts: FileFacts) -> dict:
     raw = dataclasses.asdict(facts)
     raw["keras_imports"] = sorted(facts.keras_imports)
+    raw["policies"] = [dataclasses.astuple(p) for p in facts.policies]
+    raw["imports"] = [dataclasses.astuple(i) for i in facts.imports]
     return raw
 
 
 def _facts_from_json(raw: dict) -> FileFacts:
-    return FileFacts(
-        path=raw["path"],
-        policies=[PolicySite(**p) for p in raw["policies"]],
-        keras_imports=set(raw["keras_imports"]),
-        legacy_keras_env=raw["legacy_keras_env"],
-        tpu_lines=list(raw["tpu_lines"]),
-        reexports=dict(raw["reexports"]),
-    )
+    fields = {**raw, "keras_imports": set(raw["keras_imports"])}
+    fields["policies"] = [PolicySite(*p) for p in raw["policies"]]
+    fields["imports"] = [ImportRecord(*i) for i in raw["imports"]]
+    return FileFacts(**fields)
 
 
 class _Store:
@@ -128,15 +128,68 @@ class _Store:
             pass  # read-only tree: results stay correct, just uncached
 
 
+def _module_facts_to_json(facts: ProjectFacts) -> dict:
+    return {
+        "policies": [dataclasses.astuple(p) for p in facts.policies],
+        "generation": dataclasses.astuple(facts.generation),
+        "tpu_sites": [list(s) for s in facts.tpu_sites],
+        "keras_namespaces": sorted(facts.keras_namespaces),
+        "policy_from_config": facts.policy_from_config,
+        "links": [[link.entry, list(link.via)] for link in facts.links],
+        "library_context": facts.library_context,
+        "path": facts.path,
+    }
+
+
+def _module_facts_from_json(raw: dict, reexports: dict) -> ProjectFacts:
+    return ProjectFacts(
+        policies=tuple(PolicySite(*p) for p in raw["policies"]),
+        generation=Generation(*raw["generation"]),
+        tpu_sites=tuple(tuple(s) for s in raw["tpu_sites"]),
+        reexports=reexports,
+        keras_namespaces=frozenset(raw["keras_namespaces"]),
+        policy_from_config=raw["policy_from_config"],
+        links=tuple(ProgramLink(entry, tuple(via)) for entry, via in raw["links"]),
+        library_context=raw["library_context"],
+        path=raw["path"],
+    )
+
+
 class ProjectCache:
     def __init__(self, root: Path, enabled: bool):
         self.folder = root / CACHE_DIR / _FORMAT if enabled else None
         self._facts = _Store(self.folder / "facts.json" if self.folder else None)
+        self._model = _Store(self.folder / "modules.json" if self.folder else None)
         self._results: _Store | None = None
+
+    def module_facts(self, key: str):
+        """The facts of every module and the project summary, as computed for the same files and settings."""
+        raw = self._model.get(key)
+        if raw is None:
+            return None
+        try:
+            reexports = dict(raw["reexports"])
+            by_display = {path: _module_facts_from_json(f, reexports) for path, f in raw["modules"].items()}
+            s = raw["summary"]
+            return by_display, ProjectSummary(Path(s["root"]), s["files"], s["programs"], s["generation"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def store_module_facts(self, key: str, by_display: dict[str, ProjectFacts], summary) -> None:
+        reexports = next(iter(by_display.values())).reexports if by_display else {}
+        self._model.put(key, {
+            "reexports": reexports,
+            "modules": {path: _module_facts_to_json(f) for path, f in by_display.items()},
+            "summary": {"root": str(summary.root), "files": summary.files, "programs": summary.programs,
+                        "generation": summary.generation},
+        })
 
     def facts(self, path: str, digest: str) -> FileFacts | None:
         raw = self._facts.get(f"{path}:{digest}")
-        return _facts_from_json(raw) if raw is not None else None
+        try:
+            return _facts_from_json(raw) if raw is not None else None
+        except (KeyError, TypeError, ValueError):  # an entry of another shape: extract again
+            return None
 
     def store_facts(self, path: str, digest: str, facts: FileFacts) -> None:
         self._facts.put(f"{path}:{digest}", _facts_to_json(facts))
@@ -154,6 +207,7 @@ class ProjectCache:
 
     def save(self) -> None:
         self._facts.save()
+        self._model.save()
         if self._results is not None:
             self._results.save()
             if self.folder is not None:  # results files of other settings go stale; keep the newest few

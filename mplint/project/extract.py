@@ -1,0 +1,380 @@
+"""What one file contributes to the project model, read from CPython's ``ast`` (fast, cacheable).
+
+Its imports and the names it uses (for the import graph), whether it is an entry point,
+the policy sites it holds (with the function they sit in, so that a helper sets a policy
+only for programs that call it), TPU use, Keras flavour and re-exports.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from mplint.engine.apinames import canonical
+from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
+
+MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
+_TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}
+_TRUE_STRINGS = {"1", "true", "True", "TRUE", "yes"}
+HERE = "<here>"  # a sys.path entry relative to the file's own folder
+# Files without these set no policy, use no TPU, touch no sys.path or TF_USE_LEGACY_KERAS and reach
+# tf.keras only through imports: their statements are read, not every expression (most files of a project).
+_FACT_TOKENS = re.compile(
+    rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
+)
+
+
+@dataclass(frozen=True)
+class PolicySite:
+    policy: str
+    path: str
+    line: int
+    how: str  # config | global | layer | floatx
+    api: str = ""  # the callee as written, import aliases resolved (checked against re-exports later)
+    function: str = ""  # the enclosing top-level function or Class.method; "" at module level
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    module: str  # as written, without the leading dots ("" in `from . import x`)
+    name: str  # the imported name of `from m import name`; "" for `import m`
+    bound: str  # the local name bound ("*" for a star import)
+    level: int  # leading dots
+    line: int
+
+
+@dataclass
+class FileFacts:
+    """What one file contributes to the project facts."""
+
+    path: str = ""
+    policies: list[PolicySite] = field(default_factory=list)
+    keras_imports: set[str] = field(default_factory=set)  # keras | tf_keras | tf.keras
+    legacy_keras_env: bool = False  # sets TF_USE_LEGACY_KERAS to a true value
+    tpu_lines: list[int] = field(default_factory=list)
+    reexports: dict[str, str] = field(default_factory=dict)
+    imports: list[ImportRecord] = field(default_factory=list)
+    uses: list[str] = field(default_factory=list)  # names read and attributes accessed (sorted)
+    defines: list[str] = field(default_factory=list)  # module-level names bound other than by import
+    main_guard: bool = False  # has `if __name__ == "__main__":`
+    top_level_work: bool = False  # calls, loops or `with` blocks at module level
+    sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _keras_kind(module: str) -> str | None:
+    root = module.split(".")[0]
+    if root in ("keras", "tf_keras"):
+        return root
+    if module.startswith(("tensorflow.keras", "tensorflow.compat.v2.keras", "tensorflow.compat.v1.keras")):
+        return "tf.keras"
+    return None
+
+
+def _is_main_guard(stmt: ast.stmt) -> bool:
+    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
+        return False
+    sides = [stmt.test.left, *stmt.test.comparators]
+    return any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides) and any(
+        isinstance(s, ast.Constant) and s.value == "__main__" for s in sides
+    )
+
+
+# Module-level calls that library modules make too: they do no work of a program.
+_DECLARATIONS = frozenset({
+    "getLogger", "get_logger", "namedtuple", "NamedTuple", "TypeVar", "NewType", "compile", "partial", "field",
+    "dataclass", "register", "register_keras_serializable", "export", "keras_export", "tf_export", "LazyLoader",
+    "DEFINE_string", "DEFINE_integer", "DEFINE_float", "DEFINE_bool", "DEFINE_boolean", "DEFINE_enum", "DEFINE_list",
+    "DEFINE_multi_string", "declare_key_flag", "filterwarnings", "simplefilter", "getenv", "get", "frozenset", "set",
+    "object", "dict", "list", "tuple", "Enum", "deprecation", "external_configurable", "configurable",
+})
+
+
+def _callee_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _does_work(stmt: ast.stmt) -> bool:
+    """A module-level statement that runs something when the file is executed (`model = build()`, `fit(...)`)."""
+    if isinstance(stmt, ast.Expr):
+        return isinstance(stmt.value, ast.Await) or isinstance(stmt.value, ast.Call) and _callee_name(stmt.value) not in _DECLARATIONS
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Call):
+        return _callee_name(stmt.value) not in _DECLARATIONS
+    if isinstance(stmt, (ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)):
+        return True
+    if isinstance(stmt, (ast.If, ast.Try)):
+        blocks = [stmt.body, stmt.orelse] + ([h.body for h in stmt.handlers] + [stmt.finalbody] if isinstance(stmt, ast.Try) else [])
+        return any(_does_work(s) for block in blocks for s in block)
+    return False
+
+
+class _Reader(ast.NodeVisitor):
+    def __init__(self, facts: FileFacts):
+        self.facts = facts
+        self.aliases: dict[str, str] = {}  # local name -> dotted import path
+        self.consts: dict[str, list[str]] = {}  # module-level NAME = "string" (or a conditional of strings)
+        self.function: list[str] = []
+
+    # --- names -------------------------------------------------------------------------
+    def qualified(self, node: ast.AST) -> str | None:
+        dotted = _dotted(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        base = self.aliases.get(head)
+        if base is None:
+            return dotted
+        return f"{base}.{rest}" if rest else base
+
+    def strings(self, node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, ast.IfExp):
+            return self.strings(node.body) + self.strings(node.orelse)
+        if isinstance(node, ast.Name) and node.id in self.consts:
+            return self.consts[node.id]
+        if isinstance(node, ast.Call) and node.args:
+            callee = self.qualified(node.func) or ""
+            if callee.rsplit(".", 1)[-1] in POLICY_CLASS_NAMES:
+                return self.strings(node.args[0])
+        return []
+
+    # --- imports -----------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            bound = alias.asname or alias.name.split(".")[0]
+            self.aliases[bound] = alias.name if alias.asname else alias.name.split(".")[0]
+            self.facts.imports.append(ImportRecord(alias.name, "", bound, 0, node.lineno))
+            kind = _keras_kind(alias.name)
+            if kind:
+                self.facts.keras_imports.add(kind)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        for alias in node.names:
+            bound = alias.asname or alias.name
+            if node.level == 0:
+                self.aliases[bound] = f"{module}.{alias.name}"
+            self.facts.imports.append(ImportRecord(module, alias.name, bound if alias.name != "*" else "*", node.level, node.lineno))
+        if node.level == 0:
+            kind = _keras_kind(module)
+            if module == "tensorflow" and any(a.name == "keras" for a in node.names):
+                kind = "tf.keras"
+            if kind:
+                self.facts.keras_imports.add(kind)
+
+    # --- scopes ------------------------------------------------------------------------
+    def _enter(self, node, name: str) -> None:
+        self.function.append(name)
+        self.generic_visit(node)
+        self.function.pop()
+
+    def visit_FunctionDef(self, node) -> None:
+        outer = self.function[-1] if self.function else ""
+        # Methods are named Class.method; nested functions belong to their top-level function.
+        self._enter(node, f"{outer}.{node.name}" if outer and outer[0].isupper() and "." not in outer else outer or node.name)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._enter(node, self.function[-1] if self.function else node.name)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr == "keras" and isinstance(node.value, ast.Name) and self.aliases.get(node.value.id, node.value.id) == "tensorflow":
+            self.facts.keras_imports.add("tf.keras")
+        if node.attr in _TPU_NAMES:
+            self.facts.tpu_lines.append(node.lineno)
+        self.generic_visit(node)
+
+    # --- calls -------------------------------------------------------------------------
+    def visit_Call(self, node: ast.Call) -> None:
+        callee = self.qualified(node.func)
+        last = callee.rsplit(".", 1)[-1] if callee else None
+        site = self.facts.policies
+        where = self.function[-1] if self.function else ""
+        path = self.facts.path
+        if last in SETTER_NAMES and node.args:
+            for value in self.strings(node.args[0]) or [UNKNOWN_POLICY]:
+                site.append(PolicySite(value, path, node.lineno, "global", callee, where))
+        elif last == FLOATX_SETTER and node.args:
+            for value in self.strings(node.args[0]):
+                site.append(PolicySite(value, path, node.lineno, "floatx", callee, where))
+        for kw in node.keywords:
+            if kw.arg == "dtype":
+                for value in self.strings(kw.value):
+                    if value in MIXED_POLICIES:
+                        site.append(PolicySite(value, path, node.lineno, "layer", callee or "", where))
+        self._legacy_keras_env(node, callee or "")
+        self._sys_path(node, callee or "")
+        if isinstance(node.func, ast.Name) and node.func.id in _TPU_NAMES:
+            self.facts.tpu_lines.append(node.lineno)
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            values = self.strings(node.value)  # `policy = Policy("mixed_float16")` inside a function
+            if values:
+                self.consts[node.targets[0].id] = values
+        # os.environ["TF_USE_LEGACY_KERAS"] = "1"
+        for target in node.targets:
+            if isinstance(target, ast.Subscript) and _constant(target.slice) == "TF_USE_LEGACY_KERAS":
+                if _constant(node.value) in _TRUE_STRINGS:
+                    self.facts.legacy_keras_env = True
+        self.generic_visit(node)
+
+    def _legacy_keras_env(self, node: ast.Call, callee: str) -> None:
+        # os.environ.setdefault("TF_USE_LEGACY_KERAS", "1"), os.putenv(...), os.environ.update(...)
+        if len(node.args) >= 2 and _constant(node.args[0]) == "TF_USE_LEGACY_KERAS" and _constant(node.args[1]) in _TRUE_STRINGS:
+            self.facts.legacy_keras_env = True
+
+    def _sys_path(self, node: ast.Call, callee: str) -> None:
+        if callee not in ("sys.path.insert", "sys.path.append") or not node.args:
+            return
+        entry = _path_value(node.args[-1], self.qualified)
+        if entry is not None:
+            self.facts.sys_paths.append(entry)
+
+
+def _constant(node: ast.AST):
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _path_value(node: ast.AST, qualified) -> str | None:
+    """A constant path, with ``os.path.dirname(__file__)``/``Path(__file__).parent`` as HERE."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Call):
+        callee = qualified(node.func) or ""
+        last = callee.rsplit(".", 1)[-1]
+        args = [_path_value(a, qualified) for a in node.args]
+        if last in ("abspath", "realpath", "normpath", "str", "Path", "resolve") and len(args) == 1:
+            return args[0]
+        if last == "dirname" and len(args) == 1 and args[0] is not None:
+            return HERE if args[0] == "__file__" else f"{args[0]}/.."
+        if last == "join" and args and all(a is not None for a in args):
+            return "/".join(args)
+    if isinstance(node, ast.Name) and node.id == "__file__":
+        return "__file__"
+    if isinstance(node, ast.Attribute) and node.attr == "parent":
+        inner = _path_value(node.value, qualified)
+        if inner is not None:
+            return HERE if inner == "__file__" else f"{inner}/.."
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        left, right = _path_value(node.left, qualified), _path_value(node.right, qualified)
+        if left is not None and right is not None:
+            return f"{left}/{right}"
+    return None
+
+
+def _module_strings(tree: ast.Module, reader: _Reader) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            values = reader.strings(stmt.value)
+            if values:
+                out[stmt.targets[0].id] = values
+    return out
+
+
+def _defined_names(tree: ast.Module) -> list[str]:
+    names: set[str] = set()
+
+    def bind(stmts) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(stmt.name)
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                    for node in ast.walk(target):
+                        if isinstance(node, ast.Name):
+                            names.add(node.id)
+            elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
+                bind(stmt.body)
+                bind(getattr(stmt, "orelse", []))
+                for handler in getattr(stmt, "handlers", []):
+                    bind(handler.body)
+
+    bind(tree.body)
+    return sorted(names)
+
+
+def _reexports(module_level: list[ImportRecord], module_name: str) -> dict[str, str]:
+    """Module-level imports of Keras that other project modules may import from here."""
+    out: dict[str, str] = {}
+    if not module_name or canonical(module_name) is not None:
+        return out
+    for record in module_level:
+        if record.level or record.bound == "*":
+            continue
+        target = f"{record.module}.{record.name}" if record.name else (record.module if record.bound != record.module.split(".")[0] else record.bound)
+        if canonical(target) is not None:
+            out[f"{module_name}.{record.bound}"] = target
+    return out
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement, nested ones included, without descending into expressions."""
+    for stmt in body:
+        yield stmt
+        for name in ("body", "orelse", "finalbody"):
+            yield from _statements(getattr(stmt, name, ()))
+        for handler in getattr(stmt, "handlers", ()):
+            yield from _statements(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            yield from _statements(case.body)
+
+
+def _used_names(tree: ast.Module) -> set[str]:
+    """Names read and attributes accessed anywhere (what an import of this module may lead to)."""
+    uses: set[str] = set()
+    name, attribute = ast.Name, ast.Attribute
+    for node in ast.walk(tree):
+        kind = type(node)
+        if kind is name:
+            uses.add(node.id)
+        elif kind is attribute:
+            uses.add(node.attr)
+    return uses
+
+
+def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
+    facts = FileFacts(path=path)
+    if len(source) > MAX_FACTS_BYTES:
+        return facts  # skipped by the engine too
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return facts  # reported as MP000 by the file check
+    reader = _Reader(facts)
+    for stmt in tree.body:  # module-level imports first: constants and setters resolve through them
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            reader.visit(stmt)
+    top_imports = len(facts.imports)
+    if _FACT_TOKENS.search(source):
+        reader.consts = _module_strings(tree, reader)
+        for stmt in tree.body:
+            if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                reader.visit(stmt)
+    else:  # imports anywhere (functions import lazily), read from the statements alone
+        for stmt in _statements([s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]):
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                reader.visit(stmt)
+    for stmt in tree.body:
+        facts.main_guard |= _is_main_guard(stmt)
+        facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)
+    facts.reexports = _reexports(facts.imports[:top_imports], module_name)
+    facts.uses = sorted(_used_names(tree))
+    facts.defines = _defined_names(tree)
+    return facts

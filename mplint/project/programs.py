@@ -1,0 +1,301 @@
+"""Programs, not folders: the import graph of a project, its entry points, and what each program reaches.
+
+A program is an entry point (notebook, ``__main__`` module, script, test module) plus the
+project modules it reaches through the names it uses. A policy set by a program governs
+the modules that program reaches and no other: ten tutorials in one folder are ten programs.
+Each module's facts (``ProjectFacts``) are the union over the programs that reach it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mplint.engine.apinames import canonical
+from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
+from mplint.project.facts import ProgramLink, ProjectFacts
+from mplint.project.generation import DEFAULT, Generation, from_imports
+from mplint.project.policies import MIXED_POLICIES, UNKNOWN_POLICY, is_floatx_setter, is_policy_setter
+
+_NOT_MIXED = frozenset({"float32", "float64"})
+
+
+@dataclass(eq=False)
+class Module:
+    path: Path  # absolute
+    display: str
+    name: str  # dotted module name from the package folders around it
+    is_package: bool
+    notebook: bool
+    facts: FileFacts
+    uses: frozenset[str] = frozenset()
+    entry: bool = False
+
+    @functools.cached_property
+    def folder(self) -> str:
+        return os.path.dirname(self.key)
+
+    @functools.cached_property
+    def key(self) -> str:
+        return os.path.normpath(self.path)
+
+
+@dataclass(eq=False)
+class Program:
+    entry: Module
+    parents: dict[Module, Module | None] = field(default_factory=dict)  # reached module -> the module it came from
+    sites: list[PolicySite] = field(default_factory=list)
+    keras_imports: frozenset[str] = frozenset()
+    legacy_keras_env: bool = False
+    tpu_sites: frozenset[tuple[str, int]] = frozenset()
+
+    def link_to(self, module: Module) -> ProgramLink:
+        chain: list[str] = []
+        step = self.parents.get(module)
+        while step is not None and step is not self.entry:
+            chain.append(step.display)
+            step = self.parents.get(step)
+        return ProgramLink(self.entry.display, tuple(reversed(chain)))
+
+    @property
+    def sets_mixed_policy(self) -> bool:
+        return any(s.policy not in _NOT_MIXED for s in self.sites)
+
+
+def _is_test_module(path: Path) -> bool:
+    stem = path.stem
+    return stem.startswith("test_") or stem.endswith("_test")
+
+
+class ProjectModel:
+    def __init__(self, modules: list[Module], root: Path, reexports: dict[str, str]):
+        self.modules = modules
+        self.root = root
+        self.reexports = reexports
+        self._by_file = {m.key: m for m in modules}
+        self._found: dict[str, Module | None] = {}
+        self._root_cache: dict[Module, list[str]] = {}
+        self._resolved: dict[tuple[Module, int], list] = {}
+        self._resolved_from_entry: dict[tuple[Module, int, str], list] = {}
+        for module in modules:
+            module.uses = frozenset(module.facts.uses)
+        imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
+        for module in modules:
+            module.entry = self._is_entry(module, imported)
+        self.programs = [self._reach(m) for m in modules if m.entry]
+
+    # --- entry points --------------------------------------------------------------------
+    def _is_entry(self, module: Module, imported: set[Module]) -> bool:
+        facts = module.facts
+        if module.notebook or facts.main_guard or module.path.name == "__main__.py" or _is_test_module(module.path):
+            return True
+        return facts.top_level_work and module not in imported and module.path.name != "__init__.py"
+
+    # --- import resolution ---------------------------------------------------------------
+    # Paths are handled as strings: resolution runs for every import of every program.
+    def _module_at(self, folder: str, parts: tuple[str, ...]) -> Module | None:
+        """The project module ``parts`` names under ``folder`` (a package wins over a same-named file)."""
+        base = "/".join((folder, *parts))
+        found = self._found.get(base, False)
+        if found is False:
+            found = self._by_file.get(base + "/__init__.py") or (self._by_file.get(base + ".py") if parts else None)
+            self._found[base] = found
+        return found
+
+    def _roots(self, importer: Module) -> list[str]:
+        """Folders on sys.path for ``importer``: its own folder, its package root, the project root, sys.path inserts."""
+        roots = self._root_cache.get(importer)
+        if roots is None:
+            package_root = importer.path.parent
+            for _ in range(importer.name.count(".") + (1 if importer.is_package else 0)):
+                package_root = package_root.parent
+            paths = [importer.path.parent, package_root, self.root, self.root / "src"]
+            for entry_path in importer.facts.sys_paths:
+                if entry_path.startswith(HERE):
+                    paths.append(importer.path.parent / entry_path[len(HERE):].lstrip("/"))
+                elif entry_path.startswith("/"):
+                    paths.append(Path(entry_path))
+                else:
+                    paths.append(self.root / entry_path)
+            roots = list(dict.fromkeys(os.path.normpath(p) for p in paths))
+            self._root_cache[importer] = roots
+        return roots
+
+    def _resolve(self, importer: Module, entry: Module, index: int) -> list[tuple[Module, frozenset[str] | None]]:
+        """Modules an import brings in, each with the names asked of it (None: the importer's attribute uses)."""
+        key = (importer, index)
+        found = self._resolved.get(key)
+        if found is None:
+            record = importer.facts.imports[index]
+            if record.level:
+                folder = importer.path.parent
+                for _ in range(record.level - 1):
+                    folder = folder.parent
+                found = self._resolve_in([os.path.normpath(folder)], record)
+            else:
+                found = self._resolve_in(self._roots(importer), record)
+            self._resolved[key] = found
+        if not found and entry is not importer and not importer.facts.imports[index].level:
+            # The entry point's folder is sys.path[0] when it runs as a script.
+            key = (importer, index, entry.folder)
+            if key not in self._resolved_from_entry:
+                self._resolved_from_entry[key] = self._resolve_in([entry.folder], importer.facts.imports[index])
+            return self._resolved_from_entry[key]
+        return found
+
+    def _resolve_in(self, folders: list[str], record: ImportRecord) -> list[tuple[Module, frozenset[str] | None]]:
+        parts = tuple(record.module.split(".")) if record.module else ()
+        for folder in folders:
+            base = self._module_at(folder, parts) if parts or record.level else None
+            if record.name:  # from base import name: a submodule, or a name of base
+                sub = self._module_at(folder, (*parts, record.name)) if record.name != "*" else None
+                if sub is not None:
+                    return [(sub, None)] + ([(base, frozenset())] if base is not None else [])
+                if base is not None:
+                    return [(base, None if record.name == "*" else frozenset({record.name}))]
+            elif base is not None:  # import a.b.c: runs a, a.b and a.b.c
+                found = [(base, None)]
+                for end in range(1, len(parts)):
+                    outer = self._module_at(folder, parts[:end])
+                    if outer is not None:
+                        found.append((outer, frozenset()))
+                return found
+        return []
+
+    def _edges(self, module: Module, entry: Module, every: bool = False, asked: frozenset[str] | None = None):
+        """The imports of ``module`` whose bound names are used (or asked for), resolved."""
+        asked = asked or frozenset()
+        wanted = module.uses | asked
+        for index, record in enumerate(module.facts.imports):
+            used = every or record.bound == "*" or record.bound in wanted
+            if not used and module.is_package:
+                continue  # a package's unused imports are re-exports: followed only when asked for
+            for target, names in self._resolve(module, entry, index):
+                if target is module:
+                    continue
+                if not used:  # imported for its side effects: its module-level code runs
+                    yield target, frozenset()
+                elif record.bound == "*":  # the names used or asked of us may be defined there
+                    yield target, wanted
+                else:  # `import a.b`: the attributes used here; `from a import b`: b
+                    yield target, module.uses if names is None else names
+
+    # --- programs ------------------------------------------------------------------------
+    def _reach(self, entry: Module) -> Program:
+        program = Program(entry, {entry: None})
+        asked: dict[Module, frozenset[str]] = {entry: frozenset()}
+        queue = deque([(entry, frozenset())])
+        while queue:
+            module, names = queue.popleft()
+            for target, wanted in self._edges(module, entry, asked=names):
+                before = asked.get(target)
+                if before is not None and wanted <= before:
+                    continue
+                asked[target] = (before or frozenset()) | wanted
+                program.parents.setdefault(target, module)
+                queue.append((target, wanted if before is None else wanted - before))
+        uses = frozenset().union(*(m.uses for m in program.parents))
+        program.keras_imports = frozenset().union(*(m.facts.keras_imports for m in program.parents))
+        program.legacy_keras_env = any(m.facts.legacy_keras_env for m in program.parents)
+        program.tpu_sites = frozenset((m.display, line) for m in program.parents for line in m.facts.tpu_lines)
+        for module in program.parents:
+            for site in module.facts.policies:
+                if not self._applies(site):
+                    continue
+                function = site.function.rsplit(".", 1)[-1]
+                if module is entry or not site.function or function in uses:
+                    program.sites.append(site)
+        return program
+
+    def _applies(self, site: PolicySite) -> bool:
+        """A setter call is Keras' own (``runner.set_policy(pi)`` is not); layer dtypes always count."""
+        if site.how == "layer":
+            return True
+        k = canonical(site.api, self.reexports)
+        return is_floatx_setter(k) if site.how == "floatx" else is_policy_setter(k)
+
+
+def module_facts(model: ProjectModel, generation: Generation | None, policy_setting: str | None,
+                 keras_setting: int | None) -> dict[str, ProjectFacts]:
+    """Each module's facts, by display path: the union over the programs that reach it."""
+    reaching: dict[Module, list[Program]] = {}
+    for program in model.programs:
+        for module in program.parents:
+            reaching.setdefault(module, []).append(program)
+    project_imports = frozenset().union(*(m.facts.keras_imports for m in model.modules))
+    project_legacy = any(m.facts.legacy_keras_env for m in model.modules)
+    program_generation: dict[Program, Generation] = {}
+    out: dict[str, ProjectFacts] = {}
+    for module in model.modules:
+        programs = sorted(reaching.get(module, []), key=lambda p: (p.entry is not module, len(p.parents), p.entry.display))
+        sites: dict[PolicySite, ProgramLink] = {}
+        for program in programs:
+            for site in program.sites:
+                sites.setdefault(site, program.link_to(module))
+        for site in module.facts.policies:  # dtype="mixed_float16" on a layer governs that layer wherever it runs
+            if site.how == "layer":
+                sites.setdefault(site, ProgramLink(module.display))
+        if policy_setting:
+            policies, links = (PolicySite(policy_setting, "", 0, "config"),), ()
+        else:
+            ordered = sorted(sites, key=lambda s: (s.path != module.display, s.path, s.line))  # stable: source order
+            policies, links = tuple(ordered), tuple(sites[s] for s in ordered)
+        mixed = any(p.policy not in _NOT_MIXED for p in policies)
+        if programs:
+            namespaces = frozenset().union(*(p.keras_imports for p in programs))
+            tpu = sorted(frozenset().union(*(p.tpu_sites for p in programs)))
+        else:
+            namespaces = frozenset(module.facts.keras_imports)
+            tpu = [(module.display, line) for line in module.facts.tpu_lines]
+        out[module.display] = ProjectFacts(
+            policies=policies,
+            generation=_generation(module, programs, program_generation, generation, keras_setting, project_imports, project_legacy),
+            tpu_sites=tuple(tpu),
+            reexports=model.reexports,
+            keras_namespaces=namespaces,
+            policy_from_config=bool(policy_setting),
+            links=links,
+            library_context=not policy_setting and not module.entry and not mixed,
+            path=module.display,
+        )
+    return out
+
+
+def _generation(module: Module, programs: list[Program], memo: dict, pinned: Generation | None, keras_setting: int | None,
+                project_imports: frozenset[str], project_legacy: bool) -> Generation:
+    if keras_setting:
+        return Generation(keras_setting, f"keras = {keras_setting} in the mplint config", "config")
+    if pinned is not None:
+        return pinned
+    if not programs:  # library code: what the project as a whole imports
+        return from_imports(project_imports, project_legacy, "the project") or DEFAULT
+    found = []
+    for program in programs:
+        if program not in memo:
+            memo[program] = from_imports(program.keras_imports, program.legacy_keras_env, f"program {program.entry.display}") or DEFAULT
+        found.append(memo[program])
+    # Keras 2 wins a disagreement: the Keras 3 fixes (scale_loss) crash on Keras 2, not the reverse.
+    return min(found, key=lambda g: g.value)
+
+
+def in_memory_facts(files: dict[str, bytes], keras: int | None = None, policy: str | None = None) -> dict[str, ProjectFacts]:
+    """Module facts of a project held in memory (``{"pkg/m.py": source}``), for tests and fuzzing: no pins."""
+    from mplint.project.extract import extract_file_facts
+
+    root = Path("/nonexistent-mplint-project")
+    modules = []
+    for name, source in files.items():
+        parts = name.removesuffix(".py").split("/")
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        while len(parts) > 1 and "/".join(parts[:-1]) + "/__init__.py" not in files:
+            parts.pop(0)
+        dotted = ".".join(parts)
+        facts = extract_file_facts(source, name, dotted)
+        modules.append(Module(root / name, name, dotted, is_package, name.endswith(".ipynb"), facts))
+    reexports = {k: v for m in modules for k, v in m.facts.reexports.items()}
+    return module_facts(ProjectModel(modules, root, reexports), None, policy, keras)

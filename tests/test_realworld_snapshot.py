@@ -1,0 +1,95 @@
+"""The real-world precision check's snapshot and comparison logic (offline: nothing is downloaded or linted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def realworld():
+    spec = importlib.util.spec_from_file_location("realworld", REPO / "bench" / "realworld.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["realworld"] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["realworld"]
+
+
+def finding(path="a.py", rule="MP101", line=1, col=1, message="m", **extra):
+    return {"package": "pkg", "path": path, "rule": rule, "line": line, "col": col, "message": message, **extra}
+
+
+def test_snapshot_entries_are_reviewed_and_well_formed(realworld):
+    snapshot = realworld.load_snapshot(realworld.SNAPSHOT)
+    assert snapshot["findings"], "the snapshot is empty"
+    keys = set()
+    for entry in snapshot["findings"]:
+        where = realworld.describe(entry)
+        assert entry["package"] in realworld.PACKAGE_NAMES, where
+        assert isinstance(entry["line"], int) and isinstance(entry["col"], int), where
+        assert entry["verdict"] in realworld.VERDICTS, where
+        assert entry["status"] in realworld.STATUSES, where
+        if entry["verdict"] != "unreviewed":
+            assert entry["reason"].strip() and "\n" not in entry["reason"], where
+        assert realworld.key(entry) not in keys, f"duplicate entry: {where}"
+        keys.add(realworld.key(entry))
+
+
+def test_snapshot_packages_are_the_pinned_ones(realworld):
+    snapshot = realworld.load_snapshot(realworld.SNAPSHOT)
+    pinned = {p.name: p.version for p in realworld.PACKAGES}
+    for name, version in snapshot["packages"].items():
+        assert name in realworld.PACKAGE_NAMES
+        if name in pinned:
+            assert version == pinned[name], name
+
+
+def test_compare_reports_new_vanished_reappeared_and_changed(realworld):
+    recorded = [
+        finding("kept.py", verdict="tp", reason="r", status="current"),
+        finding("gone.py", verdict="fp", reason="r", status="current"),
+        finding("back.py", verdict="fp", reason="r", status="vanished"),
+        finding("reworded.py", message="old", verdict="fp", reason="r", status="current"),
+        {**finding("other.py"), "package": "unchecked", "verdict": "fp", "reason": "r", "status": "current"},
+    ]
+    now = [finding("kept.py"), finding("back.py"), finding("reworded.py", message="new"), finding("new.py")]
+    result = realworld.compare(now, recorded, {"pkg"})
+    assert [f["path"] for f in result.new] == ["new.py"]
+    assert [f["path"] for f in result.vanished] == ["gone.py"]  # the unchecked package's entry is not "vanished"
+    assert [f["path"] for f in result.reappeared] == ["back.py"]
+    assert [(e["message"], f["message"]) for e, f in result.changed] == [("old", "new")]
+    assert sorted(v for _, v in result.verdicts) == ["fp", "fp", "tp", "unreviewed"]
+
+
+def test_update_keeps_verdicts_marks_vanished_and_adds_unreviewed(realworld):
+    recorded = [
+        finding("kept.py", message="old", verdict="tp", reason="real", status="current"),
+        finding("gone.py", verdict="fp", reason="noise", status="current"),
+        {**finding("other.py"), "package": "unchecked", "verdict": "fp", "reason": "r", "status": "current"},
+    ]
+    result = {f["path"]: f for f in realworld.updated(recorded, [finding("kept.py", message="new"), finding("new.py")], {"pkg"})}
+    assert result["kept.py"] == finding("kept.py", message="new", verdict="tp", reason="real", status="current")
+    assert result["gone.py"]["status"] == "vanished" and result["gone.py"]["verdict"] == "fp"
+    assert result["new.py"]["verdict"] == "unreviewed" and result["new.py"]["status"] == "current"
+    assert result["other.py"]["status"] == "current"  # packages not checked in this run stay as they were
+
+
+def test_precision_counts_only_reviewed_findings(realworld):
+    verdicts = [(finding(rule="MP101"), "tp"), (finding(rule="MP101"), "fp"), (finding(rule="MP102"), "fp"),
+                (finding(rule="MP102"), "unreviewed")]
+    rows = {row["rule"]: row for row in realworld.precision_table(verdicts, "rule")}
+    assert rows["MP101"]["precision"] == 0.5
+    assert rows["MP102"] == {"rule": "MP102", "tp": 0, "fp": 1, "unreviewed": 1, "precision": 0.0}
+    assert rows["all"]["precision"] == round(1 / 3, 3) and rows["all"]["unreviewed"] == 1
+
+
+def test_vanished_true_positives_are_reported_as_lost(realworld):
+    sections = realworld.vanished_by_verdict([finding(verdict="tp"), finding(verdict="fp"), finding()])
+    assert [len(items) for items in sections.values()] == [1, 1, 1]
+    assert "lost" in next(iter(sections))
