@@ -27,7 +27,7 @@ _AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
 
 class DeprecatedCudaAmpApi(TorchRule):
     id = "MPT502"
-    triggers = (b".amp",)
+    triggers = (b"amp",)  # torch.cuda.amp, torch.cpu.amp, `from torch.cuda import amp`
 
     @classmethod
     def candidate(cls, code) -> bool:
