@@ -17,8 +17,9 @@ of torch by other modules of the project are not followed.
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -46,6 +47,11 @@ SCALER_APIS = frozenset({
     "distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
 })
 OPTIMIZER_MODULES = ("optim.",)
+OPTIMIZER_CLASSES = frozenset({
+    "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "Adafactor", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
+    "Rprop", "SparseAdam", "Muon",
+})
+_CONSTRUCTED = OPTIMIZER_CLASSES | {"GradScaler", "ShardedGradScaler"}
 _DTYPES = {"float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16, "float32": "float32", "float": "float32"}
 # Receivers of .step() that are not optimizers, and of .update() that are not scalers.
 _SCALER_NAME = re.compile(r"scaler", re.I)
@@ -90,28 +96,42 @@ class ScalerBinding:
     enabled: cst.BaseExpression | None
 
 
-@dataclass
 class TorchAmp:
-    """Per-file facts; build with ``context.analysis(TorchAmp.of)``."""
+    """Per-file facts; build with ``context.analysis(TorchAmp.of)``. Regions are read at once (a walk over the
+    file's ``with`` statements); scalers and optimizers on first use (they resolve names of many calls)."""
 
-    context: FileContext
-    regions: list[AutocastRegion] = field(default_factory=list)
-    scalers: list[ScalerBinding] = field(default_factory=list)
-    optimizer_targets: set[str] = field(default_factory=set)  # texts bound to torch.optim.X(...)
-    scaler_steps: set[str] = field(default_factory=set)  # texts passed to scaler.step(...)/unscale_(...)
-
-    @classmethod
-    def of(cls, context: FileContext) -> "TorchAmp":
-        facts = cls(context)
+    def __init__(self, context: FileContext):
+        self.context = context
+        self.regions: list[AutocastRegion] = []
         for with_node in context.nodes(cst.With):
             for item in with_node.items:
-                region = facts._region(with_node, item.item)
+                region = self._region(with_node, item.item)
                 if region is not None:
-                    facts.regions.append(region)
-        for call in context.nodes(cst.Call):
-            facts._binding(call)
-        facts.scaler_steps = {text for s in facts.scaler_calls("step", "unscale_") if (text := _arg_text(context, s))}
-        return facts
+                    self.regions.append(region)
+
+    of = classmethod(lambda cls, context: cls(context))
+
+    @functools.cached_property
+    def _bindings(self) -> tuple[list[ScalerBinding], set[str]]:
+        """GradScalers with what they are bound to, and the texts bound to ``torch.optim`` optimizers."""
+        scalers: list[ScalerBinding] = []
+        optimizers: set[str] = set()
+        for call in self.context.nodes(cst.Call):
+            self._binding(call, scalers, optimizers)
+        return scalers, optimizers
+
+    @property
+    def scalers(self) -> list[ScalerBinding]:
+        return self._bindings[0]
+
+    @property
+    def optimizer_targets(self) -> set[str]:
+        return self._bindings[1]
+
+    @functools.cached_property
+    def scaler_steps(self) -> set[str]:
+        """Texts passed to ``scaler.step(...)``/``scaler.unscale_(...)``: optimizers whatever their names."""
+        return {text for s in self.scaler_calls("step", "unscale_") if (text := _arg_text(self.context, s))}
 
     # --- autocast -----------------------------------------------------------------------------
 
@@ -186,7 +206,9 @@ class TorchAmp:
         found = self.context.names.torch_api(node.func, SCALER_APIS)
         return found is not None and (found.path != "GradScaler" or found.ns == "torch")
 
-    def _binding(self, call: cst.Call) -> None:
+    def _binding(self, call: cst.Call, scalers: list[ScalerBinding], optimizers: set[str]) -> None:
+        if not self.context.names.could_be(call.func, _CONSTRUCTED):
+            return  # textual reject before name resolution
         parent = self.context.parent(call)
         if isinstance(parent, cst.IfExp):
             parent = self.context.parent(parent)
@@ -196,11 +218,13 @@ class TorchAmp:
         texts = [t for t in map(dotted, targets) if t]
         if self.is_scaler_construction(call):
             for text in texts:
-                self.scalers.append(ScalerBinding(call, text, self.context.parent(parent), argument(call, None, "enabled")))
+                scalers.append(ScalerBinding(call, text, self.context.parent(parent), argument(call, None, "enabled")))
         elif self.is_optimizer_construction(call):
-            self.optimizer_targets.update(texts)
+            optimizers.update(texts)
 
     def is_optimizer_construction(self, call: cst.Call) -> bool:
+        if not self.context.names.could_be(call.func, OPTIMIZER_CLASSES):
+            return False
         return any(k.ns == "torch" and k.path.startswith(OPTIMIZER_MODULES) and "lr_scheduler" not in k.path
                    and k.last[:1].isupper() for k in self.context.names.torch_names(call.func))
 

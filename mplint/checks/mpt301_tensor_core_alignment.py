@@ -36,7 +36,8 @@ class TorchTensorCoreAlignment(TorchRule):
     def candidate(cls, code) -> bool:
         layers = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
                   "Embedding", "MultiheadAttention", "LSTM", "GRU")
-        return code.imports_torch and code.calls_any("autocast", "half", "to") and code.calls_any(*layers)
+        reduced = code.calls_any("autocast", "half") or code.mentions("float16")  # .to(torch.float16)
+        return code.imports_torch and reduced and code.calls_any(*layers)
 
     def visit_Module(self, node: cst.Module) -> None:
         amp = self.context.analysis(TorchAmp.of)
