@@ -5,7 +5,11 @@
 
 Corpora (all offline):
 - keras_src: the installed keras package's ``src`` folder, test files excluded;
-- synthetic 1x/4x/16x: mixed-precision-heavy files generated from ``fixtures/``.
+- synthetic 1x/4x/16x: mixed-precision-heavy files generated from ``fixtures/``;
+- timm: the sources of the timm 1.0.31 wheel (PyTorch models, training utilities), fetched once with
+  ``pip download`` into ``$MPLINT_BENCH_CACHE`` (default ``~/.cache/mplint-bench``), offline afterwards.
+
+``--corpora keras_src,timm`` runs some of them; only a run of all of them updates ``latest.md``.
 
 Tools: mplint cold (``--no-cache``), mplint warm (cache filled, nothing changed),
 ``mplint --fix`` on a fresh copy, ``fixit lint`` (default rules) and
@@ -52,6 +56,27 @@ def copy_keras(dest: Path) -> Path:
     src = keras_src()
     target = dest / "keras_src"
     shutil.copytree(src, target, ignore=shutil.ignore_patterns("*_test.py", "__pycache__", "testing"))
+    return target
+
+
+TIMM = ("timm", "1.0.31")
+
+
+def copy_timm(dest: Path) -> Path:
+    """timm's package folder from its pinned wheel (downloaded once into the cache)."""
+    import zipfile
+
+    name, version = TIMM
+    cache = Path(os.environ.get("MPLINT_BENCH_CACHE", Path.home() / ".cache" / "mplint-bench"))
+    cache.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(cache.glob(f"{name}-{version}-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache), f"{name}=={version}"],
+                       check=True)
+        wheels = sorted(cache.glob(f"{name}-{version}-*.whl"))
+    target = dest / "timm_src"
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        wheel.extractall(target, [m for m in wheel.namelist() if m.startswith(f"{name}/")])
     return target
 
 
@@ -224,6 +249,9 @@ def targets(rows: list[dict], scaling: list[dict], jobs_rows: list[dict], startu
         return next((r for r in rows if r["corpus"] == corpus and r["tool"] == tool), None)
 
     lines = []
+    torch_cold, torch_fixit = get("timm", "mplint cold"), get("timm", "fixit lint")
+    if torch_cold and torch_fixit:
+        lines.append(f"cold check on timm (PyTorch) vs fixit lint: {torch_fixit['wall'] / torch_cold['wall']:.1f}x faster (target >= 20x)")
     cold, warm = get("keras_src", "mplint cold"), get("keras_src", "mplint warm")
     fixit, ruff = get("keras_src", "fixit lint"), get("keras_src", "ruff check --no-cache")
     if cold and fixit:
@@ -256,7 +284,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 repeat, synthetic scales 1x and 4x only")
     parser.add_argument("--no-peers", action="store_true", help="skip fixit and ruff")
     parser.add_argument("--base-files", type=int, default=250, help="synthetic corpus size at 1x")
+    parser.add_argument("--corpora", default="keras_src,synthetic,timm", help="comma-separated: keras_src, synthetic, timm")
     args = parser.parse_args()
+    corpora = set(args.corpora.split(","))
+    everything = corpora >= {"keras_src", "synthetic", "timm"}
     repeats = 1 if args.quick else args.repeats
     scales = (1, 4) if args.quick else (1, 4, 16)
     # Timings are of installed code: bytecode compiled as pip would (PYTHONDONTWRITEBYTECODE may be set).
@@ -264,22 +295,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mplint-bench-") as tmp:
         root = Path(tmp)
         imports = startup_budget(root, repeats)
-        keras = copy_keras(root)
-        rows = bench_corpus("keras_src", keras, repeats, not args.no_peers, None)
-        jobs_rows = [measure(f"mplint cold --jobs {j}", [sys.executable, "-m", "mplint", "--exit-zero", "--no-cache",
-                                                          "--jobs", str(j), "--format", "json", "--output-file", os.devnull, "."],
-                             keras, repeats) for j in (1, 2)]
-        scaling = []
-        for scale in scales:
+        rows, jobs_rows, scaling = [], [], []
+        if "keras_src" in corpora:
+            keras = copy_keras(root)
+            rows += bench_corpus("keras_src", keras, repeats, not args.no_peers, None)
+            jobs_rows = [measure(f"mplint cold --jobs {j}", [sys.executable, "-m", "mplint", "--exit-zero", "--no-cache",
+                                                              "--jobs", str(j), "--format", "json", "--output-file", os.devnull, "."],
+                                 keras, repeats) for j in (1, 2)]
+        if "timm" in corpora:
+            rows += bench_corpus("timm", copy_timm(root), repeats, not args.no_peers, None)
+        for scale in scales if "synthetic" in corpora else ():
             folder = synthetic(root, args.base_files * scale)
             corpus_rows = bench_corpus(f"synthetic {scale}x", folder, repeats, scale == 1 and not args.no_peers, None)
             rows += corpus_rows
             scaling.append(corpus_rows[0])
-        small = root / "small.py"
-        small.write_text("import keras\nx = keras.layers.Dense(8)\n")
+        alone = root / "one_file"  # a project of its own: the corpora beside it are other projects' files
+        alone.mkdir()
+        (alone / "small.py").write_text("import keras\nx = keras.layers.Dense(8)\n")
         startup = {
-            "version": measure("version", [sys.executable, "-m", "mplint", "--version"], root, 5)["wall"],
-            "one_file": measure("one file", [sys.executable, "-m", "mplint", "--no-cache", "--exit-zero", "small.py"], root, 5)["wall"],
+            "version": measure("version", [sys.executable, "-m", "mplint", "--version"], alone, 5)["wall"],
+            "one_file": measure("one file", [sys.executable, "-m", "mplint", "--no-cache", "--exit-zero", "small.py"], alone, 5)["wall"],
         }
     extra = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
     extra["targets"] = targets(rows, scaling, jobs_rows, startup, imports)
@@ -288,7 +323,8 @@ def main() -> None:
     text = report(rows, extra)
     (RESULTS / f"{stamp}.md").write_text(text)
     (RESULTS / f"{stamp}.json").write_text(json.dumps({"rows": rows, "jobs": jobs_rows, "startup": startup, "imports": imports, **extra}, indent=2))
-    (RESULTS / "latest.md").write_text(text)
+    if everything:
+        (RESULTS / "latest.md").write_text(text)
     print(text)
     for row in rows + jobs_rows:
         if row["rc"] not in (0, 1):

@@ -37,7 +37,7 @@ def explain(rule: str, console: Console | None = None) -> bool:
                       markup=False)
         return False
     console.print(Panel(Text.assemble((f"{meta.id} {meta.name}", "bold"), "\n", meta.summary), expand=False))
-    generations = ", ".join(f"G{g}" for g in meta.generations)
+    generations = ", ".join(f"G{g}" for g in meta.generations) or "PyTorch (torch.amp, torch.cuda.amp, apex.amp)"
     console.print(Markdown(f"## What it does\n\n{meta.what}\n\n## Why is this bad?\n\n{meta.why}"))
     if meta.example:
         console.print(Markdown("## Example"))

@@ -1,4 +1,4 @@
-"""API names without libcst: folding the many spellings of a Keras/TensorFlow API into one.
+"""API names without libcst: folding the many spellings of a Keras/TensorFlow/PyTorch API into one.
 
 ``canonical`` maps a dotted import path (``tensorflow.keras.layers.Dense``,
 ``keras.src.layers.core.dense.Dense``, ``tf_keras.layers.Dense``...) to a
@@ -31,6 +31,11 @@ _NAMESPACES: tuple[tuple[str, str], ...] = (
     ("numpy", "np"),
 )
 KERAS_NAMESPACES = frozenset({"keras", "tf.keras", "tf_keras"})
+# PyTorch and NVIDIA apex, kept apart from the table above: the Keras rules and analyses read any name
+# ``canonical`` resolves as Keras, TensorFlow or NumPy (``torch.where`` is not ``tf.where``), so the MPT
+# rules ask ``torch_canonical`` instead. ``torch.cuda.amp.autocast`` stays ``torch`` + ``cuda.amp.autocast``.
+_TORCH_NAMESPACES: tuple[tuple[str, str], ...] = (("torch", "torch"), ("apex", "apex"))
+TORCH_NAMESPACES = frozenset(ns for _, ns in _TORCH_NAMESPACES)
 
 # Deep module paths of the same public object.
 _PATH_ALIASES = {
@@ -54,7 +59,8 @@ _FLATTENED = ("layers", "activations", "losses", "optimizers")
 
 @dataclass(frozen=True)
 class KName:
-    """An API reference: ``ns`` is keras, tf.keras, tf_keras, tf or np; ``path`` the dotted rest."""
+    """An API reference: ``ns`` is keras, tf.keras, tf_keras, tf, np (``canonical``) or torch, apex
+    (``torch_canonical``); ``path`` the dotted rest."""
 
     ns: str
     path: str
@@ -97,6 +103,17 @@ def canonical(qualified: str, reexports: Mapping[str, str] = {}) -> KName | None
             if ns == "tf" and rest.startswith("keras."):
                 continue
             return KName(ns, _normalize_path(rest))
+    return None
+
+
+def torch_canonical(qualified: str) -> KName | None:
+    """``torch.nn.functional.softmax`` -> torch + ``nn.functional.softmax``; ``apex.amp.initialize`` -> apex
+    + ``amp.initialize``. Paths are kept as written: PyTorch has no flattened re-export scheme to fold."""
+    for prefix, ns in _TORCH_NAMESPACES:
+        if qualified == prefix:
+            return KName(ns, "")
+        if qualified.startswith(prefix + "."):
+            return KName(ns, qualified[len(prefix) + 1:])
     return None
 
 

@@ -24,7 +24,7 @@ import tokenize
 from dataclasses import dataclass
 from typing import Mapping
 
-from mplint.engine.apinames import KName, canonical, resolve_relative
+from mplint.engine.apinames import KName, canonical, resolve_relative, torch_canonical
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.
@@ -158,6 +158,16 @@ class CodeSummary:
         """What ``import_paths`` of a call resolve to, as the name resolver does (project re-exports
         followed): ``losses.mse`` in namespace ``keras`` for ``keras.losses.mse(y, p)``."""
         return [found for path in self.import_paths(call) if (found := canonical(path, self.reexports)) is not None]
+
+    def torch_names(self, call: ast.Call) -> list[KName]:
+        """``api_names`` for PyTorch and apex: ``nn.Linear`` in namespace ``torch`` for ``nn.Linear(4, 3)``
+        after ``from torch import nn``."""
+        return [found for path in self.import_paths(call) if (found := torch_canonical(path)) is not None]
+
+    @functools.cached_property
+    def imports_torch(self) -> bool:
+        """Whether the file imports PyTorch or apex (the MPT rules' context is the file's own code)."""
+        return any(torch_canonical(path) is not None for paths in self.origins.values() for path in paths)
 
     @functools.cached_property
     def api_calls(self) -> frozenset[KName]:

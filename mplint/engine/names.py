@@ -16,7 +16,13 @@ from typing import Iterable, Iterator, Mapping
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
-from mplint.engine.apinames import KERAS_NAMESPACES, KName, canonical, resolve_relative  # noqa: F401 (re-exported)
+from mplint.engine.apinames import (  # noqa: F401 (re-exported)
+    KERAS_NAMESPACES,
+    KName,
+    canonical,
+    resolve_relative,
+    torch_canonical,
+)
 
 
 def dotted(node: cst.CSTNode) -> str | None:
@@ -201,6 +207,18 @@ class NameResolver:
             if k is not None:
                 out.add(k)
         return out
+
+    def torch_names(self, node: cst.CSTNode) -> set[KName]:
+        """The PyTorch/apex APIs ``node`` can name (``torch_canonical`` of its import paths)."""
+        paths = self._import_paths(node)
+        return {k for q in (self.qualified(node) if paths is None else paths) if (k := torch_canonical(q)) is not None}
+
+    def torch_api(self, node: cst.CSTNode, paths: Iterable[str]) -> KName | None:
+        """The torch/apex KName of ``node`` if its path is one of ``paths`` (``nn.Linear``, ``amp.initialize``)."""
+        wanted = set(paths)
+        if not self.could_be(node, {p.rsplit(".", 1)[-1] for p in wanted}):
+            return None
+        return next((k for k in sorted(self.torch_names(node), key=str) if k.path in wanted), None)
 
     def kname(self, node: cst.CSTNode) -> KName | None:
         found = self.knames(node)

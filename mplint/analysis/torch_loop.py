@@ -1,0 +1,448 @@
+"""The order of a PyTorch training step, path by path: backward -> unscale_ -> clip -> step -> update.
+
+Every function of the file (and its top-level code) is walked statement by statement over a set of
+abstract paths. Each path knows which GradScaler holds a scaled backward not yet stepped and updated,
+which (scaler, optimizer) pairs were unscaled or stepped since the last ``update()``, whether a float16
+autocast region ran before a plain ``backward()``, and the branch conditions it assumed. An ``if amp:``
+whose condition a path already assumed (``if amp: scaler.scale(loss).backward() else: loss.backward()``
+followed by ``if amp: scaler.step(opt) else: opt.step()``) follows only the consistent branch, and an
+autocast region with ``enabled=amp`` computes in float16 only on paths where ``amp`` may be true.
+Loops run their body twice (what one iteration leaves for the next); ``return``, ``break`` and
+``continue`` end or redirect a path as they do at run time. Calls of functions of the same module
+(``train_step(...)``, ``self._backward(loss)``) are followed into their bodies, three deep.
+
+What the MPT2xx rules read (``TrainingLoopFlow.findings``): clip before ``unscale_`` (MPT204),
+``optimizer.step()`` on still-scaled gradients and ``update()`` between two steps of one backward
+(MPT202), ``unscale_`` twice or a manual division by ``get_scale()`` before ``scaler.step`` (MPT203),
+and a float16 autocast loss whose ``backward()`` and ``optimizer.step()`` run without any scaler (MPT201).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import libcst as cst
+
+from mplint.analysis.torch_amp import FLOAT16, Condition, TorchAmp, condition_of
+from mplint.engine.context import FileContext
+from mplint.engine.names import dotted
+
+CLIP_APIS = frozenset({
+    "nn.utils.clip_grad_norm_", "nn.utils.clip_grad_value_", "nn.utils.clip_grad.clip_grad_norm_",
+    "nn.utils.clip_grad.clip_grad_value_", "nn.utils.clip_grad_norm", "nn.utils.clip_grads_with_norm_",
+})
+_MAX_PATHS = 48  # per program point; beyond it later paths are dropped (findings can only be missed)
+_MAX_INLINE_DEPTH = 3
+
+# Finding kinds
+CLIP_BEFORE_UNSCALE = "clip-before-unscale"
+STEP_BYPASSED = "step-bypassed"
+UPDATE_BETWEEN_STEPS = "update-between-steps"
+UNSCALE_TWICE = "unscale-twice"
+MANUAL_UNSCALE = "manual-unscale"
+MISSING_SCALER = "missing-scaler"
+
+
+@dataclass(frozen=True)
+class _Path:
+    assumed: frozenset[Condition] = frozenset()
+    pending: frozenset[str] = frozenset()  # scalers with a scaled backward not yet updated
+    unscaled: frozenset[tuple[str, str]] = frozenset()  # (scaler, optimizer) unscaled or stepped since update
+    stepped: bool = False  # a scaler.step since the last update
+    last_update: int | None = None  # id of the last update() since the last scaled backward
+    manual_unscale: int | None = None  # id of a by-hand division by get_scale() awaiting scaler.step
+    # the enabling conditions of the float16 autocast regions that ran on this path (None: always enabled);
+    # matched against the path's assumptions when the backward comes (``if not amp: loss.backward()``)
+    float16_ran: frozenset[Condition | None] = frozenset()
+
+    @property
+    def float16_active(self) -> bool:
+        return any(c is None or self.assumes(c) is not False for c in self.float16_ran)
+    plain_backward: int | None = None  # id of a backward() after float16 autocast, awaiting optimizer.step()
+
+    def assumes(self, condition: Condition | None) -> bool | None:
+        """True/False when the path assumed ``condition``/its negation, else None."""
+        if condition is None:
+            return None
+        if condition in self.assumed:
+            return True
+        return False if Condition(condition.key, not condition.value) in self.assumed else None
+
+    def assume(self, conditions: list[Condition]) -> "_Path":
+        return replace(self, assumed=self.assumed | frozenset(conditions))
+
+    def forget(self, keys: set[str]) -> "_Path":
+        """A new loop iteration: conditions on names the loop rebinds no longer hold, and an optimizer
+        named by the loop variable (``for opt in optimizers: scaler.unscale_(opt)``) is another one."""
+        return replace(self, assumed=frozenset(c for c in self.assumed if c.key.split(".")[0] not in keys),
+                       unscaled=frozenset(pair for pair in self.unscaled if pair[1].split(".")[0] not in keys))
+
+
+@dataclass
+class _Flow:
+    """Paths leaving a statement: normally, or by return/break/continue."""
+
+    normal: list[_Path] = field(default_factory=list)
+    returned: list[_Path] = field(default_factory=list)
+    broken: list[_Path] = field(default_factory=list)
+    continued: list[_Path] = field(default_factory=list)
+
+
+@dataclass
+class _Event:
+    kind: str  # scaled-backward | plain-backward | unscale | clip | scaler-step | optimizer-step | update | manual-unscale | call
+    node: cst.CSTNode
+    scaler: str = ""
+    optimizer: str = ""
+    callee: cst.FunctionDef | None = None
+
+
+class TrainingLoopFlow:
+    """Build with ``context.analysis(TrainingLoopFlow)``; read ``findings[kind]`` (nodes in source order)."""
+
+    def __init__(self, context: FileContext):
+        self.context = context
+        self.amp: TorchAmp = context.analysis(TorchAmp.of)
+        self._found: dict[str, dict[int, cst.CSTNode]] = {}
+        self._nodes: dict[int, cst.CSTNode] = {}
+        self._events: dict[int, list[_Event]] = {}
+        self._holds: dict[int, list[bool]] = {}  # event node -> whether its finding's condition held, per path
+        self.pending_scalers: dict[int, set[str]] = {}
+        self.unscaled_steps: dict[int, dict[int, cst.Call]] = {}  # MISSING_SCALER backward -> the optimizer steps after it  # clip/step node -> the scalers whose backward is pending
+        self.functions = {s.name.value: s for s in context.module.body if isinstance(s, cst.FunctionDef)}
+        for root in [context.module, *context.nodes(cst.FunctionDef)]:
+            self._root = root
+            self._root_has_scaler = self._mentions_scaler(root, set())
+            body = root.body if isinstance(root, cst.Module) else root.body.body
+            if not isinstance(root, cst.Module) or any(not isinstance(s, (cst.FunctionDef, cst.ClassDef)) for s in body):
+                self._block(body, [_Path()], (id(root),))
+
+    def findings(self, kind: str) -> list[cst.CSTNode]:
+        return sorted(self._found.get(kind, {}).values(), key=self.context.source_order)
+
+    def on_every_path(self, node: cst.CSTNode) -> bool:
+        """Whether the finding at ``node`` holds on every path that reaches it (a fix there is then
+        right on all of them, not only in the ``if amp:`` branch)."""
+        return all(self._holds.get(id(node), [False]))
+
+    def _hold(self, node: cst.CSTNode, holds: bool) -> bool:
+        self._holds.setdefault(id(node), []).append(holds)
+        return holds
+
+    # --- statements ---------------------------------------------------------------------------
+
+    def _block(self, statements, paths: list[_Path], stack: tuple[int, ...]) -> _Flow:
+        out = _Flow(normal=paths)
+        for statement in statements:
+            if not out.normal:
+                break
+            step = self._statement(statement, out.normal, stack)
+            out.normal = step.normal
+            out.returned += step.returned
+            out.broken += step.broken
+            out.continued += step.continued
+        return out
+
+    def _statement(self, node: cst.CSTNode, paths: list[_Path], stack) -> _Flow:
+        if isinstance(node, cst.SimpleStatementLine):
+            return self._simple(node, paths, stack)
+        if isinstance(node, cst.If):
+            return self._if(node, paths, stack)
+        if isinstance(node, (cst.For, cst.While)):
+            return self._loop(node, paths, stack)
+        if isinstance(node, cst.With):
+            entered = self._enter(node, paths)
+            return self._block(node.body.body, entered, stack) if isinstance(node.body, cst.IndentedBlock) else self._simple_suite(node.body, entered, stack)
+        if isinstance(node, cst.Try):
+            return self._try(node, paths, stack)
+        return _Flow(normal=paths)  # definitions run nothing; match statements are not followed
+
+    def _simple_suite(self, suite, paths, stack) -> _Flow:
+        return self._simple(suite, paths, stack)
+
+    def _simple(self, line, paths: list[_Path], stack) -> _Flow:
+        for small in line.body:
+            paths = self._run_events(self._events_of(small), paths, stack)
+            if isinstance(small, cst.Return):
+                return _Flow(returned=paths)
+            if isinstance(small, cst.Raise):
+                return _Flow()
+            if isinstance(small, cst.Break):
+                return _Flow(broken=paths)
+            if isinstance(small, cst.Continue):
+                return _Flow(continued=paths)
+        return _Flow(normal=paths)
+
+    def _if(self, node: cst.If, paths: list[_Path], stack) -> _Flow:
+        when_true, when_false = _branch_conditions(self.context, node.test)
+        taken, skipped = [], []
+        for path in paths:
+            decided = path.assumes(when_true[0]) if len(when_true) == 1 else None
+            if decided is not False:
+                taken.append(path.assume(when_true))
+            if decided is not True:
+                skipped.append(path.assume(when_false))
+        out = self._block(node.body.body, _dedupe(taken), stack) if taken else _Flow()
+        if node.orelse is None:
+            other = _Flow(normal=skipped)
+        elif isinstance(node.orelse, cst.If):
+            other = self._if(node.orelse, skipped, stack) if skipped else _Flow()
+        else:
+            other = self._block(node.orelse.body.body, skipped, stack) if skipped else _Flow()
+        return _merge(out, other)
+
+    def _loop(self, node, paths: list[_Path], stack) -> _Flow:
+        changed = _assigned_names(self.context, node.body)
+        if isinstance(node, cst.For):
+            changed |= {n.value for n in self.context.nodes_within(node.target, cst.Name)}
+        done = _Flow(normal=list(paths))
+        current = [p.forget(changed) for p in paths]
+        for _ in range(2):
+            body = self._block(node.body.body, current, stack)
+            done.returned += body.returned
+            done.normal += body.broken
+            current = _dedupe([p.forget(changed) for p in body.normal + body.continued])
+            done.normal += current
+        if node.orelse is not None:
+            rest = self._block(node.orelse.body.body, _dedupe(done.normal), stack)
+            rest.returned += done.returned
+            return rest
+        done.normal = _dedupe(done.normal)
+        return done
+
+    def _try(self, node: cst.Try, paths, stack) -> _Flow:
+        body = self._block(node.body.body, paths, stack)
+        flows = [body]
+        for handler in node.handlers:
+            flows.append(self._block(handler.body.body, paths, stack))
+        out = flows[0]
+        for flow in flows[1:]:
+            out = _merge(out, flow)
+        if node.orelse is not None:
+            after = self._block(node.orelse.body.body, body.normal, stack)
+            out = _merge(_Flow(returned=out.returned, broken=out.broken, continued=out.continued,
+                               normal=[p for f in flows[1:] for p in f.normal]), after)
+        if node.finalbody is not None:
+            final = self._block(node.finalbody.body.body, out.normal, stack)
+            out = _merge(_Flow(returned=out.returned, broken=out.broken, continued=out.continued), final)
+        return out
+
+    def _enter(self, node: cst.With, paths: list[_Path]) -> list[_Path]:
+        regions = [r for r in self.amp.regions if r.node is node and r.dtype == FLOAT16 and r.enabled is not False]
+        if not regions:
+            return paths
+        conditions = frozenset(None if r.enabled is True else r.enabled_when for r in regions)
+        return [replace(path, float16_ran=path.float16_ran | conditions) for path in paths]
+
+    # --- events -------------------------------------------------------------------------------
+
+    def _run_events(self, events: list[_Event], paths: list[_Path], stack) -> list[_Path]:
+        for event in events:
+            if event.kind == "call":
+                if id(event.callee) in stack or len(stack) > _MAX_INLINE_DEPTH:
+                    continue
+                inner = self._block(event.callee.body.body, paths, (*stack, id(event.callee)))
+                # a callee that always raises is an abstract method a subclass overrides: step over it
+                paths = _dedupe(inner.normal + inner.returned) or paths
+            else:
+                paths = _dedupe([self._apply(event, p) for p in paths])
+            if not paths:
+                break
+        return paths
+
+    def _apply(self, event: _Event, path: _Path) -> _Path:
+        kind = event.kind
+        if kind == "scaled-backward":
+            return replace(path, pending=path.pending | {event.scaler}, last_update=None)
+        if kind == "plain-backward":
+            return replace(path, plain_backward=id(event.node)) if path.float16_active and not self._root_has_scaler else path
+        if kind == "unscale":
+            pair = (event.scaler, event.optimizer)
+            if self._hold(event.node, pair in path.unscaled):
+                self._report(UNSCALE_TWICE, event.node)
+            return replace(path, unscaled=path.unscaled | {pair})
+        if kind == "clip":
+            if self._hold(event.node, bool(path.pending) and not any(s in path.pending for s, _ in path.unscaled)):
+                self._report(CLIP_BEFORE_UNSCALE, event.node)
+                self.pending_scalers.setdefault(id(event.node), set()).update(path.pending)
+            return path
+        if kind == "manual-unscale":
+            return replace(path, manual_unscale=id(event.node)) if path.pending else path
+        if kind == "scaler-step":
+            if path.manual_unscale is not None:
+                self._report(MANUAL_UNSCALE, self._nodes[path.manual_unscale])
+            return replace(path, unscaled=path.unscaled | {(event.scaler, event.optimizer)}, stepped=True, manual_unscale=None)
+        if kind == "optimizer-step":
+            if self._hold(event.node, bool(path.pending)):
+                self._report(STEP_BYPASSED, event.node)
+                self.pending_scalers.setdefault(id(event.node), set()).update(path.pending)
+            if path.plain_backward is not None:
+                self._report(MISSING_SCALER, self._nodes[path.plain_backward])
+                self.unscaled_steps.setdefault(path.plain_backward, {})[id(event.node)] = event.node
+            return replace(path, plain_backward=None)
+        if kind == "update":
+            if path.last_update is not None and path.stepped:  # the earlier update() sits between two steps
+                self._report(UPDATE_BETWEEN_STEPS, self._nodes[path.last_update])
+            return replace(path, pending=path.pending - {event.scaler}, unscaled=frozenset(), stepped=False,
+                           last_update=id(event.node), manual_unscale=None)
+        return path
+
+    def _report(self, kind: str, node: cst.CSTNode) -> None:
+        self._found.setdefault(kind, {})[id(node)] = node
+
+    def _events_of(self, small: cst.CSTNode) -> list[_Event]:
+        key = id(small)
+        if key not in self._events:
+            self._events[key] = self._classify(small)
+        return self._events[key]
+
+    def _classify(self, small: cst.CSTNode) -> list[_Event]:
+        context = self.context
+        calls = [c for c in context.nodes_within(small, cst.Call) if not _in_lambda(context, c, small)]
+        calls.sort(key=lambda c: (context.end_order(c), -context.source_order(c)))
+        events = [e for c in calls if (e := self._event(c)) is not None]
+        manual = self._manual_unscale(small)
+        if manual is not None:
+            events.append(manual)
+        for event in events:
+            self._nodes[id(event.node)] = event.node
+        return events
+
+    def _event(self, call: cst.Call) -> _Event | None:
+        func = call.func
+        if isinstance(func, cst.Name) and func.value in self.functions:
+            return _Event("call", call, callee=self.functions[func.value])
+        if not isinstance(func, cst.Attribute):
+            return _Event("clip", call) if self._is_clip(call) else None
+        method, receiver = func.attr.value, func.value
+        amp = self.amp
+        if method == "backward":
+            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
+                    and receiver.func.attr.value == "scale" and amp.is_scaler(receiver.func.value):
+                return _Event("scaled-backward", call, scaler=dotted(receiver.func.value) or "")
+            scaler = self._scaled_name(call, receiver)
+            if scaler is not None:
+                return _Event("scaled-backward", call, scaler=scaler)
+            return _Event("plain-backward", call) if not call.args or _keyword_only(call) else None
+        if method == "unscale_" and amp.is_scaler(receiver):
+            return _Event("unscale", call, scaler=dotted(receiver) or "", optimizer=_first_text(call))
+        if method == "step" and amp.is_scaler(receiver):
+            return _Event("scaler-step", call, scaler=dotted(receiver) or "", optimizer=_first_text(call))
+        if method == "update" and not call.args and amp.is_scaler(receiver):
+            return _Event("update", call, scaler=dotted(receiver) or "")
+        if method == "step" and amp.is_optimizer(receiver):
+            return _Event("optimizer-step", call, optimizer=dotted(receiver) or "")
+        if isinstance(receiver, cst.Name) and receiver.value == "self":
+            method_def = self._method(call, method)
+            if method_def is not None:
+                return _Event("call", call, callee=method_def)
+        return _Event("clip", call) if self._is_clip(call) else None
+
+    def _scaled_name(self, call: cst.Call, receiver: cst.BaseExpression) -> str | None:
+        """The scaler of ``scaled = scaler.scale(loss)`` when ``receiver`` is ``scaled`` (same function)."""
+        if not isinstance(receiver, cst.Name):
+            return None
+        scope = self.context.enclosing(call, cst.FunctionDef) or self.context.module
+        for assign in self.context.nodes_within(scope, cst.Assign):
+            value = assign.value
+            if any(dotted(t.target) == receiver.value for t in assign.targets) and isinstance(value, cst.Call) \
+                    and isinstance(value.func, cst.Attribute) and value.func.attr.value == "scale" \
+                    and self.amp.is_scaler(value.func.value):
+                return dotted(value.func.value)
+        return None
+
+    def _is_clip(self, call: cst.Call) -> bool:
+        return self.context.names.torch_api(call.func, CLIP_APIS) is not None
+
+    def _method(self, call: cst.Call, name: str) -> cst.FunctionDef | None:
+        owner = self.context.enclosing(call, cst.ClassDef)
+        if owner is None:
+            return None
+        return next((s for s in owner.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+
+    def _manual_unscale(self, small: cst.CSTNode) -> _Event | None:
+        """``p.grad /= scaler.get_scale()``, ``p.grad.div_(scaler.get_scale())``: gradients unscaled by hand."""
+        for call in self.context.nodes_within(small, cst.Call):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "get_scale" and self.amp.is_scaler(func.value)):
+                continue
+            for ancestor in self.context.ancestors(call):
+                if isinstance(ancestor, cst.AugAssign) and isinstance(ancestor.operator, cst.DivideAssign) and _is_grad(ancestor.target):
+                    return _Event("manual-unscale", ancestor)
+                if isinstance(ancestor, cst.Call) and isinstance(ancestor.func, cst.Attribute) \
+                        and ancestor.func.attr.value == "div_" and _is_grad(ancestor.func.value):
+                    return _Event("manual-unscale", ancestor)
+                if ancestor is small:
+                    break
+        return None
+
+    def _mentions_scaler(self, root: cst.CSTNode, seen: set[int]) -> bool:
+        """Whether ``root`` (or a same-module function it calls) refers to a GradScaler."""
+        if id(root) in seen:
+            return False
+        seen.add(id(root))
+        for node in self.context.nodes_within(root, cst.Name, cst.Attribute):
+            if self.amp.is_scaler(node):
+                return True
+        for call in self.context.nodes_within(root, cst.Call):
+            if isinstance(call.func, cst.Name) and call.func.value in self.functions and len(seen) <= _MAX_INLINE_DEPTH:
+                if self._mentions_scaler(self.functions[call.func.value], seen):
+                    return True
+        return False
+
+
+def _branch_conditions(context: FileContext, test: cst.BaseExpression) -> tuple[list[Condition], list[Condition]]:
+    """What the true and the false branch of ``if test`` may assume (``a and b``: both when true)."""
+    if isinstance(test, cst.BooleanOperation):
+        left_true, left_false = _branch_conditions(context, test.left)
+        right_true, right_false = _branch_conditions(context, test.right)
+        if isinstance(test.operator, cst.And):
+            return left_true + right_true, []
+        return [], left_false + right_false
+    condition = condition_of(context, test)
+    if condition is None:
+        return [], []
+    return [condition], [Condition(condition.key, not condition.value)]
+
+
+def _merge(first: _Flow, second: _Flow) -> _Flow:
+    return _Flow(_dedupe(first.normal + second.normal), first.returned + second.returned,
+                 first.broken + second.broken, first.continued + second.continued)
+
+
+def _dedupe(paths: list[_Path]) -> list[_Path]:
+    return list(dict.fromkeys(paths))[:_MAX_PATHS]
+
+
+def _assigned_names(context: FileContext, body: cst.CSTNode) -> set[str]:
+    names = set()
+    for node in context.nodes_within(body, cst.AssignTarget, cst.AugAssign, cst.AnnAssign):
+        target = node.target
+        text = dotted(target)
+        if text:
+            names.add(text.split(".")[0])
+        names.update(n.value for n in context.nodes_within(target, cst.Name))
+    return names
+
+
+def _in_lambda(context: FileContext, call: cst.Call, stop: cst.CSTNode) -> bool:
+    for ancestor in context.ancestors(call):
+        if ancestor is stop:
+            return False
+        if isinstance(ancestor, (cst.Lambda, cst.FunctionDef)):
+            return True
+    return False
+
+
+def _keyword_only(call: cst.Call) -> bool:
+    return all(a.keyword is not None for a in call.args)
+
+
+def _first_text(call: cst.Call) -> str:
+    first = next((a.value for a in call.args if a.keyword is None or a.keyword.value == "optimizer"), None)
+    return (dotted(first) or "?") if first is not None else ""
+
+
+def _is_grad(node: cst.BaseExpression) -> bool:
+    text = dotted(node) or ""
+    return text.endswith(".grad") or text == "grad" or "grad" in text.rsplit(".", 1)[-1]

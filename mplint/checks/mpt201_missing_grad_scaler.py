@@ -1,0 +1,70 @@
+"""MPT201: a float16 autocast loss trained without a GradScaler."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.analysis.torch_amp import FLOAT16, TorchAmp, TorchRule
+from mplint.analysis.torch_loop import MISSING_SCALER, TrainingLoopFlow
+from mplint.diagnostics import Fix, FixSafety, ImportSpec
+from mplint.engine.names import dotted
+from mplint.project.torch_target import torch_target
+
+
+class MissingGradScaler(TorchRule):
+    id = "MPT201"
+    triggers = (b"autocast",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return code.imports_torch and "autocast" in code.calls and "backward" in code.calls and "step" in code.calls
+
+    def visit_Module(self, node: cst.Module) -> None:
+        flow = self.context.analysis(TrainingLoopFlow)
+        for backward in flow.findings(MISSING_SCALER):
+            steps = sorted(flow.unscaled_steps.get(id(backward), {}).values(), key=self.context.source_order)
+            self.report(backward, "the loss comes from a float16 autocast region but `backward()` and the optimizer step run "
+                                  "without a GradScaler: small gradients underflow to zero in float16; scale the loss with "
+                                  "`torch.amp.GradScaler`", self._fix(backward, steps))
+
+    def _fix(self, backward: cst.Call, steps: list[cst.Call]) -> Fix | None:
+        """``scaler = GradScaler(device)`` after the optimizer's construction, ``scaler.scale(loss).backward()``,
+        ``scaler.step(opt)`` + ``scaler.update()``: when the loss is a name, every step a statement of its own,
+        one optimizer constructed in this file and ``scaler`` a free name."""
+        amp = self.context.analysis(TorchAmp.of)
+        if "scaler" in self.context.text or not isinstance(backward.func, cst.Attribute) \
+                or not isinstance(backward.func.value, cst.Name) or self.statement_of(backward) is None:
+            return None
+        step_lines = [self.statement_of(step) for step in steps]
+        optimizers = {dotted(step.func.value) for step in steps}
+        if not steps or None in step_lines or len(optimizers) != 1:
+            return None
+        optimizer = optimizers.pop()
+        construction = self._construction(amp, optimizer)
+        devices = {r.device for r in amp.regions if r.dtype == FLOAT16 and r.device}
+        if construction is None or len(devices) > 1:
+            return None
+        device = devices.pop() if devices else "cuda"
+        target = torch_target(self.context.path)
+        if target.at_least("2.3"):
+            scaler = f'torch.amp.GradScaler("{device}")'
+        elif device == "cuda":
+            scaler = "torch.cuda.amp.GradScaler()"
+        else:
+            return None
+        replacements = {
+            construction: cst.FlattenSentinel([construction, cst.parse_statement(f"scaler = {scaler}\n")]),
+            backward.func: backward.func.with_changes(value=cst.parse_expression(f"scaler.scale({backward.func.value.value})")),
+        }
+        for step, line in zip(steps, step_lines):
+            replacements[line] = cst.FlattenSentinel([
+                cst.parse_statement(f"scaler.step({optimizer})\n").with_changes(leading_lines=line.leading_lines),
+                cst.parse_statement("scaler.update()\n").with_changes(trailing_whitespace=line.trailing_whitespace),
+            ])
+        return Fix(replacements, FixSafety.SAFE, imports=[ImportSpec("torch")])
+
+    def _construction(self, amp: TorchAmp, optimizer: str) -> cst.SimpleStatementLine | None:
+        found = [self.statement_of(call) for call in self.context.nodes(cst.Call) if amp.is_optimizer_construction(call)
+                 and isinstance(self.context.parent(call), cst.Assign)
+                 and [dotted(t.target) for t in self.context.parent(call).targets] == [optimizer]]
+        return found[0] if len(found) == 1 else None

@@ -1,0 +1,119 @@
+"""MPT301: PyTorch layer sizes that are not multiples of 8 in a file that computes in float16/bfloat16."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from mplint.analysis.call_args import argument
+from mplint.analysis.constants import evaluate_int, only_used_where
+from mplint.analysis.torch_amp import TorchAmp, TorchRule, is_half_cast
+from mplint.diagnostics import Fix, FixSafety
+from mplint.engine.names import dotted
+
+# layer -> (position, keyword) of the size that is a matmul/conv dimension the layer chooses
+_SIZES = {
+    "nn.Linear": (1, "out_features"),
+    **{f"nn.{conv}{n}d": (1, "out_channels") for conv in ("Conv", "ConvTranspose") for n in (1, 2, 3)},
+    "nn.Embedding": (1, "embedding_dim"),
+    "nn.MultiheadAttention": (0, "embed_dim"),
+    "nn.LSTM": (1, "hidden_size"),
+    "nn.GRU": (1, "hidden_size"),
+}
+# layer -> (position, keyword) of the size it takes from the layer before
+_INPUTS = {name: (0, "in_channels" if "Conv" in name else "input_size" if name in ("nn.LSTM", "nn.GRU") else "in_features")
+           for name in _SIZES if name not in ("nn.Embedding", "nn.MultiheadAttention")}
+# Names of sizes and attributes that are a model's output (a class count, a vocabulary, a head).
+_OUTPUT_NAME = re.compile(r"class|label|vocab|target|out(put)?s?$|^n_?out|head|classifier|logit|num_out", re.I)
+
+
+class TorchTensorCoreAlignment(TorchRule):
+    id = "MPT301"
+    triggers = (b"nn.", b"Linear", b"Conv", b"Embedding")
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        layers = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+                  "Embedding", "MultiheadAttention", "LSTM", "GRU")
+        reduced = code.calls_any("autocast", "half") or code.mentions("float16")  # .to(torch.float16)
+        return code.imports_torch and reduced and code.calls_any(*layers)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        amp = self.context.analysis(TorchAmp.of)
+        reduced = [r for r in amp.regions if r.reduced]
+        halves = any(is_half_cast(self.context, amp, c) for c in self.context.nodes(cst.Call))
+        if not reduced and not halves:
+            return
+        precision = "float16/bfloat16 autocast" if reduced else "float16"
+        for call in self.context.nodes(cst.Call):
+            found = self.context.names.torch_api(call.func, _SIZES)
+            if found is None or found.ns != "torch" or self._is_output(call):
+                continue
+            position, keyword = _SIZES[found.path]
+            size = argument(call, position, keyword)
+            value = evaluate_int(self.context, size) if size is not None else None
+            if value is None or value.value % 8 == 0 or value.value < 8 or _OUTPUT_NAME.search(dotted(size) or ""):
+                continue  # sizes below 8 are heads (a regression output, 3D coordinates), not widths to pad
+            rounded = -(-value.value // 8) * 8
+            fix = self._fix(call, size, value, rounded)
+            self.report(size, f"`{keyword}={value.value}` of `{found.path}` is not a multiple of 8: under {precision} its "
+                              f"matmuls miss tensor cores (use {rounded})", fix)
+
+    def _fix(self, call: cst.Call, size, value, rounded: int) -> Fix | None:
+        """A PyTorch layer's size is also the next layer's input size: round a literal together with the
+        next layer's equal input literal in an ``nn.Sequential``, or a constant used only as layer sizes."""
+        new = cst.Integer(str(rounded))
+        if value.binding is not None and value.literal is not None:
+            if only_used_where(self.context, value.binding, self._layer_size):
+                return Fix({value.literal: new}, FixSafety.UNSAFE)
+            return None
+        if not isinstance(size, cst.Integer):
+            return None
+        following = self._next_in_sequential(call)
+        if following is None:
+            return None
+        found = self.context.names.torch_api(following.func, _INPUTS)
+        position, keyword = _INPUTS[found.path] if found is not None else (None, "")
+        width = argument(following, position, keyword) if found is not None else None
+        if not isinstance(width, cst.Integer) or evaluate_int(self.context, width).value != value.value:
+            return None
+        return Fix({size: new, width: cst.Integer(str(rounded))}, FixSafety.UNSAFE)
+
+    def _next_in_sequential(self, call: cst.Call) -> cst.Call | None:
+        arg = self.context.parent(call)
+        outer = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not isinstance(outer, cst.Call) or not (dotted(outer.func) or "").endswith("Sequential"):
+            return None
+        later = outer.args[outer.args.index(arg) + 1:]
+        return next((a.value for a in later if isinstance(a.value, cst.Call)
+                     and self.context.names.torch_api(a.value.func, _SIZES) is not None), None)
+
+    def _layer_size(self, name: cst.Name) -> bool:
+        arg = self.context.parent(name)
+        call = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
+        return isinstance(call, cst.Call) and self.context.names.torch_api(call.func, _SIZES) is not None
+
+    def _is_output(self, call: cst.Call) -> bool:
+        """The last layer of an ``nn.Sequential``, or a layer bound to a name like ``head``/``classifier``,
+        or the one ``forward`` returns directly."""
+        parent = self.context.parent(call)
+        if isinstance(parent, cst.Arg):
+            outer = self.context.parent(parent)
+            if isinstance(outer, cst.Call) and dotted(outer.func) and dotted(outer.func).endswith("Sequential"):
+                return outer.args[-1] is parent
+        if isinstance(parent, cst.Assign):
+            targets = [dotted(t.target) or "" for t in parent.targets]
+            if any(_OUTPUT_NAME.search(t.rsplit(".", 1)[-1]) for t in targets):
+                return True
+            owner = self.context.enclosing(call, cst.ClassDef)
+            return owner is not None and any(t.startswith("self.") and self._returned(owner, t) for t in targets)
+        return False
+
+    def _returned(self, owner: cst.ClassDef, attribute: str) -> bool:
+        for method in owner.body.body:
+            if isinstance(method, cst.FunctionDef) and method.name.value == "forward":
+                for ret in self.context.nodes_within(method, cst.Return):
+                    if isinstance(ret.value, cst.Call) and dotted(ret.value.func) == attribute:
+                        return True
+        return False

@@ -1,0 +1,152 @@
+"""MPT502: ``torch.cuda.amp``/``torch.cpu.amp`` spellings, deprecated since torch 2.4."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from mplint.analysis.call_args import keyword_arg
+from mplint.analysis.torch_amp import TorchRule
+from mplint.diagnostics import Fix, FixSafety, ImportSpec
+from mplint.engine.names import dotted
+from mplint.project.torch_target import torch_target
+
+# deprecated path -> (device, new name)
+_DEPRECATED = {
+    f"{device}.amp.{path}": (device, name)
+    for device in ("cuda", "cpu")
+    for path, name in (("autocast", "autocast"), ("autocast_mode.autocast", "autocast"), ("GradScaler", "GradScaler"),
+                       ("grad_scaler.GradScaler", "GradScaler"), ("custom_fwd", "custom_fwd"), ("custom_bwd", "custom_bwd"))
+    if device == "cuda" or not name.startswith("custom")
+}
+_NEW_API = re.compile(r"(?<!cuda\.)(?<!cpu\.)\bamp\.(?:GradScaler|autocast|custom_fwd|custom_bwd)\(|\bautocast\(\s*(?:device_type=)?[\"']|GradScaler\(\s*(?:device=)?[\"']")
+# torch.cuda.amp.autocast(enabled, dtype, cache_enabled) -> torch.amp.autocast(device_type, dtype, enabled, cache_enabled)
+_AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
+
+
+class DeprecatedCudaAmpApi(TorchRule):
+    id = "MPT502"
+    triggers = (b"amp",)  # torch.cuda.amp, torch.cpu.amp, `from torch.cuda import amp`
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return code.imports_torch and "amp" in code.words and code.mentions("autocast", "GradScaler", "custom_fwd", "custom_bwd")
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.target = torch_target(context.path)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        found = self._deprecated(node.func)
+        if found is not None and not isinstance(self.context.parent(node), cst.Decorator):
+            self._report(node, node.func, found, node)
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        expr = node.decorator
+        func = expr.func if isinstance(expr, cst.Call) else expr
+        found = self._deprecated(func)
+        if found is not None:
+            self._report(expr, func, found, expr if isinstance(expr, cst.Call) else None)
+
+    def _deprecated(self, func: cst.BaseExpression) -> tuple[str, str, str] | None:
+        if not self.target.admits_from("2.4"):
+            return None  # deprecated only from 2.4
+        found = self.context.names.torch_api(func, _DEPRECATED)
+        return (found.path, *_DEPRECATED[found.path]) if found is not None and found.ns == "torch" else None
+
+    def _in_compatibility_branch(self, node: cst.CSTNode) -> bool:
+        """``torch.amp.GradScaler(...) if new_torch else torch.cuda.amp.GradScaler()``, an ``else:`` or an
+        ``except`` fallback whose other branch already writes the torch.amp API: code for older torch."""
+        child = node
+        for ancestor in self.context.ancestors(node):
+            other = None
+            if isinstance(ancestor, cst.IfExp):
+                other = ancestor.body if child is ancestor.orelse else ancestor.orelse
+            elif isinstance(ancestor, cst.If):
+                other = ancestor.orelse if child is ancestor.body else ancestor.body
+            elif isinstance(ancestor, cst.ExceptHandler):
+                other = self.context.parent(ancestor).body
+            if other is not None and _NEW_API.search(self.code(other)):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            child = ancestor
+        return False
+
+    def _report(self, node, func, found, call: cst.Call | None) -> None:
+        if self._in_compatibility_branch(node):
+            return
+        path, device, name = found
+        new = self._new_spelling(call, device, name)
+        message = (f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning): write "
+                   f"`{self.code(new) if new is not None else f'torch.amp.{name}'}`")
+        fix = None
+        if not self.target.at_least("2.4"):
+            message += f"; no automatic fix: {self.target.source} admits torch < 2.4"
+        elif new is not None:
+            fix = self._fix(node, func, new)
+        self.report(node, message, fix)
+
+    def _new_spelling(self, call: cst.Call | None, device: str, name: str) -> cst.BaseExpression | None:
+        func = cst.parse_expression(f"torch.amp.{name}")
+        old_args = list(call.args) if call is not None else []
+        if any(a.star for a in old_args):
+            return None
+        if name == "autocast":
+            args = [cst.Arg(cst.SimpleString(f'"{device}"'))]
+            for i, arg in enumerate(old_args):
+                if arg.keyword is None:
+                    if i >= len(_AUTOCAST_POSITIONS):
+                        return None
+                    arg = keyword_arg(_AUTOCAST_POSITIONS[i], arg.value)
+                args.append(arg)
+        elif name == "GradScaler":
+            args = [cst.Arg(cst.SimpleString(f'"{device}"')), *old_args]
+        else:  # custom_fwd / custom_bwd: device_type is keyword-only
+            if any(a.keyword is None for a in old_args):
+                return None
+            args = [keyword_arg("device_type", cst.SimpleString(f'"{device}"')), *old_args]
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        args = [a.with_changes(comma=comma) for a in args[:-1]] + [args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+        return cst.Call(func, args)
+
+    def _fix(self, node, func, new: cst.Call) -> Fix:
+        replacements = {node: new}
+        if isinstance(func, cst.Name):
+            removal = self._import_removal(func)
+            if removal is not None:
+                replacements.update(removal)
+        return Fix(replacements, FixSafety.SAFE, imports=[ImportSpec("torch")])
+
+    def _rewritten(self, reference: cst.CSTNode) -> bool:
+        """Whether this rule's fix rewrites the use ``reference`` (so the import it came from can go)."""
+        parent = self.context.parent(reference)
+        found = self._deprecated(reference)
+        if found is None:
+            return False
+        if isinstance(parent, cst.Decorator):
+            return True
+        if isinstance(parent, cst.Call) and parent.func is reference:
+            return self._new_spelling(parent, found[1], found[2]) is not None
+        return False
+
+    def _import_removal(self, name: cst.Name) -> dict | None:
+        """Drop ``name`` from ``from torch.cuda.amp import ...`` when this is its last use in the file."""
+        scope = self.context.names.scopes.get(name)
+        if scope is None:
+            return None
+        for assignment in scope[name.value]:
+            statement = getattr(assignment, "node", None)
+            if not isinstance(statement, cst.ImportFrom) or isinstance(statement.names, cst.ImportStar):
+                continue
+            references = sorted((r.node for r in assignment.references), key=self.context.source_order)
+            if not references or references[-1] is not name or not all(map(self._rewritten, references)):
+                return None
+            line = self.context.parent(statement)
+            kept = [a for a in statement.names if (a.asname.name.value if a.asname else dotted(a.name)) != name.value]
+            if not kept:
+                return {line: cst.RemovalSentinel.REMOVE} if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return {statement: statement.with_changes(names=kept)}
+        return None

@@ -1,0 +1,97 @@
+"""The MPT family beyond its rule examples: the torch pin, PyTorch name resolution, the pre-filter, and the
+separation of the PyTorch and Keras families on the fixtures."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from mplint.engine.apinames import canonical, torch_canonical
+from mplint.engine.check import check_source
+from mplint.engine.check_options import CheckOptions
+from mplint.engine.registry import all_rules
+from mplint.project.torch_target import torch_target
+from mplint.runner import RunOptions, run
+from mplint.testing import lint_code
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name, text, minimum, at_least_24, admits_24", [
+    ("requirements.txt", "numpy\ntorch>=2.4,<3  # cuda 12\n", "2.4.0", True, True),
+    ("requirements-train.txt", "torch==2.1.2\n", "2.1.2", False, False),
+    ("pyproject.toml", '[project]\nname = "x"\ndependencies = ["torch>=2.0"]\n', "2.0.0", False, True),
+    ("pyproject.toml", '[tool.poetry.dependencies]\npython = "^3.10"\ntorch = "^2.5"\n', "2.5.0", True, True),
+    ("setup.cfg", "[options]\ninstall_requires =\n    torch>=2.3.1\n    numpy\n", "2.3.1", False, True),
+])
+def test_torch_pins_are_read_with_real_parsers(tmp_path, name, text, minimum, at_least_24, admits_24):
+    (tmp_path / name).write_text(text)
+    target = torch_target(tmp_path / "train.py")
+    assert target.pinned and target.minimum == Version(minimum)
+    assert target.at_least("2.4") is at_least_24 and target.admits_from("2.4") is admits_24
+
+
+def test_the_nearest_pin_counts_and_a_project_root_stops_the_search(tmp_path):
+    (tmp_path / "requirements.txt").write_text("torch==2.1.0\n")
+    nested = tmp_path / "src" / "pkg"
+    nested.mkdir(parents=True)
+    assert torch_target(nested / "model.py").minimum == Version("2.1.0")  # found two folders up
+    project = tmp_path / "tools"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "tools"\ndependencies = ["numpy"]\n')
+    assert not torch_target(project / "run.py").pinned  # its own project does not pin torch
+    assert torch_target(project / "run.py").at_least("2.4")
+
+
+def test_torch_names_resolve_apart_from_keras():
+    assert torch_canonical("torch.cuda.amp.GradScaler").path == "cuda.amp.GradScaler"
+    assert torch_canonical("apex.amp.initialize").ns == "apex"
+    assert torch_canonical("tensorflow.keras.layers.Dense") is None
+    assert canonical("torch.where") is None  # the Keras rules never see PyTorch names
+
+
+@pytest.mark.parametrize("rule_id, source", [
+    ("MPT204", "from torch.nn.utils import clip_grad_norm_ as clip\n\ndef step(m, opt, scaler, loss):\n"
+               "    scaler.scale(loss).backward()\n    clip(m.parameters(), 1.0)\n    scaler.step(opt)\n    scaler.update()\n"),
+    ("MPT502", "import torch.cuda.amp as cuda_amp\n\nscaler = cuda_amp.GradScaler()\n"),
+    ("MPT502", "from torch.cuda import amp\n\nwith amp.autocast():\n    pass\n"),
+    ("MPT501", "import torch\nimport apex.amp as A\n\nmodel, opt = A.initialize(model, opt, opt_level='O2')\n"),
+    ("MPT601", "import torch as T\n\nclass Attn(T.nn.Module):\n    def forward(self, s, m):\n"
+               "        return T.where(m, s, T.finfo(T.float32).min)\n"),
+])
+def test_the_prefilter_follows_torch_aliases(rule_id, source):
+    options = CheckOptions(tuple(all_rules().values()))
+    on = check_source("example.py", source.encode(), options)
+    off = check_source("example.py", source.encode(), CheckOptions(options.rules, options.facts, prefilter=False))
+    assert rule_id in {d.rule_id for d in on.diagnostics}
+    assert sorted((d.rule_id, d.line, d.column) for d in on.diagnostics) == sorted((d.rule_id, d.line, d.column) for d in off.diagnostics)
+
+
+def test_the_families_stay_apart_on_the_fixtures(tmp_path):
+    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures")
+    report = run(RunOptions([tmp_path / "fixtures"], cache=False, jobs=1, select=["MP"]))
+    torch_files = {d.path for d in report.diagnostics if d.rule_id.startswith("MPT")}
+    keras_files = {d.path for d in report.diagnostics if not d.rule_id.startswith("MPT") and d.rule_id[2] != "0"}
+    assert torch_files and all("fixtures/torch/" in p for p in torch_files)
+    assert keras_files and not any("fixtures/torch/" in p for p in keras_files)
+
+
+def test_the_torch_fixtures_report_exactly():
+    def found(name: str) -> list[tuple[str, int, int, str]]:
+        source = (REPO / "fixtures" / "torch" / name).read_text()
+        result = lint_code(source, path=name, select=["MPT"], files={"requirements.txt": "torch>=2.4\n"})
+        return [(d.rule_id, d.line, d.column, d.fix_safety.value) for d in result.diagnostics]
+
+    assert found("classifier.py") == [
+        ("MPT301", 14, 50, "unsafe"),  # Linear(784, 300): rounded with the next layer's input
+        ("MPT301", 14, 82, "unsafe"),  # HIDDEN = 100 is only ever a layer size: the constant is rounded
+        ("MPT502", 23, 10, "safe"),
+        ("MPT205", 32, 13, "safe"),
+        ("MPT204", 33, 9, "none"),  # fixed once MPT202's fix gives the function a scaler.step
+        ("MPT202", 34, 9, "safe"),
+    ]
+    assert found("apex_o1.py") == [("MPT501", line, col, "unsafe") for line, col in ((4, 1), (10, 20), (19, 10), (21, 36), (25, 88))]
+    assert found("attention.py") == [("MPT601", 20, 62, "safe")]
