@@ -125,7 +125,7 @@ class RuleKey:
 # The first keys of every rule file, written as plain scalars (tests/test_catalog_index.py holds the
 # files to it): rule selection reads them without a YAML parser, so a run answered from the cache
 # never loads the catalog.
-_HEAD = re.compile(r"\Aid: (MP\d+)\nname: ([a-z0-9-]+)\n(?:default: (true|false)\n)?")
+_HEAD = re.compile(r"\Aid: (MPT?\d+)\nname: ([a-z0-9-]+)\n(?:default: (true|false)\n)?")
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,7 +135,7 @@ def rule_keys() -> tuple[RuleKey, ...]:
     for path in sorted(catalog_dir().glob("MP*.yaml")):
         m = _HEAD.match(path.read_text(encoding="utf-8")[:200])
         if m is None:
-            raise CatalogError(f"{path}: must start with 'id: MPnnn', 'name: kebab-case-name' and optionally 'default: false'")
+            raise CatalogError(f"{path}: must start with 'id: MPnnn' (or MPTnnn), 'name: kebab-case-name' and optionally 'default: false'")
         keys.append(RuleKey(m.group(1), m.group(2), m.group(3) != "false"))
     return tuple(sorted(keys, key=lambda k: k.id))
 

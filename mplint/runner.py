@@ -14,7 +14,7 @@ from mplint.engine.notebooks import check_notebook, is_notebook
 from mplint.engine.registry import all_rules, select
 from mplint.fixes.write_back import ENGINE_CODES, write_back
 from mplint.pool import parallel_map
-from mplint.project.build import configured_target, facts_key, facts_of, module_facts_of, signature
+from mplint.project.build import configured_target, pin_files_digest, facts_key, facts_of, module_facts_of, signature
 from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.project.config import Config, load_config, marked_root
 from mplint.project.discovery import SourcePath, discover, module_name
@@ -157,6 +157,11 @@ def _check_file(source: SourcePath, data: bytes, check: CheckOptions) -> FileRes
     return check_source(source.display, data, check, name, is_package)
 
 
+def _targets(rule, facts: ProjectFacts) -> bool:
+    """The rule applies to the module's target generation (PyTorch rules name none: they apply everywhere)."""
+    return not rule.meta.generations or facts.generation.value in rule.meta.generations
+
+
 def _settings(config: Config, options: RunOptions) -> tuple[Generation | None, str | None]:
     """The target and policy that options or config impose on every program (None: each program's own)."""
     return configured_target(config, options.target, options.keras), options.policy or config.policy
@@ -214,7 +219,9 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
-    cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items())))
+    # Pins decide targets (the torch pin too, read by the PyTorch rules themselves): they are part of the key.
+    cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()),
+                                    pin_files_digest(config.root)))
     active: dict[ProjectFacts, tuple] = {}
     facts_digests: dict[int, str] = {}  # by id: the facts live as long as this function
 
@@ -234,7 +241,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
         if facts not in active:
             active[facts] = tuple(r for rid, r in all_rules().items()
-                                  if rid in enabled and facts.generation.value in r.meta.generations and r.active_for(facts))
+                                  if rid in enabled and _targets(r, facts) and r.active_for(facts))
         ignored = _per_file_ignored(config, source.path)
         return CheckOptions(tuple(r for r in active[facts] if r.id not in ignored), facts, options.fix, unsafe, options.prefilter)
 

@@ -65,9 +65,8 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
     pinned = None if configured else pins.target_for(config.root)
     key = None
     if cache is not None and digests is not None:
-        pin_files = [(str(p), content_hash(p.read_bytes())) for p in _pin_files(config.root)]
         key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), configured, policy,
-                           str(config.root), sorted(pin_files))
+                           str(config.root), pin_files_digest(config.root))
         cached = cache.module_facts(key)
         if cached is not None:
             by_display, summary = cached
@@ -151,3 +150,14 @@ def project_facts(root: Path, keras: int | None = None, policy: str | None = Non
     return {path.relative_to(root).as_posix(): facts for path, facts in by_path.items()}
 
 
+
+
+def pin_files_digest(root: Path) -> str:
+    """One digest of every pin source of the project: a changed pin changes targets without changing code."""
+    parts = []
+    for path in _pin_files(root):
+        try:
+            parts.append((str(path), content_hash(path.read_bytes())))
+        except OSError:
+            continue
+    return content_hash(repr(parts).encode())
