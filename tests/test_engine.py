@@ -123,6 +123,39 @@ def test_crashing_rule_is_reported_and_other_rules_are_not_lost():
     assert d.rule_id == "MP002" and "RuntimeError('boom')" in d.message
 
 
+def test_a_crashing_rule_loses_only_its_own_findings_and_mp002_names_it_and_the_frame():
+    # TEST1 reports before and after the name that makes TEST4 raise: both of its findings stay.
+    source = b"from keras import layers\nlayers.Dense(1)\nboom = 1\nlayers.Dense(2)\n"
+    result = check(source, Crashes, DenseWithoutDtype)
+    assert [(d.rule_id, d.line) for d in result.diagnostics] == [("TEST1", 2), ("TEST1", 4), ("MP002", 1)]
+    message = result.diagnostics[-1].message
+    assert message.startswith("rule TEST4 (crashes) crashed on this file: RuntimeError('boom') in visit_Name (")
+    assert "conftest.py:" in message
+    assert "its findings for this file were dropped, the other rules' findings are kept" in message
+
+
+def test_a_crashing_rule_is_not_called_again_on_the_same_file():
+    calls = []
+
+    class CrashesTwice(Crashes):
+        def visit_Name(self, node):
+            calls.append(node.value)
+            super().visit_Name(node)
+
+    result = check(b"boom = 1\nboom = 2\nafter = 3\n", CrashesTwice)
+    [d] = result.diagnostics
+    assert d.rule_id == "MP002" and calls == ["boom"]
+    # the rule's own frame first, then the frame that raised
+    assert "in visit_Name (" in d.message and ", raised at " in d.message and d.message.count("conftest.py:") == 1
+
+
+def test_a_crash_during_fixing_keeps_the_other_rules_fixes():
+    source = b"from keras import layers\nlayers.Dense(1)\nboom = 1\n"
+    result = check(source, Crashes, DenseWithoutDtype, fix=True)
+    assert result.fixed_source == source.replace(b"Dense(1)", b'Dense(1, dtype="float32")')
+    assert [(d.rule_id, d.fixed) for d in result.diagnostics] == [("TEST1", True), ("MP002", False)]
+
+
 def test_unsafe_fixes_need_opt_in_and_imports_are_added():
     source = b"x = rounded(2.5)\n"
     plain = check(source, UnsafeImportAdder, fix=True)
@@ -184,3 +217,31 @@ def test_rules_are_not_libcst_visitors_and_say_so():
             def visit_Call_func(self, node):
                 pass
     assert not hasattr(Rule, "get_metadata")
+
+
+def test_a_real_rule_crashing_in_a_shared_analysis_leaves_the_other_rules_findings(monkeypatch):
+    """MP201-MP204 share the optimizer-flow analysis: when it raises, each of them is dropped on
+    that file and says so; MP101 on the same file still reports."""
+    from mplint.analysis import optimizer_flow
+    from mplint.testing import lint_code
+
+    def broken(self, context):
+        raise KeyError("site")
+
+    monkeypatch.setattr(optimizer_flow.OptimizerFlow, "__init__", broken)
+    code = (
+        "import keras\nimport tensorflow as tf\n\n"
+        'keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation=\"softmax\")])\n"
+        "optimizer = keras.optimizers.Adam()\n"
+        "with tf.GradientTape() as tape:\n"
+        "    loss = tf.reduce_mean(model(x))\n"
+        "grads = tape.gradient(loss, model.trainable_variables)\n"
+        "optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    found = lint_code(code, keras=3).diagnostics
+    assert [(d.rule_id, d.line) for d in found if d.rule_id != "MP002"] == [("MP101", 5)]
+    crashed = [d.message for d in found if d.rule_id == "MP002"]
+    assert crashed and all("KeyError('site') in visit_Module (mplint/checks/mp20" in m for m in crashed)
+    assert any(m.startswith("rule MP201 (missing-loss-scaling) crashed") for m in crashed)
+    assert all(", raised at " in m and "test_engine.py:" in m and " in broken;" in m for m in crashed)

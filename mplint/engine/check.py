@@ -9,8 +9,10 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import os
 import re
 import tokenize
+import traceback
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -136,27 +138,51 @@ def _handlers(rule: type[Rule]) -> tuple[dict[str, str], dict[str, str]]:
 
 
 class _Dispatcher(cst.CSTVisitor):
-    """One traversal for all rules; method tables are per class, not recomputed per file."""
+    """One traversal for all rules; method tables are per class, not recomputed per file.
+
+    A rule whose handler raises is dropped for the rest of the file (``crashed``): it loses its
+    own findings, the other rules go on. A RecursionError ends the whole traversal (the file is
+    nested too deeply for any rule)."""
 
     def __init__(self, visitors: list[Rule]):
         super().__init__()
-        self._visit: dict[str, list] = {}
-        self._leave: dict[str, list] = {}
+        self._visit: dict[str, tuple] = {}
+        self._leave: dict[str, tuple] = {}
+        self.crashed: dict[int, tuple[Rule, Exception]] = {}
         for visitor in visitors:
             visits, leaves = _handlers(type(visitor))
             for node_type, method in visits.items():
-                self._visit.setdefault(node_type, []).append(getattr(visitor, method))
+                self._visit[node_type] = (*self._visit.get(node_type, ()), (visitor, getattr(visitor, method)))
             for node_type, method in leaves.items():
-                self._leave.setdefault(node_type, []).append(getattr(visitor, method))
+                self._leave[node_type] = (*self._leave.get(node_type, ()), (visitor, getattr(visitor, method)))
+
+    def _call(self, handlers: tuple, node: cst.CSTNode) -> None:
+        for visitor, handler in handlers:
+            try:
+                handler(node)
+            except RecursionError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - isolate the rule, keep the others
+                self._drop(visitor, exc)
+
+    def _drop(self, visitor: Rule, exc: Exception) -> None:
+        if id(visitor) in self.crashed:
+            return
+        self.crashed[id(visitor)] = (visitor, exc)
+        for table in (self._visit, self._leave):  # replaced in place: running loops see the new tuples
+            for node_type, handlers in table.items():
+                table[node_type] = tuple(entry for entry in handlers if entry[0] is not visitor)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        for handler in self._visit.get(type(node).__name__, ()):
-            handler(node)
+        handlers = self._visit.get(type(node).__name__)
+        if handlers:
+            self._call(handlers, node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        for handler in self._leave.get(type(original_node).__name__, ()):
-            handler(original_node)
+        handlers = self._leave.get(type(original_node).__name__)
+        if handlers:
+            self._call(handlers, original_node)
 
     def run(self, context: FileContext) -> None:
         """Visit the file. Rules that leave nothing but the module need no traversal: a loop over
@@ -165,12 +191,35 @@ class _Dispatcher(cst.CSTVisitor):
             walk(context.module, self, context.children)
             return
         visit = self._visit
+        call = self._call
         for node in context.preorder():
             handlers = visit.get(type(node).__name__)
             if handlers:
-                for handler in handlers:
-                    handler(node)
+                call(handlers, node)
         self.on_leave(context.module)
+
+
+def crash_message(rule: Rule, exc: Exception) -> str:
+    """MP002's message: the rule, the error, the rule's first frame (the handler the engine called)
+    and, when the error came from deeper down, the frame that raised it."""
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # the first frame is the engine's own call
+    name = getattr(getattr(rule, "meta", None), "name", "")
+    label = f"{rule.id} ({name})" if name else rule.id
+    where = ""
+    if frames:
+        first, last = frames[0], frames[-1]
+        where = f" in {first.name} ({_frame_path(first)}:{first.lineno})"
+        if last is not first:
+            where += f", raised at {_frame_path(last)}:{last.lineno} in {last.name}"
+    return (f"rule {label} crashed on this file: {exc!r}{where}; its findings for this file were dropped, "
+            "the other rules' findings are kept")
+
+
+def _frame_path(frame: traceback.FrameSummary) -> str:
+    """A frame's file, relative to the folder holding the mplint package when it is mplint's."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    filename = os.path.abspath(frame.filename)
+    return os.path.relpath(filename, os.path.dirname(package)) if filename.startswith(package + os.sep) else frame.filename
 
 
 _RAISE_EXPECTATIONS = frozenset({"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"})
@@ -193,18 +242,20 @@ class _Run:
         if not rules:
             return
         visitors = [rule(self.context) for rule in rules]
+        dispatcher = _Dispatcher(visitors)
         try:
-            _Dispatcher(visitors).run(self.context)
+            dispatcher.run(self.context)
         except RecursionError:
             self.crashes.append(_engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to analyse"))
             return
-        except Exception as exc:  # one broken rule must not lose the other files
-            self.crashes.append(_engine_diagnostic(path, RULE_CRASHED, f"a rule crashed on this file: {exc!r}"))
-            return
         finally:
             self.context.release()
+        for visitor, exc in dispatcher.crashed.values():  # a crashed rule loses only its own findings
+            self.crashes.append(_engine_diagnostic(path, RULE_CRASHED, crash_message(visitor, exc)))
         suppressions = parse_suppressions(self.context.text)
         for visitor in visitors:
+            if id(visitor) in dispatcher.crashed:
+                continue
             for finding in visitor.findings:
                 line = self.context.position(finding.node).start.line
                 if not suppressions.suppressed(visitor.meta, line) and not self.expected_to_raise(finding.node):
