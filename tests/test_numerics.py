@@ -96,6 +96,26 @@ def _classify(code: str, marker: str):
         ("import keras\nclass L(keras.layers.Layer):\n    def call(self, x, training=None):\n        return training\n", None),
         ("import keras\ndef call(x):\n    return x\n", None),
         ("import keras\nclass L(keras.layers.Layer):\n    def call(self, x):\n        x = x + 1\n        return x\n", Carrier),
+        # a float32 operand makes the result float32 (TensorFlow does not mix float16 and float32)
+        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, m):\n        y = x * tf.cast(m, tf.float32)\n        return y\n", FLOAT32),
+        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, n):\n        y = x + tf.sequence_mask(n, dtype=tf.float32)\n        return y\n", FLOAT32),
+        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, t):\n        y = tf.one_hot(t, 8, dtype=x.dtype)\n        return y\n", Carrier),
+        # x * cast(m, x.dtype) has x's dtype: unknown when x is
+        ("import tensorflow as tf\ndef f(x, m):\n    y = x * tf.cast(m, x.dtype)\n    return y\n", None),
+        ("import tensorflow as tf\ndef f(x, m):\n    y = x\n    y *= tf.cast(m, y.dtype)\n    return y\n", None),
+        ("import tensorflow as tf\ndef f(x, m, z):\n    y = z * tf.cast(m, x.dtype)\n    return y\n", Carrier),
+        # a functional loss has the dtype of its predictions, whatever the labels
+        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, ids, logits):\n        y = tf.keras.losses.sparse_categorical_crossentropy(ids, tf.cast(logits, tf.float32))\n        return y\n", FLOAT32),
+        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, ids, logits):\n        y = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)\n        return y\n", Carrier),
+        # casting helpers: map_structure of a cast, a helper named for it, a helper of the file
+        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), x)\n        return y\n", FLOAT32),
+        ("import tensorflow as tf\nfrom u import tf_utils\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf_utils.fp16_to_fp32_nested(x)\n        return y\n", FLOAT32),
+        ("import tensorflow as tf\ndef up(t):\n    return tf.cast(t, 'float32')\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = up(x)\n        return y\n", FLOAT32),
+        ("import tensorflow as tf\ndef half(t):\n    return tf.cast(t, 'float16')\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = half(x) + x\n        return y\n", Carrier),
+        # inputs of a layer that computes in float32
+        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def __init__(self):\n        super().__init__(dtype='float32')\n    def call(self, x):\n        return x\n", FLOAT32),
+        ("import tensorflow as tf\nhead = L(dtype=tf.float32)\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        return x\n", FLOAT32),
+        ("import tensorflow as tf\na = L(dtype=tf.float32)\nb = L()\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        return x\n", Carrier),
     ],
 )
 def test_dtype_flow(code, expected):
@@ -111,3 +131,45 @@ def test_policy_in_an_imported_file_enables_the_rewrite_fix():
     assert not without.written and [d.line for d in without.diagnostics] == [4]  # policy.py is another program
     fixed = lint_code(code, select=["MP503"], fix=True, files=files)
     assert fixed.fixed_code == "import tensorflow as tf\nimport policy\nopt = tf.keras.optimizers.Adam()\n"
+
+
+def _mask(code: str, marker: str) -> bool:
+    found = {}
+
+    class Probe(cst.BatchableCSTVisitor):
+        def __init__(self, context):
+            super().__init__()
+            self.context = context
+
+        def visit_Return(self, node):
+            if self.context.module.code_for_node(node).strip() == f"return {marker}":
+                found["value"] = self.context.analysis(DtypeFlow).is_mask(node.value)
+
+    from libcst.metadata import MetadataWrapper
+
+    from mplint.engine.context import FileContext
+    from mplint.project.facts import ProjectFacts
+
+    wrapper = MetadataWrapper(cst.parse_module(code))
+    context = FileContext("probe.py", wrapper, ProjectFacts(), "probe", False)
+    wrapper.visit_batched([Probe(context)])
+    return found["value"]
+
+
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ("m = tf.cast(tf.not_equal(ids, 0), x.dtype)\n    return m", True),
+        ("m = tf.cast(ids > 0, x.dtype)\n    return 1.0 - m[:, None]", True),
+        ("return tf.sequence_mask(n, 16, dtype=x.dtype)", True),
+        ("return tf.expand_dims(tf.one_hot(ids, 8), -1) * target_mask", True),
+        ("return target_mask", True),
+        ("return x * target_mask", False),
+        ("return tf.cast(x, tf.float32)", False),
+        ("m = x\n    return m", False),
+    ],
+)
+def test_masks_are_recognised(body, expected):
+    code = f"import tensorflow as tf\ndef f(x, ids, n, target_mask):\n    {body}\n"
+    marker = body.rsplit("return ", 1)[1]
+    assert _mask(code, marker) is expected

@@ -4,8 +4,20 @@ A value is compute-dtype when it is cast to a tensor's dtype (``x.dtype``),
 to ``self.compute_dtype`` or to float16, when it is an input of a Layer's
 ``call()`` (Keras autocasts floating inputs to the compute dtype), the output
 of a sublayer called inside a Layer, or arithmetic on any of these. A value
-cast to float32 (or float64) first is not. Names are followed back to their
-latest binding in the same function, in source order.
+cast to float32 (or float64) first is not, nor is arithmetic with such a value
+(TensorFlow refuses to mix float16 and float32 operands; Keras 3 promotes the
+result to float32), a TF/Keras call given ``dtype=float32``, the result of a
+helper of the same file whose every return is float32 or of a helper named for
+it (``fp16_to_fp32_nested``), ``tf.nest.map_structure`` of a casting function,
+a Keras loss function on float32 predictions (its result has the dtype of
+``y_pred``, not of the labels), or an input of a Layer whose instances all
+compute in float32 (``super().__init__(dtype="float32")``, or every
+construction in the file passes ``dtype="float32"``). Names are followed back
+to their latest binding in the same function, in source order.
+
+``is_mask`` answers a different question: is a value a 0/1 mask (a cast
+comparison, ``one_hot``, ``sequence_mask``, ``ones_like``, a name that says
+mask), whose sum is a count and cannot overflow like a sum of losses?
 
 ``classify`` answers with a ``Carrier`` (compute-dtype; ``dtype`` is an
 expression naming that dtype at the use site, or None when only
@@ -15,11 +27,12 @@ expression naming that dtype at the use site, or None when only
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 import libcst as cst
 
-from mplint.analysis.call_args import argument
+from mplint.analysis.call_args import argument, keyword_value
 from mplint.engine.code_summary import walk_ast
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
@@ -34,6 +47,29 @@ _CAST_PATHS = frozenset({"cast", "dtypes.cast", "ops.cast", "backend.cast", "ima
 _CONVERT_PATHS = frozenset({"convert_to_tensor", "constant", "ops.convert_to_tensor", "array", "asarray"})
 _NON_FLOAT_RESULTS = frozenset({"shape", "rank", "size", "argmax", "argmin", "ops.shape", "ops.argmax", "ops.argmin"})
 _INPUT_EXEMPT = frozenset({"self", "training"})
+# Keras' functional losses compute in the dtype of y_pred (the labels are cast to it).
+_LOSS_PREDICTION = (1, "y_pred")
+# TF losses on logits: the result has the logits' dtype.
+_LOGITS_LOSSES = frozenset({
+    "nn.softmax_cross_entropy_with_logits", "nn.sparse_softmax_cross_entropy_with_logits",
+    "nn.sigmoid_cross_entropy_with_logits", "nn.weighted_cross_entropy_with_logits",
+})
+_MAP_STRUCTURE = frozenset({"nest.map_structure", "tree.map_structure"})
+# A helper named for what it does: fp16_to_fp32_nested, to_float32, cast_to_fp32, as_float32.
+_FLOAT32_HELPER = re.compile(r"(?:^|_)(?:to|as)_?(?:fp32|float32)(?:_|$)")
+# 0/1 masks: their sums are counts.
+_MASK_MAKERS = frozenset({"one_hot", "sequence_mask", "ones_like", "ops.one_hot", "ops.ones_like", "nn.one_hot"})
+_BOOLEAN_OPS = frozenset({
+    "equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
+    "logical_not", "logical_xor", "math.equal", "math.not_equal", "math.greater", "math.greater_equal",
+    "math.less", "math.less_equal", "math.logical_and", "math.logical_or", "math.logical_not", "is_nan",
+    "math.is_nan", "is_finite", "math.is_finite", "ops.equal", "ops.not_equal", "ops.greater",
+    "ops.greater_equal", "ops.less", "ops.less_equal", "ops.logical_and", "ops.logical_or", "ops.logical_not",
+})
+_SHAPE_ONLY = frozenset({
+    "expand_dims", "reshape", "squeeze", "transpose", "tile", "broadcast_to", "gather", "stop_gradient",
+    "ops.expand_dims", "ops.reshape", "ops.squeeze", "ops.transpose", "ops.tile", "ops.broadcast_to",
+})
 
 
 class Float32:
@@ -61,6 +97,9 @@ class DtypeFlow:
         self.context = context
         self._bindings: dict[int, dict[str, list]] = {}
         self._layer_classes: dict[int, bool] = {}
+        self._float32_classes: dict[int, bool] = {}
+        self._helpers: dict[int, object] = {}
+        self._module_functions: dict[str, list[cst.FunctionDef]] | None = None
         self._active: set[int] = set()
 
     # --- structure -------------------------------------------------------------------------
@@ -97,6 +136,71 @@ class DtypeFlow:
         cls = self.enclosing_class(node)
         return cls is not None and self.is_layer_class(cls)
 
+    def is_float32_layer(self, cls: cst.ClassDef) -> bool:
+        """A Layer class that computes in float32 whatever the policy: its ``__init__`` passes
+        ``dtype="float32"`` to the base class, or every construction of it in this file does."""
+        key = id(cls)
+        if key not in self._float32_classes:
+            self._float32_classes[key] = self.is_layer_class(cls) and (
+                self._forces_float32(cls) or self._built_in_float32(cls)
+            )
+        return self._float32_classes[key]
+
+    def _forces_float32(self, cls: cst.ClassDef) -> bool:
+        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+        for init in (s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"):
+            for call in self.context.nodes_within(init.body, cst.Call):
+                func = call.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "__init__" and isinstance(func.value, cst.Call):
+                    dtype = keyword_value(call, "dtype")
+                    if dtype is not None and dtype_spelling(self.context, dtype) in WIDE_SPELLINGS:
+                        return True
+        return False
+
+    def _built_in_float32(self, cls: cst.ClassDef) -> bool:
+        built = [c for c in self.context.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == cls.name.value]
+        return bool(built) and all(
+            (dtype := keyword_value(c, "dtype")) is not None and dtype_spelling(self.context, dtype) in WIDE_SPELLINGS
+            for c in built
+        )
+
+    def is_mask(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether ``expr`` is a 0/1 mask (its sum is a count): a cast comparison or boolean op,
+        ``one_hot``/``sequence_mask``/``ones_like``, ``1 - mask``, a product of masks, a reshaped or
+        indexed mask, or a name bound to one of these (a parameter: a name that says mask)."""
+        if depth > 8:
+            return False
+        if isinstance(expr, cst.Comparison):
+            return True
+        if isinstance(expr, cst.Name):
+            function = self.enclosing_function(expr)
+            binding = self._latest_binding(function, expr) if function is not None else None
+            if binding is None:
+                return "mask" in expr.value.lower()
+            kind, node = binding
+            return kind == "assign" and self.is_mask(node, depth + 1)
+        if isinstance(expr, cst.Subscript):
+            return self.is_mask(expr.value, depth + 1)
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, cst.Multiply):
+                return self.is_mask(expr.left, depth + 1) and self.is_mask(expr.right, depth + 1)
+            if isinstance(expr.operator, cst.Subtract) and _is_one(expr.left):
+                return self.is_mask(expr.right, depth + 1)
+            return False
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "astype":
+                return bool(expr.args) and self.is_mask(func.value, depth + 1)
+            kname = self.context.names.kname(func)
+            if kname is None or not (kname.ns in ("tf", "np") or kname.is_keras):
+                return False
+            path = kname.path
+            if path in _MASK_MAKERS or path in _BOOLEAN_OPS:
+                return True
+            if path in _CAST_PATHS or path in _SHAPE_ONLY:
+                return bool(expr.args) and self.is_mask(expr.args[0].value, depth + 1)
+        return False
+
     # --- classification --------------------------------------------------------------------
 
     def classify(self, expr: cst.BaseExpression):
@@ -116,7 +220,7 @@ class DtypeFlow:
         if isinstance(expr, cst.Name):
             return self._classify_name(expr)
         if isinstance(expr, cst.BinaryOperation):
-            return self._combine([expr.left, expr.right])
+            return self._operands([expr.left, expr.right])
         if isinstance(expr, cst.UnaryOperation):
             return self.classify(expr.expression)
         if isinstance(expr, cst.Subscript):
@@ -131,22 +235,34 @@ class DtypeFlow:
         return None
 
     def _combine(self, parts):
+        """Either of ``parts`` (``a if c else b``): compute-dtype if one may be."""
         found = [self.classify(p) for p in parts]
         for f in found:
             if isinstance(f, Carrier):
                 return f
         return FLOAT32 if any(f is FLOAT32 for f in found) else None
 
+    def _operands(self, parts):
+        """Operands of one operation: a float32 operand makes the result float32 (TensorFlow
+        rejects a float16 partner, Keras 3 promotes it), except against an explicit float16 cast."""
+        found = [self.classify(p) for p in parts]
+        if any(f is FLOAT32 for f in found) and not any(isinstance(f, Carrier) and f.always_float16 for f in found):
+            return FLOAT32
+        # `x * tf.cast(m, x.dtype)` has the dtype of x, whatever it is: an x of unknown dtype
+        # leaves the result unknown.
+        unknown = {p.value for p, f in zip(parts, found) if isinstance(p, cst.Name) and f is None}
+        return next((f for f in found if isinstance(f, Carrier) and _dtype_owner(f) not in unknown), None)
+
     def _classify_call(self, call: cst.Call):
         names = self.context.names
         func = call.func
         is_astype = isinstance(func, cst.Attribute) and func.attr.value == "astype"
         target_dtype = None
+        kname = None if is_astype else names.kname(func)
+        path = kname.path if kname else ""
         if is_astype:
             target_dtype = argument(call, 0, "dtype")
         else:
-            kname = names.kname(func)
-            path = kname.path if kname else ""
             if path in _CAST_PATHS:
                 target_dtype = argument(call, 1, "dtype")
             elif path in _CONVERT_PATHS:
@@ -157,17 +273,88 @@ class DtypeFlow:
                 return None
             elif path in {"float16", "half"} and kname.ns in ("np", "tf"):
                 return Carrier(always_float16=True)
+            elif kname is not None and (kname.ns == "tf" or kname.is_keras):
+                special = self._tf_call(call, kname)
+                if special is not _UNKNOWN:
+                    return special
         if target_dtype is not None:
             return self.dtype_target(target_dtype)
+        helper = self._helper_result(call)
+        if helper is not _UNKNOWN:
+            return helper
         if isinstance(func, cst.Attribute) and _is_self(func.value) and self.in_layer_class(call):
             return None if self._sublayer_is_float32(call, func.attr.value) else Carrier()
         positional = [a.value for a in call.args if a.keyword is None and a.star == ""]
         if not positional:
             return None
-        kname = names.kname(func)
         if kname is None or kname.ns == "np":
             return None
-        return self._combine(positional)
+        return self._operands(positional)
+
+    def _tf_call(self, call: cst.Call, kname):
+        """What a TF/Keras call gives when it is not a plain elementwise op (``_UNKNOWN`` otherwise)."""
+        path = kname.path
+        if kname.is_keras and path.startswith("losses.") and path.count(".") == 1 and path[7:].islower():
+            predictions = argument(call, *_LOSS_PREDICTION)
+            return self.classify(predictions) if predictions is not None else None
+        if path in _LOGITS_LOSSES or path.startswith("nn.") and path.endswith("_with_logits"):
+            logits = argument(call, 1, "logits")
+            return self.classify(logits) if logits is not None else None
+        if path in _MAP_STRUCTURE:
+            function = argument(call, 0, "func")
+            return FLOAT32 if function is not None and self._casts_to_float32(function) else None
+        dtype = keyword_value(call, "dtype")
+        if dtype is not None and not kname.path.startswith("layers."):
+            return self.dtype_target(dtype)
+        return _UNKNOWN
+
+    def _casts_to_float32(self, function: cst.BaseExpression) -> bool:
+        """A lambda or helper whose result is float32 (``lambda t: tf.cast(t, tf.float32)``)."""
+        if isinstance(function, cst.Lambda):
+            return self.classify(function.body) is FLOAT32
+        name = dotted(function) or ""
+        if _FLOAT32_HELPER.search(name.rsplit(".", 1)[-1]):
+            return True
+        definition = self._definition(function)
+        return definition is not None and self._returns_float32(definition)
+
+    def _helper_result(self, call: cst.Call):
+        """A helper named for a float32 conversion, or defined in this file with only float32 returns."""
+        name = dotted(call.func) or ""
+        if name and _FLOAT32_HELPER.search(name.rsplit(".", 1)[-1]):
+            return FLOAT32
+        definition = self._definition(call.func)
+        if definition is not None and self._returns_float32(definition):
+            return FLOAT32
+        return _UNKNOWN
+
+    def _definition(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The function of this file a call invokes: a module-level ``def`` or ``self.method``."""
+        if isinstance(func, cst.Name):
+            if self._module_functions is None:
+                self._module_functions = {}
+                for stmt in self.context.module.body:
+                    if isinstance(stmt, cst.FunctionDef):
+                        self._module_functions.setdefault(stmt.name.value, []).append(stmt)
+            found = self._module_functions.get(func.value, ())
+            return found[0] if len(found) == 1 else None
+        if isinstance(func, cst.Attribute) and _is_self(func.value):
+            cls = self.enclosing_class(func)
+            body = cls.body.body if cls is not None and isinstance(cls.body, cst.IndentedBlock) else ()
+            found = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value]
+            return found[0] if len(found) == 1 else None
+        return None
+
+    def _returns_float32(self, function: cst.FunctionDef) -> bool:
+        key = id(function)
+        if key not in self._helpers:
+            self._helpers[key] = False  # guards against recursion
+            returns = [r for r in self.context.nodes_within(function.body, cst.Return)
+                       if self.enclosing_function(r) is function]
+            self._helpers[key] = bool(returns) and all(
+                r.value is not None and self.classify(r.value) is FLOAT32 for r in returns
+            )
+        return bool(self._helpers[key])
 
     def dtype_target(self, dtype: cst.BaseExpression):
         """What casting to ``dtype`` produces."""
@@ -184,6 +371,9 @@ class DtypeFlow:
                 return source
             return Carrier(dtype)
         if isinstance(dtype, cst.Attribute) and dtype.attr.value in ("compute_dtype", "_compute_dtype"):
+            cls = self.enclosing_class(dtype) if _is_self(dtype.value) else None
+            if cls is not None and self.is_float32_layer(cls):
+                return FLOAT32
             return Carrier(dtype)
         if isinstance(dtype, cst.Attribute) and dtype.attr.value in ("variable_dtype", "_variable_dtype"):
             return None
@@ -198,18 +388,25 @@ class DtypeFlow:
         binding = self._latest_binding(function, name)
         if binding is None:
             if self._is_layer_input(function, name.value):
-                return Carrier(_dtype_of(name))
+                cls = self.enclosing_class(function)
+                return FLOAT32 if cls is not None and self.is_float32_layer(cls) else Carrier(_dtype_of(name))
             return None
         kind, node = binding
         if kind == "assign":
             found = self.classify(node)
         elif kind == "augassign":
-            found = self._combine([node.target, node.value])
+            found = self._operands([node.target, node.value])
         else:
             return None
         if isinstance(found, Carrier) and not found.always_float16:
             return Carrier(_dtype_of(name))
         return found
+
+    def assigned_value(self, name: cst.Name) -> cst.BaseExpression | None:
+        """The value of the assignment that last binds ``name`` before this use in its function."""
+        function = self.enclosing_function(name)
+        binding = self._latest_binding(function, name) if function is not None else None
+        return binding[1] if binding is not None and binding[0] == "assign" else None
 
     def _latest_binding(self, function: cst.FunctionDef, name: cst.Name):
         at = self.context.source_order(name)
@@ -305,6 +502,21 @@ def _self_assignments(context: FileContext, cls: cst.ClassDef, attr: str):
             if isinstance(t, cst.Attribute) and _is_self(t.value) and t.attr.value == attr:
                 found.append(node.value)
     return found
+
+
+_UNKNOWN = object()
+
+
+def _dtype_owner(carrier: Carrier) -> str | None:
+    """``x`` for a carrier cast to ``x.dtype``."""
+    dtype = carrier.dtype
+    if isinstance(dtype, cst.Attribute) and dtype.attr.value == "dtype" and isinstance(dtype.value, cst.Name):
+        return dtype.value.value
+    return None
+
+
+def _is_one(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.Integer, cst.Float)) and float(node.value) == 1.0
 
 
 def _is_self(node: cst.BaseExpression) -> bool:

@@ -7,6 +7,7 @@ import re
 
 import libcst as cst
 
+from mplint.analysis.call_args import argument
 from mplint.analysis.dtype_flow import Carrier, DtypeFlow, flow_units, may_carry
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
@@ -73,7 +74,7 @@ class LossInFloat16(Rule):
     def _check_reduction(self, call: cst.Call, path: str) -> None:
         values = call.args[0].value
         risky = self._growing_operand(values)
-        if risky is None and path in _SUMS and self._is_compute(values):
+        if risky is None and path in _SUMS and self._is_compute(values) and not self._bounded_sum(call, values):
             risky = values
         if risky is None or not self._is_loss(call):
             return
@@ -81,8 +82,19 @@ class LossInFloat16(Rule):
             call,
             f"this loss squares, exponentiates or sums the compute-dtype `{self._code(risky)}`: under mixed_float16 "
             "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32",
-            self._cast_fix(call, [risky]),
+            self._cast_fix(call, [risky], self._partner(call)),
         )
+
+    def _partner(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The compute-dtype operand next to a reduction the fix makes float32 (``sum(loss * mask) /
+        sum(mask)``): the fix casts it too, since float32 and float16 operands do not mix."""
+        parent = self.context.parent(call)
+        if not isinstance(parent, cst.BinaryOperation):
+            return None
+        other = parent.right if parent.left is call else parent.left
+        if isinstance(other, cst.Call) and self._is_compute(other) and not self._growing_operand(other.args[0].value if other.args else other):
+            return other
+        return None
 
     def _is_loss(self, call: cst.Call) -> bool:
         """Whether the reduction computes a loss rather than a value of the forward pass.
@@ -127,6 +139,26 @@ class LossInFloat16(Rule):
                     return True
         return False
 
+    def _bounded_sum(self, call: cst.Call, values: cst.BaseExpression) -> bool:
+        """A sum that cannot grow like a sum of losses: a count of a 0/1 mask (``reduce_sum(mask)``),
+        or, over the last axis, ``x * one_hot(...)``, which picks one element of ``x`` per row."""
+        flow = self.context.analysis(DtypeFlow)
+        if flow.is_mask(values):
+            return True
+        axis = argument(call, 1, "axis")
+        if not (isinstance(values, cst.BinaryOperation) and isinstance(values.operator, cst.Multiply)) or not _is_last_axis(axis):
+            return False
+        return any(self._is_one_hot(side) for side in (values.left, values.right))
+
+    def _is_one_hot(self, node: cst.BaseExpression) -> bool:
+        flow = self.context.analysis(DtypeFlow)
+        if isinstance(node, cst.Name):
+            node = flow.assigned_value(node) or node
+        if not isinstance(node, cst.Call):
+            return False
+        kname = self.context.names.kname(node.func)
+        return kname is not None and kname.last == "one_hot" and (kname.ns == "tf" or kname.is_keras)
+
     def _growing_operand(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
             return node.left if self._is_compute(node.left) else None
@@ -138,7 +170,10 @@ class LossInFloat16(Rule):
         return None
 
     def _check_functional_loss(self, call: cst.Call) -> None:
-        risky = [a.value for a in call.args[:2] if a.keyword is None and self._is_compute(a.value)]
+        # The loss computes in the dtype of its predictions: Keras casts y_true to y_pred's dtype,
+        # so integer or compute-dtype labels do not matter.
+        predictions = argument(call, 1, "y_pred")
+        risky = [predictions] if predictions is not None and self._is_compute(predictions) else []
         if not risky:
             return
         self.report(
@@ -152,8 +187,9 @@ class LossInFloat16(Rule):
     def _is_compute(self, node: cst.BaseExpression) -> bool:
         return isinstance(self.context.analysis(DtypeFlow).classify(node), Carrier)
 
-    def _cast_fix(self, call: cst.Call, values) -> Fix | None:
-        """Wrap ``values`` in a float32 cast spelled through the namespace of ``call``."""
+    def _cast_fix(self, call: cst.Call, values, partner: cst.BaseExpression | None = None) -> Fix | None:
+        """Wrap ``values`` (and the ``partner`` operand of ``call``) in a float32 cast spelled through
+        the namespace of ``call``."""
         spelled = dotted(call.func) or ""
         kname = self.context.names.kname(call.func)
         if "." not in spelled or kname is None:
@@ -168,6 +204,8 @@ class LossInFloat16(Rule):
         else:
             return None
         replacements = {v: cst.parse_expression(template.format(self._unparenthesized(v))) for v in values}
+        if partner is not None:
+            replacements[partner] = cst.parse_expression(template.format(self._unparenthesized(partner)))
         return Fix(replacements, FixSafety.SAFE)
 
     def _unparenthesized(self, node: cst.BaseExpression) -> str:
@@ -178,6 +216,13 @@ class LossInFloat16(Rule):
     def _code(self, node: cst.CSTNode) -> str:
         text = " ".join(self.context.module.code_for_node(node).split())
         return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_last_axis(axis: cst.BaseExpression | None) -> bool:
+    return (
+        isinstance(axis, cst.UnaryOperation) and isinstance(axis.operator, cst.Minus)
+        and isinstance(axis.expression, cst.Integer) and axis.expression.value == "1"
+    )
 
 
 def _api_calls(unit, code):
