@@ -140,3 +140,150 @@ def test_non_keras_sequential_and_model_are_ignored():
         m = Model()
         """
     ) == []
+
+
+def _roles(code: str) -> list[tuple[str, str, bool]]:
+    context = _context(code)
+    text = context.module.code_for_node
+    return [(text(site.expr), site.role, site.cast_before_loss) for site in model_outputs(context)]
+
+
+def test_roles_trained_sub_inference_and_unknown():
+    assert _roles(
+        """
+        import keras
+        from keras import layers
+
+        augment = keras.Sequential([layers.RandomFlip(), layers.Rescaling(1 / 255)])
+        enc_in = keras.Input((8,))
+        encoder = keras.Model(enc_in, layers.Dense(16)(enc_in))
+        inputs = keras.Input((8,))
+        model = keras.Model(inputs, layers.Dense(1)(encoder(augment(inputs))))
+        model.compile("adam", "mse")
+        exported = keras.Sequential([layers.Dense(2)])
+
+        def build_text_encoder():
+            return keras.Sequential([layers.Dense(3)])
+
+        def build_classifier():
+            return keras.Sequential([layers.Dense(4)])
+
+        def test_predict():
+            local = keras.Sequential([layers.Dense(5)])
+            local.predict([[1.0]])
+
+        def test_checkpoint(tf):
+            kept = keras.Sequential([layers.Dense(6)])
+            tf.train.Checkpoint(model=kept)
+        """
+    ) == [
+        ("layers.Dense(16)(enc_in)", "sub", False),
+        ("layers.Dense(1)(encoder(augment(inputs)))", "trained", False),
+        ("layers.Rescaling(1 / 255)", "sub", False),
+        ("layers.Dense(2)", "unknown", False),
+        ("layers.Dense(3)", "sub", False),
+        ("layers.Dense(4)", "unknown", False),
+        ("layers.Dense(5)", "inference", False),
+        ("layers.Dense(6)", "unknown", False),
+    ]
+
+
+def test_a_trained_model_passes_its_role_to_the_sub_model_that_produces_its_output():
+    assert _roles(
+        """
+        import keras
+        from keras import layers
+        head = keras.Sequential([layers.Dense(8), layers.Dense(1)])
+        inputs = keras.Input((4,))
+        model = keras.Model(inputs, head(inputs))
+        model.fit([[1.0]], [[1.0]])
+        """
+    ) == [("head(inputs)", "trained", False), ("layers.Dense(1)", "trained", False)]
+
+
+def test_models_built_inside_layers_are_components_and_custom_loops_train():
+    assert _roles(
+        """
+        import tensorflow as tf
+
+        class Block(tf.keras.layers.Layer):
+            def __init__(self):
+                super().__init__()
+                self.inner = tf.keras.Sequential([tf.keras.layers.Dense(7)])
+
+        def loop(x, y):
+            model = tf.keras.Sequential([tf.keras.layers.Dense(9)])
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(y - model(x)))
+            return tape.gradient(loss, model.trainable_variables)
+
+        def cast_loop(x, y):
+            model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
+            with tf.GradientTape() as tape:
+                pred = model(x)
+                pred = tf.cast(pred, tf.float32)
+                loss = tf.reduce_mean(tf.square(y - pred))
+            return tape.gradient(loss, model.trainable_variables)
+        """
+    ) == [
+        ("tf.keras.layers.Dense(7)", "sub", False),
+        ("tf.keras.layers.Dense(9)", "trained", False),
+        ("tf.keras.layers.Dense(10)", "trained", True),
+    ]
+
+
+def test_subclassed_models_by_their_instances_and_train_step():
+    assert _roles(
+        """
+        import keras
+
+        class Library(keras.Model):
+            def call(self, x):
+                return self.head(x)
+
+        class Tower(keras.Model):
+            def call(self, x):
+                return self.dense(x)
+
+        class Outer(keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.tower = Tower()
+
+        class Custom(keras.Model):
+            def call(self, x):
+                return self.out(x)
+
+            def train_step(self, data):
+                x, y = data
+                y_pred = keras.ops.cast(self(x), "float32")
+                return {"loss": self.compute_loss(y=y, y_pred=y_pred)}
+        """
+    ) == [
+        ("self.head(x)", "unknown", False),
+        ("self.dense(x)", "sub", False),
+        ("self.out(x)", "trained", True),
+    ]
+
+
+def test_output_layers_follow_shape_preserving_layers_back_to_the_class_count():
+    context = _context(
+        """
+        import keras
+        from keras import layers
+        inputs = keras.Input((784,))
+        x = layers.Dense(64, activation="relu")(inputs)
+        x = layers.Dense(10, name="dense_logits")(x)
+        x = layers.Dropout(0.1)(x)
+        outputs = layers.Activation("softmax", dtype="float32", name="predictions")(x)
+        model = keras.Model(inputs, outputs)
+        seq = keras.Sequential([layers.Dense(32), layers.Dense(7), layers.ReLU(), layers.Softmax(dtype="float32")])
+        cast = keras.Model(inputs, keras.ops.cast(layers.Dense(5)(x), "float32"))
+        """
+    )
+    dense = {context.module.code_for_node(c): c for c in m.findall(context.module, m.Call(func=m.Attribute(attr=m.Name("Dense"))))}
+    assert is_output_layer(context, dense['layers.Dense(10, name="dense_logits")'])
+    assert is_output_layer(context, dense["layers.Dense(7)"])
+    assert is_output_layer(context, dense["layers.Dense(5)"])
+    assert not is_output_layer(context, dense['layers.Dense(64, activation="relu")'])
+    assert not is_output_layer(context, dense["layers.Dense(32)"])

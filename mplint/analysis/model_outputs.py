@@ -1,14 +1,43 @@
-"""Which expressions of a file produce model outputs.
+"""Which expressions of a file produce model outputs, and of which models.
 
 A model output is the last layer of ``Sequential([...])`` (or its last
 ``.add(...)``), the ``outputs`` of a functional ``Model(...)``, or what a
 subclassed model's ``call()`` returns. Names are followed back through simple
 assignments (the last one in the same scope before the use) and ``self.attr``
 calls to the ``self.attr = Layer(...)`` that built the layer.
+
+Each output also says what its model is for (``OutputSite.role``), read from how
+the file uses the model:
+
+- ``trained``: ``compile``/``fit``/``train_on_batch``/``evaluate``, its
+  ``trainable_variables``, a call inside a ``GradientTape`` block, or a class
+  that overrides ``train_step``;
+- ``sub``: a component of another model (a backbone, encoder or preprocessing
+  ``Sequential``): called on a tensor before another model is built from it, an
+  element of a ``Sequential`` or an ``.add()``, its ``.output`` feeding another
+  model, built inside a Layer or Model class, a ``Sequential`` of preprocessing
+  layers only (Resizing, Rescaling, Random*...), or returned by a function whose
+  name says encoder/backbone/feature extractor/preprocessing;
+- ``inference``: a model local to a function that only predicts, summarises
+  or saves, and never leaves the function (test code);
+- ``unknown``: anything else, in particular a model that leaves the file's view
+  (returned, module level, passed to another function), which its users may train.
+
+A trained or unknown model whose output is a sub-model's output passes the role
+on: the sub-model's output layer produces the outer model's output.
+``cast_before_loss``: every use of the model's outputs in the file casts them to
+float32 first (``tf.cast``, a helper, ``map_structure``) and nothing compiles it.
+
+``output_layers`` also follows outputs back through shape-preserving layers
+(Activation, Softmax, Dropout, a cast, a float32 ``Activation("linear")``): the
+``Dense(10)`` before ``Activation("softmax", dtype="float32")`` sets the class
+count.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -29,6 +58,38 @@ class OutputSite:
     kind: str  # "sequential" | "sequential-add" | "functional" | "subclass-call"
     model: cst.CSTNode  # the Sequential(...)/Model(...) call or the ClassDef
     written: cst.BaseExpression | None = None  # the output as written (list element, outputs= value, return value)
+    role: str = "unknown"  # trained | unknown | sub | inference (see the module's docstring)
+    cast_before_loss: bool = False  # every use of the outputs in this file casts them to float32 first
+
+    @property
+    def reported(self) -> bool:
+        """An output of a model that is trained, or may be: MP101/MP102 report these."""
+        return self.role in REPORTED_ROLES
+
+
+REPORTED_ROLES = frozenset({"trained", "unknown"})
+_TRAINING_METHODS = frozenset({"compile", "fit", "fit_generator", "train_on_batch", "evaluate", "evaluate_generator"})
+_TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
+_FEATURES = frozenset({"output", "outputs", "input", "inputs", "layers", "get_layer"})
+_COMPONENT_WORDS = re.compile(r"encoder|backbone|extractor|feature|preprocess|augment|embedding|tower|stem|trunk", re.I)
+# Layers with no weights that only prepare inputs: a Sequential of these is a preprocessing pipeline.
+_PREPROCESSING = frozenset({
+    "Resizing", "Rescaling", "CenterCrop", "Normalization", "RandomFlip", "RandomRotation", "RandomZoom",
+    "RandomTranslation", "RandomContrast", "RandomCrop", "RandomBrightness", "RandomHeight", "RandomWidth",
+    "InputLayer", "Input", "Lambda", "StringLookup", "IntegerLookup", "TextVectorization", "Hashing",
+    "Discretization", "CategoryEncoding",
+})
+# Layers whose output has the shape of their input: the layer before one is the output layer.
+SHAPE_PRESERVING = frozenset({
+    "Activation", "Softmax", "ReLU", "LeakyReLU", "PReLU", "ELU", "ThresholdedReLU", "Dropout",
+    "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianDropout", "GaussianNoise",
+    "AlphaDropout", "ActivityRegularization", "Identity",
+})
+_SHAPE_PRESERVING_FUNCTIONS = frozenset({
+    "cast", "dtypes.cast", "ops.cast", "nn.softmax", "math.softmax", "activations.softmax", "ops.softmax",
+    "nn.sigmoid", "math.sigmoid", "sigmoid", "activations.sigmoid", "ops.sigmoid", "identity", "nn.relu",
+    "activations.linear",
+})
 
 
 @dataclass
@@ -94,7 +155,9 @@ class ModelOutputs:
         self.context = context
         self.index = _build_index(context)
         self.sites: list[OutputSite] = []
+        self.constructions: list[tuple[cst.Call, cst.CSTNode]] = []  # Sequential/Model calls with their scope
         self._find()
+        _Roles(self).assign()
 
     # --- name resolution -----------------------------------------------------------------
 
@@ -164,6 +227,82 @@ class ModelOutputs:
             return out
         return [expr]
 
+    # --- output layers through shape-preserving layers ------------------------------------
+
+    def producing_layers(self, site: OutputSite) -> list[cst.CSTNode]:
+        """The output's layer construction (or expression), and the ones before it while the
+        later ones only preserve the shape (activations, dropout, casts)."""
+        found: list[cst.CSTNode] = [site.expr]
+        if site.layer is not None:
+            found.append(site.layer)
+        scope = self._scope_of(site.expr)
+        cls = site.model if isinstance(site.model, cst.ClassDef) else None
+        if site.kind.startswith("sequential"):
+            previous = self._previous_sequential_layers(site)
+            found.extend(previous)
+            return found
+        expr, layer = site.expr, site.layer
+        for _ in range(_MAX_HOPS):
+            before = self._shape_preserving_input(expr, layer, scope, cls)
+            if before is None:
+                break
+            expr = self.trace(before, scope)
+            layer = self.layer_of(expr, scope, cls)
+            found.append(expr)
+            if layer is not None:
+                found.append(layer)
+        return found
+
+    def _shape_preserving_input(self, expr, layer, scope, cls) -> cst.BaseExpression | None:
+        """``x`` when ``expr`` is ``Activation(...)(x)``, ``tf.cast(x, ...)``, ``tf.nn.softmax(x)``..."""
+        if not isinstance(expr, cst.Call) or not expr.args:
+            return None
+        names = self.context.names
+        if layer is not None:
+            k = names.kname(layer.func)
+            if k is None or not k.is_keras or k.last not in SHAPE_PRESERVING:
+                return None
+            return expr.args[0].value
+        if isinstance(expr.func, cst.Call):
+            return None
+        for k in names.knames(expr.func):
+            if (k.ns == "tf" or k.is_keras) and k.path in _SHAPE_PRESERVING_FUNCTIONS:
+                return expr.args[0].value
+        return None
+
+    def _previous_sequential_layers(self, site: OutputSite) -> list[cst.CSTNode]:
+        """For ``Sequential([..., Dense(10), Activation("softmax")])``: ``Dense(10)``."""
+        model = site.model
+        layers: list[cst.BaseExpression] = []
+        if site.kind == "sequential-add":
+            adds = sorted(
+                (c for c, _ in self.index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "add"
+                 and c.args and isinstance(c.func.value, cst.Name)
+                 and self.trace(c.func.value, self._scope_of(c)) is model),
+                key=self.context.source_order,
+            )
+            layers = [c.args[0].value for c in adds]
+        else:
+            listing = argument(model, 0, "layers")
+            listing = self.trace(listing, self._scope_of(model)) if listing is not None else None
+            if isinstance(listing, (cst.List, cst.Tuple)):
+                layers = [e.value for e in listing.elements if isinstance(e, cst.Element)]
+        found: list[cst.CSTNode] = []
+        names = self.context.names
+        for i in range(len(layers) - 2, -1, -1):
+            after = layers[i + 1]
+            k = names.kname(after.func) if isinstance(after, cst.Call) else None
+            if k is None or not k.is_keras or k.last not in SHAPE_PRESERVING:
+                break
+            found.append(layers[i])
+        return found
+
+    def _scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        for ancestor in self.context.ancestors(node):
+            if isinstance(ancestor, _SCOPES):
+                return ancestor
+        return self.context.module
+
     # --- the three kinds of models --------------------------------------------------------
 
     def _find(self) -> None:
@@ -173,7 +312,9 @@ class ModelOutputs:
         for call, scope in self.index.calls:
             if names.callee(call, ["Sequential"]):
                 sequentials.append((call, scope))
+                self.constructions.append((call, scope))
             elif names.callee(call, ["Model"]):
+                self.constructions.append((call, scope))
                 self._functional(call, scope)
             elif (
                 isinstance(call.func, cst.Attribute)
@@ -233,6 +374,251 @@ class ModelOutputs:
                         self._add_site(written, stmt, "subclass-call", cls, cls)
 
 
+class _Roles:
+    """What each model of the file is for (see the module's docstring)."""
+
+    def __init__(self, outputs: ModelOutputs):
+        self.outputs = outputs
+        self.context = outputs.context
+        self.names = outputs.context.names
+        self._tapes: dict[int, bool] = {}
+
+    def assign(self) -> None:
+        sites = self.outputs.sites
+        roles: dict[int, tuple[str, bool]] = {}
+        for site in sites:
+            if id(site.model) not in roles:
+                roles[id(site.model)] = self.role(site.model)
+        # A reported model whose output is a sub-model's output: the sub-model's output layer is its output.
+        for _ in range(3):
+            for site in sites:
+                inner = site.layer
+                if inner is None or id(inner) not in roles or roles[id(site.model)][0] not in REPORTED_ROLES:
+                    continue
+                outer, current = roles[id(site.model)], roles[id(inner)]
+                if current[0] not in REPORTED_ROLES or (outer[0] == "trained" and current[0] != "trained"):
+                    roles[id(inner)] = outer
+        self.outputs.sites = [
+            dataclasses.replace(site, role=roles[id(site.model)][0], cast_before_loss=roles[id(site.model)][1])
+            for site in sites
+        ]
+
+    # --- one model ----------------------------------------------------------------------------
+
+    def role(self, model: cst.CSTNode) -> tuple[str, bool]:
+        """(role, cast_before_loss) of a Sequential/Model construction or a model class."""
+        if isinstance(model, cst.ClassDef):
+            return self._class_role(model)
+        if self._preprocessing_only(model):
+            return "sub", False
+        return self._construction_role(model)
+
+    def _class_role(self, cls: cst.ClassDef) -> tuple[str, bool]:
+        methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}
+        if "train_step" in methods:
+            uses = [c for c in self.context.nodes_within(methods["train_step"], cst.Call)
+                    if isinstance(c.func, cst.Name) and c.func.value == "self"]
+            return "trained", bool(uses) and all(self._cast_result(c) for c in uses)
+        built = [c for c, _ in self.outputs.index.calls
+                 if (isinstance(c.func, cst.Name) and c.func.value == cls.name.value)]
+        if not built:
+            return "unknown", False
+        return self._combine([self._construction_role(c) for c in built])
+
+    @staticmethod
+    def _combine(found: list[tuple[str, bool]]) -> tuple[str, bool]:
+        cast = all(c for _, c in found)
+        for role in ("trained", "unknown", "sub", "inference"):
+            if any(r == role for r, _ in found):
+                return role, cast and role in REPORTED_ROLES
+        return "unknown", False
+
+    def _preprocessing_only(self, model: cst.Call) -> bool:
+        if not self.names.callee(model, ["Sequential"]):
+            return False
+        listing = argument(model, 0, "layers")
+        if not isinstance(listing, (cst.List, cst.Tuple)) or not listing.elements:
+            return False
+        for element in listing.elements:
+            value = element.value if isinstance(element, cst.Element) else None
+            k = self.names.kname(value.func) if isinstance(value, cst.Call) else None
+            if k is None or not k.is_keras or k.last not in _PREPROCESSING:
+                return False
+        return True
+
+    def _construction_role(self, call: cst.Call) -> tuple[str, bool]:
+        """How the model a ``Sequential(...)``/``Model(...)``/``MyModel(...)`` call builds is used."""
+        cls = self.context.enclosing(call, cst.ClassDef)
+        if cls is not None and self._is_layer_class(cls):
+            return "sub", False  # built inside a Layer or Model: a component
+        node: cst.CSTNode = call
+        for parent in self.context.ancestors(call):
+            if isinstance(parent, cst.Call):
+                if parent.func is node:
+                    return "sub", False  # Model(...)(x): used as a layer
+                if self._builds_model(parent):
+                    return "sub", False  # an element of Sequential([...]) / .add(...)
+                return "unknown", False  # handed to a function
+            if isinstance(parent, cst.Return):
+                return self._returned(call)
+            if isinstance(parent, (cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+                if len(targets) == 1 and isinstance(targets[0], cst.Name) and parent.value is node:
+                    return self._name_role(targets[0].value, parent)
+                return "unknown", False
+            if isinstance(parent, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda)):
+                return "unknown", False
+            node = parent
+        return "unknown", False
+
+    def _returned(self, node: cst.CSTNode) -> tuple[str, bool]:
+        function = self.context.enclosing(node, cst.FunctionDef)
+        if function is not None and _COMPONENT_WORDS.search(function.name.value):
+            return "sub", False
+        return "unknown", False
+
+    def _name_role(self, name: str, binding: cst.CSTNode) -> tuple[str, bool]:
+        scope = self.outputs._scope_of(binding)
+        after = self.context.end_order(binding)
+        trained = sub = escapes = compiled = False
+        consumed: list[bool] = []  # per use of the outputs: cast to float32 first?
+        if isinstance(scope, cst.Module):
+            escapes = True  # importable: other modules may train it
+        for use in self.context.nodes_within(scope, cst.Name):
+            if use.value != name or self.context.source_order(use) <= after:
+                continue
+            parent = self.context.parent(use)
+            if isinstance(parent, cst.Attribute):
+                if parent.value is not use:
+                    continue
+                attr = parent.attr.value
+                if attr in _TRAINING_METHODS or attr in _TRAINABLE:
+                    trained = True
+                    compiled = compiled or attr in _TRAINING_METHODS
+                elif attr in _FEATURES and self._model_built_after(parent, scope):
+                    sub = True
+                continue
+            if isinstance(parent, cst.Call) and parent.func is use:
+                if self._in_tape(parent):
+                    trained = True
+                    consumed.append(self._cast_result(parent))
+                elif self._model_built_after(parent, scope):
+                    sub = True
+                else:
+                    consumed.append(self._cast_result(parent))
+                continue
+            if self._is_target(use):
+                escapes = True  # rebound (often to a wrapper of the model): not followed further
+                break
+            holder = self._holder(use)
+            if holder == "component":
+                sub = True
+            elif holder == "returned":
+                function = self.context.enclosing(use, cst.FunctionDef)
+                if function is not None and _COMPONENT_WORDS.search(function.name.value):
+                    sub = True
+                else:
+                    escapes = True
+            elif holder == "escapes":
+                escapes = True
+        cast = not compiled and bool(consumed) and all(consumed)
+        if trained:
+            return "trained", cast
+        if sub:
+            return "sub", False
+        if escapes:
+            return "unknown", cast
+        return "inference", False
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _is_target(self, name: cst.Name) -> bool:
+        for parent in self.context.ancestors(name):
+            if isinstance(parent, cst.AssignTarget):
+                return True
+            if isinstance(parent, (cst.Tuple, cst.List, cst.StarredElement, cst.Element)):
+                continue
+            return False
+        return False
+
+    def _holder(self, use: cst.Name) -> str:
+        """Where a bare use of a model name puts the model: ``component`` (an element of a
+        Sequential, an ``.add``), ``returned``, ``escapes`` (an argument, an attribute, an
+        alias, a container) or ``none`` (a test, a comparison)."""
+        node: cst.CSTNode = use
+        for parent in self.context.ancestors(use):
+            if isinstance(parent, cst.Call):
+                return "component" if self._builds_model(parent) else "escapes"
+            if isinstance(parent, cst.Return):
+                return "returned"
+            if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Yield)):
+                return "escapes"
+            if isinstance(parent, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda, cst.Comparison, cst.If)):
+                return "none"
+            node = parent
+        return "none"
+
+    def _builds_model(self, call: cst.Call) -> bool:
+        if self.names.callee(call, ["Sequential", "Model"]):
+            return True
+        return isinstance(call.func, cst.Attribute) and call.func.attr.value == "add"
+
+    def _model_built_after(self, node: cst.CSTNode, scope: cst.CSTNode) -> bool:
+        """Another model is built later in the same scope (from what this use produced)."""
+        at = self.context.source_order(node)
+        return any(
+            self.context.end_order(c) > at and c is not node and self.context.contains(scope, c)
+            for c, _ in self.outputs.constructions
+        )
+
+    def _in_tape(self, node: cst.CSTNode) -> bool:
+        for parent in self.context.ancestors(node):
+            if isinstance(parent, cst.With):
+                for item in parent.items:
+                    if isinstance(item.item, cst.Call) and _last_name(item.item.func) == "GradientTape":
+                        return True
+            if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+                return False
+        return False
+
+    def _is_layer_class(self, cls: cst.ClassDef) -> bool:
+        from mplint.analysis.dtype_flow import DtypeFlow
+
+        return self.context.analysis(DtypeFlow).is_layer_class(cls)
+
+    def _cast_result(self, call: cst.Call) -> bool:
+        """Whether the outputs ``call`` (a model call) returns are cast to float32 before any other
+        use: the call is the argument of a float32 cast/helper, or it is assigned to a name whose
+        next use is one."""
+        from mplint.analysis.dtype_flow import FLOAT32, DtypeFlow
+
+        flow = self.context.analysis(DtypeFlow)
+        parent = self.context.parent(call)
+        if isinstance(parent, cst.Arg):
+            outer = self.context.parent(parent)
+            return isinstance(outer, cst.Call) and flow.classify(outer) is FLOAT32
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+            return False
+        name = parent.targets[0].target.value
+        scope = self.outputs._scope_of(parent)
+        after = self.context.end_order(parent)
+        for use in self.context.nodes_within(scope, cst.Name):
+            if use.value != name or self.context.source_order(use) <= after or self._is_target(use):
+                continue
+            arg = self.context.parent(use)
+            outer = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
+            return isinstance(outer, cst.Call) and flow.classify(outer) is FLOAT32
+        return False
+
+
+def _last_name(node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
 def builds_model(code: CodeSummary) -> bool:
     """Pre-filter: model outputs need a class deriving from ``Model``, or a Keras ``Sequential``/
     ``Model`` call (``ov.Model(...)`` of openvino is none)."""
@@ -258,5 +644,21 @@ def output_analysis(context: FileContext) -> ModelOutputs:
 
 
 def is_output_layer(context: FileContext, call: cst.Call) -> bool:
-    """True if the layer construction ``call`` produces a model output."""
-    return any(site.layer is call or site.expr is call for site in model_outputs(context))
+    """True if the layer construction ``call`` produces a model output, directly or through
+    shape-preserving layers (``Dense(10)`` followed by ``Activation("softmax", dtype="float32")``)."""
+    return id(call) in context.analysis(_output_layers)
+
+
+def _output_layers(context: FileContext) -> set[int]:
+    analysis = output_analysis(context)
+    found: set[int] = set()
+    for site in analysis.sites:
+        for layer in analysis.producing_layers(site):
+            found.add(id(layer))
+    return found
+
+
+def reported_outputs(context: FileContext) -> tuple[OutputSite, ...]:
+    """The outputs of models that are trained or may be (not sub-models, not inference-only test
+    models): what MP101 and MP102 report."""
+    return tuple(site for site in model_outputs(context) if site.reported)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.model_outputs import builds_model, model_outputs
+from mplint.analysis.model_outputs import builds_model, reported_outputs
 from mplint.analysis.output_dtype import (
     FLOAT32,
     cast_call,
@@ -36,7 +36,7 @@ class Float16SoftmaxOutput(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         reported: set[int] = set()
-        for site in model_outputs(self.context):
+        for site in reported_outputs(self.context):
             if is_softmax_layer(self.context, site.layer):
                 target = site.layer
                 if id(target) not in reported and self._layer_in_reduced_precision(target):

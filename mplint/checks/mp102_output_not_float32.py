@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.model_outputs import OutputSite, builds_model, model_outputs
+from mplint.analysis.model_outputs import OutputSite, builds_model, reported_outputs
+from mplint.analysis.dtype_flow import FLOAT32 as DTYPE_FLOAT32
+from mplint.analysis.dtype_flow import DtypeFlow
 from mplint.analysis.output_dtype import (
+    FLOAT32,
     INTEGER_LAYERS,
     cast_call,
     cast_dtype,
@@ -42,9 +45,11 @@ class OutputNotFloat32(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         reported: set[int] = set()
-        for site in model_outputs(self.context):
+        for site in reported_outputs(self.context):
             if is_softmax_layer(self.context, site.layer) or softmax_function(self.context, site.expr):
                 continue  # MP101
+            if site.cast_before_loss:
+                continue  # every use of the outputs in this file casts them to float32 first
             if keras_layer(self.context, site.layer) is not None:
                 self._known_layer(site.layer, reported)
             elif global_reduced(self.context) and self._computed_in_policy(site):
@@ -79,7 +84,11 @@ class OutputNotFloat32(Rule):
         if cast is not None:
             return cast in ("float16", "bfloat16")
         if site.layer is not None:
-            return not self.context.names.callee(site.layer, _MODELS) and _is_class(site.layer)
+            return (
+                not self.context.names.callee(site.layer, _MODELS)
+                and _is_class(site.layer)
+                and not self._float32_custom_layer(site.layer)
+            )
         if site.kind.startswith("sequential"):
             return False
         func = expr.func
@@ -90,6 +99,27 @@ class OutputNotFloat32(Rule):
         return any(
             (k.ns == "tf" or k.is_keras) and k.path.startswith(_OPS_PREFIXES) for k in self.context.names.knames(func)
         )
+
+    def _float32_custom_layer(self, layer: cst.Call) -> bool:
+        """A custom layer that computes or returns float32: built with ``dtype="float32"``, a class of
+        this file whose ``__init__`` passes ``dtype="float32"`` to its base, or whose ``call()``
+        returns only float32 values (a loss layer that casts)."""
+        if layer_dtype(self.context, layer) in FLOAT32:
+            return True
+        cls = self._local_class(layer)
+        if cls is None:
+            return False
+        flow = self.context.analysis(DtypeFlow)
+        if flow.is_float32_layer(cls):
+            return True
+        call = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "call"), None)
+        returns = [r for r in self.context.nodes_within(call, cst.Return) if flow.enclosing_function(r) is call] if call else []
+        return bool(returns) and all(r.value is not None and flow.classify(r.value) is DTYPE_FLOAT32 for r in returns)
+
+    def _local_class(self, layer: cst.Call) -> cst.ClassDef | None:
+        name = layer.func.value if isinstance(layer.func, cst.Name) else None
+        found = [c for c in self.context.nodes(cst.ClassDef) if c.name.value == name] if name else []
+        return found[0] if len(found) == 1 and isinstance(found[0].body, cst.IndentedBlock) else None
 
     def _other(self, site: OutputSite, target: cst.BaseExpression) -> None:
         context = self.context
