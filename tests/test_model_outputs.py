@@ -287,3 +287,46 @@ def test_output_layers_follow_shape_preserving_layers_back_to_the_class_count():
     assert is_output_layer(context, dense["layers.Dense(5)"])
     assert not is_output_layer(context, dense['layers.Dense(64, activation="relu")'])
     assert not is_output_layer(context, dense["layers.Dense(32)"])
+
+
+def test_library_model_classes_named_or_filed_as_parts_are_components():
+    def roles(code, module):
+        wrapper = MetadataWrapper(cst.parse_module(textwrap.dedent(code)))
+        context = FileContext("m.py", wrapper, ProjectFacts(), module, False)
+        return [site.role for site in model_outputs(context)]
+
+    head = """
+        import tf_keras
+        class MaskScoring(tf_keras.Model):
+            def call(self, x):
+                return self.classifier(x)
+        """
+    assert roles(head, "official.vision.modeling.heads.segmentation_heads") == ["sub"]
+    assert roles(head, "official.vision.modeling.maskrcnn_model") == ["unknown"]
+    assert roles(head.replace("MaskScoring", "FpnDecoder"), "pkg.models") == ["sub"]
+    assert roles(head.replace("MaskScoring", "Headline"), "pkg.models") == ["unknown"]
+
+
+def test_a_model_rebound_in_another_branch_keeps_its_later_uses():
+    assert _roles(
+        """
+        import keras
+        def build(kind, Ranking):
+            if kind == "cross":
+                interaction = keras.Sequential([keras.layers.Dense(4)])
+            else:
+                interaction = keras.Sequential([keras.layers.Dense(8)])
+            return Ranking(feature_interaction=interaction)
+
+        def twice():
+            model = keras.Sequential([keras.layers.Dense(3)])
+            model.predict([[1.0]])
+            model = keras.Sequential([keras.layers.Dense(5)])
+            model.fit([[1.0]], [[1.0]])
+        """
+    ) == [
+        ("keras.layers.Dense(4)", "sub", False),
+        ("keras.layers.Dense(8)", "sub", False),
+        ("keras.layers.Dense(3)", "inference", False),
+        ("keras.layers.Dense(5)", "trained", False),
+    ]

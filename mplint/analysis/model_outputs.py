@@ -72,6 +72,24 @@ _TRAINING_METHODS = frozenset({"compile", "fit", "fit_generator", "train_on_batc
 _TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
 _FEATURES = frozenset({"output", "outputs", "input", "inputs", "layers", "get_layer"})
 _COMPONENT_WORDS = re.compile(r"encoder|backbone|extractor|feature|preprocess|augment|embedding|tower|stem|trunk", re.I)
+# Words of a class name, or folders of its package, that make a model class a part of a model.
+_COMPONENT_CLASS_WORDS = frozenset(
+    "encoder backbone extractor embedding embeddings tower stem trunk head block decoder neck".split()
+)
+_COMPONENT_PACKAGES = frozenset("heads backbones encoders decoders necks blocks layers networks".split())
+
+
+def _component_class(name: str, module: str) -> bool:
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)}
+    return bool(words & _COMPONENT_CLASS_WORDS) or bool(set(module.split(".")) & _COMPONENT_PACKAGES)
+
+
+# Names of variables that hold a part of a model.
+_COMPONENT_NAME = re.compile(r"encoder|backbone|extractor|sub_?model|tower|decoder", re.I)
+# Keyword arguments that hand a model to another model as a part of it.
+_COMPONENT_ARGUMENT = re.compile(
+    r"network|encoder|decoder|backbone|embedding|tower|layer|head|feature|interaction|_cls$|^cls$|sub_?model|base_model", re.I
+)
 # Layers with no weights that only prepare inputs: a Sequential of these is a preprocessing pipeline.
 _PREPROCESSING = frozenset({
     "Resizing", "Rescaling", "CenterCrop", "Normalization", "RandomFlip", "RandomRotation", "RandomZoom",
@@ -422,7 +440,9 @@ class _Roles:
         built = [c for c, _ in self.outputs.index.calls
                  if (isinstance(c.func, cst.Name) and c.func.value == cls.name.value)]
         if not built:
-            return "unknown", False
+            # A library model class: a component when its name or its package says so
+            # (SegmentationHead, vision/modeling/backbones/resnet.py).
+            return ("sub" if _component_class(cls.name.value, self.context.module_name) else "unknown"), False
         return self._combine([self._construction_role(c) for c in built])
 
     @staticmethod
@@ -464,8 +484,13 @@ class _Roles:
             if isinstance(parent, (cst.Assign, cst.AnnAssign)):
                 targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
                 if len(targets) == 1 and isinstance(targets[0], cst.Name) and parent.value is node:
-                    return self._name_role(targets[0].value, parent)
+                    role = self._name_role(targets[0].value, parent)
+                    if role[0] != "trained" and _COMPONENT_NAME.search(targets[0].value):
+                        return "sub", False  # encoder = keras.Model(...), sub_model = ...
+                    return role
                 return "unknown", False
+            if isinstance(parent, cst.Expr):
+                return "inference", False  # built and dropped: `keras.Model(inputs, outputs)` to trace a graph
             if isinstance(parent, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda)):
                 return "unknown", False
             node = parent
@@ -508,8 +533,17 @@ class _Roles:
                     consumed.append(self._cast_result(parent))
                 continue
             if self._is_target(use):
-                escapes = True  # rebound (often to a wrapper of the model): not followed further
-                break
+                # Rebound: later uses are another value. `model = wrap(model)` hands this one on.
+                # A rebinding in another branch (`elif`) leaves this value's later uses alone.
+                statement = self.context.enclosing(use, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem))
+                value = getattr(statement, "value", None) or getattr(statement, "iter", None)
+                if value is None or any(n.value == name and not self._is_member(n) for n in self.context.nodes_within(value, cst.Name)):
+                    escapes = True
+                    break
+                block = self.context.enclosing(use, cst.BaseSuite)
+                if block is None or self.context.contains(block, binding):
+                    break
+                continue
             holder = self._holder(use)
             if holder == "component":
                 sub = True
@@ -532,6 +566,11 @@ class _Roles:
 
     # --- helpers ------------------------------------------------------------------------------
 
+    def _is_member(self, name: cst.Name) -> bool:
+        """``b`` in ``a.b``: an attribute, not a use of the name ``b``."""
+        parent = self.context.parent(name)
+        return isinstance(parent, cst.Attribute) and parent.attr is name
+
     def _is_target(self, name: cst.Name) -> bool:
         for parent in self.context.ancestors(name):
             if isinstance(parent, cst.AssignTarget):
@@ -548,7 +587,13 @@ class _Roles:
         node: cst.CSTNode = use
         for parent in self.context.ancestors(use):
             if isinstance(parent, cst.Call):
-                return "component" if self._builds_model(parent) else "escapes"
+                if self._builds_model(parent):
+                    return "component"
+                if isinstance(node, cst.Arg) and node.keyword is not None and _COMPONENT_ARGUMENT.search(node.keyword.value):
+                    return "component"  # EncoderScaffold(embedding_cls=network), Classifier(network=encoder)
+                if (_last_name(parent.func) or "").startswith("assert"):
+                    return "none"
+                return "escapes"
             if isinstance(parent, cst.Return):
                 return "returned"
             if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Yield)):
@@ -603,7 +648,7 @@ class _Roles:
         scope = self.outputs._scope_of(parent)
         after = self.context.end_order(parent)
         for use in self.context.nodes_within(scope, cst.Name):
-            if use.value != name or self.context.source_order(use) <= after or self._is_target(use):
+            if use.value != name or self.context.source_order(use) <= after or self._is_target(use) or self._is_member(use):
                 continue
             arg = self.context.parent(use)
             outer = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
