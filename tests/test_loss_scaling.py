@@ -123,3 +123,114 @@ def test_unknown_optimizer_is_not_guessed():
         "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
     )
     assert lint_code(code, keras=3, policy="mixed_float16", select=["MP2"]).diagnostics == []
+
+
+# --- paths: flags, conditional expressions and optimizer tests ------------------------------------------
+
+KERAS2_HEAD = (
+    "import tensorflow as tf\n"
+    "from tensorflow.keras import mixed_precision\n\n"
+    'mixed_precision.set_global_policy("mixed_float16")\n'
+    "optimizer = mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())\n\n\n"
+    "def train_step(model, x, y, amp):\n"
+    "    with tf.GradientTape() as tape:\n"
+    "        loss = tf.reduce_mean(tf.square(y - model(x)))\n"
+)
+
+
+def _found(code: str, keras: int) -> list[tuple[str, int, int, str, FixSafety]]:
+    out = lint_code(code, keras=keras, select=["MP2"]).diagnostics
+    return [(d.rule_id, d.line, d.column, d.message, d.fix_safety) for d in out]
+
+
+def test_the_message_names_the_path_that_is_not_scaled():
+    code = KERAS2_HEAD + (
+        "        scaled_loss = optimizer.get_scaled_loss(loss) if amp else loss\n"
+        "    grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
+        "    grads = optimizer.get_unscaled_gradients(grads)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    assert _found(code, 2) == [(
+        "MP202", 12, 13,
+        "the optimizer is a LossScaleOptimizer; when `amp` is false, the gradients are unscaled but the tape "
+        "differentiates the unscaled loss: updates 32768x too small",
+        FixSafety.NONE,
+    )]
+
+
+def test_both_flag_gated_steps_are_silent_and_one_missing_step_is_named():
+    both = KERAS2_HEAD + (
+        "        if amp:\n"
+        "            loss = optimizer.get_scaled_loss(loss)\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    if amp:\n"
+        "        grads = optimizer.get_unscaled_gradients(grads)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    assert _found(both, 2) == []
+    missing = both.replace("    if amp:\n        grads = optimizer.get_unscaled_gradients(grads)\n", "")
+    [(rule, line, column, message, _)] = _found(missing, 2)
+    assert (rule, line, column) == ("MP202", 14, 5)
+    assert "when `amp` is true, the tape differentiates the scaled loss but get_unscaled_gradients is never called" in message
+
+
+def test_negated_flags_and_elif_chains():
+    code = KERAS2_HEAD + (
+        "        if not amp:\n"
+        "            scaled = loss\n"
+        "        elif FLAGS.loss_scale == 'dynamic':\n"
+        "            scaled = optimizer.get_scaled_loss(loss)\n"
+        "        else:\n"
+        "            scaled = loss * 128.0\n"
+        "    grads = tape.gradient(scaled, model.trainable_variables)\n"
+        "    if amp:\n"
+        "        grads = optimizer.get_unscaled_gradients(grads)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    [(rule, line, column, message, _)] = _found(code, 2)
+    assert (rule, line, column) == ("MP202", 17, 13)
+    assert "when `amp` is true and `FLAGS.loss_scale == 'dynamic'` is false, the gradients are unscaled" in message
+
+
+def test_isinstance_on_another_optimizer_does_not_decide_this_one():
+    code = KERAS2_HEAD + (
+        "    if isinstance(other_optimizer, mixed_precision.LossScaleOptimizer):\n"
+        "        loss = optimizer.get_scaled_loss(loss)\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    found = _found(code, 2)
+    assert [(rule, line) for rule, line, *_ in found] == [("MP202", 13), ("MP202", 14)]
+    assert "but when `isinstance(other_optimizer, LossScaleOptimizer)` is false, the loss is never scaled" in found[0][3]
+    assert "when `isinstance(other_optimizer, LossScaleOptimizer)` is true, the tape differentiates the scaled loss" in found[1][3]
+
+
+def test_optimizer_from_a_helper_that_may_wrap_is_unknown():
+    code = (
+        "import tensorflow as tf\n"
+        "from official.modeling import performance\n\n"
+        'tf.keras.mixed_precision.set_global_policy("mixed_float16")\n\n\n'
+        "class Task:\n"
+        "    def _create_optimizer(self):\n"
+        "        opt = tf.keras.optimizers.Adam(1e-3)\n"
+        "        opt = performance.configure_optimizer(opt, use_float16=self.dtype == 'float16')\n"
+        "        return opt\n\n"
+        "    def train(self, model, x, y):\n"
+        "        opt = self._create_optimizer()\n"
+        "        with tf.GradientTape() as tape:\n"
+        "            loss = tf.reduce_mean(tf.square(y - model(x)))\n"
+        "        grads = tape.gradient(loss, model.trainable_variables)\n"
+        "        opt.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    assert _found(code, 2) == []
+    plain = code.replace("        opt = performance.configure_optimizer(opt, use_float16=self.dtype == 'float16')\n", "")
+    assert [(r, line) for r, line, *_ in _found(plain, 2)] == [("MP201", 17)]
+
+
+def test_too_many_flags_fall_back_to_one_path_without_a_fix():
+    flags = "".join(f"        if f{i}:\n            loss = loss + 0.0\n" for i in range(8))
+    code = KERAS2_HEAD + flags + (
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    assert [(r, line, safety) for r, line, _, _, safety in _found(code, 2)] == [("MP202", 27, FixSafety.NONE)]

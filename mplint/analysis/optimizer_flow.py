@@ -12,10 +12,26 @@ set in a method, a function parameter bound at the call sites,
 a ``LossScaleOptimizer``: explicitly, through compile()'s automatic wrap under
 a global mixed_float16 policy, or not at all. ``optimizer.minimize(loss,
 vars, tape=tape)`` has no ``tape.gradient`` call and scales by itself.
+
+Paths. Loops that scale only on some paths are read path by path
+(``GradientSite.paths``): the tests of the ``if`` statements and conditional
+expressions around the gradient call, the loss's assignments, the operations
+on the gradients, the apply call and the optimizer's assignments are atoms.
+``isinstance(opt, LossScaleOptimizer)`` and ``hasattr(opt, "get_scaled_loss")``
+are facts about the optimizer: a path that contradicts where it comes from
+(the ``else`` of ``isinstance`` for an optimizer compile() wraps) never runs.
+Any other test (``if amp``, ``FLAGS.dtype == "fp16"``, ``self._use_float16``) is
+a flag the program sets. A path on which a flag turns off every loss-scaling
+step of the function (no scaling, no unscaling) is the program's float32 path:
+nothing there needs scaling, except that a Keras 3 ``LossScaleOptimizer`` built
+on that very path still divides the gradients. ``GradientPath.when`` names the
+flags a finding depends on, for the message ("when `amp` is false, ...").
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -108,6 +124,36 @@ class GradOp:
 
 
 @dataclass
+class GradientPath:
+    """One way through a gradient site: the flags that select it, and what happens on it."""
+
+    when: dict[str, bool]  # flag test (as written) -> its value on this path
+    scaled_by: cst.Call | None
+    ops: list[GradOp]
+    origin: OptimizerOrigin | None
+    float32: bool  # a flag turns loss scaling off on this path: the program's float32 path
+    tests: dict[str, bool] = field(default_factory=dict)  # optimizer tests (isinstance/hasattr) on this path
+
+    @property
+    def unscaled(self) -> bool:
+        return any(op.kind == "unscale" for op in self.ops)
+
+
+def describe_when(paths: list["GradientPath"], chosen: list["GradientPath"]) -> str:
+    """``"when `amp` is true, "`` for a finding that holds on ``chosen`` out of ``paths``; empty
+    when it holds on every path (or the flags cannot tell the paths apart)."""
+    if not chosen or len(chosen) == len(paths):
+        return ""
+    common = {k: v for k, v in chosen[0].when.items() if all(p.when.get(k) == v for p in chosen)}
+    others = [p for p in paths if p not in chosen]
+    relevant = {k: v for k, v in common.items() if any(p.when.get(k) != v for p in others)}
+    if not relevant:
+        return ""
+    parts = [f"`{k}` is {'true' if v else 'false'}" for k, v in relevant.items()]
+    return "when " + " and ".join(parts) + ", "
+
+
+@dataclass
 class GradientSite:
     scope: Scope
     tape: cst.With | None
@@ -120,6 +166,8 @@ class GradientSite:
     ops: list[GradOp] = field(default_factory=list)
     apply_call: cst.Call | None = None
     origin: OptimizerOrigin | None = None
+    paths: list[GradientPath] = field(default_factory=list)
+    conditional: bool = False  # flags or optimizer tests split the site into paths (no fix is offered then)
 
     @property
     def optimizer_expr(self) -> cst.BaseExpression | None:
@@ -142,6 +190,7 @@ class _Collector(cst.CSTVisitor):
         self.class_of: dict[int, cst.ClassDef | None] = {}  # id(function) -> class
         self.lines: dict[int, list[cst.SimpleStatementLine]] = {}  # id(scope) -> statement lines in order
         self.assigns: dict[int, dict[str, list[cst.BaseExpression]]] = {}  # id(scope) -> name -> values
+        self.assign_nodes: dict[int, cst.Assign] = {}  # id(value) -> its assignment
         self.self_attrs: dict[int, dict[str, list[cst.BaseExpression]]] = {}  # id(class) -> attr -> values
         self.calls: list[cst.Call] = []
         self.tapes: dict[int, dict[str, cst.With]] = {}  # id(scope) -> tape name -> with
@@ -194,6 +243,7 @@ class _Collector(cst.CSTVisitor):
             self.with_of[id(node)] = self.with_stack[-1]
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        self.assign_nodes[id(node.value)] = node
         for target in node.targets:
             t = target.target
             if isinstance(t, cst.Name):
@@ -260,6 +310,7 @@ class OptimizerFlow:
         self._follow_gradients(site, line, lines[index + 1:])
         if site.apply_call is not None:
             site.origin = self.origin(site.optimizer_expr, line)
+            site.paths = _Paths(self, site, lines[:index]).paths()
         return site
 
     def _find_target(self, site: GradientSite, before: list[cst.SimpleStatementLine]) -> None:
@@ -347,7 +398,9 @@ class OptimizerFlow:
             inner = lso_inner(expr)  # type: ignore[arg-type]
             found = self.origin(inner, at, depth + 1) if inner is not None else None
             return OptimizerOrigin("explicit", found.construction if found else None)
-        if isinstance(expr, (cst.Call, cst.SimpleString)):
+        if isinstance(expr, cst.Call):
+            return self._call_origin(expr, at, depth)
+        if isinstance(expr, cst.SimpleString):
             return OptimizerOrigin("none", expr)
         if isinstance(expr, cst.Name):
             return self._name_origin(expr.value, at, depth)
@@ -360,6 +413,22 @@ class OptimizerFlow:
             if expr.attr.value == "optimizer":
                 return self._compile_origin(depth)
         return OptimizerOrigin("unknown")
+
+    def _call_origin(self, call: cst.Call, at: cst.CSTNode, depth: int) -> OptimizerOrigin:
+        """A call: a helper of this file is followed to what it returns; a call that is handed
+        float16 or loss-scale options may wrap (``configure_optimizer(opt, use_float16=...)``);
+        anything else makes a plain optimizer."""
+        fn = self.helper(call)
+        if fn is not None:
+            returns = [r.value for r in self.context.nodes_within(fn, cst.Return)
+                       if r.value is not None and self.context.enclosing(r, cst.FunctionDef) is fn]
+            if returns:
+                return self._values_origin(returns, returns[0], depth + 1)
+            return OptimizerOrigin("unknown")
+        text = self.context.module.code_for_node(call)
+        if _MAY_WRAP.search(text):
+            return OptimizerOrigin("unknown")
+        return OptimizerOrigin("none", call)
 
     def _values_origin(self, values, at, depth) -> OptimizerOrigin:
         found = [self.origin(v, v, depth + 1) for v in values]
@@ -414,6 +483,234 @@ class OptimizerFlow:
 
     def defines_train_step(self) -> bool:
         return any(self.c.class_of.get(id(f)) is not None for f in self.c.functions.get("train_step", []))
+
+
+# --- paths ----------------------------------------------------------------------------------------
+
+MAX_ATOMS = 6  # flags and optimizer tests one site is split on (2**6 paths); beyond, the site is read as one path
+# Attributes only a LossScaleOptimizer has (Keras 2 and 3): `hasattr(opt, ...)` tests for one.
+LSO_ATTRS = frozenset({"get_scaled_loss", "get_unscaled_gradients", "loss_scale", "dynamic_scale", "dynamic_counter",
+                       "initial_scale", "inner_optimizer", "dynamic_growth_steps"})
+
+
+class _Paths:
+    """Splits one gradient site into the paths its flags and optimizer tests select."""
+
+    def __init__(self, flow: "OptimizerFlow", site: GradientSite, before: list[cst.SimpleStatementLine]):
+        self.flow = flow
+        self.context = flow.context
+        self.site = site
+        self.before = before
+        self.optimizer = _text(self.context, site.optimizer_expr) if site.optimizer_expr is not None else ""
+        self.kinds: dict[str, str] = {}  # atom -> flag | type | other | const
+        self.seen_at: dict[str, int] = {}  # atom -> where its first test starts (atoms are listed in source order)
+        self.constants: dict[str, bool] = {}
+        self._conds: dict[int, list[tuple[str, bool]]] = {}
+
+    # --- atoms and conditions ------------------------------------------------------------------
+
+    def atom(self, test: cst.BaseExpression) -> tuple[str, bool]:
+        """The atom a test reads and the value of the atom that makes the test true."""
+        polarity = True
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, polarity = test.expression, not polarity
+        func = last_name(test.func) if isinstance(test, cst.Call) else None
+        if func in ("isinstance", "hasattr") and len(test.args) >= 2:
+            subject = _text(self.context, test.args[0].value)
+            what = test.args[1].value
+            if func == "isinstance":
+                is_lso = any(n.value == LSO for n in self.context.nodes_within(what, cst.Name))
+            else:
+                attr = what.evaluated_value if isinstance(what, cst.SimpleString) else None
+                if attr == "scale_loss" and self.context.generation == 3:
+                    key = f"hasattr({subject}, 'scale_loss')"
+                    self.kinds[key], self.constants[key] = "const", True  # every Keras 3 optimizer has it
+                    return key, polarity
+                is_lso = attr in LSO_ATTRS or attr == "scale_loss"
+            if is_lso:
+                key = f"isinstance({subject}, LossScaleOptimizer)"
+                self.kinds.setdefault(key, "type" if subject == self.optimizer else "other")
+                return key, polarity
+        key = _text(self.context, test)
+        self.kinds.setdefault(key, "flag")
+        at = self.context.source_order(test)
+        self.seen_at[key] = min(at, self.seen_at.get(key, at))
+        return key, polarity
+
+    def conds(self, node: cst.CSTNode) -> list[tuple[str, bool]]:
+        """The (atom, value) pairs that must hold for ``node`` to run, within its function."""
+        key = id(node)
+        if key in self._conds:
+            return self._conds[key]
+        out: list[tuple[str, bool]] = []
+        child = node
+        for ancestor in self.context.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)):
+                break
+            if isinstance(ancestor, (cst.If, cst.IfExp)) and (child is ancestor.body or child is ancestor.orelse):
+                atom, polarity = self.atom(ancestor.test)
+                out.append((atom, polarity if child is ancestor.body else not polarity))
+            child = ancestor
+        self._conds[key] = out
+        return out
+
+    def holds(self, conds: list[tuple[str, bool]], path: dict[str, bool]) -> bool:
+        for atom, value in conds:
+            actual = self.constants.get(atom, path.get(atom))
+            if actual is not None and actual != value:
+                return False
+        return True
+
+    def choose(self, expr: cst.BaseExpression, path: dict[str, bool]) -> cst.BaseExpression:
+        """``a if test else b`` on this path."""
+        while isinstance(expr, cst.IfExp):
+            atom, polarity = self.atom(expr.test)
+            actual = self.constants.get(atom, path.get(atom))
+            if actual is None:
+                return expr
+            expr = expr.body if actual == polarity else expr.orelse
+        return expr
+
+    # --- what the site does on a path ------------------------------------------------------------
+
+    def _bindings(self, name: str, lines: list[cst.SimpleStatementLine]):
+        for i in range(len(lines) - 1, -1, -1):
+            line = lines[i]
+            if _single_assign(line) and _target_names(line) == (name,):
+                yield i, line
+
+    def scaled_on(self, path, target, lines, depth: int = 0) -> cst.Call | None:
+        target = self.choose(target, path)
+        if isinstance(target, cst.Call):
+            return target if self.flow.is_scaling(target) else None
+        if not isinstance(target, cst.Name) or depth > 4:
+            return None
+        for i, line in self._bindings(target.value, lines):
+            if self.holds(self.conds(line), path):
+                return self.scaled_on(path, _assign_value(line), lines[:i], depth + 1)
+        return None
+
+    def _target_nodes(self) -> list[cst.CSTNode]:
+        """The target and the assignments it may come from (followed through plain names)."""
+        found: list[cst.CSTNode] = [self.site.target]
+        names = {n.value for n in self._plain_names(self.site.target)}
+        lines = self.before
+        for _ in range(4):
+            new: set[str] = set()
+            for name in names:
+                for _, line in self._bindings(name, lines):
+                    found.append(line)
+                    new |= {n.value for n in self._plain_names(_assign_value(line))}
+            if not new - names:
+                break
+            names |= new
+        return found
+
+    def _plain_names(self, expr: cst.BaseExpression) -> list[cst.Name]:
+        """The names an expression may be (``x``, ``a if c else b``), not those it computes with."""
+        if isinstance(expr, cst.Name):
+            return [expr]
+        if isinstance(expr, cst.IfExp):
+            return self._plain_names(expr.body) + self._plain_names(expr.orelse)
+        return []
+
+    def _origin_values(self) -> list[cst.BaseExpression]:
+        """The values assigned to the optimizer's name in the apply call's function (or the module)."""
+        expr = self.site.optimizer_expr
+        if not isinstance(expr, cst.Name):
+            return []
+        c = self.flow.c
+        fn = self.context.enclosing(self.site.apply_call, cst.FunctionDef)
+        while fn is not None:
+            values = c.assigns.get(id(fn), {}).get(expr.value)
+            if values:
+                return values
+            if expr.value in _params(fn):
+                return []
+            fn = self.context.enclosing(fn, cst.FunctionDef)
+        return c.assigns[id(self.context.module)].get(expr.value, [])
+
+    def origin_on(self, path, values) -> tuple[OptimizerOrigin | None, bool]:
+        """The optimizer's origin on this path, and whether its wrap is known to happen on it."""
+        conditional = any(self.conds(self.flow.c.assign_nodes.get(id(v), v)) or isinstance(v, cst.IfExp) for v in values)
+        if not conditional:
+            origin = self.site.origin
+            return origin, origin is not None and origin.wrap == "explicit" and bool(values)
+        for value in reversed(values):
+            assign = self.flow.c.assign_nodes.get(id(value), value)
+            if self.holds(self.conds(assign), path):
+                chosen = self.choose(value, path)
+                origin = self.flow.origin(chosen, self.site.apply_call, 1)
+                return origin, origin.wrap == "explicit"
+        return OptimizerOrigin("unknown"), False
+
+    def _scaling_steps(self) -> list[cst.Call]:
+        """The calls of the site's function that scale or unscale, or build a LossScaleOptimizer."""
+        scope = self.site.scope
+        return [
+            call for call in self.context.nodes_within(scope, cst.Call)
+            if method_name(call) in SCALE_METHODS or method_name(call) == UNSCALE_METHOD or is_lso_call(call)
+        ]
+
+    # --- the paths -------------------------------------------------------------------------------
+
+    def paths(self) -> list[GradientPath]:
+        site = self.site
+        single = [GradientPath({}, site.scaled_by, list(site.ops), site.origin, False)]
+        values = self._origin_values()
+        steps = self._scaling_steps()
+        nodes: list[cst.CSTNode] = [site.call, site.apply_call, *self._target_nodes(), *(op.node for op in site.ops), *steps]
+        nodes.extend(self.flow.c.assign_nodes.get(id(v), v) for v in values)
+        for node in nodes:
+            self.conds(node)
+            for ifexp in self.context.nodes_within(node, cst.IfExp):
+                self.atom(ifexp.test)
+        atoms = sorted((a for a, kind in self.kinds.items() if kind != "const"), key=lambda a: self.seen_at.get(a, 0))
+        site.conditional = bool(self.kinds)
+        if not atoms or len(atoms) > MAX_ATOMS:
+            return single
+        found: list[GradientPath] = []
+        for combination in itertools.product((True, False), repeat=len(atoms)):
+            path = dict(zip(atoms, combination))
+            if not (self.holds(self.conds(site.call), path) and self.holds(self.conds(site.apply_call), path)):
+                continue
+            origin, wrapped_here = self.origin_on(path, values)
+            if not self._feasible(path, origin):
+                continue
+            scaled_by = self.scaled_on(path, site.target, self.before)
+            ops = [op for op in site.ops if self.holds(self.conds(op.node), path)]
+            float32 = (
+                scaled_by is None
+                and not any(op.kind in ("unscale", "manual_unscale") for op in ops)
+                and any(self._turned_off(step, path) for step in steps)
+                and not (self.context.generation == 3 and origin is not None and origin.wrap == "explicit" and wrapped_here)
+            )
+            when = {a: path[a] for a in atoms if self.kinds[a] in ("flag", "other")}
+            tests = {a: path[a] for a in atoms if self.kinds[a] == "type"}
+            found.append(GradientPath(when, scaled_by, ops, origin, float32, tests))
+        return found
+
+    def _feasible(self, path: dict[str, bool], origin: OptimizerOrigin | None) -> bool:
+        wrap = origin.wrap if origin is not None else "unknown"
+        for atom, kind in self.kinds.items():
+            if kind != "type" or atom not in path:
+                continue
+            if wrap in ("explicit", "auto") and not path[atom] or wrap == "none" and path[atom]:
+                return False
+        return True
+
+    def _turned_off(self, step: cst.Call, path: dict[str, bool]) -> bool:
+        """A flag of this path keeps a loss-scaling step from running."""
+        return any(self.kinds.get(atom) == "flag" and path.get(atom) is not None and path[atom] != value
+                   for atom, value in self.conds(step))
+
+
+def _text(context: FileContext, node: cst.CSTNode) -> str:
+    return " ".join(context.module.code_for_node(node).split())
+
+
+# A call that is handed float16 or loss-scale options may return a LossScaleOptimizer.
+_MAY_WRAP = re.compile(r"fp16|float16|loss_scale|mixed|precision|\bamp\b|LossScale", re.I)
 
 
 def compile_optimizer(call: cst.Call) -> cst.Arg | None:

@@ -7,6 +7,7 @@ import libcst as cst
 from mplint.analysis.optimizer_flow import (
     GradientSiteRule,
     OptimizerFlow,
+    describe_when,
     scaling_insertion,
     wrap_construction,
 )
@@ -19,17 +20,26 @@ class MissingLossScaling(GradientSiteRule):
         flow = self.context.analysis(OptimizerFlow)
         g3 = self.context.generation == 3
         for site in flow.sites:
-            origin = site.origin
-            if origin is None or origin.wrap != "none" or (site.scaled_by is not None and not g3):
+            live = [p for p in site.paths if not p.float32]
+            hits = [
+                p for p in live
+                if p.origin is not None and p.origin.wrap == "none" and (p.scaled_by is None or g3)
+            ]
+            if not hits:
                 continue
+            when = describe_when(site.paths, hits)
             message = (
-                f"custom training loop under {self.context.facts.describe_policy()} applies gradients with an "
-                "optimizer that is not a LossScaleOptimizer: small float16 gradients underflow to zero"
+                f"custom training loop under {self.context.facts.describe_policy()}: {when}it applies gradients with an "
+                "optimizer that is not a LossScaleOptimizer, so small float16 gradients underflow to zero"
             )
-            self.report(site.apply_call, message, self._fix(site, origin, g3))
+            dead = [test for test, value in hits[0].tests.items() if not value]
+            if dead:
+                message += f" (the `{dead[0]}` branch never runs: this optimizer is never wrapped)"
+            fix = None if site.conditional else self._fix(site, site.origin, g3)
+            self.report(site.apply_call, message, fix)
 
     def _fix(self, site, origin, g3: bool) -> Fix | None:
-        if origin.construction is None:
+        if origin is None or origin.construction is None:
             return None
         wrapped = wrap_construction(self.context, origin.construction)
         if wrapped is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, scaling_insertion
+from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when, scaling_insertion
 from mplint.diagnostics import Fix, FixSafety
 
 
@@ -13,35 +13,57 @@ class UnscaledLossGradient(GradientSiteRule):
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:
-            if site.origin is None or site.origin.wrap not in ("explicit", "auto"):
+            live = [p for p in site.paths if not p.float32]
+            wrapped = [p for p in live if p.origin is not None and p.origin.wrap in ("explicit", "auto")]
+            if not wrapped:
                 continue
-            how = "compile() wraps the optimizer in a LossScaleOptimizer" if site.origin.wrap == "auto" else "the optimizer is a LossScaleOptimizer"
             if self.context.generation == 3:
-                self._keras3(site, how)
+                self._keras3(site, live, wrapped)
             else:
-                self._keras2(site, how)
+                self._keras2(site, live, wrapped)
 
-    def _keras3(self, site, how: str) -> None:
-        if site.scaled_by is not None:
+    @staticmethod
+    def _how(path) -> str:
+        if path.origin.wrap == "auto":
+            return "compile() wraps the optimizer in a LossScaleOptimizer"
+        return "the optimizer is a LossScaleOptimizer"
+
+    def _keras3(self, site, live, wrapped) -> None:
+        hits = [p for p in wrapped if p.scaled_by is None]
+        if not hits:
             return
         message = (
-            f"{how}, which divides the gradients by the loss scale, but the tape differentiates the unscaled "
-            "loss: updates are 32768x too small and training silently stalls; differentiate optimizer.scale_loss(loss)"
+            f"{self._how(hits[0])}, which divides the gradients by the loss scale, but {describe_when(site.paths, hits)}the tape "
+            "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; differentiate "
+            "optimizer.scale_loss(loss)"
         )
         self.report(site.call, message, self._fix(site, scale=True, unscale=False))
 
-    def _keras2(self, site, how: str) -> None:
-        manual = any(op.kind == "manual_unscale" for op in site.ops)
-        if site.scaled_by is None:
-            if site.unscaled or manual:
-                message = f"{how}; the gradients are unscaled but the tape differentiates the unscaled loss: updates 32768x too small"
-            else:
-                message = f"{how}, but the loss is never scaled (get_scaled_loss) so small float16 gradients underflow"
-            self.report(site.call, message, self._fix(site, scale=True, unscale=not (site.unscaled or manual)))
-        elif not site.unscaled and not manual:
-            message = f"{how}; the tape differentiates the scaled loss but get_unscaled_gradients is never called: updates 32768x too large"
+    def _keras2(self, site, live, wrapped) -> None:
+        def manual(p):
+            return any(op.kind == "manual_unscale" for op in p.ops)
+
+        unscaled_only = [p for p in wrapped if p.scaled_by is None and (p.unscaled or manual(p))]
+        never = [p for p in wrapped if p.scaled_by is None and not (p.unscaled or manual(p))]
+        too_large = [p for p in wrapped if p.scaled_by is not None and not p.unscaled and not manual(p)]
+        if unscaled_only:
+            when = describe_when(site.paths, unscaled_only)
+            message = (f"{self._how(unscaled_only[0])}; {when}the gradients are unscaled but the tape differentiates the "
+                       "unscaled loss: updates 32768x too small")
+            self.report(site.call, message, self._fix(site, scale=True, unscale=False))
+        elif never:
+            when = describe_when(site.paths, never)
+            message = (f"{self._how(never[0])}, but {when}the loss is never scaled (get_scaled_loss) so small float16 "
+                       "gradients underflow")
+            self.report(site.call, message, self._fix(site, scale=True, unscale=True))
+        if too_large:
+            when = describe_when(site.paths, too_large)
+            message = (f"{self._how(too_large[0])}; {when}the tape differentiates the scaled loss but "
+                       "get_unscaled_gradients is never called: updates 32768x too large")
             self.report(site.apply_call, message, self._fix(site, scale=False, unscale=True))
 
     def _fix(self, site, scale: bool, unscale: bool) -> Fix | None:
+        if site.conditional:
+            return None  # the scaling depends on flags: the message says which path to fix
         insertion = scaling_insertion(self.context, site, scale, unscale)
         return Fix(insertion, FixSafety.SAFE) if insertion else None

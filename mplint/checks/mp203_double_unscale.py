@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow
+from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when
 from mplint.diagnostics import Fix, FixSafety
 
 
@@ -12,19 +12,29 @@ class DoubleUnscale(GradientSiteRule):
     id = "MP203"
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
+        g3 = self.context.generation == 3
+        if g3:
+            # apply_gradients/apply already divide by the scale; get_unscaled_gradients is MP502's.
+            why = "apply_gradients already divides the gradients by the loss scale"
+        else:
+            why = "the gradients were already unscaled"
         for site in flow.sites:
-            if site.origin is None or site.origin.wrap not in ("explicit", "auto"):
-                continue
-            if self.context.generation == 3:
-                # apply_gradients/apply already divide by the scale; get_unscaled_gradients is MP502's.
-                extra = [op for op in site.ops if op.kind == "manual_unscale"]
-                why = "apply_gradients already divides the gradients by the loss scale"
-            else:
-                unscales = [op for op in site.ops if op.kind in ("unscale", "manual_unscale")]
-                extra = unscales[1:] if len(unscales) > 1 else []
-                why = "the gradients were already unscaled"
-            for op in extra:
-                self.report(op.node, f"{why}: this second unscale makes updates 32768x too small", self._fix(op))
+            live = [p for p in site.paths if not p.float32]
+            found: dict[int, tuple[object, list]] = {}  # op node -> (op, paths)
+            for path in live:
+                if path.origin is None or path.origin.wrap not in ("explicit", "auto"):
+                    continue
+                if g3:
+                    extra = [op for op in path.ops if op.kind == "manual_unscale"]
+                else:
+                    unscales = [op for op in path.ops if op.kind in ("unscale", "manual_unscale")]
+                    extra = unscales[1:]
+                for op in extra:
+                    found.setdefault(id(op.node), (op, []))[1].append(path)
+            for op, paths in found.values():
+                when = describe_when(site.paths, paths)
+                fix = None if site.conditional else self._fix(op)
+                self.report(op.node, f"{why}: {when}this second unscale makes updates 32768x too small", fix)
 
     def _fix(self, op) -> Fix | None:
         # Only a reassignment of the same name can go without renaming its uses.

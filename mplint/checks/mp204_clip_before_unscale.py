@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import OptimizerFlow, has_gradient_sites, last_name
+from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, has_gradient_sites, last_name
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
 
@@ -23,24 +23,37 @@ class ClipBeforeUnscale(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
+        g3 = self.context.generation == 3
         for site in flow.sites:
-            if site.scaled_by is None or site.origin is None or site.origin.wrap not in ("explicit", "auto"):
-                continue
-            if self.context.generation == 3:
-                for op in site.ops:
+            live = [p for p in site.paths if not p.float32]
+            found: dict[int, tuple[object, object, list]] = {}  # clip node -> (clip, unscale, paths)
+            for path in live:
+                if path.scaled_by is None or path.origin is None or path.origin.wrap not in ("explicit", "auto"):
+                    continue
+                if g3:
+                    for op in path.ops:
+                        if op.kind == "clip":
+                            found.setdefault(id(op.node), (op, None, []))[2].append(path)
+                    continue
+                unscale = next((op for op in path.ops if op.kind == "unscale"), None)
+                for op in path.ops:
+                    if op is unscale:
+                        break
                     if op.kind == "clip":
-                        self.report(op.node, self._message("apply_gradients unscales them only afterwards"), self._keras3_fix(site, op))
-                continue
-            unscale = next((op for op in site.ops if op.kind == "unscale"), None)
-            for op in site.ops:
-                if op is unscale:
-                    break
-                if op.kind == "clip":
-                    self.report(op.node, self._message("get_unscaled_gradients comes later"), self._keras2_fix(op, unscale))
+                        found.setdefault(id(op.node), (op, unscale, []))[2].append(path)
+            for op, unscale, paths in found.values():
+                when = describe_when(site.paths, paths)
+                if g3:
+                    fix = None if site.conditional else self._keras3_fix(site, op)
+                    self.report(op.node, self._message("apply_gradients unscales them only afterwards", when), fix)
+                else:
+                    fix = None if site.conditional else self._keras2_fix(op, unscale)
+                    self.report(op.node, self._message("get_unscaled_gradients comes later", when), fix)
 
     @staticmethod
-    def _message(when: str) -> str:
-        return f"gradients are clipped while still multiplied by the loss scale ({when}): the threshold is 32768x too tight"
+    def _message(later: str, when: str = "") -> str:
+        return (f"{when}gradients are clipped while still multiplied by the loss scale ({later}): the threshold is "
+                "32768x too tight")
 
     def _keras2_fix(self, clip, unscale) -> Fix | None:
         """Move the clip right after the unscale, when both reassign the same gradient name in one block."""
