@@ -120,3 +120,37 @@ def test_check_model_keras2_softmax_output():
     tf_keras.mixed_precision.set_global_policy("mixed_float16")
     model = tf_keras.Sequential([tf_keras.layers.Dense(8, input_shape=(4,)), tf_keras.layers.Dense(3, activation="softmax")])
     assert [f.rule_id for f in check_model(model)] == ["MP806", "MP101"]
+
+
+def test_check_model_class_count_before_a_float32_softmax_is_no_mp807():
+    """The mixed precision guide's pattern: logits Dense(10) then a float32 softmax Activation."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    inputs = keras.Input(shape=(784,), name="digits")
+    x = keras.layers.Dense(64, activation="relu", name="dense_1")(inputs)
+    x = keras.layers.Dense(10, name="dense_logits")(x)
+    x = keras.layers.Dropout(0.1)(x)
+    outputs = keras.layers.Activation("softmax", dtype="float32", name="predictions")(x)
+    model = keras.Model(inputs=inputs, outputs=outputs)
+    assert check_model(model) == []
+    hidden = keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(
+        keras.layers.Dense(16, name="after")(keras.layers.Dense(10, name="bottleneck")(inputs))))
+    # a hidden 10 is still misaligned: the output and input sides of the matmuls it joins
+    assert [(f.rule_id, f.layer) for f in check_model(hidden)] == [("MP807", "bottleneck"), ("MP807", "after")]
+
+
+def test_check_model_class_count_through_shape_preserving_layers_keras2_and_sequential():
+    tf_keras.mixed_precision.set_global_policy("mixed_float16")
+    inputs = tf_keras.Input(shape=(32,))
+    x = tf_keras.layers.Dense(64)(inputs)
+    logits = tf_keras.layers.Dense(10, name="logits")(x)
+    outputs = tf_keras.layers.Activation("softmax", dtype="float32")(tf_keras.layers.Dropout(0.2)(logits))
+    assert check_model(tf_keras.Model(inputs, outputs)) == []
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    sequential = keras.Sequential([
+        keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(10, name="logits"),
+        keras.layers.Softmax(dtype="float32"),
+    ])
+    assert check_model(sequential) == []
+    backbone = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(10, name="head")])
+    outer = keras.Model(backbone.inputs, keras.layers.Activation("linear", dtype="float32")(backbone.outputs[0]))
+    assert check_model(outer) == []

@@ -36,15 +36,66 @@ def _compute_dtype(layer) -> str:
     return _dtype_name(getattr(layer, "compute_dtype", None) or "float32")
 
 
+# Layers whose output has the shape of their input: the layer before one sets the class count.
+SHAPE_PRESERVING = ("Activation", "Softmax", "ReLU", "LeakyReLU", "PReLU", "ELU", "ThresholdedReLU", "Dropout",
+                    "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianDropout", "GaussianNoise",
+                    "AlphaDropout", "ActivityRegularization", "Identity")
+
+
+def _producer(tensor):
+    history = getattr(tensor, "_keras_history", None)
+    return history[0] if history is not None else None
+
+
+def _inputs_of(layer, tensor) -> list:
+    """The tensors a layer was called on to produce ``tensor`` (Keras 3 and Keras 2 nodes)."""
+    history = getattr(tensor, "_keras_history", None)
+    nodes = getattr(layer, "_inbound_nodes", None) or []
+    if history is None or not nodes:
+        return []
+    index = history[1] if len(history) > 1 and isinstance(history[1], int) and history[1] < len(nodes) else 0
+    node = nodes[index]
+    for attribute in ("input_tensors", "keras_inputs"):
+        try:
+            found = getattr(node, attribute, None)
+        except Exception:  # noqa: BLE001 - a node of another Keras version
+            found = None
+        if found is not None:
+            return list(found) if isinstance(found, (list, tuple)) else [found]
+    return []
+
+
 def _output_layers(model) -> list:
-    outputs = getattr(model, "outputs", None) or []
-    layers = []
-    for tensor in outputs:
-        history = getattr(tensor, "_keras_history", None)
-        if history is not None and history[0] not in layers:
-            layers.append(history[0])
+    """The layers that produce the model's outputs (inside sub-models too), and the ones before
+    them while the later ones only preserve the shape (``Dense(10)`` before
+    ``Activation("softmax", dtype="float32")`` sets the class count)."""
+    layers: list = []
+
+    def add(layer) -> None:
+        if layer is not None and all(layer is not known for known in layers):
+            layers.append(layer)
+
+    for tensor in getattr(model, "outputs", None) or []:
+        for _ in range(32):
+            layer = _producer(tensor)
+            if layer is None:
+                break
+            add(layer)
+            if getattr(layer, "outputs", None) and getattr(layer, "layers", None):
+                for inner in _output_layers(layer):  # a sub-model produces the output
+                    add(inner)
+                break
+            inputs = _inputs_of(layer, tensor) if type(layer).__name__ in SHAPE_PRESERVING else []
+            if len(inputs) != 1:
+                break
+            tensor = inputs[0]
     if not layers and getattr(model, "layers", None):
-        layers = [model.layers[-1]]
+        stack = list(model.layers)
+        while stack:
+            layer = stack.pop()
+            add(layer)
+            if type(layer).__name__ not in SHAPE_PRESERVING:
+                break
     return layers
 
 
