@@ -205,7 +205,9 @@ def test_isinstance_on_another_optimizer_does_not_decide_this_one():
     assert "when `isinstance(other_optimizer, LossScaleOptimizer)` is true, the tape differentiates the scaled loss" in found[1][3]
 
 
-def test_optimizer_from_a_helper_that_may_wrap_is_unknown():
+def test_optimizer_from_a_call_handed_float16_options_may_be_wrapped():
+    """transformer_main.py's shape: configure_optimizer(opt, use_float16=...) may return a LossScaleOptimizer;
+    a loop that never scales is broken either way (MP202, not MP201's "not a LossScaleOptimizer")."""
     code = (
         "import tensorflow as tf\n"
         "from official.modeling import performance\n\n"
@@ -222,7 +224,16 @@ def test_optimizer_from_a_helper_that_may_wrap_is_unknown():
         "        grads = tape.gradient(loss, model.trainable_variables)\n"
         "        opt.apply_gradients(zip(grads, model.trainable_variables))\n"
     )
-    assert _found(code, 2) == []
+    [(rule, line, column, message, safety)] = _found(code, 2)
+    assert (rule, line, column, safety) == ("MP202", 17, 17, FixSafety.NONE)
+    assert message.startswith("the optimizer comes from `performance.configure_optimizer(...)`, which is handed float16 "
+                              "options and may wrap it in a LossScaleOptimizer, but the loss is never scaled")
+    scaled = code.replace(
+        "        grads = tape.gradient(loss, model.trainable_variables)\n",
+        "            scaled_loss = opt.get_scaled_loss(loss)\n"
+        "        grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))\n",
+    )
+    assert _found(scaled, 2) == []
     plain = code.replace("        opt = performance.configure_optimizer(opt, use_float16=self.dtype == 'float16')\n", "")
     assert [(r, line) for r, line, *_ in _found(plain, 2)] == [("MP201", 17)]
 

@@ -109,7 +109,7 @@ def lso_inner(call: cst.Call) -> cst.BaseExpression | None:
 class OptimizerOrigin:
     """Where the optimizer an apply call uses comes from."""
 
-    wrap: str  # explicit | auto | none | unknown
+    wrap: str  # explicit | auto | none | maybe (a call handed float16 options made it) | unknown
     construction: cst.BaseExpression | None = None  # the (inner) optimizer's constructor call or string
     compile_call: cst.Call | None = None  # when the optimizer is the one compile() was given
 
@@ -427,7 +427,7 @@ class OptimizerFlow:
             return OptimizerOrigin("unknown")
         text = self.context.module.code_for_node(call)
         if _MAY_WRAP.search(text):
-            return OptimizerOrigin("unknown")
+            return OptimizerOrigin("maybe", call)
         return OptimizerOrigin("none", call)
 
     def _values_origin(self, values, at, depth) -> OptimizerOrigin:

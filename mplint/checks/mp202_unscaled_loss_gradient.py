@@ -14,6 +14,7 @@ class UnscaledLossGradient(GradientSiteRule):
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:
             live = [p for p in site.paths if not p.float32]
+            self._maybe_wrapped(site, live)
             wrapped = [p for p in live if p.origin is not None and p.origin.wrap in ("explicit", "auto")]
             if not wrapped:
                 continue
@@ -21,6 +22,26 @@ class UnscaledLossGradient(GradientSiteRule):
                 self._keras3(site, live, wrapped)
             else:
                 self._keras2(site, live, wrapped)
+
+    def _maybe_wrapped(self, site, live) -> None:
+        """An optimizer made by a call that is handed float16 options (``configure_optimizer(opt,
+        use_float16=...)``) may be a LossScaleOptimizer or not; a loop that neither scales nor
+        unscales is broken either way: nothing scales, or (Keras 3) the wrapper divides the gradients."""
+        hits = [
+            p for p in live
+            if p.origin is not None and p.origin.wrap == "maybe" and p.scaled_by is None
+            and not p.unscaled and not any(op.kind == "manual_unscale" for op in p.ops)
+        ]
+        if not hits:
+            return
+        made_by = " ".join(self.context.module.code_for_node(hits[0].origin.construction.func).split())
+        message = (
+            f"the optimizer comes from `{made_by}(...)`, which is handed float16 options and may wrap it in a "
+            f"LossScaleOptimizer, but {describe_when(site.paths, hits)}the loss is never scaled (scale_loss/get_scaled_loss): "
+            "without scaling small float16 gradients underflow, and a Keras 3 LossScaleOptimizer would also divide "
+            "the unscaled gradients by the loss scale"
+        )
+        self.report(site.call, message)
 
     @staticmethod
     def _how(path) -> str:
