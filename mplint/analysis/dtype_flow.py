@@ -17,7 +17,7 @@ to their latest binding in the same function, in source order.
 
 ``is_mask`` answers a different question: is a value a 0/1 mask (a cast
 comparison, ``one_hot``, ``sequence_mask``, ``ones_like``, a name that says
-mask), whose sum is a count and cannot overflow like a sum of losses?
+mask or weight), whose sum is a count and cannot overflow like a sum of losses?
 
 ``classify`` answers with a ``Carrier`` (compute-dtype; ``dtype`` is an
 expression naming that dtype at the use site, or None when only
@@ -167,7 +167,8 @@ class DtypeFlow:
     def is_mask(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """Whether ``expr`` is a 0/1 mask (its sum is a count): a cast comparison or boolean op,
         ``one_hot``/``sequence_mask``/``ones_like``, ``1 - mask``, a product of masks, a reshaped or
-        indexed mask, or a name bound to one of these (a parameter: a name that says mask)."""
+        indexed mask, or a name bound to one of these (a parameter: a name that says mask or weight,
+        such as label or sample weights, whose sum is a count of weighted tokens)."""
         if depth > 8:
             return False
         if isinstance(expr, cst.Comparison):
@@ -176,7 +177,7 @@ class DtypeFlow:
             function = self.enclosing_function(expr)
             binding = self._latest_binding(function, expr) if function is not None else None
             if binding is None:
-                return "mask" in expr.value.lower()
+                return any(word in expr.value.lower() for word in ("mask", "weight"))
             kind, node = binding
             return kind == "assign" and self.is_mask(node, depth + 1)
         if isinstance(expr, cst.Subscript):
@@ -319,14 +320,29 @@ class DtypeFlow:
         return definition is not None and self._returns_float32(definition)
 
     def _helper_result(self, call: cst.Call):
-        """A helper named for a float32 conversion, or defined in this file with only float32 returns."""
+        """A helper named for a float32 conversion; a function or method of this file: what its
+        returns are (float32 when all are, compute-dtype when one is, else unknown). A method is not
+        a sublayer: ``self._norm(grads)`` is no Keras call."""
         name = dotted(call.func) or ""
         if name and _FLOAT32_HELPER.search(name.rsplit(".", 1)[-1]):
             return FLOAT32
         definition = self._definition(call.func)
-        if definition is not None and self._returns_float32(definition):
+        if definition is None:
+            return _UNKNOWN
+        if self._returns_float32(definition):
             return FLOAT32
-        return _UNKNOWN
+        return self._returns_carrier(definition)
+
+    def _returns_carrier(self, function: cst.FunctionDef):
+        key = ("carrier", id(function))
+        if key not in self._helpers:
+            self._helpers[key] = None  # guards against recursion
+            returns = [r for r in self.context.nodes_within(function.body, cst.Return)
+                       if self.enclosing_function(r) is function and r.value is not None]
+            found = next((c for c in map(self.classify, (r.value for r in returns)) if isinstance(c, Carrier)), None)
+            self._helpers[key] = Carrier(found.dtype if isinstance(found.dtype, cst.Attribute) and _is_self(found.dtype.value) else None,
+                                         found.always_float16) if found is not None else None
+        return self._helpers[key]
 
     def _definition(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
         """The function of this file a call invokes: a module-level ``def`` or ``self.method``."""
@@ -383,7 +399,7 @@ class DtypeFlow:
 
     def _classify_name(self, name: cst.Name):
         function = self.enclosing_function(name)
-        if function is None:
+        if function is None or self._comprehension_variable(name, function):
             return None
         binding = self._latest_binding(function, name)
         if binding is None:
@@ -401,6 +417,19 @@ class DtypeFlow:
         if isinstance(found, Carrier) and not found.always_float16:
             return Carrier(_dtype_of(name))
         return found
+
+    def _comprehension_variable(self, name: cst.Name, function: cst.FunctionDef) -> bool:
+        """``loss`` in ``[tf.reduce_sum(loss) for loss in self.losses]``: not the function's ``loss``."""
+        for ancestor in self.context.ancestors(name):
+            if ancestor is function:
+                return False
+            if isinstance(ancestor, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                loop = ancestor.for_in
+                while loop is not None:
+                    if any(n.value == name.value for n in self.context.nodes_within(loop.target, cst.Name)):
+                        return True
+                    loop = loop.inner_for_in
+        return False
 
     def assigned_value(self, name: cst.Name) -> cst.BaseExpression | None:
         """The value of the assignment that last binds ``name`` before this use in its function."""

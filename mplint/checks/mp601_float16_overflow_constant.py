@@ -102,10 +102,44 @@ class Float16OverflowConstant(Rule):
             return
         flow = self.context.analysis(DtypeFlow)
         carrier = next((c for c in map(flow.classify, others) if isinstance(c, Carrier)), None)
-        if carrier is None:
+        if carrier is None or self._not_float16_branch(constant):
             return
         other = others[0] if len(others) == 1 else None
         self.report(constant, self._message(constant, value, large, other, operator), self._fix(constant, value, large, carrier, operator))
+
+    def _not_float16_branch(self, node: cst.CSTNode) -> bool:
+        """Inside the branch of a dtype test that excludes float16: the ``else`` of
+        ``if scores.dtype is tf.float16:`` (which handles float16 with 65504), the body of
+        ``if x.dtype == tf.float32:`` or ``if x.dtype != "float16":``."""
+        child = node
+        for ancestor in self.context.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+                return False
+            if isinstance(ancestor, (cst.If, cst.IfExp)) and (child is ancestor.body or child is ancestor.orelse):
+                is_float16 = self._dtype_test(ancestor.test)
+                if is_float16 is not None and is_float16 == (child is ancestor.orelse):
+                    return True
+            child = ancestor
+        return False
+
+    def _dtype_test(self, test: cst.BaseExpression) -> bool | None:
+        """For ``x.dtype == D`` style tests: whether the test being true means float16 (None: no dtype test)."""
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+            return None
+        target = test.comparisons[0]
+        sides = (test.left, target.comparator)
+        if not any(isinstance(side, cst.Attribute) and side.attr.value in ("dtype", "compute_dtype") for side in sides):
+            return None
+        spelled = [dtype_spelling(self.context, side) for side in sides]
+        spelled = next((x for x in spelled if x is not None), None)
+        if spelled is None:
+            return None
+        means_float16 = spelled in ("float16", "half")
+        if isinstance(target.operator, (cst.Equal, cst.Is)):
+            return means_float16
+        if isinstance(target.operator, (cst.NotEqual, cst.IsNot)):
+            return not means_float16
+        return None
 
     def _value(self, node: cst.BaseExpression) -> float | None:
         if isinstance(node, (cst.Integer, cst.Float)):
