@@ -125,6 +125,11 @@ _FOLLOWED = {
     "MP601": [
         "import keras\nfrom keras import ops as K\n\nclass Masked(keras.layers.Layer):\n    def call(self, scores, mask):\n"
         "        return K.where(mask, scores, -1e9)\n",
+        # a dtype= argument of the scores' dtype, and a helper of the file that casts to it
+        "import tensorflow as tf\n\ndef mask_logits(logits, n):\n    pad = tf.sequence_mask(n, 16, dtype=logits.dtype)\n"
+        "    return logits + (1.0 - pad) * -1e9\n",
+        "import tensorflow as tf\n\ndef _like(mask, x):\n    return tf.cast(mask, x.dtype)\n\n"
+        "def masked(scores, mask):\n    m = _like(mask, scores)\n    return scores + (1.0 - m) * -1e9\n",
     ],
     "MP103": [
         "import keras\nfrom tensorflow.keras import losses as L\n\ndef distill(t, s, h):\n"

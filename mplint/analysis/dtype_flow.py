@@ -594,8 +594,11 @@ def flow_units(tree: ast.Module) -> list[list[ast.AST]]:
 
 def may_carry(code, unit: list[ast.AST]) -> bool:
     """Pre-filter: can ``classify`` find a compute-dtype value in this unit of ``flow_units``?
-    Only a cast or conversion, ``np.float16(...)``, a sublayer call ``self.x(...)`` or the inputs of
-    a ``call()`` method start one; everything else only passes one on."""
+    Only a cast or conversion, ``np.float16(...)``, a sublayer call ``self.x(...)``, the inputs of
+    a ``call()`` method, a call given a ``dtype=`` that is not a fixed wide or integer dtype
+    (``one_hot(t, n, dtype=x.dtype)``), or a call of a function of the file that may return one
+    start one; everything else only passes one on."""
+    helpers = _carrying_functions(code)
     for node in unit:
         kind = type(node)
         if kind is ast.Call:
@@ -604,6 +607,38 @@ def may_carry(code, unit: list[ast.AST]) -> bool:
                 return True
             if not code.names_of(node).isdisjoint(_CARRYING_CALLS):
                 return True
+            if any(k.arg == "dtype" and _dtype_may_carry(k.value) for k in node.keywords):
+                return True
+            if type(func) is ast.Name and func.id in helpers:
+                return True
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef) and node.name == "call":
             return True
     return False
+
+
+def _dtype_may_carry(value: ast.AST) -> bool:
+    """A ``dtype=`` argument ``dtype_target`` may read as a compute dtype: not a fixed wide or integer one."""
+    if type(value) is ast.Constant:
+        return value.value in FLOAT16_SPELLINGS
+    if type(value) is ast.Attribute:
+        return value.attr not in WIDE_SPELLINGS and value.attr not in _NON_FLOAT_SPELLINGS
+    return True
+
+
+_last_helpers: tuple[ast.AST | None, frozenset[str]] = (None, frozenset())
+
+
+def _carrying_functions(code) -> frozenset[str]:
+    """Module-level functions of the file whose own code may produce a compute-dtype value (their
+    callers then may too), computed once per file."""
+    global _last_helpers
+    tree = code.tree
+    if _last_helpers[0] is tree:
+        return _last_helpers[1]
+    _last_helpers = (tree, frozenset())  # a helper's own unit is read without helpers
+    found = frozenset(
+        node.name for node in tree.body
+        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and may_carry(code, list(walk_ast(node)))
+    )
+    _last_helpers = (tree, found)
+    return found
