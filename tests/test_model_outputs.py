@@ -330,3 +330,36 @@ def test_a_model_rebound_in_another_branch_keeps_its_later_uses():
         ("keras.layers.Dense(3)", "inference", False),
         ("keras.layers.Dense(5)", "trained", False),
     ]
+
+
+def test_outputs_cast_by_a_project_helper_or_map_structure_before_the_loss():
+    assert _roles(
+        """
+        import tensorflow as tf
+        from official.modeling import tf_utils
+
+        def helper_loop(x, y):
+            model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+            with tf.GradientTape() as tape:
+                pred = tf_utils.fp16_to_fp32_nested(model(x, training=True))
+                loss = tf.reduce_mean(tf.square(y - pred))
+            return tape.gradient(loss, model.trainable_variables)
+
+        def compiled(x, y):
+            model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
+            outputs = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), model(x))
+            model.compile("sgd", "mse")
+
+        def one_uncast_use(x, y):
+            model = tf.keras.Sequential([tf.keras.layers.Dense(3)])
+            with tf.GradientTape() as tape:
+                a = tf.cast(model(x), tf.float32)
+                b = model(y)
+                loss = tf.reduce_mean(tf.square(a - b))
+            return tape.gradient(loss, model.trainable_variables)
+        """
+    ) == [
+        ("tf.keras.layers.Dense(1)", "trained", True),
+        ("tf.keras.layers.Dense(2)", "trained", False),  # compile(): Keras computes the loss on the raw outputs
+        ("tf.keras.layers.Dense(3)", "trained", False),
+    ]
