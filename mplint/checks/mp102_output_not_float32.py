@@ -50,6 +50,11 @@ class OutputNotFloat32(Rule):
                 continue  # MP101
             if site.cast_before_loss:
                 continue  # every use of the outputs in this file casts them to float32 first
+            if site.role != "trained" and not self._policy_chosen_here() and not self._trained_by_a_program(site):
+                # A model that leaves a module its program reaches from elsewhere (a library class, a builder's
+                # result) may have its outputs cast where it is trained: unlike a float16 softmax (MP101), no
+                # precision is lost yet, and the cast is out of sight.
+                continue
             if keras_layer(self.context, site.layer) is not None:
                 self._known_layer(site.layer, reported)
             elif global_reduced(self.context) and self._computed_in_policy(site):
@@ -57,6 +62,24 @@ class OutputNotFloat32(Rule):
                 if id(target) not in reported:
                     reported.add(id(target))
                     self._other(site, target)
+
+    def _trained_by_a_program(self, site: OutputSite) -> bool:
+        """A program that reaches this module compiles or fits what this class or builder function makes."""
+        trained = self.context.facts.trained_names
+        if not trained:
+            return False
+        maker = site.model if isinstance(site.model, cst.ClassDef) else self.context.enclosing(site.model, cst.FunctionDef)
+        if maker is not None:
+            return maker.name.value in trained
+        assign = self.context.enclosing(site.model, cst.Assign)  # a module-level `model = Sequential(...)`
+        return assign is not None and any(
+            isinstance(t.target, cst.Name) and t.target.value in trained for t in assign.targets
+        )
+
+    def _policy_chosen_here(self) -> bool:
+        """The config or this file sets the policy: the model is built where its program chooses the precision."""
+        facts = self.context.facts
+        return facts.policy_from_config or any(p.path == self.context.path for p in facts.policies)
 
     def _message(self, what: str, layer: cst.Call | None) -> str:
         return (

@@ -119,7 +119,8 @@ class Float16PolicyOnTpu(Rule):
 
     @classmethod
     def active_for(cls, facts) -> bool:
-        return facts.uses_tpu
+        # A program that uses TPUs and may run float16 (a policy set inside a test governs no program).
+        return facts.uses_tpu and facts.float16
 
     def visit_Module(self, node: cst.Module) -> None:
         sites = _Sites(self.context)

@@ -130,6 +130,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
         facts.policies, facts.links, facts.generation, facts.tpu_sites,
         reexports_digest or sorted(facts.reexports.items()),
         sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.test_module,
+        sorted(facts.trained_names),
     )
 
 

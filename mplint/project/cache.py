@@ -147,6 +147,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "library_context": facts.library_context,
         "path": facts.path,
         "test_module": facts.test_module,
+        "trained_names": sorted(facts.trained_names),
     }
 
 
@@ -162,6 +163,7 @@ def _module_facts_from_json(raw: dict, reexports: dict) -> ProjectFacts:
         library_context=raw["library_context"],
         path=raw["path"],
         test_module=raw["test_module"],
+        trained_names=frozenset(raw["trained_names"]),
     )
 
 

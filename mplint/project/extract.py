@@ -22,8 +22,9 @@ HERE = "<here>"  # a sys.path entry relative to the file's own folder
 # tf.keras only through imports: their statements are read, not every expression (most files of a project).
 _FACT_TOKENS = re.compile(
     rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
-    rb"|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior"
+    rb"|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior|\.compile\(|\.fit\("
 )
+_TRAINING_CALLS = frozenset({"compile", "fit"})
 # TF1 constructs, by canonical prefix: the program is TF1 (G0) unless it also sets a Keras policy.
 _TF1_PREFIXES = ("tensorflow.Session", "tensorflow.compat.v1.Session", "tensorflow.estimator", "tensorflow.compat.v1.estimator",
                  "tensorflow.contrib", "tensorflow.compat.v1.disable_v2_behavior", "tensorflow.compat.v1.train.",
@@ -68,6 +69,7 @@ class FileFacts:
     top_level_work: bool = False  # calls, loops or `with` blocks at module level
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
     tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
+    trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -135,6 +137,7 @@ class _Reader(ast.NodeVisitor):
         self.consts: dict[str, list[str]] = {}  # module-level NAME = "string" (or a conditional of strings)
         self.function: list[str] = []
         self.optional = 0  # inside `try: import ... except ImportError`: a compatibility import, not a choice
+        self.made_by: dict[str, str] = {}  # variable -> last name of the callable whose result it holds
 
     # --- names -------------------------------------------------------------------------
     def qualified(self, node: ast.AST) -> str | None:
@@ -234,7 +237,19 @@ class _Reader(ast.NodeVisitor):
         self.generic_visit(node)
 
     # --- calls -------------------------------------------------------------------------
+    def _training(self, node: ast.Call) -> None:
+        """`model = Net(...); model.compile(...)` or `build().fit(...)`: Net and build are trained here."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr in _TRAINING_CALLS):
+            return
+        made = func.value
+        # a variable holding a call's result names the callable; an imported model names itself
+        name = self.made_by.get(made.id, made.id) if isinstance(made, ast.Name) else _callee_name(made) if isinstance(made, ast.Call) else None
+        if name and name not in self.facts.trains:
+            self.facts.trains.append(name)
+
     def visit_Call(self, node: ast.Call) -> None:
+        self._training(node)
         callee = self.qualified(node.func)
         last = callee.rsplit(".", 1)[-1] if callee else None
         site = self.facts.policies
@@ -265,6 +280,8 @@ class _Reader(ast.NodeVisitor):
             values = self.strings(node.value)  # `policy = Policy("mixed_float16")` inside a function
             if values:
                 self.consts[node.targets[0].id] = values
+            if isinstance(node.value, ast.Call) and _callee_name(node.value):
+                self.made_by[node.targets[0].id] = _callee_name(node.value)
         # os.environ["TF_USE_LEGACY_KERAS"] = "1"
         for target in node.targets:
             if isinstance(target, ast.Subscript) and _constant(target.slice) == "TF_USE_LEGACY_KERAS":

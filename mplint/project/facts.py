@@ -39,6 +39,7 @@ class ProjectFacts:
     library_context: bool = False  # importable code no policy-setting program of the project reaches
     path: str = ""  # the module these facts are for ("" for project-wide facts)
     test_module: bool = False  # test_*.py / *_test.py: exercises code, trains nothing users run
+    trained_names: frozenset = frozenset()  # classes/functions of this module whose models a reaching program trains
 
     @functools.cached_property
     def reexported_names(self) -> dict[str, frozenset[str]]:

@@ -52,6 +52,7 @@ class Program:
     keras_imports: frozenset[str] = frozenset()
     legacy_keras_env: bool = False
     tf1: bool = False
+    trains: frozenset[str] = frozenset()  # what its modules compile or fit, by callable name
     tpu_sites: frozenset[tuple[str, int]] = frozenset()
 
     def link_to(self, module: Module) -> ProgramLink:
@@ -204,6 +205,7 @@ class ProjectModel:
         program.keras_imports = frozenset().union(*(m.facts.keras_imports for m in program.parents))
         program.legacy_keras_env = any(m.facts.legacy_keras_env for m in program.parents)
         program.tf1 = any(m.facts.tf1 for m in program.parents)
+        program.trains = frozenset(name for m in program.parents for name in m.facts.trains)
         program.tpu_sites = frozenset((m.display, line) for m in program.parents for line in m.facts.tpu_lines)
         for module in program.parents:
             for site in module.facts.policies:
@@ -265,9 +267,13 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             keras_namespaces=namespaces,
             policy_from_config=bool(policy_setting),
             links=links,
-            library_context=not policy_setting and not module.entry and not mixed,
+            # Library code: no program of the project runs it except tests. One the project runs in float32
+            # (a float32 training script reaches it) is the project's own float32 code.
+            library_context=not policy_setting and not module.entry and not mixed
+            and all(_is_test_module(p.entry.path) for p in programs),
             path=module.display,
             test_module=testing,
+            trained_names=frozenset(module.facts.defines) & frozenset().union(*(p.trains for p in programs)),
         )
     return out
 
