@@ -279,8 +279,11 @@ class OptimizerFlow:
 
     @property
     def compile_wraps(self) -> bool:
-        """compile() adds a LossScaleOptimizer: the model's (global) policy is mixed_float16."""
-        return bool(self.facts.global_policy_names & (FLOAT16_POLICIES | {UNKNOWN_POLICY}))
+        """compile() adds a LossScaleOptimizer: the model's (global) policy is mixed_float16, or, in library
+        code on Keras 3, may be for any user (where ``scale_loss`` is a no-op without the wrapper)."""
+        if self.facts.global_policy_names & (FLOAT16_POLICIES | {UNKNOWN_POLICY}):
+            return True
+        return self.facts.library_context and self.context.generation == 3
 
     # --- sites ---------------------------------------------------------------------------
 

@@ -10,6 +10,12 @@ from mplint.diagnostics import Fix, FixSafety
 
 class UnscaledLossGradient(GradientSiteRule):
     id = "MP202"
+
+    @classmethod
+    def active_for(cls, facts) -> bool:
+        # Library code on Keras 3: a train_step override that never scales breaks every user who compiles under
+        # mixed_float16, and `optimizer.scale_loss` is a no-op for those who do not.
+        return facts.float16 or facts.library_context and facts.generation.value == 3
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:
@@ -43,9 +49,10 @@ class UnscaledLossGradient(GradientSiteRule):
         )
         self.report(site.call, message)
 
-    @staticmethod
-    def _how(path) -> str:
+    def _how(self, path) -> str:
         if path.origin.wrap == "auto":
+            if not self.context.facts.float16:
+                return "in library code, compile() wraps the optimizer in a LossScaleOptimizer for any user under mixed_float16"
             return "compile() wraps the optimizer in a LossScaleOptimizer"
         return "the optimizer is a LossScaleOptimizer"
 
