@@ -28,13 +28,15 @@ class Float16SoftmaxOutput(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return code.mentions("softmax", "Softmax") and builds_model(code)
+        # a model built here, or "softmax" handed to a call (a project builder's activation parameter)
+        return code.mentions("softmax", "Softmax") and (builds_model(code) or "softmax" in code.argument_words)
 
     @classmethod
     def active_for(cls, facts):
         return facts.reduced_precision
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._builder_calls()
         reported: set[int] = set()
         for site in reported_outputs(self.context):
             if is_softmax_layer(self.context, site.layer):
@@ -46,6 +48,32 @@ class Float16SoftmaxOutput(Rule):
                 if id(site.expr) not in reported:
                     reported.add(id(site.expr))
                     self._report_function(site.expr, site.kind)
+
+    def _builder_calls(self) -> None:
+        """``ImageClassifier(activation="softmax")`` where the project's class feeds that parameter to a layer's
+        activation without a float32 dtype: the program builds a float16 softmax output in another module."""
+        builders = self.context.facts.activation_params
+        if not builders or not global_reduced(self.context):
+            return
+        last_names = {name.rsplit(".", 1)[-1] for name in builders}
+        for call in self.context.nodes(cst.Call):
+            func = call.func
+            last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+            if last not in last_names:
+                continue
+            found = next((builders[q] for q in self.context.names.qualified(func) if q in builders), None)
+            if found is None:
+                continue
+            param, index, _default, path, line = found
+            passed = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == param), None)
+            positional = [a for a in call.args if a.keyword is None and not a.star]
+            if passed is None and 0 <= index < len(positional):
+                passed = positional[index].value
+            if isinstance(passed, cst.SimpleString) and passed.evaluated_value == "softmax":
+                reason = policy_reason(self.context, None)
+                self.report(call, f"`{last}({param}=\"softmax\")` builds a softmax output layer at {path}:{line} that computes "
+                                  f"in reduced precision ({reason}): {_harm(reason)}; give that layer dtype=\"float32\" "
+                                  "(a dtype parameter of the builder), or apply the softmax in float32 after it")
 
     def _layer_in_reduced_precision(self, layer: cst.Call) -> bool:
         dtype = layer_dtype(self.context, layer)

@@ -151,8 +151,9 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
     }
 
 
-def _module_facts_from_json(raw: dict, reexports: dict) -> ProjectFacts:
+def _module_facts_from_json(raw: dict, reexports: dict, builders: dict) -> ProjectFacts:
     return ProjectFacts(
+        activation_params=builders,
         policies=tuple(PolicySite(*p) for p in raw["policies"]),
         generation=Generation(*raw["generation"]),
         tpu_sites=tuple(tuple(s) for s in raw["tpu_sites"]),
@@ -184,16 +185,18 @@ class ProjectCache:
             return None
         try:
             reexports = dict(raw["reexports"])
-            by_display = {path: _module_facts_from_json(f, reexports) for path, f in raw["modules"].items()}
+            builders = {name: tuple(value) for name, value in raw["activation_params"].items()}
+            by_display = {path: _module_facts_from_json(f, reexports, builders) for path, f in raw["modules"].items()}
             s = raw["summary"]
             return by_display, ProjectSummary(Path(s["root"]), s["files"], s["programs"], s["generation"])
         except (KeyError, TypeError, ValueError):
             return None
 
     def store_module_facts(self, key: str, by_display: dict[str, ProjectFacts], summary) -> None:
-        reexports = next(iter(by_display.values())).reexports if by_display else {}
+        first = next(iter(by_display.values()), None)
         self._model.put(key, {
-            "reexports": reexports,
+            "reexports": first.reexports if first else {},
+            "activation_params": {name: list(value) for name, value in first.activation_params.items()} if first else {},
             "modules": {path: _module_facts_to_json(f) for path, f in by_display.items()},
             "summary": {"root": str(summary.root), "files": summary.files, "programs": summary.programs,
                         "generation": summary.generation},

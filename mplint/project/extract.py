@@ -70,6 +70,8 @@ class FileFacts:
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
     tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
+    # Model builders whose layer takes its activation from a parameter: name -> [param, index, default, line, col]
+    activation_params: dict[str, list] = field(default_factory=dict)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -385,6 +387,49 @@ def _reexports(module_level: list[ImportRecord], module_name: str) -> dict[str, 
     return out
 
 
+def _activation_params(tree: ast.Module) -> dict[str, list]:
+    """``def build(n, activation=None): ... Dense(n, activation=activation)`` (or a class whose ``__init__``
+    parameter reaches a layer's ``activation=``, directly or through ``self.<attr>``): what a caller picks there
+    decides whether the model ends in a float16 softmax."""
+    found: dict[str, list] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function, owner = stmt, stmt
+        elif isinstance(stmt, ast.ClassDef):
+            init = next((s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+            if init is None:
+                continue
+            function, owner = init, stmt
+        else:
+            continue
+        params = function.args.args + function.args.kwonlyargs
+        offset = 1 if owner is not function else 0  # `self` is not passed by callers of a class
+        defaults = dict(zip([a.arg for a in function.args.args][-len(function.args.defaults):] if function.args.defaults else [],
+                            function.args.defaults))
+        defaults.update({a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None})
+        names = {a.arg for a in params}
+        held = {}  # self.attr -> parameter
+        for node in ast.walk(owner):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in names:
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                        held[target.attr] = node.value.id
+        for node in ast.walk(owner):
+            if not isinstance(node, ast.Call):
+                continue
+            for kw in node.keywords:
+                value = kw.value
+                param = value.id if isinstance(value, ast.Name) and value.id in names else \
+                    held.get(value.attr) if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self" else None
+                if kw.arg != "activation" or param is None or any(k.arg == "dtype" for k in node.keywords):
+                    continue
+                index = [a.arg for a in function.args.args].index(param) - offset if param in [a.arg for a in function.args.args] else -1
+                default = defaults.get(param)
+                default = default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None
+                found.setdefault(owner.name, [param, index, default, node.lineno, node.col_offset + 1])
+    return found
+
+
 def _used_names(tree: ast.Module) -> set[str]:
     """Names read and attributes accessed anywhere (what an import of this module may lead to)."""
     uses: set[str] = set()
@@ -423,5 +468,7 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
         facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)
     facts.reexports = _reexports(facts.imports[:top_imports], module_name)
     facts.uses = sorted(_used_names(tree))
+    if b"activation" in source:
+        facts.activation_params = _activation_params(tree)
     facts.defines = _defined_names(tree)
     return facts

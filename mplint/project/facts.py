@@ -40,6 +40,9 @@ class ProjectFacts:
     path: str = ""  # the module these facts are for ("" for project-wide facts)
     test_module: bool = False  # test_*.py / *_test.py: exercises code, trains nothing users run
     trained_names: frozenset = frozenset()  # classes/functions of this module whose models a reaching program trains
+    # The project's model builders whose layer takes its activation from a parameter, by qualified name (and the
+    # names packages re-export them under): name -> (param, positional index, default, path, line). Shared.
+    activation_params: dict = field(default_factory=dict, compare=False)
 
     @functools.cached_property
     def reexported_names(self) -> dict[str, frozenset[str]]:

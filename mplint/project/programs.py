@@ -218,6 +218,23 @@ class ProjectModel:
                     program.sites.append(site)
         return program
 
+    def activation_params(self) -> dict[str, tuple]:
+        """Builders whose activation is a parameter, by qualified name and by the names imports re-export them as."""
+        table = {f"{m.name}.{name}": (param, index, default, m.display, line)
+                 for m in self.modules for name, (param, index, default, line, _) in m.facts.activation_params.items()}
+        if not table:
+            return table
+        for _ in range(3):  # re-exports of re-exports (pkg/__init__ -> pkg/sub/__init__ -> module)
+            for module in self.modules:
+                for index, record in enumerate(module.facts.imports):
+                    if not record.name or record.name == "*" or f"{module.name}.{record.bound}" in table:
+                        continue
+                    for target, _ in self._resolve(module, module, index):
+                        found = table.get(f"{target.name}.{record.name}")
+                        if found is not None:
+                            table[f"{module.name}.{record.bound}"] = found
+        return table
+
     def _applies(self, site: PolicySite) -> bool:
         """A setter call is Keras' own (``runner.set_policy(pi)`` is not); layer dtypes always count."""
         if site.how == "layer":
@@ -229,6 +246,7 @@ class ProjectModel:
 def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: str | None,
                  configured: Generation | None) -> dict[str, ProjectFacts]:
     """Each module's facts, by display path: the union over the programs that reach it."""
+    builders = model.activation_params()
     reaching: dict[Module, list[Program]] = {}
     for program in model.programs:
         for module in program.parents:
@@ -264,6 +282,7 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             generation=_generation(module, programs, program_generation, pins, configured, project_imports, project_legacy),
             tpu_sites=tuple(tpu),
             reexports=model.reexports,
+            activation_params=builders,
             keras_namespaces=namespaces,
             policy_from_config=bool(policy_setting),
             links=links,
