@@ -251,7 +251,7 @@ def _image_requirement(image: str) -> Requirement | None:
     return None
 
 
-def _sources_in(folder: Path) -> Iterable[tuple[str, list[Requirement]]]:
+def pin_sources(folder: Path) -> Iterable[tuple[str, list[Requirement]]]:
     """(file name, requirements) of each pin source in ``folder``, most specific first."""
     for path in sorted(folder.glob("requirements*.txt")) + sorted(folder.glob("requirements/*.txt")):
         yield path.name if path.parent == folder else f"requirements/{path.name}", _requirements_file(path)
@@ -316,7 +316,7 @@ def _generation_of(found: list[tuple[Requirement, str]]) -> Generation | None:
 
 
 def _folder_generation(folder: Path, root: Path) -> Generation | None:
-    for name, reqs in _sources_in(folder):
+    for name, reqs in pin_sources(folder):
         where = (folder / name).relative_to(root).as_posix() if folder.is_relative_to(root) else name
         found = _generation_of([(r, where) for r in reqs])
         if found is not None:

@@ -9,27 +9,24 @@ project around ``path`` with ``packaging``'s requirement parser: ``requirements*
 the first folder that pins torch or that is a project root (``pyproject.toml``, ``setup.cfg``,
 ``setup.py``, ``.git``): a project that does not pin torch is unpinned, whatever a parent folder says.
 
-Results are memoised per folder, so a run reads each pin file once. The project facts do not carry the
-pin yet (they are keyed for the Keras rules); until they do, a cached result does not notice a pin
-changed without the file changing.
+Every pin source is read by ``mplint.project.pins`` (one set of parsers for TensorFlow, Keras and torch);
+the pin files' digest is part of the results cache key, so a changed pin is never answered from the cache.
 """
 
 from __future__ import annotations
 
-import configparser
-import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
+
+from mplint.project.pins import pin_sources
 
 # Versions a specifier is tested against (plus the versions it names itself).
 _SAMPLES = tuple(Version(v) for v in [*(f"1.{m}.0" for m in range(14)), *(f"2.{m}.0" for m in range(31))])
 _PROJECT_ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
-_REQUIREMENT_LINE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?\s*[^#]*)")
 
 
 @dataclass(frozen=True)
@@ -63,7 +60,6 @@ def torch_target(path: str | Path) -> TorchTarget:
     return _target_of_folder(folder)
 
 
-@functools.lru_cache(maxsize=1024)
 def _target_of_folder(folder: Path) -> TorchTarget:
     pins = list(_torch_requirements(folder))
     if pins:
@@ -98,87 +94,6 @@ def _mentioned(req: Requirement) -> list[Version]:
 
 
 def _torch_requirements(folder: Path) -> Iterable[tuple[Requirement, str]]:
-    files = sorted(folder.glob("requirements*.txt")) + sorted(folder.glob("requirements/*.txt"))
-    for file in files:
-        yield from ((r, file.name) for r in _requirements_txt(_read(file)) if _is_torch(r))
-    if (folder / "pyproject.toml").is_file():
-        yield from ((r, "pyproject.toml") for r in _pyproject(_read(folder / "pyproject.toml")) if _is_torch(r))
-    if (folder / "setup.cfg").is_file():
-        yield from ((r, "setup.cfg") for r in _setup_cfg(_read(folder / "setup.cfg")) if _is_torch(r))
-
-
-def _is_torch(req: Requirement) -> bool:
-    return req.name.lower() == "torch"
-
-
-def _parse(specs: Iterable[str]) -> Iterable[Requirement]:
-    for spec in specs:
-        try:
-            yield Requirement(spec.strip())
-        except InvalidRequirement:
-            continue
-
-
-def _requirements_txt(text: str) -> Iterable[Requirement]:
-    lines = (line.strip() for line in text.splitlines())
-    return _parse(m.group(1) for line in lines if line and not line.startswith(("#", "-"))
-                  if (m := _REQUIREMENT_LINE.match(line)))
-
-
-def _pyproject(text: str) -> Iterable[Requirement]:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib
-    try:
-        data = tomllib.loads(text)
-    except Exception:
-        return []
-    project = data.get("project", {})
-    specs = [*project.get("dependencies", []), *(s for extra in project.get("optional-dependencies", {}).values() for s in extra)]
-    poetry = data.get("tool", {}).get("poetry", {})
-    groups = [poetry.get("dependencies", {}), *(g.get("dependencies", {}) for g in poetry.get("group", {}).values())]
-    for table in groups:
-        for name, spec in table.items():
-            version = spec if isinstance(spec, str) else spec.get("version", "") if isinstance(spec, dict) else ""
-            specs.append(f"{name}{_poetry_spec(version)}")
-    return _parse(s for s in specs if isinstance(s, str))
-
-
-def _poetry_spec(version: str) -> str:
-    """Poetry's ``^2.1``/``~2.1``/``2.1.*``/``>=2`` as a PEP 440 specifier."""
-    version = version.strip()
-    try:
-        if not version or version == "*":
-            return ""
-        if version.startswith("^"):
-            base = Version(version[1:])
-            return f">={base},<{base.major + 1}" if base.major else f">={base},<0.{base.minor + 1}"
-        if version.startswith("~") and not version.startswith("~="):
-            base = Version(version[1:])
-            return f">={base},<{base.major}.{base.minor + 1}"
-    except InvalidVersion:
-        return ""
-    return version if version[0] in "<>=!~" else f"=={version}"
-
-
-def _setup_cfg(text: str) -> Iterable[Requirement]:
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read_string(text)
-    except configparser.Error:
-        return []
-    specs = []
-    if parser.has_option("options", "install_requires"):
-        specs += parser.get("options", "install_requires").splitlines()
-    if parser.has_section("options.extras_require"):
-        for _, value in parser.items("options.extras_require"):
-            specs += value.splitlines()
-    return _parse(s.split("#", 1)[0] for s in specs if s.strip())
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+    """Requirements on torch in ``folder``, read by the same parsers as every other pin (``pins.pin_sources``)."""
+    for where, requirements in pin_sources(folder):
+        yield from ((r, where) for r in requirements if r.name.lower() == "torch")
