@@ -79,3 +79,11 @@ class UnsafeImportAdder(Rule):
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def write_files(root, files: dict[str, str]):
+    """A project on disk: ``{"pkg/m.py": source}`` under ``root``; returns ``root``."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root

@@ -63,18 +63,8 @@ def test_attention_fixture_only_flags_the_mask_constant(tmp_path):
     assert _found(result.stdout) == [("MP601", 21, 42)]
 
 
-def _classify(code: str, marker: str):
-    found = {}
-
-    class Probe(cst.BatchableCSTVisitor):
-        def __init__(self, context):
-            super().__init__()
-            self.context = context
-
-        def visit_Return(self, node):
-            if self.context.module.code_for_node(node).strip() == f"return {marker}":
-                found["value"] = self.context.analysis(DtypeFlow).classify(node.value)
-
+def _returned(code: str, marker: str, ask):
+    """``ask(DtypeFlow, expression)`` on the expression of ``return <marker>`` in ``code``."""
     from libcst.metadata import MetadataWrapper
 
     from mplint.engine.context import FileContext
@@ -82,8 +72,12 @@ def _classify(code: str, marker: str):
 
     wrapper = MetadataWrapper(cst.parse_module(code))
     context = FileContext("probe.py", wrapper, ProjectFacts(), "probe", False)
-    wrapper.visit_batched([Probe(context)])
-    return found["value"]
+    returned = next(r for r in context.nodes(cst.Return) if context.module.code_for_node(r).strip() == f"return {marker}")
+    return ask(context.analysis(DtypeFlow), returned.value)
+
+
+def _classify(code: str, marker: str):
+    return _returned(code, marker, lambda flow, value: flow.classify(value))
 
 
 @pytest.mark.parametrize(
@@ -134,26 +128,7 @@ def test_policy_in_an_imported_file_enables_the_rewrite_fix():
 
 
 def _mask(code: str, marker: str) -> bool:
-    found = {}
-
-    class Probe(cst.BatchableCSTVisitor):
-        def __init__(self, context):
-            super().__init__()
-            self.context = context
-
-        def visit_Return(self, node):
-            if self.context.module.code_for_node(node).strip() == f"return {marker}":
-                found["value"] = self.context.analysis(DtypeFlow).is_mask(node.value)
-
-    from libcst.metadata import MetadataWrapper
-
-    from mplint.engine.context import FileContext
-    from mplint.project.facts import ProjectFacts
-
-    wrapper = MetadataWrapper(cst.parse_module(code))
-    context = FileContext("probe.py", wrapper, ProjectFacts(), "probe", False)
-    wrapper.visit_batched([Probe(context)])
-    return found["value"]
+    return _returned(code, marker, lambda flow, value: flow.is_mask(value))
 
 
 @pytest.mark.parametrize(

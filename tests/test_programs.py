@@ -8,17 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_files
+
 from mplint.cli import main
 from mplint.project.build import project_facts
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
 
 
 def _lint(capsys, *args: str) -> tuple[int, list[tuple]]:
@@ -83,7 +78,7 @@ def test_library_reached_by_an_example_and_library_context(fixture, capsys):
 
 
 def test_findings_do_not_depend_on_the_paths_given(tmp_path, monkeypatch, capsys):
-    _write(tmp_path, {
+    write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "train.py": "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\nfrom nets import model\nmodel.fit()\n",
         "nets.py": "import keras\nmodel = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n",
@@ -95,7 +90,7 @@ def test_findings_do_not_depend_on_the_paths_given(tmp_path, monkeypatch, capsys
 
 
 def test_a_policy_set_in_a_helper_governs_only_programs_that_call_it(tmp_path):
-    facts = project_facts(_write(tmp_path, {
+    facts = project_facts(write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "lib/__init__.py": "",
         "lib/performance.py": (
@@ -118,7 +113,7 @@ def test_a_policy_set_in_a_helper_governs_only_programs_that_call_it(tmp_path):
 
 
 def test_a_package_reexport_leads_to_the_defining_module_only(tmp_path):
-    facts = project_facts(_write(tmp_path, {
+    facts = project_facts(write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "pkg/__init__.py": "from .models import Net\nfrom .other import Other\n",
         "pkg/models.py": "import keras\nclass Net(keras.Model):\n    pass\n",
@@ -130,7 +125,7 @@ def test_a_package_reexport_leads_to_the_defining_module_only(tmp_path):
 
 
 def test_script_folder_and_sys_path_insert_are_import_roots(tmp_path):
-    facts = project_facts(_write(tmp_path, {
+    facts = project_facts(write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "examples/train.py": (
             "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'src'))\n"
@@ -147,7 +142,7 @@ def test_script_folder_and_sys_path_insert_are_import_roots(tmp_path):
 
 
 def test_the_keras_generation_is_the_programs_own(tmp_path, capsys, monkeypatch):
-    _write(tmp_path, {
+    write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "legacy.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tf_keras\nm = tf_keras.Sequential()\nm.fit()\n",
         "off.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '0'\nimport keras\nm = keras.Sequential()\nm.fit()\n",
@@ -171,7 +166,7 @@ def test_the_keras_generation_is_the_programs_own(tmp_path, capsys, monkeypatch)
 
 def test_diff_shows_what_fix_writes(tmp_path, monkeypatch, capsys):
     """A fix that changes the facts (float16 -> mixed_float16) is followed by a second round in --diff too."""
-    _write(tmp_path, {
+    write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "train.py": (
             "import keras\nkeras.mixed_precision.set_global_policy('float16')\n"
@@ -193,7 +188,7 @@ def test_diff_shows_what_fix_writes(tmp_path, monkeypatch, capsys):
 
 
 def test_a_policy_set_inside_a_test_governs_that_test_alone(tmp_path, monkeypatch, capsys):
-    _write(tmp_path, {
+    write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "models.py": "import keras\ndef build():\n    return keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n",
         "models_test.py": (
@@ -212,7 +207,7 @@ def test_a_policy_set_inside_a_test_governs_that_test_alone(tmp_path, monkeypatc
 
 
 def test_findings_inside_expected_errors_are_not_reported(tmp_path, monkeypatch, capsys):
-    _write(tmp_path, {
+    write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "check.py": (
             "import keras\nimport pytest\n\nopt = keras.optimizers.SGD()\n"

@@ -8,18 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_files
+
 from mplint.cli import main
 from mplint.project.pins import PinFinder, generation_from_pins
 from mplint.project.build import project_facts
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
 
 
 def _lint(capsys, *args: str) -> list[tuple]:
@@ -57,12 +52,12 @@ def test_container_images_name_their_tensorflow(tmp_path, image, value, source):
     ({"pyproject.toml": "[tool.poetry.group.train.dependencies]\ntensorflow = '~2.13'\n"}, (2, "pyproject.toml pins tensorflow<2.14,>=2.13")),
 ])
 def test_pin_sources(tmp_path, files, expected):
-    found = generation_from_pins(_write(tmp_path, files))
+    found = generation_from_pins(write_files(tmp_path, files))
     assert ((found.value, found.source) if found else None) == expected
 
 
 def test_the_nearest_pins_above_a_program_win(tmp_path):
-    _write(tmp_path, {
+    write_files(tmp_path, {
         "requirements.txt": "tensorflow>=2.16\n",
         "legacy/requirements.txt": "tensorflow==2.3.0\n",
         "legacy/train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n",
@@ -106,7 +101,7 @@ def test_a_computed_pin_and_a_helper_named_setup_py(tmp_path, monkeypatch, capsy
 
 
 def test_a_compatibility_import_is_not_a_choice_of_keras(tmp_path):
-    facts = project_facts(_write(tmp_path, {
+    facts = project_facts(write_files(tmp_path, {
         ".mplint.yaml": "{}\n",
         "train.py": (
             "try:\n    import keras.src as keras_src\nexcept ImportError:\n    keras_src = None\n"
@@ -117,7 +112,7 @@ def test_a_compatibility_import_is_not_a_choice_of_keras(tmp_path):
 
 
 def test_target_in_config(tmp_path, monkeypatch, capsys):
-    _write(tmp_path, {".mplint.yaml": "target: tf2.3\n", "train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n"})
+    write_files(tmp_path, {".mplint.yaml": "target: tf2.3\n", "train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n"})
     assert project_facts(tmp_path)["train.py"].generation.value == 1
     (tmp_path / ".mplint.yaml").write_text("target: tf9\n")
     monkeypatch.chdir(tmp_path)
