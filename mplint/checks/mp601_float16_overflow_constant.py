@@ -19,9 +19,8 @@ from mplint.analysis.dtype_flow import (
 )
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
+from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
 
-FLOAT16_MAX = 65504.0
-FLOAT16_TINY = 6e-8  # below this a value flushes to zero (smallest subnormal: 5.96e-8)
 # What a fixed constant becomes in float16: Keras' own large negative for float16
 # (keras.activations.softmax masks with -3e4), and float16's smallest normal number.
 FLOAT16_LARGE = "3e4"
@@ -46,8 +45,8 @@ class Float16OverflowConstant(Rule):
     # Literals beyond float16's range or below its smallest subnormal, and float32/float64 limits.
     triggers = (
         # (three patterns: each starts with a character class the regex engine can skip ahead to)
-        re.compile(rb"\d[eE](?:\+?(?:[4-9]|\d\d)|-(?:[89]|\d\d))\b"),  # 1e4.., 1e-8..
-        re.compile(rb"(?<![\w.])(?:[6-9]\d{4}|\d{6,})(?!\d)"),  # 60000.., 100000..
+        LARGE_OR_TINY_EXPONENT,
+        LARGE_INTEGER,
         re.compile(rb"\.0{7}"),  # 0.00000001
         _DTYPE_LIMIT,
     )

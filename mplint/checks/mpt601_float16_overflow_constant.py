@@ -7,14 +7,12 @@ import re
 
 import libcst as cst
 
-from mplint.analysis.call_args import argument
 from mplint.analysis.constants import number_value
 from mplint.analysis.torch_amp import FLOAT16, TorchAmp, TorchRule, float32_cast, half_names, is_half_cast
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
+from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
 
-FLOAT16_MAX = 65504.0
-FLOAT16_TINY = 6e-8  # below this a value flushes to zero in float16
 _MASK_METHODS = ("masked_fill", "masked_fill_")
 _WIDE_DTYPES = ("float32", "float", "float64", "double")
 _MODULE_BASES = re.compile(r"Module$|Layer$|Attention$|Block$")
@@ -23,8 +21,8 @@ _MODULE_BASES = re.compile(r"Module$|Layer$|Attention$|Block$")
 class TorchFloat16OverflowConstant(TorchRule):
     id = "MPT601"
     triggers = (
-        re.compile(rb"\d[eE](?:\+?(?:[4-9]|\d\d)|-(?:[89]|\d\d))\b"),  # 1e4.., 1e-8..
-        re.compile(rb"(?<![\w.])(?:[6-9]\d{4}|\d{6,})(?!\d)"),  # 60000.., 100000..
+        LARGE_OR_TINY_EXPONENT,
+        LARGE_INTEGER,
         b"finfo",  # torch.finfo(torch.float32).min, however torch is imported
     )
 

@@ -1,0 +1,13 @@
+"""float16's range, shared by the Keras (MP601) and PyTorch (MPT601) overflow rules."""
+
+from __future__ import annotations
+
+import re
+
+FLOAT16_MAX = 65504.0
+FLOAT16_TINY = 6e-8  # below this a value flushes to zero (smallest subnormal: 5.96e-8)
+
+# Byte triggers for literals out of float16's range (each starts with a character class the regex
+# engine can skip ahead to).
+LARGE_OR_TINY_EXPONENT = re.compile(rb"\d[eE](?:\+?(?:[4-9]|\d\d)|-(?:[89]|\d\d))\b")  # 1e4.., 1e-8..
+LARGE_INTEGER = re.compile(rb"(?<![\w.])(?:[6-9]\d{4}|\d{6,})(?!\d)")  # 60000.., 100000..
