@@ -134,3 +134,28 @@ def test_show_facts_prints_each_program(monkeypatch, capsys):
         "    target: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
         "    TPU: train_tpu.py:8, train_tpu.py:9, train_tpu.py:10\n"
     )
+
+
+def test_compatibility_shims_are_left_alone(tmp_path, monkeypatch, capsys):
+    write_files(tmp_path, {
+        ".mplint.yaml": "keras: 3\n",
+        "train.py": (
+            "import tensorflow as tf\nfrom packaging import version\n\n"
+            "if version.parse(tf.__version__) < version.parse('2.4'):\n"
+            "    from tensorflow.keras.mixed_precision import experimental as mixed_precision\n"
+            "    mixed_precision.set_policy('mixed_float16')\n"
+            "else:\n"
+            "    tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+            "try:\n"
+            "    from tensorflow.keras.mixed_precision import experimental as old_api\n"
+            "except ImportError:\n"
+            "    old_api = None\n"
+            "def scaled(opt, loss):\n"
+            "    if hasattr(opt, 'get_scaled_loss'):\n"
+            "        return opt.get_scaled_loss(loss)\n"
+            "    return opt.scale_loss(loss)\n"
+            "from tensorflow.keras.mixed_precision import experimental\n"
+        ),
+    })
+    monkeypatch.chdir(tmp_path)
+    assert [r[1:4:2] for r in _lint(capsys, "--select", "MP501,MP502", ".")] == [("MP501", 17)]

@@ -29,6 +29,7 @@ _ATTRIBUTES = {"loss_scale": "dynamic_scale", "dynamic_counter": "step_counter"}
 
 class Keras2LossScaleApiOnKeras3(Rule):
     id = "MP502"
+    silent_in_compatibility_branches = True
     triggers = (b"get_scaled_loss", b"get_unscaled_gradients", b"loss_scale", b"dynamic")
 
     @classmethod

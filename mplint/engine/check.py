@@ -222,6 +222,33 @@ def _frame_path(frame: traceback.FrameSummary) -> str:
     return os.path.relpath(filename, os.path.dirname(package)) if filename.startswith(package + os.sep) else frame.filename
 
 
+_VERSION_WORDS = ("__version__", "version.parse", "LooseVersion", "StrictVersion", "parse_version", "VERSION", "hasattr(")
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"})
+
+
+def in_compatibility_branch(context: FileContext, node: cst.CSTNode) -> bool:
+    """``node`` sits in an arm of a version gate (``if tf.__version__ ...``, ``version.parse(...)``,
+    ``hasattr(opt, "get_scaled_loss")``) or in a ``try: ... except ImportError`` with a fallback: a
+    compatibility shim that runs the old API only where the old API exists."""
+    child = node
+    for ancestor in context.ancestors(node):
+        if isinstance(ancestor, cst.If):
+            # either arm of a version or feature test runs only where its API exists
+            test = context.module.code_for_node(ancestor.test)
+            if child is not ancestor.test and any(word in test for word in _VERSION_WORDS):
+                return True
+        elif isinstance(ancestor, cst.Try):
+            catches = {
+                n.value for h in ancestor.handlers
+                for n in ([h.type] if not isinstance(h.type, cst.Tuple) else [e.value for e in h.type.elements])
+                if isinstance(n, cst.Name)
+            } | ({"Exception"} if any(h.type is None for h in ancestor.handlers) else set())
+            if catches & _IMPORT_ERRORS and (child is ancestor.body and ancestor.handlers or child in ancestor.handlers):
+                return True
+        child = ancestor
+    return False
+
+
 _RAISE_EXPECTATIONS = frozenset({"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"})
 
 
@@ -258,8 +285,11 @@ class _Run:
                 continue
             for finding in visitor.findings:
                 line = self.context.position(finding.node).start.line
-                if not suppressions.suppressed(visitor.meta, line) and not self.expected_to_raise(finding.node):
-                    self.findings.append(finding)
+                if suppressions.suppressed(visitor.meta, line) or self.expected_to_raise(finding.node):
+                    continue
+                if visitor.silent_in_compatibility_branches and in_compatibility_branch(self.context, finding.node):
+                    continue
+                self.findings.append(finding)
         self.findings.sort(key=lambda f: self.span(f.node))
 
     def expected_to_raise(self, node: cst.CSTNode) -> bool:

@@ -35,6 +35,8 @@ class Rule:
     triggers: ClassVar[tuple["bytes | re.Pattern[bytes]", ...]] = ()
     #: Filled from the catalog when the rule is registered.
     meta: ClassVar["RuleMeta"]
+    #: API-generation rules: silent in one arm of a version gate whose other arm has code (a compatibility shim).
+    silent_in_compatibility_branches: ClassVar[bool] = False
 
     def __init__(self, context: "FileContext") -> None:
         self.context = context
