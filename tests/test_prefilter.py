@@ -17,7 +17,10 @@ from mplint.catalog import load_catalog
 from mplint.engine.check_options import CheckOptions
 from mplint.engine.code_summary import summarize
 from mplint.engine.check import check_source
-from mplint.project.facts import Generation, PolicySite, ProjectFacts, UNKNOWN_POLICY
+from mplint.project.extract import PolicySite
+from mplint.project.facts import ProjectFacts
+from mplint.project.generation import Generation
+from mplint.project.policies import UNKNOWN_POLICY
 from mplint.engine.registry import all_rules
 from mplint.runner import RunOptions, run
 

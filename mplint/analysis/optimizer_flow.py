@@ -40,7 +40,7 @@ from mplint.engine.code_summary import CodeSummary
 
 from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec
-from mplint.project.facts import FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.project.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk

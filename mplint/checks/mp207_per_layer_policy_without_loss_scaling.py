@@ -11,7 +11,7 @@ from mplint.analysis.optimizer_flow import (
     wrap_construction,
 )
 from mplint.diagnostics import Fix, FixSafety
-from mplint.project.facts import FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.project.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.engine.rule import Rule
 
 

@@ -112,17 +112,22 @@ def admits(rule: type[Rule], source: bytes, facts: ProjectFacts | None = None) -
     return False
 
 
-@functools.lru_cache(maxsize=4096)
 def _aliased_triggers(rule: type[Rule], facts: ProjectFacts) -> tuple[bytes, ...]:
-    out = []
-    for alias, parts in facts.reexported_names.items():
-        # What a file using the target directly would spell: `layers.Dense(` for `Linear(`.
-        spelled = " ".join(f"{part}({part}" for part in sorted(parts)).encode()
-        for trigger in rule.triggers:
-            if trigger.search(spelled) if isinstance(trigger, re.Pattern) else trigger in spelled:
-                out.append(alias.encode())
-                break
-    return tuple(out)
+    """Once per rule and project (every module shares the project's re-exports)."""
+    from mplint.project.facts import per_reexport_table
+
+    def compute() -> tuple[bytes, ...]:
+        out = []
+        for alias, parts in facts.reexported_names.items():
+            # What a file using the target directly would spell: `layers.Dense(` for `Linear(`.
+            spelled = " ".join(f"{part}({part}" for part in sorted(parts)).encode()
+            for trigger in rule.triggers:
+                if trigger.search(spelled) if isinstance(trigger, re.Pattern) else trigger in spelled:
+                    out.append(alias.encode())
+                    break
+        return tuple(out)
+
+    return per_reexport_table(facts.reexports, rule, compute)
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,15 +7,40 @@ target, their TPU use and Keras flavours, and the project's re-exports of Keras.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mplint.project.extract import FileFacts, ImportRecord, PolicySite, extract_file_facts  # noqa: F401 (re-exported)
+from mplint.project.extract import PolicySite
 from mplint.project.generation import DEFAULT, Generation
-from mplint.project.policies import (  # noqa: F401 (re-exported for rules)
-    BFLOAT16_POLICIES, FLOAT16_POLICIES, MIXED_POLICIES, UNKNOWN_POLICY,
-)
+from mplint.project.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
+
+
+# The project's re-export table is one dict shared by every module's facts: what is derived from it is
+# computed once per table (the table is kept alive with its result, so its id is never reused).
+_PER_TABLE: dict[int, tuple[dict, dict]] = {}
+
+
+def per_reexport_table(reexports: dict, key, compute):
+    """``compute()`` once per (re-export table, key)."""
+    entry = _PER_TABLE.get(id(reexports))
+    if entry is None or entry[0] is not reexports:
+        if len(_PER_TABLE) > 64:
+            _PER_TABLE.clear()
+        entry = _PER_TABLE[id(reexports)] = (reexports, {})
+    results = entry[1]
+    if key not in results:
+        results[key] = compute()
+    return results[key]
+
+
+def reexported_names(reexports: dict) -> dict[str, frozenset[str]]:
+    def compute() -> dict[str, frozenset[str]]:
+        out: dict[str, frozenset[str]] = {}
+        for key, target in reexports.items():
+            last = key.rsplit(".", 1)[-1]
+            out[last] = out.get(last, frozenset()) | frozenset(target.split("."))
+        return out
+    return per_reexport_table(reexports, "names", compute)
 
 
 @dataclass(frozen=True)
@@ -44,14 +69,11 @@ class ProjectFacts:
     # names packages re-export them under): name -> (param, positional index, default, path, line). Shared.
     activation_params: dict = field(default_factory=dict, compare=False)
 
-    @functools.cached_property
+    @property
     def reexported_names(self) -> dict[str, frozenset[str]]:
-        """Last name of each re-export -> the parts of the Keras path it stands for (for the pre-filter)."""
-        out: dict[str, frozenset[str]] = {}
-        for key, target in self.reexports.items():
-            last = key.rsplit(".", 1)[-1]
-            out[last] = out.get(last, frozenset()) | frozenset(target.split("."))
-        return out
+        """Last name of each re-export -> the parts of the Keras path it stands for (for the pre-filter).
+        Computed once per project: every module shares the project's re-exports."""
+        return reexported_names(self.reexports)
 
     @property
     def policy_names(self) -> frozenset[str]:
