@@ -1,13 +1,14 @@
-"""Real-world precision check: mplint on pinned open-source TensorFlow/Keras packages.
+"""Real-world precision check: mplint on pinned open-source TensorFlow/Keras and PyTorch packages.
 
     python bench/realworld.py                    # check every package, compare with the snapshot
     python bench/realworld.py --package trax     # one package (repeatable)
     python bench/realworld.py --update           # record new findings as `unreviewed`
     python bench/realworld.py --json             # machine-readable report
 
-Each package is a pinned wheel (wheels hold the sources, tests included) downloaded once with
-``pip download`` into a cache outside the repository (``--cache``, ``$MPLINT_REALWORLD_CACHE``,
-default ``~/.cache/mplint-realworld``) and unpacked there; the installed Keras' ``src`` folder is
+Each package is a pinned wheel (wheels hold the sources, tests included), or a pinned sdist where the
+project publishes no pure-Python wheel (deepspeed), downloaded once with ``pip download`` into a cache
+outside the repository (``--cache``, ``$MPLINT_REALWORLD_CACHE``, default ``~/.cache/mplint-realworld``)
+and unpacked there (an sdist's top folder is the package root); the installed Keras' ``src`` folder is
 copied there too. After the first run everything works offline.
 
 mplint runs on each unpacked tree as a user would (``mplint . --format json --no-cache`` from the
@@ -16,7 +17,8 @@ snapshot ``bench/realworld/snapshot.yaml``, where every finding has a verdict (t
 
 - NEW findings are not in the snapshot and need review;
 - VANISHED findings are in the snapshot but no longer reported;
-- precision = tp / (tp + fp) over current findings that have a verdict, per rule, package and overall.
+- precision = tp / (tp + fp) over current findings that have a verdict, per rule, package, framework
+  (TensorFlow/Keras or PyTorch packages) and overall.
 
 ``--update`` adds new findings with verdict ``unreviewed`` and marks vanished ones ``status: vanished``
 (kept, with their verdicts, as the record of what the rules used to report).
@@ -37,6 +39,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -49,6 +52,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = REPO / "bench" / "realworld" / "snapshot.yaml"
 KERAS_SRC = "keras-src"
+TENSORFLOW, PYTORCH = "tensorflow", "pytorch"
 VERDICTS = ("tp", "fp", "unreviewed")
 STATUSES = ("current", "vanished")
 
@@ -57,7 +61,9 @@ STATUSES = ("current", "vanished")
 class Package:
     name: str
     version: str
-    sha256: str  # of the wheel pip picks for the platform below: the reviewed sources, byte for byte
+    sha256: str  # of the wheel pip picks for the platform below (or of the sdist): the reviewed sources, byte for byte
+    framework: str = TENSORFLOW
+    sdist: bool = False  # a source archive (.tar.gz) instead of a wheel
 
 
 # Pinned wheels. Platform wheels (lingvo, tensorflow-addons) are fetched for one fixed platform so that
@@ -75,10 +81,21 @@ PACKAGES = [
     Package("dm-sonnet", "2.0.2", "4c2364cc9ed5f1d9754e00e52a59b8b4fb5194c109b66390f33c44a9c5a34b89"),
     Package("tensorflow-similarity", "0.17.1", "da5d27a699a8bc12d6292a01f39c9529d22700d95b8607bdec69c91168718331"),
     Package("tensorflow-model-optimization", "0.8.1", "182e5807ed12768984f9708c6f7dbc090e4678d265fdebdb50ee7e12620ae33a"),
+    # PyTorch packages (the MPT rules). deepspeed publishes only an sdist.
+    Package("timm", "1.0.31", "5bd50f7d0fe6d09bf9285ac2523234a1b7e6bf075c0be3e7aed09139fcb617c7", PYTORCH),
+    Package("accelerate", "1.15.0", "97eacca0b73e45cb867dbf8c5d5d4dc32219544300e0c8992c7334dc2ef33cec", PYTORCH),
+    Package("pytorch-lightning", "2.6.6", "71f95c7b22f25c4f91cc659e1734bcdc6c69c8b66543f2ed2d78dbe29ce2f167", PYTORCH),
+    Package("ultralytics", "8.4.190", "bd309728efa168af64d39040136828edd2dbcb4aeceb4510bdff4f3ca0ea01b8", PYTORCH),
+    Package("fastai", "2.8.12", "50474575768679ba7352bebd0fdf8e7d2c4ddc10242455bec79a19c964f03fd0", PYTORCH),
+    Package("transformers", "5.23.0", "018e82fd07490ad5bb58414f65e31576033dc7f36bed10c574843f69b90991bf", PYTORCH),
+    Package("diffusers", "0.42.1", "9154faa704ce00e0b77f568e0d64786064368528aab5fc14eeea92f87d788014", PYTORCH),
+    Package("pytorch-ignite", "0.5.5", "9a397b0899968612efd00ac75bad64f20a9a91a8244f37bdcb8888af61455cf9", PYTORCH),
+    Package("deepspeed", "0.19.8", "9e491abd0827ea5c389dd702e15e11e13d83d904bac4a20d6c2a4cb37207a9af", PYTORCH, sdist=True),
 ]
 PLATFORM_ARGS = ["--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
                  "--implementation", "cp", "--abi", "cp311", "--abi", "none"]
 PACKAGE_NAMES = [p.name for p in PACKAGES] + [KERAS_SRC]
+FRAMEWORKS = {**{p.name: p.framework for p in PACKAGES}, KERAS_SRC: TENSORFLOW}
 
 
 class FetchError(Exception):
@@ -99,34 +116,71 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def wheel_in(folder: Path, package: Package) -> Path | None:
-    prefix = f"{package.name.replace('-', '_')}-{package.version}-".lower()
-    found = [p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix)]
+def archive_in(folder: Path, package: Package) -> Path | None:
+    # Wheels normalise the name to underscores; sdists are named either way depending on the build backend.
+    stems = {f"{package.name.replace('-', sep)}-{package.version}".lower() for sep in "_-"}
+    if package.sdist:
+        found = [p for p in folder.glob("*.tar.gz") if p.name.lower()[:-len(".tar.gz")] in stems]
+    else:
+        found = [p for p in folder.glob("*.whl") if any(p.name.lower().startswith(stem + "-") for stem in stems)]
     return found[0] if found else None
 
 
 def download(package: Package, downloads: Path) -> Path:
-    wheel = wheel_in(downloads, package)
-    if wheel is None:
+    archive = archive_in(downloads, package)
+    if archive is None:
         downloads.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", *PLATFORM_ARGS,
+        # For an sdist pip also prepares its metadata (runs its build backend in an isolated environment) once.
+        kind = ["--no-binary=:all:"] if package.sdist else PLATFORM_ARGS
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", *kind,
                "--dest", str(downloads), f"{package.name}=={package.version}"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        wheel = wheel_in(downloads, package)
-        if proc.returncode or wheel is None:
+        archive = archive_in(downloads, package)
+        if proc.returncode or archive is None:
             raise FetchError(f"pip download failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
-    digest = sha256_of(wheel)
+    digest = sha256_of(archive)
     if digest != package.sha256:
-        raise FetchError(f"{wheel.name} has sha256 {digest}, the snapshot was reviewed on {package.sha256}")
-    return wheel
+        raise FetchError(f"{archive.name} has sha256 {digest}, the snapshot was reviewed on {package.sha256}")
+    return archive
 
 
 def unpack(archive: Path, tree: Path) -> None:
     # Unpack beside the final folder and rename, so an interrupted run never leaves half a tree.
     staging = Path(tempfile.mkdtemp(prefix=tree.name + ".", dir=tree.parent))
-    with zipfile.ZipFile(archive) as wheel:
-        wheel.extractall(staging)
-    staging.rename(tree)
+    try:
+        if archive.name.endswith(".tar.gz"):
+            root = unpack_sdist(archive, staging)
+        else:
+            with zipfile.ZipFile(archive) as wheel:
+                wheel.extractall(staging)
+            root = staging
+        root.rename(tree)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def unpack_sdist(archive: Path, staging: Path) -> Path:
+    """Extract a source archive; its single top folder (``name-version/``) is the package root."""
+    try:
+        with tarfile.open(archive, "r:gz") as sdist:
+            # Plain files and folders only, inside the staging folder: an sdist is not trusted to do more.
+            members = [m for m in sdist.getmembers() if m.isfile() or m.isdir()]
+            root = staging.resolve()
+            for member in members:
+                target = (root / member.name).resolve()
+                if target != root and root not in target.parents:
+                    raise FetchError(f"{archive.name}: {member.name} is outside the archive's folder")
+            if hasattr(tarfile, "data_filter"):
+                sdist.extractall(staging, members=members, filter="data")
+            else:  # Python < 3.11.4: the paths were checked above
+                sdist.extractall(staging, members=members)
+    except tarfile.TarError as exc:
+        raise FetchError(f"{archive.name}: {exc}") from None
+    tops = list(staging.iterdir())
+    if len(tops) != 1 or not tops[0].is_dir():
+        raise FetchError(f"{archive.name}: expected one top folder, found {sorted(p.name for p in tops)}")
+    return tops[0]
 
 
 def fetch(package: Package, cache: Path) -> Path:
@@ -305,6 +359,13 @@ def precision_table(verdicts: list[tuple[dict, str]], field_name: str) -> list[d
     return rows
 
 
+def framework_table(verdicts: list[tuple[dict, str]]) -> list[dict]:
+    """Precision over the TensorFlow/Keras packages (keras-src included) and over the PyTorch packages."""
+    tagged = [(dict(finding, framework=FRAMEWORKS.get(finding["package"], "other")), verdict)
+              for finding, verdict in verdicts]
+    return precision_table(tagged, "framework")
+
+
 def format_table(rows: list[dict], columns: list[str]) -> list[str]:
     def cell(column, value):
         if value is None:
@@ -349,6 +410,8 @@ def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
     out += format_table(rows, ["package", "version", "files", "cold_s", "cpu_s", "tp", "fp", "unreviewed", "precision"])
     out += ["", "per rule:"] + format_table(precision_table(comparison.verdicts, "rule"),
                                            ["rule", "tp", "fp", "unreviewed", "precision"])
+    out += ["", "per framework:"] + format_table(framework_table(comparison.verdicts),
+                                                ["framework", "tp", "fp", "unreviewed", "precision"])
     unreviewed = sum(1 for _, v in comparison.verdicts if v == "unreviewed")
     out += ["", f"{len(comparison.verdicts)} current findings, {unreviewed} unreviewed (not counted in precision)"]
     return out
@@ -356,7 +419,8 @@ def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
 
 def json_report(runs: list[PackageRun], comparison: Comparison) -> dict:
     return {
-        "packages": [{"name": r.name, "version": r.version, "files": r.files, "cold_wall_s": round(r.wall_s, 2),
+        "packages": [{"name": r.name, "version": r.version, "framework": FRAMEWORKS.get(r.name), "files": r.files,
+                      "cold_wall_s": round(r.wall_s, 2),
                       "cold_cpu_s": round(r.cpu_s, 2),
                       "findings": len(r.findings), "error": r.error or None} for r in runs],
         "new": comparison.new,
@@ -365,7 +429,8 @@ def json_report(runs: list[PackageRun], comparison: Comparison) -> dict:
         "reappeared": comparison.reappeared,
         "message_changed": [{"finding": f, "was": e.get("message")} for e, f in comparison.changed],
         "precision": {"by_rule": precision_table(comparison.verdicts, "rule"),
-                      "by_package": precision_table(comparison.verdicts, "package")},
+                      "by_package": precision_table(comparison.verdicts, "package"),
+                      "by_framework": framework_table(comparison.verdicts)},
         "unreviewed": sum(1 for _, v in comparison.verdicts if v == "unreviewed"),
     }
 

@@ -93,3 +93,60 @@ def test_vanished_true_positives_are_reported_as_lost(realworld):
     sections = realworld.vanished_by_verdict([finding(verdict="tp"), finding(verdict="fp"), finding()])
     assert [len(items) for items in sections.values()] == [1, 1, 1]
     assert "lost" in next(iter(sections))
+
+
+def make_sdist(path, members):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_sdist_unpacks_to_its_top_folder(realworld, tmp_path):
+    sdist = make_sdist(tmp_path / "pkg-1.0.tar.gz", {"pkg-1.0/setup.py": "", "pkg-1.0/pkg/__init__.py": "x = 1\n"})
+    tree = tmp_path / "trees" / "pkg-1.0"
+    tree.parent.mkdir()
+    realworld.unpack(sdist, tree)
+    assert (tree / "pkg" / "__init__.py").read_text() == "x = 1\n" and (tree / "setup.py").exists()
+    assert [p.name for p in tree.parent.iterdir()] == ["pkg-1.0"]  # no staging folder left behind
+
+
+def test_sdist_members_outside_the_archive_are_refused(realworld, tmp_path):
+    sdist = make_sdist(tmp_path / "pkg-1.0.tar.gz", {"pkg-1.0/setup.py": "", "pkg-1.0/../../evil.py": ""})
+    tree = tmp_path / "trees" / "pkg-1.0"
+    tree.parent.mkdir()
+    with pytest.raises(realworld.FetchError, match="outside"):
+        realworld.unpack(sdist, tree)
+    assert not tree.exists() and not list(tree.parent.iterdir()) and not (tmp_path / "evil.py").exists()
+
+
+def test_archives_are_found_by_kind_and_name(realworld, tmp_path):
+    for name in ("deep_speed-0.1.tar.gz", "deep-speed-0.10.tar.gz", "tool_kit-2.0-py3-none-any.whl", "tool_kit-2.0.tar.gz"):
+        (tmp_path / name).write_bytes(b"")
+    sdist = realworld.Package("deep-speed", "0.1", "0" * 64, realworld.PYTORCH, sdist=True)
+    wheel = realworld.Package("tool-kit", "2.0", "0" * 64)
+    assert realworld.archive_in(tmp_path, sdist).name == "deep_speed-0.1.tar.gz"
+    assert realworld.archive_in(tmp_path, wheel).name == "tool_kit-2.0-py3-none-any.whl"
+    assert realworld.archive_in(tmp_path, realworld.Package("tool-kit", "2.1", "0" * 64)) is None
+
+
+def test_pinned_packages_have_a_sha256_and_a_framework(realworld):
+    assert len({p.name for p in realworld.PACKAGES}) == len(realworld.PACKAGES)
+    for package in realworld.PACKAGES:
+        assert len(package.sha256) == 64 and int(package.sha256, 16) >= 0, package.name
+        assert package.framework in (realworld.TENSORFLOW, realworld.PYTORCH), package.name
+    assert realworld.FRAMEWORKS[realworld.KERAS_SRC] == realworld.TENSORFLOW
+
+
+def test_precision_per_framework(realworld):
+    verdicts = [({**finding(), "package": "timm"}, "tp"), ({**finding(), "package": "tf-keras"}, "fp"),
+                ({**finding(), "package": "keras-src"}, "tp")]
+    rows = {row["framework"]: row for row in realworld.framework_table(verdicts)}
+    assert rows["pytorch"]["precision"] == 1.0 and rows["tensorflow"]["precision"] == 0.5
+    assert rows["all"]["tp"] == 2 and rows["all"]["fp"] == 1
