@@ -148,3 +148,91 @@ def test_masks_are_recognised(body, expected):
     code = f"import tensorflow as tf\ndef f(x, ids, n, target_mask):\n    {body}\n"
     marker = body.rsplit("return ", 1)[1]
     assert _mask(code, marker) is expected
+
+
+def test_constants_that_travel_are_reported_where_they_meet_the_tensor(tmp_path):
+    """A constructor default kept in ``self.mask_value`` and a module constant, each used in another
+    place than its literal: reported at the use, the message names the literal's line."""
+    folder = tmp_path / "attention_library"
+    shutil.copytree(FIXTURES / "attention_library", folder)
+    result = _mplint(folder, "--format", "json", "--no-cache")
+    assert result.returncode == 1, result.stderr
+    diagnostics = json.loads(result.stdout)["diagnostics"]
+    assert [(d["path"], *found) for d, found in zip(diagnostics, _found(result.stdout))] == [
+        ("textattn/layers.py", "MP601", 19, 54), ("textattn/layers.py", "MP601", 26, 41)]
+    assert diagnostics[0]["message"].startswith(
+        "`self.mask_value` (the default of `mask_value` at line 10: `-1e9`) is outside float16's range")
+    assert diagnostics[1]["message"].startswith("`NORM_EPSILON` (set at line 6: `1e-12`) flushes to 0 in float16")
+    assert _mplint(folder, "--fix", "--no-cache").returncode == 0
+    fixed = (folder / "textattn" / "layers.py").read_text(encoding="utf-8")
+    original = (FIXTURES / "attention_library" / "textattn" / "layers.py").read_text(encoding="utf-8")
+    assert fixed == original.replace(
+        "logits, self.mask_value)",
+        'logits, (max(self.mask_value, -3e4) if logits.dtype == "float16" else self.mask_value))',
+    ).replace(
+        "variance + NORM_EPSILON)",
+        'variance + (max(NORM_EPSILON, 6.104e-05) if variance.dtype == "float16" else NORM_EPSILON))',
+    )
+
+
+def test_a_travelling_epsilon_turns_padding_into_nan_until_fixed(tmp_path):
+    """Executed on CPU under mixed_float16: RMSNorm of an all-zero (padding) vector is NaN with the
+    module's 1e-12 epsilon (it flushes to 0: 0 * rsqrt(0) = 0 * inf) and finite after the fix."""
+    pytest.importorskip("tensorflow")
+    folder = tmp_path / "attention_library"
+    shutil.copytree(FIXTURES / "attention_library", folder)
+    probe = (
+        "import keras, numpy as np\n"
+        "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "from textattn import RMSNorm\n"
+        "out = np.asarray(RMSNorm()(np.zeros((1, 4), 'float32')))\n"
+        "print(out.dtype, bool(np.isnan(out).any()))\n"
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True,
+                              timeout=300, env=env, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run() == "float16 True"
+    assert _mplint(folder, "--fix", "--no-cache", "--select", "MP601").returncode == 0
+    assert run() == "float16 False"
+
+
+def test_float16_passed_to_a_project_function_that_converts_then_normalises(tmp_path):
+    """The data loader passes ``tf.float16 if amp else tf.float32`` to ``ImageProcessor.normalize_image`` of
+    another module, which converts to it and then normalises, flips and resizes: reported at the float16 passed."""
+    folder = tmp_path / "input_processor"
+    shutil.copytree(FIXTURES / "input_processor", folder)
+    result = _mplint(folder, "--format", "json", "--no-cache")
+    assert result.returncode == 1, result.stderr
+    [diagnostic] = json.loads(result.stdout)["diagnostics"]
+    assert (diagnostic["path"], *_found(result.stdout)[0]) == ("vision/dataloader.py", "MP401", 16, 26)
+    assert diagnostic["message"].startswith(
+        "`normalize_image` converts its data to this dtype at vision/processor.py:14 and then computes with it")
+    assert _mplint(folder, "--fix", "--no-cache").returncode == 0
+    fixed = (folder / "vision" / "dataloader.py").read_text(encoding="utf-8")
+    original = (FIXTURES / "input_processor" / "vision" / "dataloader.py").read_text(encoding="utf-8")
+    assert fixed == original.replace(
+        'image, dtype=tf.float16 if self._params["mixed_precision"] else tf.float32)', "image, dtype=tf.float32)")
+    assert _mplint(folder, "--no-cache").returncode == 0  # a fixed point: nothing left
+
+
+def test_conversion_dtype_summaries_are_per_function_and_method():
+    import ast
+
+    from mplint.project.extract import _conversion_dtype_params
+
+    code = (
+        "import tensorflow as tf\n"
+        "def cast_only(x, dtype):\n    return tf.cast(x, dtype)\n"
+        "def scaled(x, dtype=tf.float32):\n    y = tf.cast(x, dtype)\n    return y / 255.0\n"
+        "class P:\n"
+        "    def norm(self, image, *, dtype):\n        image = tf.image.convert_image_dtype(image, dtype)\n"
+        "        return tf.image.resize(image, (8, 8))\n"
+        "    @staticmethod\n    def s(x, dtype):\n        return tf.cast(x, dtype) * 2\n"
+    )
+    assert _conversion_dtype_params(ast.parse(code)) == {
+        "scaled": ["dtype", 1, None, 5, 9], "P.norm": ["dtype", -1, None, 9, 17]}

@@ -145,6 +145,77 @@ def _parameter_default(context: FileContext, param: cst.Param, depth: int) -> Co
     return Constant(found.value) if found is not None else None  # callers may pass anything: no edit
 
 
+@dataclass(frozen=True)
+class Origin:
+    """The one expression a name or a ``self`` attribute holds, and where the reader finds it."""
+
+    value: cst.BaseExpression
+    where: str  # "the default of `mask_value` at line 8", "`NEG_INF` at line 4"
+
+
+def origin_of(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> Origin | None:
+    """Follow a name bound once, a parameter's default or a ``self`` attribute assigned once in its
+    class (``self.mask_value = mask_value``) to the expression it holds; None where the value depends
+    on the path taken or on a caller (a parameter without default)."""
+    if depth > _MAX_DEPTH:
+        return None
+    found: Origin | None = None
+    if isinstance(expr, cst.Name):
+        nodes = binding_nodes(context, expr)
+        if not nodes or len(nodes) != 1:
+            return None
+        node = nodes[0]
+        if isinstance(node, cst.Param) and node.default is not None:
+            found = Origin(node.default, f"the default of `{expr.value}` at line {context.position(node).start.line}")
+        elif isinstance(node, cst.Name) and (value := _assigned_value(context, node)) is not None:
+            found = Origin(value, f"set at line {context.position(node).start.line}")
+    elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        found = _self_attribute(context, expr)
+    if found is None:
+        return None
+    deeper = origin_of(context, found.value, depth + 1) if isinstance(found.value, (cst.Name, cst.Attribute)) else None
+    return deeper or found
+
+
+def _self_attribute(context: FileContext, attribute: cst.Attribute) -> Origin | None:
+    """``self.x`` read in a method: its one assignment in the class (``self.x = ...`` in any method, else
+    ``x = ...`` in the class body). Any other write (``+=``, tuple targets, two assignments) makes it unknown."""
+    owner = context.enclosing(attribute, cst.ClassDef)
+    if owner is None:
+        return None
+    name = attribute.attr.value
+    writes: list[tuple[cst.CSTNode, cst.BaseExpression | None]] = []
+    for node in context.nodes_within(owner, cst.Assign, cst.AnnAssign, cst.AugAssign):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        for target in targets:
+            for element in _target_elements(target):
+                if isinstance(element, cst.Attribute) and element.attr.value == name \
+                        and isinstance(element.value, cst.Name) and element.value.value == "self":
+                    single = isinstance(node, (cst.Assign, cst.AnnAssign)) and len(targets) == 1 and element is target
+                    writes.append((element, node.value if single else None))
+    if not writes:
+        for statement in owner.body.body:  # a class attribute read through self
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                            and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == name:
+                        writes.append((small.targets[0].target, small.value))
+    if len(writes) != 1 or writes[0][1] is None:
+        return None
+    target, value = writes[0]
+    return Origin(value, f"set at line {context.position(target).start.line}")
+
+
+def _target_elements(target: cst.BaseExpression):
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _target_elements(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _target_elements(target.value)
+    else:
+        yield target
+
+
 def _assigned_value(context: FileContext, target: cst.Name) -> cst.BaseExpression | None:
     parent = context.parent(target)
     if isinstance(parent, cst.AnnAssign) and parent.value is not None:

@@ -7,37 +7,37 @@ import ast
 import libcst as cst
 
 from mplint.analysis.call_args import argument
+from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
-_CONVERSIONS = {"cast": 1, "dtypes.cast": 1, "image.convert_image_dtype": 1}  # path -> dtype position
-_DTYPE_KEYWORD_CONVERSIONS = frozenset({"array", "asarray", "convert_to_tensor"})
 # Last names of every call _float16_conversion accepts (the pre-filter's test).
-_CONVERTERS = frozenset({"astype", *(p.rsplit(".", 1)[-1] for p in _CONVERSIONS), *_DTYPE_KEYWORD_CONVERSIONS, "float16", "half"})
+_CONVERTERS = frozenset({"astype", *(p.rsplit(".", 1)[-1] for p in CONVERSIONS), *DTYPE_KEYWORD_CONVERSIONS, "float16", "half"})
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
-_NP_MATH = frozenset({"clip", "mean", "std", "subtract", "divide", "multiply", "add", "sqrt", "flip", "rot90"})
-_TF_MATH = frozenset({"clip_by_value", "add", "subtract", "multiply", "divide", "truediv", "sqrt", "reduce_mean",
-                      "reduce_std", "maximum", "minimum"})
 
 
 class Float16Preprocessing(Rule):
     id = "MP401"
     triggers = (b"float16", b"half")
+    _by_last_name: dict[str, list[tuple]] | None = None
 
     @classmethod
     def candidate(cls, code) -> bool:
         """A call ``_float16_conversion`` accepts: ``x.astype(<float16>)``, or a NumPy/TensorFlow
-        ``float16(x)``, cast or conversion (through an import) with an argument that spells float16."""
-        if not code.calls_any(*_CONVERTERS):
+        ``float16(x)``, cast or conversion (through an import) with an argument that spells float16; or
+        another call given float16 (``_passed_dtype``)."""
+        if not code.calls_any(*_CONVERTERS) and FLOAT16_SPELLINGS.isdisjoint(code.argument_words):
             return False
         for call in code.called:
             names = code.names_of(call)
-            if names.isdisjoint(_CONVERTERS):
-                continue
             spells = any(not FLOAT16_SPELLINGS.isdisjoint(code.words_of(arg))
                          for arg in [*call.args, *(k.value for k in call.keywords)])
+            if names.isdisjoint(_CONVERTERS):
+                if spells:
+                    return True  # float16 handed to a call: maybe a project function that converts (``_passed_dtype``)
+                continue
             if type(call.func) is ast.Attribute and call.func.attr == "astype":
                 if spells:
                     return True
@@ -46,6 +46,7 @@ class Float16Preprocessing(Rule):
         return False
 
     def visit_Call(self, node: cst.Call) -> None:
+        self._passed_dtype(node)
         dtype = self._float16_conversion(node)
         if dtype is None or self.context.analysis(DtypeFlow).in_layer_class(node):
             return
@@ -60,6 +61,54 @@ class Float16Preprocessing(Rule):
             Fix({dtype: _as_float32(dtype)}, FixSafety.SAFE),
         )
 
+    def _passed_dtype(self, call: cst.Call) -> None:
+        """``processor.normalize_image(image, dtype=tf.float16 if amp else tf.float32)`` where the project's
+        function converts to that parameter's dtype and then computes with the result (``param_roles``)."""
+        func = call.func
+        last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if last is None or last in _CONVERTERS or last not in self._converting_functions():
+            return  # conversions themselves are ``_float16_conversion``'s
+        found = self._converting_function(func, last)
+        if found is None or self.context.analysis(DtypeFlow).in_layer_class(call):
+            return
+        param, index, _default, path, line = found
+        passed = argument(call, index if index >= 0 else None, param)
+        arms = [passed.body, passed.orelse] if isinstance(passed, cst.IfExp) else [passed]
+        for dtype in arms:
+            if dtype is not None and dtype_spelling(self.context, dtype) in FLOAT16_SPELLINGS:
+                other = next((arm for arm in arms if arm is not dtype), None)
+                # `tf.float16 if amp else tf.float32` becomes `tf.float32`, not a conditional with two equal arms
+                edit = {passed: other} if other is not None and dtype_spelling(self.context, other) == "float32" \
+                    else {dtype: _as_float32(dtype)}
+                self.report(
+                    dtype,
+                    f"`{last}` converts its data to this dtype at {path}:{line} and then computes with it: float16 "
+                    "arithmetic is slow on CPUs, where input pipelines run, and rounds integers above 2048; pass "
+                    "float32 (Keras casts model inputs to the compute dtype)",
+                    Fix(edit, FixSafety.SAFE),
+                )
+
+    def _converting_functions(self) -> dict[str, list[tuple]]:
+        """Last name -> the project's functions and methods that convert to a parameter's dtype, then compute."""
+        if self._by_last_name is None:
+            self._by_last_name = {}
+            for name, roles in self.context.facts.param_roles.items():
+                if "conversion_dtype" in roles:
+                    self._by_last_name.setdefault(name.rsplit(".", 1)[-1], []).append((name, roles["conversion_dtype"]))
+        return self._by_last_name
+
+    def _converting_function(self, func: cst.BaseExpression, last: str) -> tuple | None:
+        """The function called: by its qualified name, or for a method call on an object (``processor.normalize_image``)
+        the project's one method of that name."""
+        entries = self._converting_functions()[last]
+        qualified = self.context.names.qualified(func)
+        qualified |= {f"{self.context.module_name}.{q}" for q in qualified}  # this module's own functions
+        exact = next((entry for name, entry in entries if name in qualified), None)
+        if exact is not None or not isinstance(func, cst.Attribute):
+            return exact
+        distinct = {entry[3:]: entry for _, entry in entries}  # re-exports of one definition count once
+        return next(iter(distinct.values())) if len(distinct) == 1 else None
+
     def _float16_conversion(self, call: cst.Call) -> cst.BaseExpression | None:
         """The dtype argument of a conversion to float16, else None."""
         func = call.func
@@ -73,9 +122,9 @@ class Float16Preprocessing(Rule):
                 return None
             if kname.ns == "np" and kname.path in ("float16", "half"):
                 return func
-            if kname.path in _CONVERSIONS:
-                dtype = argument(call, _CONVERSIONS[kname.path], "dtype")
-            elif kname.path in _DTYPE_KEYWORD_CONVERSIONS:
+            if kname.path in CONVERSIONS:
+                dtype = argument(call, CONVERSIONS[kname.path], "dtype")
+            elif kname.path in DTYPE_KEYWORD_CONVERSIONS:
                 dtype = argument(call, None, "dtype")
             else:
                 return None
@@ -115,10 +164,10 @@ class Float16Preprocessing(Rule):
             if kname is None:
                 return False
             if kname.ns == "np":
-                return kname.path in _NP_MATH
+                return kname.path in NP_MATH
             if kname.ns == "tf":
                 return kname.path.startswith(("image.", "math.")) and kname.path != "image.convert_image_dtype" \
-                    or kname.path in _TF_MATH
+                    or kname.path in TF_MATH
         return False
 
     def _scope(self, node: cst.CSTNode) -> cst.CSTNode:

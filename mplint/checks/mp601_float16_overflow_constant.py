@@ -8,7 +8,7 @@ import re
 
 import libcst as cst
 
-from mplint.analysis.constants import number_value
+from mplint.analysis.constants import Origin, number_value, origin_of
 from mplint.analysis.dtype_flow import (
     flow_units,
     may_carry,
@@ -42,6 +42,7 @@ _DTYPE_LIMIT = re.compile(rb"(?:float32|float64|double|single)\)?\.m(?:in|ax)\b|
 
 class Float16OverflowConstant(Rule):
     id = "MP601"
+    _bound_beyond: frozenset[str] | None = None
     # Literals beyond float16's range or below its smallest subnormal, and float32/float64 limits.
     triggers = (
         # (three patterns: each starts with a character class the regex engine can skip ahead to)
@@ -60,6 +61,7 @@ class Float16OverflowConstant(Rule):
             any(_beyond_float16(n) for n in code.operand_numbers)
             or code.calls_any(*_BOUNDING_NAMES) and any(_beyond_float16(n) for n in code.argument_numbers)
             or limits
+            or _binds_constant(code)
         ):
             return False
         return any(_has_constant(unit, code, limits) and may_carry(code, unit) for unit in flow_units(code.tree))
@@ -93,7 +95,11 @@ class Float16OverflowConstant(Rule):
             self._check(constant, others, None)
 
     def _check(self, constant: cst.BaseExpression, others, operator) -> None:
-        value = self._value(constant)
+        value, origin = self._value(constant), None
+        if value is None and _bound_name(constant) in self._names_bound_beyond():
+            # a constant that travels: `NEG_INF = -1e9`, `self.mask_value` set from a parameter's default
+            origin = origin_of(self.context, constant)
+            value = self._value(origin.value) if origin is not None else None
         if value is None or value == 0 or math.isinf(value) or math.isnan(value):
             return
         large = abs(value) > FLOAT16_MAX
@@ -104,7 +110,35 @@ class Float16OverflowConstant(Rule):
         if carrier is None or self._not_float16_branch(constant):
             return
         other = others[0] if len(others) == 1 else None
-        self.report(constant, self._message(constant, value, large, other, operator), self._fix(constant, value, large, carrier, operator))
+        message = self._message(constant, value, large, other, operator, origin)
+        self.report(constant, message, self._fix(constant, value, large, carrier, operator, origin))
+
+    def _names_bound_beyond(self) -> frozenset[str]:
+        """Names (and ``self`` attribute names) the file binds, directly or through other such names, to a
+        constant float16 cannot hold: the only ones worth following with ``origin_of``."""
+        if self._bound_beyond is None:
+            bound: dict[str, list[cst.BaseExpression]] = {}
+            for node in self.context.nodes(cst.Assign, cst.AnnAssign, cst.Param):
+                if isinstance(node, cst.Param):
+                    pairs = [(node.name, node.default)] if node.default is not None else []
+                elif isinstance(node, cst.Assign):
+                    pairs = [(t.target, node.value) for t in node.targets]
+                else:
+                    pairs = [(node.target, node.value)] if node.value is not None else []
+                for target, value in pairs:
+                    name = _bound_name(target)
+                    if name is not None:
+                        bound.setdefault(name, []).append(value)
+            found: set[str] = set()
+            for _ in range(10):  # chains of names: NEG = -1e9; MASK = NEG
+                more = {name for name, values in bound.items() if name not in found and any(
+                    _bound_name(v) in found or (x := self._value(v)) is not None and _beyond_float16(abs(x))
+                    for v in values)}
+                if not more:
+                    break
+                found |= more
+            self._bound_beyond = frozenset(found)
+        return self._bound_beyond
 
     def _not_float16_branch(self, node: cst.CSTNode) -> bool:
         """Inside the branch of a dtype test that excludes float16: the ``else`` of
@@ -161,8 +195,10 @@ class Float16OverflowConstant(Rule):
         text = self.context.module.code_for_node(node).strip()
         return text if len(text) <= 40 else text[:37] + "..."
 
-    def _message(self, constant, value, large, other, operator) -> str:
-        shown = self._code(constant)
+    def _message(self, constant, value, large, other, operator, origin: Origin | None) -> str:
+        shown = f"`{self._code(constant)}`"
+        if origin is not None:
+            shown += f" ({origin.where}: `{self._code(origin.value)}`)"
         with_what = f"the compute-dtype tensor `{self._code(other)}`" if other is not None else "a compute-dtype tensor"
         if large:
             becomes = "-inf" if value < 0 else "inf"
@@ -172,15 +208,15 @@ class Float16OverflowConstant(Rule):
                 else "the result is infinite"
             )
             return (
-                f"`{shown}` is outside float16's range (largest finite value 65504): combined with {with_what} "
+                f"{shown} is outside float16's range (largest finite value 65504): combined with {with_what} "
                 f"it becomes {becomes} under a float16 policy, and {effect}"
             )
         return (
-            f"`{shown}` flushes to 0 in float16 (smallest subnormal 6e-8): combined with {with_what} under a "
+            f"{shown} flushes to 0 in float16 (smallest subnormal 6e-8): combined with {with_what} under a "
             "float16 policy the epsilon vanishes and a division by it gives inf or NaN"
         )
 
-    def _fix(self, constant, value, large, carrier: Carrier, operator) -> Fix | None:
+    def _fix(self, constant, value, large, carrier: Carrier, operator, origin: Origin | None) -> Fix | None:
         fixable = _FIXABLE_LARGE if large else _FIXABLE_TINY
         if operator is not None and not isinstance(operator, fixable):
             return None
@@ -188,6 +224,12 @@ class Float16OverflowConstant(Rule):
             return None
         sign = "-" if value < 0 else ""
         half_value = f"{sign}{FLOAT16_LARGE if large else FLOAT16_EPSILON}"
+        original = self.context.module.code_for_node(constant)
+        if origin is not None:
+            # a name or attribute may hold other values (a caller's mask_value=-100): clamp into float16's
+            # range rather than replace, so values that fit are kept
+            clamp = "max" if (value < 0) == large else "min"
+            half_value = f"{clamp}({original}, {half_value})"
         if carrier.always_float16:
             return Fix({constant: cst.parse_expression(half_value)}, FixSafety.SAFE)
         dtype = carrier.dtype
@@ -196,9 +238,17 @@ class Float16OverflowConstant(Rule):
                 return None
             dtype = cst.parse_expression("self.compute_dtype")
         test = self.context.module.code_for_node(dtype)
-        original = self.context.module.code_for_node(constant)
         replacement = cst.parse_expression(f'({half_value} if {test} == "float16" else {original})')
         return Fix({constant: replacement}, FixSafety.SAFE)
+
+
+def _bound_name(node: cst.CSTNode) -> str | None:
+    """``x`` for a name ``x`` and for ``self.x``."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return node.attr.value
+    return None
 
 
 def _beyond_float16(value: float) -> bool:
@@ -222,12 +272,28 @@ def _has_constant(unit: list[ast.AST], code, limits: bool) -> bool:
     return False
 
 
-def _beyond(node: ast.expr, code, limits: bool) -> bool:
+def _beyond(node: ast.expr, code, limits: bool, depth: int = 0) -> bool:
     while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
         node = node.operand
-    if type(node) is ast.Constant:
+    kind = type(node)
+    if kind is ast.Constant:
         return type(node.value) in (int, float) and _beyond_float16(abs(node.value))
+    if depth < 10 and kind in (ast.Name, ast.Attribute):  # what ``origin_of`` may follow, by name file-wide
+        if kind is ast.Name:
+            values = code.simple_bindings.get(node.id, ())
+        elif type(node.value) is ast.Name and node.value.id == "self":
+            values = (*code.self_attribute_bindings.get(node.attr, ()), *code.simple_bindings.get(node.attr, ()))
+        else:
+            values = ()
+        if any(_beyond(value, code, limits, depth + 1) for value in values):
+            return True
     return limits and _wide_limit(node, code)
+
+
+def _binds_constant(code) -> bool:
+    """A name, parameter default or ``self`` attribute bound to a literal float16 cannot hold."""
+    bound = (*code.simple_bindings.values(), *code.self_attribute_bindings.values())
+    return any(_beyond(value, code, False, 10) for values in bound for value in values)
 
 
 def _wide_limit(node: ast.AST, code) -> bool:

@@ -134,6 +134,23 @@ class CodeSummary:
         return {name: tuple(values) for name, values in found.items()}
 
     @functools.cached_property
+    def self_attribute_bindings(self) -> Mapping[str, tuple[ast.expr, ...]]:
+        """Attribute name -> the values the file assigns to ``self.<name>`` (``self.eps = eps``)."""
+        found: dict[str, list[ast.expr]] = {}
+        for node in walk_ast(self.tree):
+            kind = type(node)
+            if kind is ast.Assign:
+                targets, value = node.targets, node.value
+            elif kind is ast.AnnAssign and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            for target in targets:
+                if type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self":
+                    found.setdefault(target.attr, []).append(value)
+        return {name: tuple(values) for name, values in found.items()}
+
+    @functools.cached_property
     def _lines(self) -> list[bytes]:
         """The source's lines as CPython counts them (``\\r``, ``\\n``, ``\\r\\n`` only), in UTF-8: the
         encoding CPython's column offsets count in, whatever the file declares."""
@@ -323,3 +340,6 @@ def _add_word(node: ast.expr, into: set[str]) -> None:
         into.add(node.attr)
     elif kind is ast.Constant and type(node.value) is str and len(node.value) <= _MAX_WORD:
         into.add(node.value)
+    elif kind is ast.IfExp:  # `tf.float16 if amp else tf.float32`: either arm may be passed
+        _add_word(node.body, into)
+        _add_word(node.orelse, into)

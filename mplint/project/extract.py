@@ -11,6 +11,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.engine.apinames import canonical
 from mplint.project.generation import legacy_keras_value
 from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
@@ -70,8 +71,10 @@ class FileFacts:
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
     tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
-    # Model builders whose layer takes its activation from a parameter: name -> [param, index, default, line, col]
-    activation_params: dict[str, list] = field(default_factory=dict)
+    # Functions and classes whose parameter plays a role a caller's argument decides: name -> role ->
+    # [param, index, default, line, col]. Roles: "activation" (reaches a layer's activation=),
+    # "conversion_dtype" (the dtype of a conversion whose result is then computed with).
+    param_roles: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -430,6 +433,78 @@ def _activation_params(tree: ast.Module) -> dict[str, list]:
     return found
 
 
+def _conversion_dtype_params(tree: ast.Module) -> dict[str, list]:
+    """``def normalize_image(self, image, dtype=tf.float32): image = tf.image.convert_image_dtype(image, dtype);
+    image -= mean ...``: functions and methods (``Class.method``) that convert data to a parameter's dtype and
+    then compute with it, so a caller passing float16 does its preprocessing in float16 (MP401)."""
+    found: dict[str, list] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef):
+            functions = [(stmt.name, stmt, 0)]
+        elif isinstance(stmt, ast.ClassDef):
+            functions = [(f"{stmt.name}.{f.name}", f, 1) for f in stmt.body if isinstance(f, ast.FunctionDef)
+                         and not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in f.decorator_list)]
+        else:
+            continue
+        for name, function, offset in functions:
+            entry = _conversion_dtype_param(function, offset)
+            if entry is not None:
+                found[name] = entry
+    return found
+
+
+def _conversion_dtype_param(function: ast.FunctionDef, offset: int) -> list | None:
+    positional = [a.arg for a in function.args.args]
+    params = set(positional[offset:]) | {a.arg for a in function.args.kwonlyargs}
+    parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Call):
+            continue
+        dtype = _conversion_dtype(node)
+        if not (isinstance(dtype, ast.Name) and dtype.id in params) or not _computed_with(node, function, parents):
+            continue
+        index = positional.index(dtype.id) - offset if dtype.id in positional else -1
+        return [dtype.id, index, None, node.lineno, node.col_offset + 1]
+    return None
+
+
+def _conversion_dtype(call: ast.Call) -> ast.expr | None:
+    """The dtype argument of a conversion (``cast``, ``convert_image_dtype``, ``astype``, ``asarray(dtype=)``)."""
+    func = call.func
+    last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    keyword = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    if last == "astype":
+        return call.args[0] if call.args else keyword
+    position = next((i for path, i in CONVERSIONS.items() if path.rsplit(".", 1)[-1] == last), None)
+    if position is not None:
+        return call.args[position] if len(call.args) > position else keyword
+    return keyword if last in DTYPE_KEYWORD_CONVERSIONS else None
+
+
+def _computed_with(call: ast.Call, function: ast.FunctionDef, parents: dict) -> bool:
+    """The converted value is an arithmetic operand, or is assigned to a name that later is one (or is
+    updated in place, or passed to ``tf.image.*``/``tf.math.*``/NumPy math)."""
+    parent = parents.get(call)
+    if isinstance(parent, ast.BinOp):
+        return True
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return False
+    name, after = parent.targets[0].id, (parent.lineno, parent.col_offset)
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Name) or node.id != name or (node.lineno, node.col_offset) <= after:
+            continue
+        use = parents.get(node)
+        if isinstance(use, ast.BinOp) or isinstance(use, ast.AugAssign) and use.target is node:
+            return True
+        if isinstance(use, ast.Call) and node in use.args:
+            dotted = _dotted(use.func) or ""
+            last = dotted.rsplit(".", 1)[-1]
+            if ".image." in f".{dotted}" and last != "convert_image_dtype" or ".math." in f".{dotted}" \
+                    or last in TF_MATH or last in NP_MATH:
+                return True
+    return False
+
+
 def _used_names(tree: ast.Module) -> set[str]:
     """Names read and attributes accessed anywhere (what an import of this module may lead to)."""
     uses: set[str] = set()
@@ -469,6 +544,10 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts.reexports = _reexports(facts.imports[:top_imports], module_name)
     facts.uses = sorted(_used_names(tree))
     if b"activation" in source:
-        facts.activation_params = _activation_params(tree)
+        for name, entry in _activation_params(tree).items():
+            facts.param_roles.setdefault(name, {})["activation"] = entry
+    if b"dtype" in source:
+        for name, entry in _conversion_dtype_params(tree).items():
+            facts.param_roles.setdefault(name, {})["conversion_dtype"] = entry
     facts.defines = _defined_names(tree)
     return facts

@@ -14,18 +14,27 @@ import configparser
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
-
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from functools import cache
+from typing import TYPE_CHECKING, Iterable
 
 from mplint.project.generation import Generation
 
+if TYPE_CHECKING:  # packaging is imported when a pin file is read: most warm runs read none
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
 _TF_PACKAGES = {"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos", "tf-nightly", "tensorflow-intel",
                 "intel-tensorflow", "tensorflow-aarch64"}
-_KERAS_SAMPLES = [Version(v) for v in ("2.4.0", "2.15.0", "3.0.0", "3.20.0", "4.0.0")]
-_TF_SAMPLES = [Version("1.15.0")] + [Version(f"2.{minor}.0") for minor in range(0, 40)]
+
+
+@cache
+def _samples(package: str) -> tuple[Version, ...]:
+    """Versions a specifier is tested against (plus the versions it names itself)."""
+    from packaging.version import Version
+
+    if package == "keras":
+        return tuple(Version(v) for v in ("2.4.0", "2.15.0", "3.0.0", "3.20.0", "4.0.0"))
+    return (Version("1.15.0"), *(Version(f"2.{minor}.0") for minor in range(0, 40)))
 
 # NVIDIA's TensorFlow containers (Frameworks Support Matrix): release YY.MM of the tf2 flavour -> TensorFlow.
 # The tf1 flavour always ships TensorFlow 1.15.
@@ -58,6 +67,8 @@ def _read(path: Path) -> str:
 
 
 def _requirement(spec: str) -> Requirement | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         return Requirement(spec.strip())
     except InvalidRequirement:
@@ -119,6 +130,8 @@ def _loose_spec(spec) -> str:
     """Poetry's and Pipenv's version strings (``^2.13``, ``~2.13``, ``*``, ``{version = ...}``) as PEP 440."""
     version = spec if isinstance(spec, str) else spec.get("version", "") if isinstance(spec, dict) else ""
     version = version.strip()
+    from packaging.version import InvalidVersion, Version
+
     try:
         if not version or version == "*":
             return ""
@@ -274,14 +287,17 @@ def pin_sources(folder: Path) -> Iterable[tuple[str, list[Requirement]]]:
 # --- from requirements to a target ----------------------------------------------------------
 
 
-def _allowed(req: Requirement, samples: list[Version]) -> list[Version]:
+def _allowed(req: Requirement, samples: tuple[Version, ...]) -> list[Version]:
+    from packaging.specifiers import InvalidSpecifier
+    from packaging.version import InvalidVersion, Version
+
     mentioned = []
     for spec in req.specifier:
         try:
             mentioned.append(Version(spec.version.replace(".*", ".0")))
         except (InvalidVersion, InvalidSpecifier):
             continue
-    return [v for v in samples + mentioned if req.specifier.contains(v, prereleases=True)]
+    return [v for v in (*samples, *mentioned) if req.specifier.contains(v, prereleases=True)]
 
 
 def _merged(found: list[tuple[Requirement, str]], names: set[str]) -> tuple[Requirement, str] | None:
@@ -289,6 +305,9 @@ def _merged(found: list[tuple[Requirement, str]], names: set[str]) -> tuple[Requ
     matching = [(r, w) for r, w in found if r.name.lower().replace("_", "-") in names]
     if not matching:
         return None
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
     specifier = SpecifierSet()
     for req, _ in matching:
         specifier &= req.specifier
@@ -302,14 +321,16 @@ def _generation_of(found: list[tuple[Requirement, str]]) -> Generation | None:
         return Generation(2, f"{tf_keras[1]} pins {tf_keras[0]} (legacy Keras 2)", "pin-tf-keras")
     keras = _merged(found, {"keras"})
     if keras:
-        allowed = _allowed(keras[0], _KERAS_SAMPLES)
+        allowed = _allowed(keras[0], _samples("keras"))
         if allowed:
             return Generation(3 if max(allowed).major >= 3 else 2, f"{keras[1]} pins {keras[0]}", "pin-keras")
     tf = _merged(found, _TF_PACKAGES)
     if tf:
-        allowed = _allowed(tf[0], _TF_SAMPLES)
+        allowed = _allowed(tf[0], _samples("tensorflow"))
         if allowed:
             newest = max(allowed)
+            from packaging.version import Version
+
             value = 0 if newest < Version("2") else 1 if newest < Version("2.4") else 2 if newest < Version("2.16") else 3
             return Generation(value, f"{tf[1]} pins {tf[0]}", "pin-tensorflow", str(newest))
     return None

@@ -218,10 +218,12 @@ class ProjectModel:
                     program.sites.append(site)
         return program
 
-    def activation_params(self) -> dict[str, tuple]:
-        """Builders whose activation is a parameter, by qualified name and by the names imports re-export them as."""
-        table = {f"{m.name}.{name}": (param, index, default, m.display, line)
-                 for m in self.modules for name, (param, index, default, line, _) in m.facts.activation_params.items()}
+    def param_roles(self) -> dict[str, dict[str, tuple]]:
+        """Functions and classes whose parameter plays a role (``FileFacts.param_roles``), by qualified name and by
+        the names imports re-export them as: name -> role -> (param, positional index, default, path, line)."""
+        table = {f"{m.name}.{name}": {role: (param, index, default, m.display, line)
+                                      for role, (param, index, default, line, _) in by_role.items()}
+                 for m in self.modules for name, by_role in m.facts.param_roles.items()}
         if not table:
             return table
         for _ in range(3):  # re-exports of re-exports (pkg/__init__ -> pkg/sub/__init__ -> module)
@@ -246,7 +248,7 @@ class ProjectModel:
 def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: str | None,
                  configured: Generation | None) -> dict[str, ProjectFacts]:
     """Each module's facts, by display path: the union over the programs that reach it."""
-    builders = model.activation_params()
+    roles = model.param_roles()
     reaching: dict[Module, list[Program]] = {}
     for program in model.programs:
         for module in program.parents:
@@ -282,7 +284,7 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             generation=_generation(module, programs, program_generation, pins, configured, project_imports, project_legacy),
             tpu_sites=tuple(tpu),
             reexports=model.reexports,
-            activation_params=builders,
+            param_roles=roles,
             keras_namespaces=namespaces,
             policy_from_config=bool(policy_setting),
             links=links,
