@@ -41,6 +41,18 @@ def test_fixture_findings_and_fix(fixture, tmp_path):
     assert again.fixed_count == 0 and (work / "train.py").read_text(encoding="utf-8") == text
 
 
+@pytest.mark.parametrize("with_example", [True, False])
+def test_library_train_step_override_is_reported_with_or_without_a_mixed_precision_program(with_example, tmp_path):
+    """With the example script that fits it under mixed_float16 the library is in MP context; without it
+    (tests only) it is library context, which every user may compile under mixed_float16 on Keras 3."""
+    work = _project("fit_library", tmp_path)
+    if not with_example:
+        (work / "train.py").unlink()
+    found = run(RunOptions(paths=[work], select=["MP2"], cache=False))
+    assert [(Path(d.path).name, d.rule_id, d.line, d.column) for d in found.remaining] == [("models.py", "MP202", 13, 21)]
+    assert found.remaining[0].message.startswith("compile() wraps" if with_example else "in library code, compile() wraps")
+
+
 def test_gan_fix_wraps_the_generator_optimizer_at_its_call_site(tmp_path):
     work = _project("gan", tmp_path)
     run(RunOptions(paths=[work], select=["MP2"], fix=True))

@@ -57,3 +57,26 @@ def test_keras2_loop_unscales_after_fix(tmp_path):
     before, after, float32 = _updates("keras2_custom_loop", tmp_path, "MP202", {"TF_USE_LEGACY_KERAS": "1"})
     assert 0.5 < before / (float32 * LOSS_SCALE) < 2  # scaled gradients applied as they were: ~32768x
     assert 0.5 < after / float32 < 2
+
+
+def test_library_train_step_override_trains_at_full_speed_after_fix(tmp_path):
+    """The override lives in a library package (robustfit/models.py); the example script only compiles and
+    fits it under mixed_float16. The fix lands in the library, and the example then trains like float32."""
+    work = tmp_path / "fit_library"
+    shutil.copytree(FIXTURES / "fit_library", work)
+    library = work / "robustfit" / "models.py"
+    original = library.read_text(encoding="utf-8")
+    before = _run(work / "train.py")
+    fixed = subprocess.run([sys.executable, "-m", "mplint", "--fix", "--select", "MP202", str(work)],
+                           capture_output=True, text=True, check=False)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert library.read_text(encoding="utf-8") == original.replace(
+        "            loss = self.compute_loss(y=y, y_pred=y_pred)\n",
+        "            loss = self.compute_loss(y=y, y_pred=y_pred)\n            scaled_loss = self.optimizer.scale_loss(loss)\n",
+    ).replace("tape.gradient(loss, ", "tape.gradient(scaled_loss, ")
+    after = _run(work / "train.py")
+    reference = work / "train_float32.py"
+    reference.write_text((work / "train.py").read_text(encoding="utf-8").replace('"mixed_float16"', '"float32"'), encoding="utf-8")
+    float32 = _run(reference)
+    assert 0.5 < before * LOSS_SCALE / float32 < 2
+    assert 0.5 < after / float32 < 2
