@@ -233,7 +233,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
             shared = reexports_digests.get(id(facts.reexports))
             if shared is None:
                 shared = reexports_digests[id(facts.reexports)] = content_hash(
-                    repr((sorted(facts.reexports.items()), sorted(facts.param_roles.items()))).encode())
+                    repr((sorted(facts.reexports.items()), sorted(facts.summaries.items()))).encode())
             digest = facts_digests[id(facts)] = content_hash(repr(facts_key(facts, shared)).encode())
         return digest
 

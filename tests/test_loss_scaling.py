@@ -18,6 +18,7 @@ EXPECTED = {
     "keras2_custom_loop": [("MP202", 41, 5)],
     "train_step_override": [("MP202", 24, 21)],
     "gan": [("MP204", 41, 22), ("MP201", 42, 9)],
+    "optimizer_factory": [("MP202", 15, 21)],
 }
 
 
@@ -51,6 +52,37 @@ def test_library_train_step_override_is_reported_with_or_without_a_mixed_precisi
     found = run(RunOptions(paths=[work], select=["MP2"], cache=False))
     assert [(Path(d.path).name, d.rule_id, d.line, d.column) for d in found.remaining] == [("models.py", "MP202", 13, 21)]
     assert found.remaining[0].message.startswith("compile() wraps" if with_example else "in library code, compile() wraps")
+
+
+def test_optimizer_from_another_module_is_read_through_its_summary(tmp_path):
+    """``build_optimizer`` of trainer/optim.py returns a LossScaleOptimizer: the loop in trainer/loop.py is
+    MP202 (loss never scaled), not MP201, whose fix would wrap the optimizer a second time."""
+    work = _project("optimizer_factory", tmp_path)
+    found = run(RunOptions(paths=[work], select=["MP2"], cache=False))
+    [diagnostic] = found.remaining
+    assert diagnostic.message.startswith("the optimizer is a LossScaleOptimizer (returned by `build_optimizer` at ")
+    assert "trainer/optim.py:6), but the loss is never scaled" in diagnostic.message
+
+
+def test_plain_optimizer_from_another_module_is_wrapped_where_the_loop_gets_it():
+    files = {"optim.py": "import tensorflow as tf\n\ndef build_optimizer(lr):\n    return tf.keras.optimizers.Adam(lr)\n"}
+    code = (
+        "import tensorflow as tf\nfrom optim import build_optimizer\n\n"
+        'tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype='float32')])\n"
+        "optimizer = build_optimizer(1e-3)\n\n"
+        "def step(x, y):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    found = lint_code(code, path="train.py", files=files, keras=2, select=["MP201", "MP202"])
+    assert [(d.rule_id, d.line, d.column) for d in found.diagnostics] == [("MP201", 12, 5)]
+    assert found.diagnostics[0].message.endswith("(`build_optimizer` at optim.py:3 returns a plain optimizer)")
+    fixed = lint_code(code, path="train.py", files=files, keras=2, select=["MP201"], fix=True).fixed_code
+    assert "optimizer = tf.keras.mixed_precision.LossScaleOptimizer(build_optimizer(1e-3))\n" in fixed
+    assert "scaled_loss = optimizer.get_scaled_loss(loss)" in fixed
 
 
 def test_gan_fix_wraps_the_generator_optimizer_at_its_call_site(tmp_path):

@@ -112,6 +112,7 @@ class OptimizerOrigin:
     wrap: str  # explicit | auto | none | maybe (a call handed float16 options made it) | unknown
     construction: cst.BaseExpression | None = None  # the (inner) optimizer's constructor call or string
     compile_call: cst.Call | None = None  # when the optimizer is the one compile() was given
+    made_by: str = ""  # a project function of another module that returns it: "`build_optimizer` at trainer/optim.py:6"
 
 
 @dataclass
@@ -428,10 +429,27 @@ class OptimizerFlow:
             if returns:
                 return self._values_origin(returns, returns[0], depth + 1)
             return OptimizerOrigin("unknown")
+        factory = self._project_factory(call)
+        if factory is not None:  # a function of another module of the project, read once for the whole project
+            wrap, path, line = factory
+            made_by = f"`{last_name(call.func)}` at {path}:{line}"
+            return OptimizerOrigin(wrap, call if wrap == "none" else None, made_by=made_by)
         text = self.context.module.code_for_node(call)
         if _MAY_WRAP.search(text):
             return OptimizerOrigin("maybe", call)
         return OptimizerOrigin("none", call)
+
+    def _project_factory(self, call: cst.Call) -> tuple[str, str, int] | None:
+        """How the optimizer a project function of another module returns is wrapped (``summaries``), and where
+        that function is; None for other calls."""
+        summaries = self.context.facts.summaries
+        if not summaries or last_name(call.func) is None:
+            return None
+        for name in self.context.names.qualified(call.func):
+            found = summaries.get(name, {}).get("optimizer")
+            if found is not None:
+                return found[0], found[3], found[4]
+        return None
 
     def _values_origin(self, values, at, depth) -> OptimizerOrigin:
         found = [self.origin(v, v, depth + 1) for v in values]

@@ -32,6 +32,8 @@ class MissingLossScaling(GradientSiteRule):
                 f"custom training loop under {self.context.facts.describe_policy()}: {when}it applies gradients with an "
                 "optimizer that is not a LossScaleOptimizer, so small float16 gradients underflow to zero"
             )
+            if hits[0].origin.made_by:
+                message += f" ({hits[0].origin.made_by} returns a plain optimizer)"
             dead = [test for test, value in hits[0].tests.items() if not value]
             if dead:
                 message += f" (the `{dead[0]}` branch never runs: this optimizer is never wrapped)"

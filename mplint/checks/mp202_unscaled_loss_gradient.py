@@ -54,6 +54,8 @@ class UnscaledLossGradient(GradientSiteRule):
             if not self.context.facts.float16:
                 return "in library code, compile() wraps the optimizer in a LossScaleOptimizer for any user under mixed_float16"
             return "compile() wraps the optimizer in a LossScaleOptimizer"
+        if path.origin.made_by:
+            return f"the optimizer is a LossScaleOptimizer (returned by {path.origin.made_by})"
         return "the optimizer is a LossScaleOptimizer"
 
     def _keras3(self, site, live, wrapped) -> None:

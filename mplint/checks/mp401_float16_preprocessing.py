@@ -63,7 +63,7 @@ class Float16Preprocessing(Rule):
 
     def _passed_dtype(self, call: cst.Call) -> None:
         """``processor.normalize_image(image, dtype=tf.float16 if amp else tf.float32)`` where the project's
-        function converts to that parameter's dtype and then computes with the result (``param_roles``)."""
+        function converts to that parameter's dtype and then computes with the result (``summaries``)."""
         func = call.func
         last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
         if last is None or last in _CONVERTERS or last not in self._converting_functions():
@@ -92,7 +92,7 @@ class Float16Preprocessing(Rule):
         """Last name -> the project's functions and methods that convert to a parameter's dtype, then compute."""
         if self._by_last_name is None:
             self._by_last_name = {}
-            for name, roles in self.context.facts.param_roles.items():
+            for name, roles in self.context.facts.summaries.items():
                 if "conversion_dtype" in roles:
                     self._by_last_name.setdefault(name.rsplit(".", 1)[-1], []).append((name, roles["conversion_dtype"]))
         return self._by_last_name

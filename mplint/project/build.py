@@ -128,7 +128,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
     re-exports, shared by every module and large in big projects, enter as their digest."""
     return (
         facts.policies, facts.links, facts.generation, facts.tpu_sites,
-        reexports_digest or (sorted(facts.reexports.items()), sorted(facts.param_roles.items())),
+        reexports_digest or (sorted(facts.reexports.items()), sorted(facts.summaries.items())),
         sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.test_module,
         sorted(facts.trained_names),
     )

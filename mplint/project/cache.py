@@ -153,7 +153,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
 
 def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectFacts:
     return ProjectFacts(
-        param_roles=roles,
+        summaries=roles,
         policies=tuple(PolicySite(*p) for p in raw["policies"]),
         generation=Generation(*raw["generation"]),
         tpu_sites=tuple(tuple(s) for s in raw["tpu_sites"]),
@@ -185,7 +185,7 @@ class ProjectCache:
             return None
         try:
             reexports = dict(raw["reexports"])
-            roles = {name: {role: tuple(entry) for role, entry in by_role.items()} for name, by_role in raw["param_roles"].items()}
+            roles = {name: {role: tuple(entry) for role, entry in by_role.items()} for name, by_role in raw["summaries"].items()}
             by_display = {path: _module_facts_from_json(f, reexports, roles) for path, f in raw["modules"].items()}
             s = raw["summary"]
             return by_display, ProjectSummary(Path(s["root"]), s["files"], s["programs"], s["generation"])
@@ -196,8 +196,8 @@ class ProjectCache:
         first = next(iter(by_display.values()), None)
         self._model.put(key, {
             "reexports": first.reexports if first else {},
-            "param_roles": {name: {role: list(entry) for role, entry in by_role.items()}
-                            for name, by_role in first.param_roles.items()} if first else {},
+            "summaries": {name: {role: list(entry) for role, entry in by_role.items()}
+                            for name, by_role in first.summaries.items()} if first else {},
             "modules": {path: _module_facts_to_json(f) for path, f in by_display.items()},
             "summary": {"root": str(summary.root), "files": summary.files, "programs": summary.programs,
                         "generation": summary.generation},

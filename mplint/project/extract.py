@@ -71,10 +71,12 @@ class FileFacts:
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
     tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
-    # Functions and classes whose parameter plays a role a caller's argument decides: name -> role ->
-    # [param, index, default, line, col]. Roles: "activation" (reaches a layer's activation=),
-    # "conversion_dtype" (the dtype of a conversion whose result is then computed with).
-    param_roles: dict[str, dict[str, list]] = field(default_factory=dict)
+    # Summaries of functions and classes that callers in other modules need: name -> kind ->
+    # [value, index, default, line, col]. Kinds: "activation" (parameter `value` reaches a layer's activation=),
+    # "conversion_dtype" (parameter `value` is the dtype of a conversion then computed with), "optimizer"
+    # (returns an optimizer; `value` is how it is wrapped: "explicit" LossScaleOptimizer, "maybe" on some
+    # paths, "none", or "unknown"; index and default unused).
+    summaries: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -505,6 +507,62 @@ def _computed_with(call: ast.Call, function: ast.FunctionDef, parents: dict) -> 
     return False
 
 
+_LOSS_SCALE_OPTIMIZER = "LossScaleOptimizer"
+_OPTIMIZER_CLASSES = frozenset({"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl",
+                                "Lion", "Lamb", "LAMB", "Adafactor", "LossScaleOptimizerV1"})
+
+
+def _optimizer_factories(tree: ast.Module) -> dict[str, list]:
+    """Module functions that return an optimizer, and how it is wrapped, for loops in other modules
+    (``optimizer = build_optimizer(params)``): "explicit" when some return is a LossScaleOptimizer (as the
+    file-local analysis reads a helper, ``analysis/optimizer_flow.py``), "none" when every return is a plain
+    optimizer's constructor, "unknown" for other functions named like optimizer factories."""
+    found: dict[str, list] = {}
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        own = [n for n in _own_nodes(function)]
+        assigned: dict[str, list[ast.expr]] = {}
+        for node in own:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                assigned.setdefault(node.targets[0].id, []).append(node.value)
+        returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
+        kinds = {_optimizer_kind(value, assigned, 0) for value in returns}
+        if "explicit" in kinds:
+            wrap = "explicit"
+        elif kinds == {"none"}:
+            wrap = "none"
+        elif "optim" in function.name.lower() and returns:
+            wrap = "unknown"
+        else:
+            continue
+        found[function.name] = [wrap, -1, None, function.lineno, function.col_offset + 1]
+    return found
+
+
+def _own_nodes(function: ast.FunctionDef):
+    """The nodes of a function's body, not of the functions and classes nested in it."""
+    stack = list(function.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _optimizer_kind(value: ast.expr, assigned: dict[str, list[ast.expr]], depth: int) -> str:
+    if isinstance(value, ast.Call):
+        func = value.func
+        last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if last == _LOSS_SCALE_OPTIMIZER:
+            return "explicit"
+        return "none" if last in _OPTIMIZER_CLASSES else "unknown"
+    if isinstance(value, ast.Name) and depth < 3 and value.id in assigned:
+        kinds = {_optimizer_kind(v, assigned, depth + 1) for v in assigned[value.id]}
+        return "explicit" if "explicit" in kinds else "none" if kinds == {"none"} else "unknown"
+    return "unknown"
+
+
 def _used_names(tree: ast.Module) -> set[str]:
     """Names read and attributes accessed anywhere (what an import of this module may lead to)."""
     uses: set[str] = set()
@@ -545,9 +603,12 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts.uses = sorted(_used_names(tree))
     if b"activation" in source:
         for name, entry in _activation_params(tree).items():
-            facts.param_roles.setdefault(name, {})["activation"] = entry
+            facts.summaries.setdefault(name, {})["activation"] = entry
     if b"dtype" in source:
         for name, entry in _conversion_dtype_params(tree).items():
-            facts.param_roles.setdefault(name, {})["conversion_dtype"] = entry
+            facts.summaries.setdefault(name, {})["conversion_dtype"] = entry
+    if b"ptimizer" in source:
+        for name, entry in _optimizer_factories(tree).items():
+            facts.summaries.setdefault(name, {})["optimizer"] = entry
     facts.defines = _defined_names(tree)
     return facts

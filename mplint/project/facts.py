@@ -65,10 +65,10 @@ class ProjectFacts:
     path: str = ""  # the module these facts are for ("" for project-wide facts)
     test_module: bool = False  # test_*.py / *_test.py: exercises code, trains nothing users run
     trained_names: frozenset = frozenset()  # classes/functions of this module whose models a reaching program trains
-    # The project's functions and classes whose parameter plays a role a caller decides ("activation": reaches a
-    # layer's activation=; "conversion_dtype": the dtype of a conversion then computed with), by qualified name
-    # (and the names packages re-export them under): name -> role -> (param, index, default, path, line). Shared.
-    param_roles: dict = field(default_factory=dict, compare=False)
+    # The project's function summaries (``FileFacts.summaries``: "activation", "conversion_dtype", "optimizer"), by
+    # qualified name (and the names packages re-export them under): name -> kind -> (value, index, default, path,
+    # line). Shared by every module.
+    summaries: dict = field(default_factory=dict, compare=False)
 
     @property
     def reexported_names(self) -> dict[str, frozenset[str]]:

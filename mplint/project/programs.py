@@ -218,12 +218,12 @@ class ProjectModel:
                     program.sites.append(site)
         return program
 
-    def param_roles(self) -> dict[str, dict[str, tuple]]:
-        """Functions and classes whose parameter plays a role (``FileFacts.param_roles``), by qualified name and by
-        the names imports re-export them as: name -> role -> (param, positional index, default, path, line)."""
+    def summaries(self) -> dict[str, dict[str, tuple]]:
+        """The function summaries of every module (``FileFacts.summaries``), by qualified name and by the names
+        imports re-export them as: name -> kind -> (value, positional index, default, path, line)."""
         table = {f"{m.name}.{name}": {role: (param, index, default, m.display, line)
                                       for role, (param, index, default, line, _) in by_role.items()}
-                 for m in self.modules for name, by_role in m.facts.param_roles.items()}
+                 for m in self.modules for name, by_role in m.facts.summaries.items()}
         if not table:
             return table
         for _ in range(3):  # re-exports of re-exports (pkg/__init__ -> pkg/sub/__init__ -> module)
@@ -248,7 +248,7 @@ class ProjectModel:
 def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: str | None,
                  configured: Generation | None) -> dict[str, ProjectFacts]:
     """Each module's facts, by display path: the union over the programs that reach it."""
-    roles = model.param_roles()
+    roles = model.summaries()
     reaching: dict[Module, list[Program]] = {}
     for program in model.programs:
         for module in program.parents:
@@ -284,7 +284,7 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             generation=_generation(module, programs, program_generation, pins, configured, project_imports, project_legacy),
             tpu_sites=tuple(tpu),
             reexports=model.reexports,
-            param_roles=roles,
+            summaries=roles,
             keras_namespaces=namespaces,
             policy_from_config=bool(policy_setting),
             links=links,
