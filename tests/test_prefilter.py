@@ -17,7 +17,7 @@ from mplint.catalog import load_catalog
 from mplint.engine.check_options import CheckOptions
 from mplint.engine.code_summary import summarize
 from mplint.engine.check import check_source
-from mplint.project.extract import PolicySite
+from mplint.project.extract import PolicySite, extract_file_facts
 from mplint.project.facts import ProjectFacts
 from mplint.project.generation import Generation
 from mplint.project.policies import UNKNOWN_POLICY
@@ -75,7 +75,12 @@ def test_every_flagged_example_is_a_candidate_for_its_rule():
         if rule is None:
             continue  # engine codes
         for example in meta.flagged:
-            code = summarize(ast.parse(example.code), example.code.encode())
+            source = example.code.encode()
+            summarized: dict[str, set[str]] = {}  # the example's own function summaries, as its project has them
+            for name, kinds in extract_file_facts(source, "example.py", "example").summaries.items():
+                for kind in kinds:
+                    summarized.setdefault(kind, set()).add(name.rsplit(".", 1)[-1])
+            code = summarize(ast.parse(example.code), source, summarized={k: frozenset(v) for k, v in summarized.items()})
             assert rule.candidate(code), f"{meta.id}: a flagged example is not a candidate:\n{example.code}"
 
 

@@ -150,7 +150,14 @@ class Origin:
     """The one expression a name or a ``self`` attribute holds, and where the reader finds it."""
 
     value: cst.BaseExpression
-    where: str  # "the default of `mask_value` at line 8", "`NEG_INF` at line 4"
+    binding: cst.CSTNode  # the parameter or assignment target that holds it
+    parameter: str = ""  # the parameter's name when the value is its default
+
+    def where(self, context: FileContext) -> str:
+        """"the default of `mask_value` at line 8", "set at line 4" (positions are computed only when asked:
+        they cost a pass over the file)."""
+        line = context.position(self.binding).start.line
+        return f"the default of `{self.parameter}` at line {line}" if self.parameter else f"set at line {line}"
 
 
 def origin_of(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> Origin | None:
@@ -166,9 +173,9 @@ def origin_of(context: FileContext, expr: cst.BaseExpression, depth: int = 0) ->
             return None
         node = nodes[0]
         if isinstance(node, cst.Param) and node.default is not None:
-            found = Origin(node.default, f"the default of `{expr.value}` at line {context.position(node).start.line}")
+            found = Origin(node.default, node, expr.value)
         elif isinstance(node, cst.Name) and (value := _assigned_value(context, node)) is not None:
-            found = Origin(value, f"set at line {context.position(node).start.line}")
+            found = Origin(value, node)
     elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
         found = _self_attribute(context, expr)
     if found is None:
@@ -203,7 +210,7 @@ def _self_attribute(context: FileContext, attribute: cst.Attribute) -> Origin | 
     if len(writes) != 1 or writes[0][1] is None:
         return None
     target, value = writes[0]
-    return Origin(value, f"set at line {context.position(target).start.line}")
+    return Origin(value, target)
 
 
 def _target_elements(target: cst.BaseExpression):

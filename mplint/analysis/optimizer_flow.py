@@ -445,7 +445,7 @@ class OptimizerFlow:
         summaries = self.context.facts.summaries
         if not summaries or last_name(call.func) is None:
             return None
-        for name in self.context.names.qualified(call.func):
+        for name in self.context.names.project_paths(call.func):
             found = summaries.get(name, {}).get("optimizer")
             if found is not None:
                 return found[0], found[3], found[4]

@@ -61,7 +61,7 @@ class Float16SoftmaxOutput(Rule):
             last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
             if last not in last_names:
                 continue
-            found = next((builders[q] for q in self.context.names.qualified(func) if q in builders), None)
+            found = next((builders[q] for q in self.context.names.project_paths(func) if q in builders), None)
             if found is None:
                 continue
             param, index, _default, path, line = found

@@ -28,15 +28,15 @@ class Float16Preprocessing(Rule):
         """A call ``_float16_conversion`` accepts: ``x.astype(<float16>)``, or a NumPy/TensorFlow
         ``float16(x)``, cast or conversion (through an import) with an argument that spells float16; or
         another call given float16 (``_passed_dtype``)."""
-        if not code.calls_any(*_CONVERTERS) and FLOAT16_SPELLINGS.isdisjoint(code.argument_words):
+        if not code.calls_any(*_CONVERTERS, *code.summarized.get("conversion_dtype", ())):
             return False
         for call in code.called:
             names = code.names_of(call)
             spells = any(not FLOAT16_SPELLINGS.isdisjoint(code.words_of(arg))
                          for arg in [*call.args, *(k.value for k in call.keywords)])
             if names.isdisjoint(_CONVERTERS):
-                if spells:
-                    return True  # float16 handed to a call: maybe a project function that converts (``_passed_dtype``)
+                if spells and not names.isdisjoint(code.summarized.get("conversion_dtype", ())):
+                    return True  # float16 handed to a project function that converts to it (``_passed_dtype``)
                 continue
             if type(call.func) is ast.Attribute and call.func.attr == "astype":
                 if spells:
@@ -101,8 +101,7 @@ class Float16Preprocessing(Rule):
         """The function called: by its qualified name, or for a method call on an object (``processor.normalize_image``)
         the project's one method of that name."""
         entries = self._converting_functions()[last]
-        qualified = self.context.names.qualified(func)
-        qualified |= {f"{self.context.module_name}.{q}" for q in qualified}  # this module's own functions
+        qualified = self.context.names.project_paths(func)
         exact = next((entry for name, entry in entries if name in qualified), None)
         if exact is not None or not isinstance(func, cst.Attribute):
             return exact

@@ -57,14 +57,17 @@ class Float16OverflowConstant(Rule):
         """Arithmetic or a bounding call with a literal float16 cannot hold, or a float32/float64 limit,
         in code where a compute-dtype value can come from (see ``may_carry``)."""
         limits = _DTYPE_LIMIT.search(code.source) is not None
-        if not (
+        direct = (
             any(_beyond_float16(n) for n in code.operand_numbers)
             or code.calls_any(*_BOUNDING_NAMES) and any(_beyond_float16(n) for n in code.argument_numbers)
             or limits
-            or _binds_constant(code)
-        ):
+        )
+        bound = _names_bound_beyond(code, limits)
+        if not (direct or bound):
             return False
-        return any(_has_constant(unit, code, limits) and may_carry(code, unit) for unit in flow_units(code.tree))
+        bound_large = _names_bound_beyond(code, limits, large_only=True) if bound else bound
+        return any(_has_constant(unit, code, limits, bound, bound_large) and may_carry(code, unit)
+                   for unit in flow_units(code.tree))
 
     @classmethod
     def active_for(cls, facts):
@@ -103,7 +106,7 @@ class Float16OverflowConstant(Rule):
         if value is None or value == 0 or math.isinf(value) or math.isnan(value):
             return
         large = abs(value) > FLOAT16_MAX
-        if not large and abs(value) >= FLOAT16_TINY:
+        if not large and (abs(value) >= FLOAT16_TINY or self._tolerance(constant)):
             return
         flow = self.context.analysis(DtypeFlow)
         carrier = next((c for c in map(flow.classify, others) if isinstance(c, Carrier)), None)
@@ -112,6 +115,14 @@ class Float16OverflowConstant(Rule):
         other = others[0] if len(others) == 1 else None
         message = self._message(constant, value, large, other, operator, origin)
         self.report(constant, message, self._fix(constant, value, large, carrier, operator, origin))
+
+    def _tolerance(self, constant: cst.CSTNode) -> bool:
+        """A tiny constant in a sum that is only compared (``abs(a - b) <= atol + rtol * abs(b)``): flushed to 0
+        it tightens a tolerance, and no division, root or log ever sees the 0."""
+        for ancestor in self.context.ancestors(constant):
+            if not isinstance(ancestor, cst.BinaryOperation):
+                return isinstance(ancestor, cst.ComparisonTarget | cst.Comparison)
+        return False
 
     def _names_bound_beyond(self) -> frozenset[str]:
         """Names (and ``self`` attribute names) the file binds, directly or through other such names, to a
@@ -198,7 +209,7 @@ class Float16OverflowConstant(Rule):
     def _message(self, constant, value, large, other, operator, origin: Origin | None) -> str:
         shown = f"`{self._code(constant)}`"
         if origin is not None:
-            shown += f" ({origin.where}: `{self._code(origin.value)}`)"
+            shown += f" ({origin.where(self.context)}: `{self._code(origin.value)}`)"
         with_what = f"the compute-dtype tensor `{self._code(other)}`" if other is not None else "a compute-dtype tensor"
         if large:
             becomes = "-inf" if value < 0 else "inf"
@@ -255,10 +266,25 @@ def _beyond_float16(value: float) -> bool:
     return value > FLOAT16_MAX or 0 < value < FLOAT16_TINY
 
 
-def _has_constant(unit: list[ast.AST], code, limits: bool) -> bool:
-    """Whether the unit has arithmetic or a bounding call with a constant ``_check`` would report."""
+def _has_constant(unit: list[ast.AST], code, limits: bool, bound: frozenset[str], bound_large: frozenset[str]) -> bool:
+    """Whether the unit has arithmetic or a bounding call with a constant ``_check`` would report (tiny
+    constants not in sums that are only compared: ``_tolerance``)."""
+    compared: set[int] = set()
+    for node in unit:
+        if type(node) is ast.Compare:
+            stack = [node.left, *node.comparators]
+            while stack:
+                inner = stack.pop()
+                if type(inner) is ast.BinOp:
+                    compared.add(id(inner))
+                    stack += (inner.left, inner.right)
     for node in unit:
         kind = type(node)
+        if kind is ast.BinOp and id(node) in compared:
+            if type(node.op) in _CHECKED_AST_OPS and any(
+                    _beyond(operand, code, limits, bound_large, large_only=True) for operand in (node.left, node.right)):
+                return True
+            continue
         if kind is ast.BinOp:
             operands = (node.left, node.right) if type(node.op) in _CHECKED_AST_OPS else ()
         elif kind is ast.AugAssign:
@@ -267,33 +293,52 @@ def _has_constant(unit: list[ast.AST], code, limits: bool) -> bool:
             operands = node.args
         else:
             continue
-        if any(_beyond(operand, code, limits) for operand in operands):
+        if any(_beyond(operand, code, limits, bound) for operand in operands):
             return True
     return False
 
 
-def _beyond(node: ast.expr, code, limits: bool, depth: int = 0) -> bool:
+def _beyond(node: ast.expr, code, limits: bool, bound: frozenset[str] = frozenset(), large_only: bool = False) -> bool:
     while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
         node = node.operand
     kind = type(node)
     if kind is ast.Constant:
-        return type(node.value) in (int, float) and _beyond_float16(abs(node.value))
-    if depth < 10 and kind in (ast.Name, ast.Attribute):  # what ``origin_of`` may follow, by name file-wide
-        if kind is ast.Name:
-            values = code.simple_bindings.get(node.id, ())
-        elif type(node.value) is ast.Name and node.value.id == "self":
-            values = (*code.self_attribute_bindings.get(node.attr, ()), *code.simple_bindings.get(node.attr, ()))
-        else:
-            values = ()
-        if any(_beyond(value, code, limits, depth + 1) for value in values):
-            return True
+        if type(node.value) not in (int, float):
+            return False
+        return abs(node.value) > FLOAT16_MAX if large_only else _beyond_float16(abs(node.value))
+    if kind is ast.Name and node.id in bound:
+        return True
+    if kind is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self" and node.attr in bound:
+        return True
     return limits and _wide_limit(node, code)
 
 
-def _binds_constant(code) -> bool:
-    """A name, parameter default or ``self`` attribute bound to a literal float16 cannot hold."""
-    bound = (*code.simple_bindings.values(), *code.self_attribute_bindings.values())
-    return any(_beyond(value, code, False, 10) for values in bound for value in values)
+def _names_bound_beyond(code, limits: bool, large_only: bool = False) -> frozenset[str]:
+    """Names and ``self`` attribute names the file binds (file-wide, by name: a superset of what ``origin_of``
+    follows) to a constant float16 cannot hold, directly or through other such names; as the rule's
+    ``_names_bound_beyond``, to a fixed point over a graph of names rather than by recursion (a name bound
+    many times would make recursion exponential)."""
+    found: set[str] = set()
+    refers: dict[str, set[str]] = {}  # name -> names (or self attributes) one of its values is
+    for table in (code.simple_bindings, code.self_attribute_bindings):
+        for name, values in table.items():
+            for value in values:
+                while type(value) is ast.UnaryOp and type(value.op) in (ast.USub, ast.UAdd):
+                    value = value.operand
+                kind = type(value)
+                if kind is ast.Name:
+                    refers.setdefault(value.id, set()).add(name)
+                elif kind is ast.Attribute and type(value.value) is ast.Name and value.value.id == "self":
+                    refers.setdefault(value.attr, set()).add(name)
+                elif _beyond(value, code, limits, large_only=large_only):
+                    found.add(name)
+    todo = list(found)
+    while todo:  # names bound to a found name are found
+        for name in refers.get(todo.pop(), ()):
+            if name not in found:
+                found.add(name)
+                todo.append(name)
+    return frozenset(found)
 
 
 def _wide_limit(node: ast.AST, code) -> bool:

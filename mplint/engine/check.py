@@ -367,7 +367,7 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         return result
     if rules and options.prefilter:
         rules = _candidates(rules, summarize(tree, source, options.facts.reexported_names, module_name, is_package,
-                                             options.facts.reexports))
+                                             options.facts.reexports, options.facts.summarized_names))
     if not rules:
         return result
     del tree  # CPython's tree (and the summary over it) is not needed while libcst's exists

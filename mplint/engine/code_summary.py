@@ -21,7 +21,7 @@ import functools
 import io
 import re
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from mplint.engine.apinames import KName, canonical, resolve_relative, torch_canonical
@@ -67,6 +67,8 @@ class CodeSummary:
     reexported: Mapping[str, frozenset[str]]
     #: the project's re-exports: ``mypkg.Dense`` -> ``keras.layers.Dense`` (see ``ProjectFacts.reexports``)
     reexports: Mapping[str, str]
+    #: kind -> last names of the project's functions with such a summary (see ``ProjectFacts.summarized_names``)
+    summarized: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def mentions(self, *words: str) -> bool:
         return not self.words.isdisjoint(words)
@@ -115,40 +117,38 @@ class CodeSummary:
     def simple_bindings(self) -> Mapping[str, tuple[ast.expr, ...]]:
         """Name -> the values the file binds it to in ways a constant can come from: ``name = value``,
         ``name: T = value`` (any scope) and parameter defaults (``def f(units=64)``, lambdas too)."""
-        found: dict[str, list[ast.expr]] = {}
-        for node in walk_ast(self.tree):
-            kind = type(node)
-            if kind is ast.Assign:
-                if len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
-                    found.setdefault(node.targets[0].id, []).append(node.value)
-            elif kind is ast.AnnAssign:
-                if node.value is not None and type(node.target) is ast.Name:
-                    found.setdefault(node.target.id, []).append(node.value)
-            elif kind is ast.arguments:
-                positional = [*node.posonlyargs, *node.args]
-                for arg, default in zip(positional[len(positional) - len(node.defaults):], node.defaults):
-                    found.setdefault(arg.arg, []).append(default)
-                for arg, default in zip(node.kwonlyargs, node.kw_defaults):
-                    if default is not None:
-                        found.setdefault(arg.arg, []).append(default)
-        return {name: tuple(values) for name, values in found.items()}
+        return self._bindings[0]
 
     @functools.cached_property
     def self_attribute_bindings(self) -> Mapping[str, tuple[ast.expr, ...]]:
         """Attribute name -> the values the file assigns to ``self.<name>`` (``self.eps = eps``)."""
-        found: dict[str, list[ast.expr]] = {}
+        return self._bindings[1]
+
+    @functools.cached_property
+    def _bindings(self) -> tuple[Mapping[str, tuple[ast.expr, ...]], Mapping[str, tuple[ast.expr, ...]]]:
+        """``simple_bindings`` and ``self_attribute_bindings``, in one walk."""
+        names: dict[str, list[ast.expr]] = {}
+        attributes: dict[str, list[ast.expr]] = {}
         for node in walk_ast(self.tree):
             kind = type(node)
-            if kind is ast.Assign:
-                targets, value = node.targets, node.value
-            elif kind is ast.AnnAssign and node.value is not None:
-                targets, value = [node.target], node.value
-            else:
-                continue
-            for target in targets:
-                if type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self":
-                    found.setdefault(target.attr, []).append(value)
-        return {name: tuple(values) for name, values in found.items()}
+            if kind is ast.Assign or kind is ast.AnnAssign:
+                if node.value is None:
+                    continue
+                for target in node.targets if kind is ast.Assign else (node.target,):
+                    if type(target) is ast.Name:
+                        if kind is ast.AnnAssign or len(node.targets) == 1:
+                            names.setdefault(target.id, []).append(node.value)
+                    elif type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self":
+                        attributes.setdefault(target.attr, []).append(node.value)
+            elif kind is ast.arguments:
+                positional = [*node.posonlyargs, *node.args]
+                for arg, default in zip(positional[len(positional) - len(node.defaults):], node.defaults):
+                    names.setdefault(arg.arg, []).append(default)
+                for arg, default in zip(node.kwonlyargs, node.kw_defaults):
+                    if default is not None:
+                        names.setdefault(arg.arg, []).append(default)
+        return ({name: tuple(values) for name, values in names.items()},
+                {name: tuple(values) for name, values in attributes.items()})
 
     @functools.cached_property
     def _lines(self) -> list[bytes]:
@@ -220,10 +220,12 @@ def walk_ast(root: ast.AST):
 
 
 def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozenset[str]] = {}, module_name: str = "",
-              is_package: bool = False, reexports: Mapping[str, str] = {}) -> CodeSummary:
+              is_package: bool = False, reexports: Mapping[str, str] = {},
+              summarized: Mapping[str, frozenset[str]] = {}) -> CodeSummary:
     """The summary of one parsed file. ``reexported`` maps a re-exported name to the parts of its
     target and ``reexports`` is the project's table of them (``ProjectFacts``); ``module_name`` and
-    ``is_package`` place the file for relative imports."""
+    ``is_package`` place the file for relative imports; ``summarized`` names the project's functions
+    that have summaries, by kind."""
     words: set[str] = set()
     calls: set[str] = set()
     attribute_calls: set[str] = set()
@@ -320,7 +322,7 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
         source, tree, frozenset(words), frozenset(calls), frozenset(attribute_calls), frozenset(imported), aliases,
         frozenset(bases), frozenset(keywords), frozenset(argument_words), frozenset(operators),
         frozenset(operands), frozenset(arguments), {name: frozenset(paths) for name, paths in origins.items()},
-        tuple(called), reexported, reexports,
+        tuple(called), reexported, reexports, summarized,
     )
 
 

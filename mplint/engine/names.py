@@ -199,6 +199,17 @@ class NameResolver:
         full = f"{path}.{rest}" if rest else path
         return {resolve_relative(full, self._module_name, self._is_package)}
 
+    def project_paths(self, node: cst.CSTNode) -> set[str]:
+        """What a Name/Attribute chain may stand for, as dotted paths: its import paths (libcst's scopes only
+        where the fast path is unsure: they cost more than parsing a large file), else this module's own
+        ``module.name`` (a function defined here)."""
+        paths = self._import_paths(node)
+        if paths is None:
+            paths = self.qualified(node)
+            return paths | {f"{self._module_name}.{q}" for q in paths}
+        name = dotted(node)
+        return paths or ({f"{self._module_name}.{name}"} if name else set())
+
     def knames(self, node: cst.CSTNode) -> set[KName]:
         paths = self._import_paths(node)
         out = set()

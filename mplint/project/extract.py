@@ -457,13 +457,18 @@ def _conversion_dtype_params(tree: ast.Module) -> dict[str, list]:
 
 def _conversion_dtype_param(function: ast.FunctionDef, offset: int) -> list | None:
     positional = [a.arg for a in function.args.args]
-    params = set(positional[offset:]) | {a.arg for a in function.args.kwonlyargs}
+    # dtype parameters are named so (`dtype`, `out_dtype`, `image_type`): the others are not walked for conversions
+    params = {p for p in (*positional[offset:], *(a.arg for a in function.args.kwonlyargs)) if "type" in p}
+    if not params:
+        return None
+    conversions = [node for node in ast.walk(function) if isinstance(node, ast.Call)
+                   and isinstance(dtype := _conversion_dtype(node), ast.Name) and dtype.id in params]
+    if not conversions:
+        return None
     parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
-    for node in ast.walk(function):
-        if not isinstance(node, ast.Call):
-            continue
+    for node in conversions:
         dtype = _conversion_dtype(node)
-        if not (isinstance(dtype, ast.Name) and dtype.id in params) or not _computed_with(node, function, parents):
+        if not _computed_with(node, function, parents):
             continue
         index = positional.index(dtype.id) - offset if dtype.id in positional else -1
         return [dtype.id, index, None, node.lineno, node.col_offset + 1]

@@ -77,6 +77,20 @@ class ProjectFacts:
         return reexported_names(self.reexports)
 
     @property
+    def summarized_names(self) -> dict[str, frozenset[str]]:
+        """Kind -> last names of the project's functions with that summary (for the pre-filter). Computed once
+        per project, like ``reexported_names``."""
+        summaries = self.summaries
+
+        def compute() -> dict[str, frozenset[str]]:
+            out: dict[str, set[str]] = {}
+            for name, kinds in summaries.items():
+                for kind in kinds:
+                    out.setdefault(kind, set()).add(name.rsplit(".", 1)[-1])
+            return {kind: frozenset(names) for kind, names in out.items()}
+        return per_reexport_table(summaries, "summarized", compute)
+
+    @property
     def policy_names(self) -> frozenset[str]:
         return frozenset(p.policy for p in self.policies)
 
