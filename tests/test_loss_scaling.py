@@ -289,3 +289,26 @@ def test_too_many_flags_fall_back_to_one_path_without_a_fix():
         "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
     )
     assert [(r, line, safety) for r, line, _, _, safety in _found(code, 2)] == [("MP202", 27, FixSafety.NONE)]
+
+
+def test_optimizer_factory_summaries():
+    import ast
+
+    from mplint.project.extract import _optimizer_factories
+
+    code = (
+        "import tensorflow as tf\n"
+        "def wrapped(lr):\n    return tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam(lr))\n"
+        "def configure_optimizer(optimizer, use_float16=False):\n"
+        "    if use_float16:\n        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)\n"
+        "    return optimizer\n"
+        "def plain(lr):\n    opt = tf.keras.optimizers.SGD(lr)\n    return opt\n"
+        "def build_optimizer(config):\n    return registry[config.name](config)\n"
+        "def build_model(n):\n    return tf.keras.Sequential()\n"
+    )
+    assert _optimizer_factories(ast.parse(code)) == {
+        "wrapped": ["explicit", -1, None, 2, 1],
+        "configure_optimizer": ["maybe", -1, None, 4, 1],
+        "plain": ["none", -1, None, 8, 1],
+        "build_optimizer": ["unknown", -1, None, 11, 1],
+    }

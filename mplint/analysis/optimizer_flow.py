@@ -433,7 +433,7 @@ class OptimizerFlow:
         if factory is not None:  # a function of another module of the project, read once for the whole project
             wrap, path, line = factory
             made_by = f"`{last_name(call.func)}` at {path}:{line}"
-            return OptimizerOrigin(wrap, call if wrap == "none" else None, made_by=made_by)
+            return OptimizerOrigin(wrap, call if wrap in ("none", "maybe") else None, made_by=made_by)
         text = self.context.module.code_for_node(call)
         if _MAY_WRAP.search(text):
             return OptimizerOrigin("maybe", call)

@@ -8,14 +8,20 @@ from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, desc
 from mplint.diagnostics import Fix, FixSafety
 
 
+_PINNED = frozenset({"config", "pin-keras", "pin-tensorflow"})
+
+
 class UnscaledLossGradient(GradientSiteRule):
     id = "MP202"
 
     @classmethod
     def active_for(cls, facts) -> bool:
         # Library code on Keras 3: a train_step override that never scales breaks every user who compiles under
-        # mixed_float16, and `optimizer.scale_loss` is a no-op for those who do not.
-        return facts.float16 or facts.library_context and facts.generation.value == 3
+        # mixed_float16, and `optimizer.scale_loss` is a no-op for those who do not. Keras 3 must be pinned (or
+        # configured): a library without pins runs on whatever its users have, Keras 2 included, where nothing
+        # divides, and one test importing `keras` says nothing of what the library's users install.
+        return facts.float16 or facts.library_context and facts.generation.value == 3 \
+            and facts.generation.origin in _PINNED
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:
@@ -40,10 +46,15 @@ class UnscaledLossGradient(GradientSiteRule):
         ]
         if not hits:
             return
-        made_by = " ".join(self.context.module.code_for_node(hits[0].origin.construction.func).split())
+        origin = hits[0].origin
+        if origin.made_by:
+            comes_from = f"the optimizer comes from {origin.made_by}, which wraps it in a LossScaleOptimizer on some paths"
+        else:
+            made_by = " ".join(self.context.module.code_for_node(origin.construction.func).split())
+            comes_from = (f"the optimizer comes from `{made_by}(...)`, which is handed float16 options and may wrap it in "
+                          "a LossScaleOptimizer")
         message = (
-            f"the optimizer comes from `{made_by}(...)`, which is handed float16 options and may wrap it in a "
-            f"LossScaleOptimizer, but {describe_when(site.paths, hits)}the loss is never scaled (scale_loss/get_scaled_loss): "
+            f"{comes_from}, but {describe_when(site.paths, hits)}the loss is never scaled (scale_loss/get_scaled_loss): "
             "without scaling small float16 gradients underflow, and a Keras 3 LossScaleOptimizer would also divide "
             "the unscaled gradients by the loss scale"
         )

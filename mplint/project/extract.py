@@ -519,22 +519,26 @@ _OPTIMIZER_CLASSES = frozenset({"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "A
 
 def _optimizer_factories(tree: ast.Module) -> dict[str, list]:
     """Module functions that return an optimizer, and how it is wrapped, for loops in other modules
-    (``optimizer = build_optimizer(params)``): "explicit" when some return is a LossScaleOptimizer (as the
-    file-local analysis reads a helper, ``analysis/optimizer_flow.py``), "none" when every return is a plain
-    optimizer's constructor, "unknown" for other functions named like optimizer factories."""
+    (``optimizer = build_optimizer(params)``): "explicit" when every return is a LossScaleOptimizer, "maybe"
+    when some are (``if use_float16: optimizer = LossScaleOptimizer(optimizer)``, the parameter returned as
+    it came otherwise), "none" when every return is a plain optimizer's constructor, "unknown" for other
+    functions named like optimizer factories."""
     found: dict[str, list] = {}
     for function in tree.body:
         if not isinstance(function, ast.FunctionDef):
             continue
         own = [n for n in _own_nodes(function)]
+        params = {a.arg for a in (*function.args.args, *function.args.kwonlyargs)}
         assigned: dict[str, list[ast.expr]] = {}
         for node in own:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 assigned.setdefault(node.targets[0].id, []).append(node.value)
         returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
-        kinds = {_optimizer_kind(value, assigned, 0) for value in returns}
-        if "explicit" in kinds:
+        kinds = set().union(*(_optimizer_kinds(value, assigned, params, 0) for value in returns)) if returns else set()
+        if kinds == {"explicit"}:
             wrap = "explicit"
+        elif "explicit" in kinds:
+            wrap = "maybe"
         elif kinds == {"none"}:
             wrap = "none"
         elif "optim" in function.name.lower() and returns:
@@ -555,17 +559,19 @@ def _own_nodes(function: ast.FunctionDef):
             stack.extend(ast.iter_child_nodes(node))
 
 
-def _optimizer_kind(value: ast.expr, assigned: dict[str, list[ast.expr]], depth: int) -> str:
+def _optimizer_kinds(value: ast.expr, assigned: dict[str, list[ast.expr]], params: set[str], depth: int) -> set[str]:
+    """What a returned value may be: "explicit" (a LossScaleOptimizer), "none" (a plain optimizer's
+    constructor), "unknown"; a name, every value bound to it (a parameter also as it was passed)."""
     if isinstance(value, ast.Call):
         func = value.func
         last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
         if last == _LOSS_SCALE_OPTIMIZER:
-            return "explicit"
-        return "none" if last in _OPTIMIZER_CLASSES else "unknown"
+            return {"explicit"}
+        return {"none"} if last in _OPTIMIZER_CLASSES else {"unknown"}
     if isinstance(value, ast.Name) and depth < 3 and value.id in assigned:
-        kinds = {_optimizer_kind(v, assigned, depth + 1) for v in assigned[value.id]}
-        return "explicit" if "explicit" in kinds else "none" if kinds == {"none"} else "unknown"
-    return "unknown"
+        found = {"unknown"} if value.id in params else set()
+        return found.union(*(_optimizer_kinds(v, assigned, params, depth + 1) for v in assigned[value.id]))
+    return {"unknown"}
 
 
 def _used_names(tree: ast.Module) -> set[str]:
