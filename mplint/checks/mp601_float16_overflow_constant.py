@@ -112,6 +112,10 @@ class Float16OverflowConstant(Rule):
         carrier = next((c for c in map(flow.classify, others) if isinstance(c, Carrier)), None)
         if carrier is None or self._not_float16_branch(constant):
             return
+        if origin is not None and not (carrier.always_float16 or flow.in_layer_class(constant)):
+            # a constant from elsewhere next to a plain function's tensor cast to some input's dtype: whether that
+            # input is ever float16 is the callers' business (a loss whose task casts outputs to float32 first)
+            return
         other = others[0] if len(others) == 1 else None
         message = self._message(constant, value, large, other, operator, origin)
         self.report(constant, message, self._fix(constant, value, large, carrier, operator, origin))
