@@ -62,10 +62,9 @@ class Float16OverflowConstant(Rule):
             or code.calls_any(*_BOUNDING_NAMES) and any(_beyond_float16(n) for n in code.argument_numbers)
             or limits
         )
-        bound = _names_bound_beyond(code, limits)
+        bound, bound_large = _names_bound_beyond(code, limits)
         if not (direct or bound):
             return False
-        bound_large = _names_bound_beyond(code, limits, large_only=True) if bound else bound
         return any(_has_constant(unit, code, limits, bound, bound_large) and may_carry(code, unit)
                    for unit in flow_units(code.tree))
 
@@ -132,7 +131,8 @@ class Float16OverflowConstant(Rule):
         """Names (and ``self`` attribute names) the file binds, directly or through other such names, to a
         constant float16 cannot hold: the only ones worth following with ``origin_of``."""
         if self._bound_beyond is None:
-            bound: dict[str, list[cst.BaseExpression]] = {}
+            found: set[str] = set()
+            refers: dict[str, set[str]] = {}
             for node in self.context.nodes(cst.Assign, cst.AnnAssign, cst.Param):
                 if isinstance(node, cst.Param):
                     pairs = [(node.name, node.default)] if node.default is not None else []
@@ -142,17 +142,14 @@ class Float16OverflowConstant(Rule):
                     pairs = [(node.target, node.value)] if node.value is not None else []
                 for target, value in pairs:
                     name = _bound_name(target)
-                    if name is not None:
-                        bound.setdefault(name, []).append(value)
-            found: set[str] = set()
-            for _ in range(10):  # chains of names: NEG = -1e9; MASK = NEG
-                more = {name for name, values in bound.items() if name not in found and any(
-                    _bound_name(v) in found or (x := self._value(v)) is not None and _beyond_float16(abs(x))
-                    for v in values)}
-                if not more:
-                    break
-                found |= more
-            self._bound_beyond = frozenset(found)
+                    if name is None:
+                        continue
+                    other = _bound_name(value)
+                    if other is not None:  # chains of names: NEG = -1e9; MASK = NEG
+                        refers.setdefault(other, set()).add(name)
+                    elif (x := self._value(value)) is not None and _beyond_float16(abs(x)):
+                        found.add(name)
+            self._bound_beyond = _closure(found, refers)
         return self._bound_beyond
 
     def _not_float16_branch(self, node: cst.CSTNode) -> bool:
@@ -317,12 +314,12 @@ def _beyond(node: ast.expr, code, limits: bool, bound: frozenset[str] = frozense
     return limits and _wide_limit(node, code)
 
 
-def _names_bound_beyond(code, limits: bool, large_only: bool = False) -> frozenset[str]:
+def _names_bound_beyond(code, limits: bool) -> tuple[frozenset[str], frozenset[str]]:
     """Names and ``self`` attribute names the file binds (file-wide, by name: a superset of what ``origin_of``
-    follows) to a constant float16 cannot hold, directly or through other such names; as the rule's
-    ``_names_bound_beyond``, to a fixed point over a graph of names rather than by recursion (a name bound
-    many times would make recursion exponential)."""
+    follows) to a constant float16 cannot hold, directly or through other such names, as the rule's
+    ``_names_bound_beyond``; and those bound to one beyond float16's range (not merely tiny)."""
     found: set[str] = set()
+    found_large: set[str] = set()
     refers: dict[str, set[str]] = {}  # name -> names (or self attributes) one of its values is
     for table in (code.simple_bindings, code.self_attribute_bindings):
         for name, values in table.items():
@@ -334,10 +331,19 @@ def _names_bound_beyond(code, limits: bool, large_only: bool = False) -> frozens
                     refers.setdefault(value.id, set()).add(name)
                 elif kind is ast.Attribute and type(value.value) is ast.Name and value.value.id == "self":
                     refers.setdefault(value.attr, set()).add(name)
-                elif _beyond(value, code, limits, large_only=large_only):
+                elif _beyond(value, code, limits):
                     found.add(name)
+                    if _beyond(value, code, limits, large_only=True):
+                        found_large.add(name)
+    return _closure(found, refers), _closure(found_large, refers)
+
+
+def _closure(found: set[str], refers: dict[str, set[str]]) -> frozenset[str]:
+    """``found`` and every name bound to a name in it, through a graph of names (not by recursion: a name
+    bound many times would make recursion exponential)."""
+    found = set(found)
     todo = list(found)
-    while todo:  # names bound to a found name are found
+    while todo:
         for name in refers.get(todo.pop(), ()):
             if name not in found:
                 found.add(name)
