@@ -442,11 +442,11 @@ class OptimizerFlow:
     def _project_factory(self, call: cst.Call) -> tuple[str, str, int] | None:
         """How the optimizer a project function of another module returns is wrapped (``summaries``), and where
         that function is; None for other calls."""
-        summaries = self.context.facts.summaries
-        if not summaries or last_name(call.func) is None:
+        factories = self.context.facts.summaries_of("optimizer")
+        if not factories or last_name(call.func) is None:
             return None
         for name in self.context.names.project_paths(call.func):
-            found = summaries.get(name, {}).get("optimizer")
+            found = factories.get(name)
             if found is not None:
                 return found[0], found[3], found[4]
         return None

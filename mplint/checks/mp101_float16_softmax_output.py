@@ -52,7 +52,7 @@ class Float16SoftmaxOutput(Rule):
     def _builder_calls(self) -> None:
         """``ImageClassifier(activation="softmax")`` where the project's class feeds that parameter to a layer's
         activation without a float32 dtype: the program builds a float16 softmax output in another module."""
-        builders = {name: roles["activation"] for name, roles in self.context.facts.summaries.items() if "activation" in roles}
+        builders = self.context.facts.summaries_of("activation")
         if not builders or not global_reduced(self.context):
             return
         last_names = {name.rsplit(".", 1)[-1] for name in builders}

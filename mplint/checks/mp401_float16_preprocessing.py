@@ -92,9 +92,8 @@ class Float16Preprocessing(Rule):
         """Last name -> the project's functions and methods that convert to a parameter's dtype, then compute."""
         if self._by_last_name is None:
             self._by_last_name = {}
-            for name, roles in self.context.facts.summaries.items():
-                if "conversion_dtype" in roles:
-                    self._by_last_name.setdefault(name.rsplit(".", 1)[-1], []).append((name, roles["conversion_dtype"]))
+            for name, entry in self.context.facts.summaries_of("conversion_dtype").items():
+                self._by_last_name.setdefault(name.rsplit(".", 1)[-1], []).append((name, entry))
         return self._by_last_name
 
     def _converting_function(self, func: cst.BaseExpression, last: str) -> tuple | None:

@@ -114,7 +114,7 @@ def admits(rule: type[Rule], source: bytes, facts: ProjectFacts | None = None) -
 
 def _aliased_triggers(rule: type[Rule], facts: ProjectFacts) -> tuple[bytes, ...]:
     """Once per rule and project (every module shares the project's re-exports)."""
-    from mplint.project.facts import per_reexport_table
+    from mplint.project.facts import per_project_table
 
     def compute() -> tuple[bytes, ...]:
         out = []
@@ -127,7 +127,7 @@ def _aliased_triggers(rule: type[Rule], facts: ProjectFacts) -> tuple[bytes, ...
                     break
         return tuple(out)
 
-    return per_reexport_table(facts.reexports, rule, compute)
+    return per_project_table(facts.reexports, rule, compute)
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,18 +15,18 @@ from mplint.project.generation import DEFAULT, Generation
 from mplint.project.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
 
 
-# The project's re-export table is one dict shared by every module's facts: what is derived from it is
-# computed once per table (the table is kept alive with its result, so its id is never reused).
+# The project's tables (re-exports, function summaries) are each one dict shared by every module's facts: what is
+# derived from one is computed once per table (the table is kept alive with its result, so its id is never reused).
 _PER_TABLE: dict[int, tuple[dict, dict]] = {}
 
 
-def per_reexport_table(reexports: dict, key, compute):
-    """``compute()`` once per (re-export table, key)."""
-    entry = _PER_TABLE.get(id(reexports))
-    if entry is None or entry[0] is not reexports:
+def per_project_table(table: dict, key, compute):
+    """``compute()`` once per (project table, key)."""
+    entry = _PER_TABLE.get(id(table))
+    if entry is None or entry[0] is not table:
         if len(_PER_TABLE) > 64:
             _PER_TABLE.clear()
-        entry = _PER_TABLE[id(reexports)] = (reexports, {})
+        entry = _PER_TABLE[id(table)] = (table, {})
     results = entry[1]
     if key not in results:
         results[key] = compute()
@@ -40,7 +40,7 @@ def reexported_names(reexports: dict) -> dict[str, frozenset[str]]:
             last = key.rsplit(".", 1)[-1]
             out[last] = out.get(last, frozenset()) | frozenset(target.split("."))
         return out
-    return per_reexport_table(reexports, "names", compute)
+    return per_project_table(reexports, "names", compute)
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,13 @@ class ProjectFacts:
         Computed once per project: every module shares the project's re-exports."""
         return reexported_names(self.reexports)
 
+    def summaries_of(self, kind: str) -> dict[str, tuple]:
+        """The project's summaries of one kind ("activation", "conversion_dtype", "optimizer"): qualified name ->
+        (value, index, default, path, line). Computed once per project."""
+        summaries = self.summaries
+        return per_project_table(summaries, ("of", kind), lambda: {
+            name: kinds[kind] for name, kinds in summaries.items() if kind in kinds})
+
     @property
     def summarized_names(self) -> dict[str, frozenset[str]]:
         """Kind -> last names of the project's functions with that summary (for the pre-filter). Computed once
@@ -88,7 +95,7 @@ class ProjectFacts:
                 for kind in kinds:
                     out.setdefault(kind, set()).add(name.rsplit(".", 1)[-1])
             return {kind: frozenset(names) for kind, names in out.items()}
-        return per_reexport_table(summaries, "summarized", compute)
+        return per_project_table(summaries, "summarized", compute)
 
     @property
     def policy_names(self) -> frozenset[str]:
