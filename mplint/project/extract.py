@@ -461,13 +461,12 @@ def _conversion_dtype_param(function: ast.FunctionDef, offset: int) -> list | No
     params = {p for p in (*positional[offset:], *(a.arg for a in function.args.kwonlyargs)) if "type" in p}
     if not params:
         return None
-    conversions = [node for node in ast.walk(function) if isinstance(node, ast.Call)
+    conversions = [(node, dtype) for node in ast.walk(function) if isinstance(node, ast.Call)
                    and isinstance(dtype := _conversion_dtype(node), ast.Name) and dtype.id in params]
     if not conversions:
         return None
     parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
-    for node in conversions:
-        dtype = _conversion_dtype(node)
+    for node, dtype in conversions:
         if not _computed_with(node, function, parents):
             continue
         index = positional.index(dtype.id) - offset if dtype.id in positional else -1
@@ -527,7 +526,7 @@ def _optimizer_factories(tree: ast.Module) -> dict[str, list]:
     for function in tree.body:
         if not isinstance(function, ast.FunctionDef):
             continue
-        own = [n for n in _own_nodes(function)]
+        own = list(_own_nodes(function))
         params = {a.arg for a in (*function.args.args, *function.args.kwonlyargs)}
         assigned: dict[str, list[ast.expr]] = {}
         for node in own:
