@@ -305,10 +305,12 @@ def test_optimizer_factory_summaries():
         "def plain(lr):\n    opt = tf.keras.optimizers.SGD(lr)\n    return opt\n"
         "def build_optimizer(config):\n    return registry[config.name](config)\n"
         "def build_model(n):\n    return tf.keras.Sequential()\n"
+        "def v1_optimizer(opt):\n    return tf.keras.mixed_precision.LossScaleOptimizerV1(opt, 'dynamic')\n"
     )
     assert _optimizer_factories(ast.parse(code)) == {
         "wrapped": ["explicit", -1, None, 2, 1],
         "configure_optimizer": ["maybe", -1, None, 4, 1],
         "plain": ["none", -1, None, 8, 1],
         "build_optimizer": ["unknown", -1, None, 11, 1],
+        "v1_optimizer": ["unknown", -1, None, 15, 1],  # a loss-scale optimizer too: never "none", wrapped again
     }

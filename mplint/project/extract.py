@@ -513,7 +513,7 @@ def _computed_with(call: ast.Call, function: ast.FunctionDef, parents: dict) -> 
 
 _LOSS_SCALE_OPTIMIZER = "LossScaleOptimizer"
 _OPTIMIZER_CLASSES = frozenset({"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl",
-                                "Lion", "Lamb", "LAMB", "Adafactor", "LossScaleOptimizerV1"})
+                                "Lion", "Lamb", "LAMB", "Adafactor"})
 
 
 def _optimizer_factories(tree: ast.Module) -> dict[str, list]:
