@@ -7,7 +7,7 @@ import libcst as cst
 from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when, scaling_insertion
 from mplint.diagnostics import Fix, FixSafety
 
-
+# Where a generation is known rather than guessed (``Generation.origin``).
 _PINNED = frozenset({"config", "pin-keras", "pin-tensorflow"})
 
 
@@ -22,6 +22,7 @@ class UnscaledLossGradient(GradientSiteRule):
         # divides, and one test importing `keras` says nothing of what the library's users install.
         return facts.float16 or facts.library_context and facts.generation.value == 3 \
             and facts.generation.origin in _PINNED
+
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:
