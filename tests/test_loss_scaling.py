@@ -19,6 +19,7 @@ EXPECTED = {
     "train_step_override": [("MP202", 24, 21)],
     "gan": [("MP204", 41, 22), ("MP201", 42, 9)],
     "optimizer_factory": [("MP202", 15, 21)],
+    "scaling_helpers": [("MP202", 32, 17)],
 }
 
 
@@ -62,6 +63,73 @@ def test_optimizer_from_another_module_is_read_through_its_summary(tmp_path):
     [diagnostic] = found.remaining
     assert diagnostic.message.startswith("the optimizer is a LossScaleOptimizer (returned by `build_optimizer` at ")
     assert "trainer/optim.py:6), but the loss is never scaled" in diagnostic.message
+
+
+def test_loss_scaled_by_helpers_of_another_module(tmp_path):
+    """trainer/amp.py scales and unscales; the loop that calls both is correct, the one that only unscales
+    differentiates the unscaled loss (before the "loss_scaling" summaries both loops were MP202)."""
+    work = _project("scaling_helpers", tmp_path)
+    found = run(RunOptions(paths=[work], select=["MP2"], cache=False))
+    [diagnostic] = found.remaining
+    assert (diagnostic.line, diagnostic.message) == (32, (
+        "the optimizer is a LossScaleOptimizer; the gradients are unscaled but the tape differentiates the "
+        "unscaled loss: updates 32768x too small"))
+    fixed = run(RunOptions(paths=[work], select=["MP2"], fix=True, cache=False))
+    assert fixed.fixed_count == 1
+    assert (work / "train.py").read_text(encoding="utf-8").splitlines()[30:33] == [
+        "        loss = tf.reduce_mean(tf.abs(model(x, training=True) - y))",
+        "        scaled_loss = optimizer.get_scaled_loss(loss)",
+        "    gradients = tape.gradient(scaled_loss, model.trainable_variables)",
+    ]
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+def test_helper_of_another_module_that_scales_the_loss_is_no_missing_scaling(keras):
+    scale = "get_scaled_loss" if keras == 2 else "scale_loss"
+    files = {"amp.py": f"def scale(optimizer, loss):\n    return optimizer.{scale}(loss)\n\n"
+                       "def unscale(optimizer, grads):\n    return optimizer.get_unscaled_gradients(grads)\n"}
+    unscale = "    grads = amp.unscale(optimizer, grads)\n" if keras == 2 else ""
+    code = (
+        "import tensorflow as tf\nimport amp\n\n"
+        'tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype='float32')])\n"
+        "optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())\n\n"
+        "def step(x, y):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+        "        scaled = amp.scale(optimizer, loss)\n"
+        "    grads = tape.gradient(scaled, model.trainable_variables)\n"
+        + unscale +
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    assert lint_code(code, path="train.py", files=files, keras=keras, select=["MP2"]).diagnostics == []
+    # the same loop without the helper's scaling: the unscaled loss is differentiated
+    plain = code.replace("amp.scale(optimizer, loss)", "loss")
+    found = lint_code(plain, path="train.py", files=files, keras=keras, select=["MP2"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MP202", 12, 13)]
+
+
+def test_loss_scaling_summaries():
+    import ast
+
+    from mplint.project.extract import _loss_scaling_helpers
+
+    code = (
+        "def scale(opt, loss):\n    return opt.get_scaled_loss(loss)\n"
+        "def scale3(opt, loss):\n    return opt.scale_loss(loss)\n"
+        "def unscale(opt, grads):\n    return opt.get_unscaled_gradients(grads)\n"
+        "def divide(opt, grads):\n    return [g / opt.loss_scale for g in grads]\n"
+        "def step(opt, loss, grads):\n    return opt.get_scaled_loss(loss), opt.get_unscaled_gradients(grads)\n"
+        "def nested():\n    def inner(opt, loss):\n        return opt.get_scaled_loss(loss)\n    return inner\n"
+        "def plain(loss):\n    return loss * 2\n"
+    )
+    assert _loss_scaling_helpers(ast.parse(code)) == {
+        "scale": ["scale", -1, None, 1, 1],
+        "scale3": ["scale", -1, None, 3, 1],
+        "unscale": ["unscale", -1, None, 5, 1],
+        "divide": ["manual_unscale", -1, None, 7, 1],
+        "step": ["scale+unscale", -1, None, 9, 1],
+    }
 
 
 def test_plain_optimizer_from_another_module_is_wrapped_where_the_loop_gets_it():

@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
+from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
 
@@ -45,12 +46,8 @@ from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
-SCALE_METHODS = frozenset({"scale_loss", "get_scaled_loss"})
-UNSCALE_METHOD = "get_unscaled_gradients"
-SCALE_ATTRS = frozenset({"dynamic_scale", "loss_scale"})
 CLIPS = frozenset({"clip_by_global_norm", "clip_by_norm", "clip_by_value"})
 APPLY_METHODS = frozenset({"apply_gradients", "apply"})
-LSO = "LossScaleOptimizer"
 
 Scope = cst.Module | cst.FunctionDef
 
@@ -371,11 +368,26 @@ class OptimizerFlow:
             return defs[0] if len(defs) == 1 else None
         return None
 
+    def project_steps(self, call: cst.Call) -> frozenset[str]:
+        """What a helper of another module of the project does to a loss or gradients ("scale", "unscale",
+        "manual_unscale"; the "loss_scaling" summaries), read once for the whole project."""
+        if last_name(call.func) not in self.context.facts.summarized_names.get("loss_scaling", ()):
+            return frozenset()
+        helpers = self.context.facts.summaries_of("loss_scaling")
+        if helpers:
+            for name in self.context.names.project_paths(call.func):
+                found = helpers.get(name)
+                if found is not None:
+                    return frozenset(found[0].split("+"))
+        return frozenset()
+
     def is_scaling(self, call: cst.Call) -> bool:
         if method_name(call) in SCALE_METHODS:
             return True
         fn = self.helper(call)
-        return fn is not None and any(method_name(c) in SCALE_METHODS for c in self.context.nodes_within(fn, cst.Call))
+        if fn is None:
+            return "scale" in self.project_steps(call)
+        return any(method_name(c) in SCALE_METHODS for c in self.context.nodes_within(fn, cst.Call))
 
     def grad_op(self, value: cst.BaseExpression) -> tuple[str | None, cst.CSTNode | None]:
         for call in self.context.nodes_within(value, cst.Call):
@@ -389,6 +401,11 @@ class OptimizerFlow:
                     return "unscale", call
                 if _divides_by_scale(self.context, fn):
                     return "manual_unscale", call
+            else:
+                steps = self.project_steps(call)
+                for kind in ("unscale", "manual_unscale"):
+                    if kind in steps:
+                        return kind, call
         if _divides_by_scale(self.context, value):
             return "manual_unscale", value
         return None, None
@@ -671,6 +688,7 @@ class _Paths:
         return [
             call for call in self.context.nodes_within(scope, cst.Call)
             if method_name(call) in SCALE_METHODS or method_name(call) == UNSCALE_METHOD or is_lso_call(call)
+            or self.flow.project_steps(call)
         ]
 
     # --- the paths -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
+from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine.apinames import canonical
 from mplint.project.generation import legacy_keras_value
 from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
@@ -75,7 +76,8 @@ class FileFacts:
     # [value, index, default, line, col]. Kinds: "activation" (parameter `value` reaches a layer's activation=),
     # "conversion_dtype" (parameter `value` is the dtype of a conversion then computed with), "optimizer"
     # (returns an optimizer; `value` is how it is wrapped: "explicit" LossScaleOptimizer, "maybe" on some
-    # paths, "none", or "unknown"; index and default unused).
+    # paths, "none", or "unknown"; index and default unused), "loss_scaling" (a helper that scales a loss or
+    # unscales gradients; `value` is "scale", "unscale" or "manual_unscale", "+"-joined when it does several).
     summaries: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
@@ -511,7 +513,6 @@ def _computed_with(call: ast.Call, function: ast.FunctionDef, parents: dict) -> 
     return False
 
 
-_LOSS_SCALE_OPTIMIZER = "LossScaleOptimizer"
 _OPTIMIZER_CLASSES = frozenset({"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl",
                                 "Lion", "Lamb", "LAMB", "Adafactor"})
 
@@ -548,6 +549,30 @@ def _optimizer_factories(tree: ast.Module) -> dict[str, list]:
     return found
 
 
+def _loss_scaling_helpers(tree: ast.Module) -> dict[str, list]:
+    """Module functions that scale a loss or unscale gradients (``def scale(opt, loss): return
+    opt.get_scaled_loss(loss)``), so that a loop of another module calling them is read as the same
+    module's helpers are: "scale", "unscale" (``get_unscaled_gradients``), "manual_unscale" (divides
+    by ``loss_scale``/``dynamic_scale``)."""
+    found: dict[str, list] = {}
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        steps = set()
+        for node in _own_nodes(function):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in SCALE_METHODS:
+                    steps.add("scale")
+                elif node.func.attr == UNSCALE_METHOD:
+                    steps.add("unscale")
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and any(
+                    isinstance(a, ast.Attribute) and a.attr in SCALE_ATTRS for a in ast.walk(node.right)):
+                steps.add("manual_unscale")
+        if steps:
+            found[function.name] = ["+".join(sorted(steps)), -1, None, function.lineno, function.col_offset + 1]
+    return found
+
+
 def _own_nodes(function: ast.FunctionDef):
     """The nodes of a function's body, not of the functions and classes nested in it."""
     stack = list(function.body)
@@ -564,7 +589,7 @@ def _optimizer_kinds(value: ast.expr, assigned: dict[str, list[ast.expr]], param
     if isinstance(value, ast.Call):
         func = value.func
         last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        if last == _LOSS_SCALE_OPTIMIZER:
+        if last == LSO:
             return {"explicit"}
         return {"none"} if last in _OPTIMIZER_CLASSES else {"unknown"}
     if isinstance(value, ast.Name) and depth < 3 and value.id in assigned:
@@ -620,5 +645,8 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     if b"ptimizer" in source:
         for name, entry in _optimizer_factories(tree).items():
             facts.summaries.setdefault(name, {})["optimizer"] = entry
+    if b"scale" in source:
+        for name, entry in _loss_scaling_helpers(tree).items():
+            facts.summaries.setdefault(name, {})["loss_scaling"] = entry
     facts.defines = _defined_names(tree)
     return facts

@@ -65,7 +65,8 @@ class ProjectFacts:
     path: str = ""  # the module these facts are for ("" for project-wide facts)
     test_module: bool = False  # test_*.py / *_test.py: exercises code, trains nothing users run
     trained_names: frozenset = frozenset()  # classes/functions of this module whose models a reaching program trains
-    # The project's function summaries (``FileFacts.summaries``: "activation", "conversion_dtype", "optimizer"), by
+    # The project's function summaries (``FileFacts.summaries``: "activation", "conversion_dtype", "optimizer",
+    # "loss_scaling"), by
     # qualified name (and the names packages re-export them under): name -> kind -> (value, index, default, path,
     # line). Shared by every module.
     summaries: dict = field(default_factory=dict, compare=False)
@@ -77,7 +78,7 @@ class ProjectFacts:
         return reexported_names(self.reexports)
 
     def summaries_of(self, kind: str) -> dict[str, tuple]:
-        """The project's summaries of one kind ("activation", "conversion_dtype", "optimizer"): qualified name ->
+        """The project's summaries of one kind (see ``FileFacts.summaries``): qualified name ->
         (value, index, default, path, line). Computed once per project."""
         summaries = self.summaries
         return per_project_table(summaries, ("of", kind), lambda: {
