@@ -48,6 +48,16 @@ class Fix:
     imports: Sequence[ImportSpec] = ()
 
 
+@dataclass(frozen=True)
+class Related:
+    """The other end of a finding that crosses a function or module boundary: where a builder puts the
+    layer, a factory wraps the optimizer, a constant is written (path as displayed, 1-based line)."""
+
+    path: str
+    line: int
+    message: str
+
+
 @dataclass
 class Finding:
     """What a rule reports: a node, a message and maybe a fix."""
@@ -57,6 +67,7 @@ class Finding:
     message: str
     fix: Fix | None = None
     severity: "Severity | None" = None  # None: the catalog's; a rule lowers it where the target makes it so
+    related: tuple[Related, ...] = ()  # "" as path: the finding's own file
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,7 @@ class Diagnostic:
     cell: int | None = None  # notebook cell (1-based) when the file is a notebook
     edits: tuple["Edit", ...] = ()  # the fix as text replacements (imports it adds not included)
     context: dict | None = None  # the MP context and target the finding was judged under (JSON-ready)
+    related: tuple[Related, ...] = ()  # the other ends of a finding across functions or modules
 
     @property
     def fixable(self) -> bool:
@@ -105,6 +117,7 @@ class Diagnostic:
             "start": {"line": self.line, "column": self.column},
             "end": {"line": self.end_line, "column": self.end_column},
             "context": self.context,
+            "related": [{"path": r.path, "line": r.line, "message": r.message} for r in self.related],
             "fix": None
             if self.fix_safety is FixSafety.NONE
             else {

@@ -78,7 +78,9 @@ def test_json_document(project, capsys):
     assert [(d["path"], d["cell"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [
         ("broken.py", None, "MP000", 1), ("nb.ipynb", 4, "MP101", 3), ("train.py", None, "MP101", 5)]
     assert doc["summary"] == {"files": 3, "diagnostics": 3, "fixable": 2, "fixed": 0, "by_rule": {"MP000": 1, "MP101": 2}}
-    assert set(doc["diagnostics"][2]) == {"path", "cell", "rule", "name", "message", "severity", "start", "end", "fix", "context"}
+    assert set(doc["diagnostics"][2]) == {"path", "cell", "rule", "name", "message", "severity", "start", "end", "fix", "context",
+                                              "related"}
+    assert doc["diagnostics"][2]["related"] == []
     assert doc["diagnostics"][2]["context"] == {
         "keras_generation": 3, "keras_generation_source": "program train.py imports Keras 3 (`import keras`)",
         "library": False, "policy": "mixed_float16", "set_at": {"path": "train.py", "line": 4}, "program": "train.py", "via": [],

@@ -236,3 +236,94 @@ def test_conversion_dtype_summaries_are_per_function_and_method():
     )
     assert _conversion_dtype_params(ast.parse(code)) == {
         "scaled": ["dtype", 1, None, 5, 9], "P.norm": ["dtype", -1, None, 9, 17]}
+
+
+def test_an_epsilon_in_a_loss_of_another_module_meets_the_float16_probabilities_of_a_layer(tmp_path):
+    """``ObjectnessHead.call`` passes its float16 sigmoid to ``focal_loss`` of detection/losses.py, which adds
+    ``1e-8``: reported at the argument, with the constant's line as a related location (JSON and SARIF)."""
+    folder = tmp_path / "loss_library"
+    shutil.copytree(FIXTURES / "loss_library", folder)
+    result = _mplint(folder, "--format", "json", "--no-cache", "--select", "MP601")
+    assert result.returncode == 1, result.stderr
+    [diagnostic] = json.loads(result.stdout)["diagnostics"]
+    assert (diagnostic["path"], *_found(result.stdout)[0]) == ("detection/heads.py", "MP601", 17, 38)
+    assert diagnostic["message"].startswith(
+        "`focal_loss` computes `probs + 1e-8` (detection/losses.py:7) on this compute-dtype value, float16 under a "
+        "float16 policy: `1e-8` flushes to 0 in float16")
+    assert diagnostic["fix"] is None  # casting the argument would change the dtype the loss returns
+    assert diagnostic["related"] == [{"path": "detection/losses.py", "line": 7, "message": "`probs + 1e-8`"}]
+    sarif = json.loads(_mplint(folder, "--format", "sarif", "--no-cache", "--select", "MP601").stdout)
+    [result] = sarif["runs"][0]["results"]
+    assert [(r["physicalLocation"]["artifactLocation"]["uri"], r["physicalLocation"]["region"]["startLine"])
+            for r in result["relatedLocations"]] == [("train.py", 8), ("detection/losses.py", 7)]
+
+
+@pytest.mark.parametrize("call,expected", [
+    ("focal_loss(probs, labels)", [("MP601", 9, 34)]),
+    ("focal_loss(ops.cast(probs, 'float32'), labels)", []),  # cast first, as the message says
+    ("focal_loss(labels, probs)", []),  # the parameter that meets 1e-8 gets the labels
+    ("focal_loss(labels=labels, probs=probs)", [("MP601", 9, 55)]),
+])
+def test_a_function_of_another_module_meets_a_layers_float16_value(call, expected):
+    files = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
+                          "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}
+    code = (
+        "import keras\nfrom keras import ops\nfrom losses import focal_loss\n\n"
+        "class Head(keras.layers.Layer):\n"
+        "    def call(self, x, labels):\n"
+        "        probs = ops.sigmoid(x)\n"
+        "        labels = ops.cast(labels, 'float32')\n"
+        f"        self.add_loss({call})\n"
+        "        return probs\n"
+    )
+    found = lint_code(code, path="head.py", files=files, policy="mixed_float16", select=["MP601"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == expected
+
+
+def test_a_plain_function_passing_values_of_unknown_dtype_is_not_reported():
+    files = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
+                          "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}
+    code = "from losses import focal_loss\n\ndef evaluate(probs, labels):\n    return focal_loss(probs, labels)\n"
+    assert lint_code(code, path="evaluate.py", files=files, policy="mixed_float16", select=["MP601"]).diagnostics == []
+
+
+def test_the_loss_of_another_module_is_inf_on_float16_probabilities(tmp_path):
+    """Executed on CPU: a confident wrong float16 prediction (sigmoid(-30) is 0 in float16) makes
+    ``focal_loss`` inf, since 1e-8 is 0 there too; cast to float32 first, as the message says, it is finite."""
+    pytest.importorskip("tensorflow")
+    folder = tmp_path / "loss_library"
+    shutil.copytree(FIXTURES / "loss_library", folder)
+    probe = (
+        "import numpy as np\nfrom keras import ops\nfrom detection import focal_loss\n"
+        "probs = ops.sigmoid(ops.convert_to_tensor([[-30.0]], 'float16'))\n"
+        "labels = ops.ones_like(probs)\n"
+        "print(np.isfinite(float(focal_loss(probs, labels))),"
+        " np.isfinite(float(focal_loss(ops.cast(probs, 'float32'), ops.cast(labels, 'float32')))))\n"
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, timeout=300,
+                          env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_range_constant_summaries():
+    import ast
+
+    from mplint.project.extract import _range_constant_params
+
+    code = (
+        "import tensorflow as tf\n"
+        "def focal(probs, labels, gamma=2.0):\n    return -tf.reduce_mean(labels * tf.math.log(probs + 1e-8))\n"
+        "def masked(scores, mask):\n    return scores * -1e9\n"
+        "def rebound(p):\n    p = tf.cast(p, tf.float32)\n    return p + 1e-8\n"
+        "def aware(p):\n    if p.dtype == tf.float16:\n        return p + 1e-4\n    return p + 1e-8\n"
+        "def tolerance(a, b):\n    return abs(a - b) <= 1e-9 + b\n"
+        "def keyword_only(*, p):\n    return p + 1e-10\n"
+        "def fits(p):\n    return p + 1e-4\n"
+    )
+    assert _range_constant_params(ast.parse(code), code.encode()) == {
+        "focal": ["probs", 0, "+ 1e-8", 3, 49],
+        "masked": ["scores", 0, "* -1e9", 5, 12],
+        "keyword_only": ["p", -1, "+ 1e-10", 16, 12],
+    }

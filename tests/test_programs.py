@@ -217,3 +217,20 @@ def test_findings_inside_expected_errors_are_not_reported(tmp_path, monkeypatch,
     })
     monkeypatch.chdir(tmp_path)
     assert _lint(capsys, "--select", "MP502", ".") == (1, [("check.py", None, "MP502", 7, 47)])
+
+
+def test_a_builder_parameter_that_makes_a_float16_softmax_output_is_reported_at_the_call(fixture, capsys):
+    """examples/train_mixed.py passes activation="softmax" to the library's ImageClassifier under mixed_float16:
+    MP101 at the call, with the layer that receives it as related location; the library's head is the model
+    output (MP102, whose fix gives it dtype="float32"). Without the example, the library alone is silent."""
+    root = fixture("classifier_builder")
+    assert _lint(capsys, ".") == (1, [
+        ("examples/train_mixed.py", None, "MP101", 10, 9),
+        ("vision_models/classifier.py", None, "MP102", 14, 21),
+    ])
+    main(["--format", "json", "--no-cache", "--select", "MP101", "."])
+    [diagnostic] = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert diagnostic["related"] == [{"path": "vision_models/classifier.py", "line": 14,
+                                      "message": "`ImageClassifier` builds its output layer from `activation` here"}]
+    (root / "examples" / "train_mixed.py").unlink()
+    assert _lint(capsys, ".") == (0, [])

@@ -40,7 +40,7 @@ from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
 
 from mplint.engine.context import FileContext
-from mplint.diagnostics import ImportSpec
+from mplint.diagnostics import ImportSpec, Related
 from mplint.project.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
@@ -110,6 +110,11 @@ class OptimizerOrigin:
     construction: cst.BaseExpression | None = None  # the (inner) optimizer's constructor call or string
     compile_call: cst.Call | None = None  # when the optimizer is the one compile() was given
     made_by: str = ""  # a project function of another module that returns it: "`build_optimizer` at trainer/optim.py:6"
+    made_at: Related | None = None  # that function, as a related location
+
+    @property
+    def related(self) -> tuple[Related, ...]:
+        return (self.made_at,) if self.made_at is not None else ()
 
 
 @dataclass
@@ -449,8 +454,10 @@ class OptimizerFlow:
         factory = self._project_factory(call)
         if factory is not None:  # a function of another module of the project, read once for the whole project
             wrap, path, line = factory
-            made_by = f"`{last_name(call.func)}` at {path}:{line}"
-            return OptimizerOrigin(wrap, call if wrap in ("none", "maybe") else None, made_by=made_by)
+            name = last_name(call.func)
+            made_at = Related(path, line, f"`{name}` returns the optimizer")
+            return OptimizerOrigin(wrap, call if wrap in ("none", "maybe") else None, made_by=f"`{name}` at {path}:{line}",
+                                   made_at=made_at)
         text = self.context.module.code_for_node(call)
         if _MAY_WRAP.search(text):
             return OptimizerOrigin("maybe", call)

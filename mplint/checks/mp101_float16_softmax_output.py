@@ -18,7 +18,7 @@ from mplint.analysis.output_dtype import (
     softmax_function,
     with_float32_dtype,
 )
-from mplint.diagnostics import Fix, FixSafety
+from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.rule import Rule
 
 
@@ -73,7 +73,8 @@ class Float16SoftmaxOutput(Rule):
                 reason = policy_reason(self.context, None)
                 self.report(call, f"`{last}({param}=\"softmax\")` builds a softmax output layer at {path}:{line} that computes "
                                   f"in reduced precision ({reason}): {_harm(reason)}; give that layer dtype=\"float32\" "
-                                  "(a dtype parameter of the builder), or apply the softmax in float32 after it")
+                                  "(a dtype parameter of the builder), or apply the softmax in float32 after it",
+                            related=(Related(path, line, f"`{last}` builds its output layer from `{param}` here"),))
 
     def _layer_in_reduced_precision(self, layer: cst.Call) -> bool:
         dtype = layer_dtype(self.context, layer)

@@ -38,7 +38,7 @@ class MissingLossScaling(GradientSiteRule):
             if dead:
                 message += f" (the `{dead[0]}` branch never runs: this optimizer is never wrapped)"
             fix = None if site.conditional else self._fix(site, site.origin, g3)
-            self.report(site.apply_call, message, fix)
+            self.report(site.apply_call, message, fix, related=hits[0].origin.related)
 
     def _fix(self, site, origin, g3: bool) -> Fix | None:
         if origin is None or origin.construction is None:

@@ -59,7 +59,7 @@ class UnscaledLossGradient(GradientSiteRule):
             "without scaling small float16 gradients underflow, and a Keras 3 LossScaleOptimizer would also divide "
             "the unscaled gradients by the loss scale"
         )
-        self.report(site.call, message)
+        self.report(site.call, message, related=origin.related)
 
     def _how(self, path) -> str:
         if path.origin.wrap == "auto":
@@ -79,7 +79,7 @@ class UnscaledLossGradient(GradientSiteRule):
             "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; differentiate "
             "optimizer.scale_loss(loss)"
         )
-        self.report(site.call, message, self._fix(site, scale=True, unscale=False))
+        self.report(site.call, message, self._fix(site, scale=True, unscale=False), related=hits[0].origin.related)
 
     def _keras2(self, site, live, wrapped) -> None:
         def manual(p):
@@ -92,17 +92,19 @@ class UnscaledLossGradient(GradientSiteRule):
             when = describe_when(site.paths, unscaled_only)
             message = (f"{self._how(unscaled_only[0])}; {when}the gradients are unscaled but the tape differentiates the "
                        "unscaled loss: updates 32768x too small")
-            self.report(site.call, message, self._fix(site, scale=True, unscale=False))
+            self.report(site.call, message, self._fix(site, scale=True, unscale=False),
+                        related=unscaled_only[0].origin.related)
         elif never:
             when = describe_when(site.paths, never)
             message = (f"{self._how(never[0])}, but {when}the loss is never scaled (get_scaled_loss) so small float16 "
                        "gradients underflow")
-            self.report(site.call, message, self._fix(site, scale=True, unscale=True))
+            self.report(site.call, message, self._fix(site, scale=True, unscale=True), related=never[0].origin.related)
         if too_large:
             when = describe_when(site.paths, too_large)
             message = (f"{self._how(too_large[0])}; {when}the tape differentiates the scaled loss but "
                        "get_unscaled_gradients is never called: updates 32768x too large")
-            self.report(site.apply_call, message, self._fix(site, scale=False, unscale=True))
+            self.report(site.apply_call, message, self._fix(site, scale=False, unscale=True),
+                        related=too_large[0].origin.related)
 
     def _fix(self, site, scale: bool, unscale: bool) -> Fix | None:
         if site.conditional:

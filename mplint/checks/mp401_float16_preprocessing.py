@@ -9,7 +9,7 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
-from mplint.diagnostics import Fix, FixSafety
+from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
@@ -86,6 +86,7 @@ class Float16Preprocessing(Rule):
                     "arithmetic is slow on CPUs, where input pipelines run, and rounds integers above 2048; pass "
                     "float32 (Keras casts model inputs to the compute dtype)",
                     Fix(edit, FixSafety.SAFE),
+                    related=(Related(path, line, f"`{last}` converts to its `{param}` here, then computes"),),
                 )
 
     def _converting_functions(self) -> dict[str, list[tuple]]:

@@ -8,6 +8,7 @@ import re
 
 import libcst as cst
 
+from mplint.analysis.call_args import argument
 from mplint.analysis.constants import Origin, number_value, origin_of
 from mplint.analysis.dtype_flow import (
     flow_units,
@@ -17,7 +18,8 @@ from mplint.analysis.dtype_flow import (
     DtypeFlow,
     dtype_spelling,
 )
-from mplint.diagnostics import Fix, FixSafety
+from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
 
@@ -51,6 +53,7 @@ class Float16OverflowConstant(Rule):
         re.compile(rb"\.0{7}"),  # 0.00000001
         _DTYPE_LIMIT,
     )
+    summary_triggers = ("range_constant",)  # `focal_loss(probs, labels)` of a function that adds 1e-8
 
     @classmethod
     def candidate(cls, code) -> bool:
@@ -63,10 +66,12 @@ class Float16OverflowConstant(Rule):
             or limits
         )
         bound, bound_large = _names_bound_beyond(code, limits)
-        if not (direct or bound):
+        summarized = code.summarized.get("range_constant", frozenset())
+        passes = bool(summarized) and code.calls_any(*summarized)
+        if not (direct or bound or passes):
             return False
-        return any(_has_constant(unit, code, limits, bound, bound_large) and may_carry(code, unit)
-                   for unit in flow_units(code.tree))
+        return any((_has_constant(unit, code, limits, bound, bound_large) or passes and _calls(unit, summarized))
+                   and may_carry(code, unit) for unit in flow_units(code.tree))
 
     @classmethod
     def active_for(cls, facts):
@@ -84,6 +89,8 @@ class Float16OverflowConstant(Rule):
             self._check(node.value, [node.target], node.operator)
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self._passing_functions() and self.context.names.could_be(node.func, self._passing_functions()):
+            self._passed(node)
         if not self.context.names.could_be(node.func, _BOUNDING_NAMES):
             return  # textual reject before name resolution
         kname = self.context.names.kname(node.func)
@@ -95,6 +102,39 @@ class Float16OverflowConstant(Rule):
             if kname.last == "where":
                 others = others[1:] if i else others  # the condition is boolean
             self._check(constant, others, None)
+
+    def _passing_functions(self) -> frozenset[str]:
+        return self.context.facts.summarized_names.get("range_constant", frozenset())
+
+    def _passed(self, call: cst.Call) -> None:
+        """``focal_loss(probs, labels)`` where the project's ``focal_loss`` computes ``probs + 1e-8`` and ``probs``
+        is float16 here: the constant and the tensor meet in another function (``range_constant`` summaries).
+        Reported where the float16 value is known, like constants that travel: in Layer/Model code or next to
+        an explicit float16 cast. No fix: casting the argument changes the dtype the function returns."""
+        table = self.context.facts.summaries_of("range_constant")
+        found = next((table[q] for q in self.context.names.project_paths(call.func) if q in table), None)
+        if found is None:
+            return
+        param, index, operation, path, line = found
+        passed = argument(call, index if index >= 0 else None, param)
+        if passed is None:
+            return
+        flow = self.context.analysis(DtypeFlow)
+        carrier = flow.classify(passed)
+        if not isinstance(carrier, Carrier) or self._not_float16_branch(call):
+            return
+        if not (carrier.always_float16 or flow.in_layer_class(call)):
+            return
+        name = dotted(call.func) or "the function"
+        constant = operation.split(" ", 1)[1]
+        large = abs(ast.literal_eval(constant)) > FLOAT16_MAX  # a number literal (the summary checked it)
+        effect = ("is outside float16's range (largest finite value 65504), so the result is infinite" if large else
+                  "flushes to 0 in float16 (smallest subnormal 6e-8), so the epsilon vanishes and a log or division "
+                  "by it gives inf or NaN")
+        message = (f"`{name}` computes `{param} {operation}` ({path}:{line}) on this compute-dtype value, float16 under a "
+                   f"float16 policy: `{constant}` {effect}; cast the value to float32 before the call, or make the "
+                   f"constant dtype-aware in `{name.rsplit('.', 1)[-1]}`")
+        self.report(passed, message, related=(Related(path, line, f"`{param} {operation}`"),))
 
     def _check(self, constant: cst.BaseExpression, others, operator) -> None:
         value, origin = self._value(constant), None
@@ -117,7 +157,8 @@ class Float16OverflowConstant(Rule):
             return
         other = others[0] if len(others) == 1 else None
         message = self._message(constant, value, large, other, operator, origin)
-        self.report(constant, message, self._fix(constant, value, large, carrier, operator, origin))
+        related = (Related("", self.context.position(origin.binding).start.line, "the constant's value"),) if origin else ()
+        self.report(constant, message, self._fix(constant, value, large, carrier, operator, origin), related=related)
 
     def _tolerance(self, constant: cst.CSTNode) -> bool:
         """A tiny constant in a sum that is only compared (``abs(a - b) <= atol + rtol * abs(b)``): flushed to 0
@@ -261,6 +302,16 @@ def _bound_name(node: cst.CSTNode) -> str | None:
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         return node.attr.value
     return None
+
+
+def _calls(unit: list[ast.AST], names: frozenset[str]) -> bool:
+    """Does the flow unit call a function by one of these last names?"""
+    for node in unit:
+        if type(node) is ast.Call:
+            func = node.func
+            if (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None) in names:
+                return True
+    return False
 
 
 def _beyond_float16(value: float) -> bool:

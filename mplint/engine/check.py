@@ -13,6 +13,7 @@ import os
 import re
 import tokenize
 import traceback
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -101,11 +102,15 @@ def admits(rule: type[Rule], source: bytes, facts: ProjectFacts | None = None) -
     """The byte-level pre-filter: can this rule match anything in ``source``?
 
     A project module that re-exports a Keras name under another (``Linear = layers.Dense``)
-    makes that other name a trigger too: the rule resolves it, so the pre-filter must see it.
+    makes that other name a trigger too: the rule resolves it, so the pre-filter must see it; so
+    do the names of the project's functions whose summaries the rule reads (``summary_triggers``).
     """
     if not rule.triggers:
         return True
     triggers = rule.triggers + (_aliased_triggers(rule, facts) if facts is not None and facts.reexports else ())
+    if rule.summary_triggers and facts is not None:
+        summarized = facts.summarized_names
+        triggers += tuple(name.encode() for kind in rule.summary_triggers for name in summarized.get(kind, ()))
     for trigger in triggers:
         if trigger.search(source) if isinstance(trigger, re.Pattern) else trigger in source:
             return True
@@ -322,6 +327,7 @@ class _Run:
             r.start.line, r.start.column + 1, r.end.line, r.end.column + 1,
             finding.severity or meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
             edits=self.edits(finding), context=self.context.facts.context_record(),
+            related=tuple(replace(r, path=r.path or self.path) for r in finding.related),
         )
 
     def edits(self, finding: Finding) -> tuple[Edit, ...]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
-from mplint.diagnostics import Finding, Fix, Severity
+from mplint.diagnostics import Finding, Fix, Related, Severity
 
 if TYPE_CHECKING:
     from mplint.catalog import RuleMeta
@@ -33,6 +33,9 @@ class Rule:
     #: the rule to run on it (the engine never parses a file no active rule admits).
     #: Empty means every file. The second pre-filter is ``candidate``, on what the file's code mentions.
     triggers: ClassVar[tuple["bytes | re.Pattern[bytes]", ...]] = ()
+    #: Kinds of project function summaries (``ProjectFacts.summaries``) the rule reads at call sites: the
+    #: names of the project's functions of these kinds are triggers too (a call is all such a file may show).
+    summary_triggers: ClassVar[tuple[str, ...]] = ()
     #: Filled from the catalog when the rule is registered.
     meta: ClassVar["RuleMeta"]
     #: API-generation rules: silent in one arm of a version gate whose other arm has code (a compatibility shim).
@@ -64,7 +67,9 @@ class Rule:
         """
         return True
 
-    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None, severity: Severity | None = None) -> None:
+    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None, severity: Severity | None = None,
+               related: tuple[Related, ...] = ()) -> None:
+        """``related``: the other end of a finding that crosses a boundary (path "" for this file)."""
         if fix is not None and not fix.description:
             fix.description = self.meta.fix.splitlines()[0] if self.meta.fix else ""
-        self.findings.append(Finding(self.id, node, message, fix, severity))
+        self.findings.append(Finding(self.id, node, message, fix, severity, related))

@@ -41,13 +41,18 @@ def _result(d, index: dict[str, int]) -> dict:
     }
     if d.cell is not None:
         result["properties"] = {"cell": d.cell}
+    related = []
     set_at = (d.context or {}).get("set_at")
     if set_at:  # where the policy that makes this a defect is set
+        related.append((f"{d.context['policy']} set here" + (f" (program {d.context['program']})" if d.context.get("program") else ""),
+                        set_at["path"], set_at["line"]))
+    related.extend((r.message, r.path, r.line) for r in d.related)  # the other end across a boundary
+    if related:
         result["relatedLocations"] = [{
-            "id": 1,
-            "message": {"text": f"{d.context['policy']} set here" + (f" (program {d.context['program']})" if d.context.get("program") else "")},
-            "physicalLocation": {"artifactLocation": {"uri": _uri(set_at["path"])}, "region": {"startLine": set_at["line"]}},
-        }]
+            "id": i,
+            "message": {"text": text},
+            "physicalLocation": {"artifactLocation": {"uri": _uri(path)}, "region": {"startLine": line}},
+        } for i, (text, path, line) in enumerate(related, 1)]
     if d.edits:
         result["fixes"] = [{
             "description": {"text": f"{d.fix_description} ({d.fix_safety.value} fix)"},

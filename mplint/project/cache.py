@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from mplint import __version__
-from mplint.diagnostics import Diagnostic, Edit, FixSafety, Severity
+from mplint.diagnostics import Diagnostic, Edit, FixSafety, Related, Severity
 from mplint.project.extract import FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
@@ -63,6 +63,7 @@ def _diagnostic_to_json(d: Diagnostic) -> dict:
     data["fix_safety"] = d.fix_safety.value
     data["edits"] = [{"line": e.line, "column": e.column, "end_line": e.end_line, "end_column": e.end_column,
                       "text": e.text} for e in d.edits]
+    data["related"] = [[r.path, r.line, r.message] for r in d.related]
     return data
 
 
@@ -71,6 +72,7 @@ def _diagnostic_from_json(data: dict) -> Diagnostic:
     data["severity"] = Severity(data["severity"])
     data["fix_safety"] = FixSafety(data["fix_safety"])
     data["edits"] = tuple(Edit(**e) for e in data.get("edits", ()))
+    data["related"] = tuple(Related(*r) for r in data.get("related", ()))
     return Diagnostic(**data)
 
 

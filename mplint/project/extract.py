@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
+from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
 from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine.apinames import canonical
 from mplint.project.generation import legacy_keras_value
@@ -77,7 +78,8 @@ class FileFacts:
     # "conversion_dtype" (parameter `value` is the dtype of a conversion then computed with), "optimizer"
     # (returns an optimizer; `value` is how it is wrapped: "explicit" LossScaleOptimizer, "maybe" on some
     # paths, "none", or "unknown"; index and default unused), "loss_scaling" (a helper that scales a loss or
-    # unscales gradients; `value` is "scale", "unscale" or "manual_unscale", "+"-joined when it does several).
+    # unscales gradients; `value` is "scale", "unscale" or "manual_unscale", "+"-joined when it does several),
+    # "range_constant" (parameter `value` meets a constant float16 cannot hold; `default` is the operation, "+ 1e-8").
     summaries: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
@@ -573,6 +575,55 @@ def _loss_scaling_helpers(tree: ast.Module) -> dict[str, list]:
     return found
 
 
+_RANGE_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}  # MP601's operators
+
+
+def _range_constant_params(tree: ast.Module, source: bytes) -> dict[str, list]:
+    """Module functions whose parameter meets, as it came, a literal float16 cannot hold
+    (``def focal_loss(probs, labels): ... log(probs + 1e-8)``): a caller that passes a float16 value
+    gets 0 (or inf) there. Parameters the function rebinds (``probs = tf.cast(probs, tf.float32)``),
+    sums that are only compared (tolerances) and functions that test a dtype are left out."""
+    lines = source.splitlines()
+    found: dict[str, list] = {}
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+        params = set(positional) | {a.arg for a in function.args.kwonlyargs}
+        own = list(_own_nodes(function))
+        rebound = {n.id for n in own if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        compared = set()
+        for node in own:
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                if any(isinstance(a, ast.Attribute) and a.attr == "dtype" for o in operands for a in ast.walk(o)):
+                    break  # dtype-aware code
+                compared.update(id(b) for o in operands for b in ast.walk(o) if isinstance(b, ast.BinOp))
+        else:
+            for node in own:
+                if not (isinstance(node, ast.BinOp) and type(node.op) in _RANGE_OPS) or id(node) in compared:
+                    continue
+                for param, constant in ((node.left, node.right), (node.right, node.left)):
+                    if isinstance(param, ast.Name) and param.id in params - rebound and _out_of_range(constant):
+                        text = lines[constant.lineno - 1][constant.col_offset:constant.end_col_offset].decode("utf-8", "replace")
+                        index = positional.index(param.id) if param.id in positional else -1
+                        found[function.name] = [param.id, index, f"{_RANGE_OPS[type(node.op)]} {text}", node.lineno,
+                                                node.col_offset + 1]
+                        break
+                if function.name in found:
+                    break
+    return found
+
+
+def _out_of_range(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    value = node.value if isinstance(node, ast.Constant) else None
+    if type(value) not in (int, float) or node.lineno != node.end_lineno:
+        return False
+    return abs(value) > FLOAT16_MAX or 0 < abs(value) < FLOAT16_TINY
+
+
 def _own_nodes(function: ast.FunctionDef):
     """The nodes of a function's body, not of the functions and classes nested in it."""
     stack = list(function.body)
@@ -648,5 +699,8 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     if b"scale" in source:
         for name, entry in _loss_scaling_helpers(tree).items():
             facts.summaries.setdefault(name, {})["loss_scaling"] = entry
+    if OUT_OF_RANGE_LITERAL.search(source):
+        for name, entry in _range_constant_params(tree, source).items():
+            facts.summaries.setdefault(name, {})["range_constant"] = entry
     facts.defines = _defined_names(tree)
     return facts
