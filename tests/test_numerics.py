@@ -280,6 +280,22 @@ def test_a_function_of_another_module_meets_a_layers_float16_value(call, expecte
     assert [(d.rule_id, d.line, d.column) for d in found] == expected
 
 
+def test_a_library_layer_passing_its_compute_dtype_value_is_reported_as_library_code():
+    files = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
+                          "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}
+    code = (
+        "import keras\nfrom keras import ops\nfrom losses import focal_loss\n\n"
+        "class Head(keras.layers.Layer):\n"
+        "    def call(self, x, labels):\n"
+        "        self.add_loss(focal_loss(ops.sigmoid(x), labels))\n"
+        "        return x\n"
+    )
+    [found] = lint_code(code, path="head.py", files=files, select=["MP601"]).diagnostics
+    assert (found.line, found.column) == (7, 34)
+    assert "on this compute-dtype value, library code: float16 under a mixed_float16 policy its users set: " \
+        "`1e-8` flushes to 0" in found.message
+
+
 def test_a_plain_function_passing_values_of_unknown_dtype_is_not_reported():
     files = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
                           "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}

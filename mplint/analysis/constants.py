@@ -88,6 +88,25 @@ def number_value(node: cst.Integer | cst.Float) -> int | float:
     return int(text, 0) if isinstance(node, cst.Integer) else float(text)
 
 
+def signed(expr: cst.BaseExpression, atom: Callable[[cst.BaseExpression], float | None]) -> float | None:
+    """``atom``'s value of ``expr`` under any unary signs (``-1e9``, ``-tf.float32.max``)."""
+    sign = 1.0
+    while isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        sign = -sign if isinstance(expr.operator, cst.Minus) else sign
+        expr = expr.expression
+    value = atom(expr)
+    return None if value is None else sign * value
+
+
+def number_literal(expr: cst.BaseExpression) -> float | None:
+    return float(number_value(expr)) if isinstance(expr, (cst.Integer, cst.Float)) else None
+
+
+def literal_number(expr: cst.BaseExpression) -> float | None:
+    """A number written as a literal, signed or not (``-1e9``, ``+3``, ``1e-8``); None for anything else."""
+    return signed(expr, number_literal)
+
+
 def evaluate_int(context: FileContext, expr: cst.BaseExpression) -> Constant | None:
     found = evaluate(context, expr)
     return found if found is not None and type(found.value) is int else None

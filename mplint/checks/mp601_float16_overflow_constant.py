@@ -9,7 +9,7 @@ import re
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.constants import Origin, number_value, origin_of
+from mplint.analysis.constants import Origin, literal_number, number_literal, origin_of, signed
 from mplint.analysis.dtype_flow import (
     flow_units,
     may_carry,
@@ -127,13 +127,15 @@ class Float16OverflowConstant(Rule):
             return
         name = dotted(call.func) or "the function"
         constant = operation.split(" ", 1)[1]
-        large = abs(ast.literal_eval(constant)) > FLOAT16_MAX  # a number literal (the summary checked it)
+        large = abs(literal_number(cst.parse_expression(constant)) or 0.0) > FLOAT16_MAX  # the summary read a literal
         effect = ("is outside float16's range (largest finite value 65504), so the result is infinite" if large else
                   "flushes to 0 in float16 (smallest subnormal 6e-8), so the epsilon vanishes and a log or division "
                   "by it gives inf or NaN")
-        message = (f"`{name}` computes `{param} {operation}` ({path}:{line}) on this compute-dtype value, float16 under a "
-                   f"float16 policy: `{constant}` {effect}; cast the value to float32 before the call, or make the "
-                   f"constant dtype-aware in `{name.rsplit('.', 1)[-1]}`")
+        when = "float16 under a float16 policy" if self.context.facts.float16 else \
+            "library code: float16 under a mixed_float16 policy its users set"
+        message = (f"`{name}` computes `{param} {operation}` ({path}:{line}) on this compute-dtype value, {when}: "
+                   f"`{constant}` {effect}; cast the value to float32 before the call, or make the constant "
+                   f"dtype-aware in `{name.rsplit('.', 1)[-1]}`")
         self.report(passed, message, related=(Related(path, line, f"`{param} {operation}`"),))
 
     def _check(self, constant: cst.BaseExpression, others, operator) -> None:
@@ -228,13 +230,13 @@ class Float16OverflowConstant(Rule):
         return None
 
     def _value(self, node: cst.BaseExpression) -> float | None:
-        if isinstance(node, (cst.Integer, cst.Float)):
-            return float(number_value(node))
-        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
-            inner = self._value(node.expression)
-            if inner is None:
-                return None
-            return -inner if isinstance(node.operator, cst.Minus) else inner
+        return signed(node, self._atom)
+
+    def _atom(self, node: cst.BaseExpression) -> float | None:
+        """A number literal, or a float32/float64 limit (``tf.float32.min``, ``np.finfo(np.float32).max``)."""
+        number = number_literal(node)
+        if number is not None:
+            return number
         if isinstance(node, cst.Attribute) and node.attr.value in ("min", "max"):
             sign = -1.0 if node.attr.value == "min" else 1.0
             base = node.value

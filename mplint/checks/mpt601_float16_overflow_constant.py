@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from mplint.analysis.constants import number_value
+from mplint.analysis.constants import number_literal, signed
 from mplint.analysis.torch_amp import FLOAT16, TorchAmp, TorchRule, float32_cast, half_names, is_half_cast
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
@@ -67,11 +67,13 @@ class TorchFloat16OverflowConstant(TorchRule):
         self.report(constant, message, self._fix(constant, value, tensor))
 
     def _value(self, node: cst.BaseExpression) -> float | None:
-        if isinstance(node, (cst.Integer, cst.Float)):
-            return float(number_value(node))
-        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
-            inner = self._value(node.expression)
-            return None if inner is None else -inner if isinstance(node.operator, cst.Minus) else inner
+        return signed(node, self._atom)
+
+    def _atom(self, node: cst.BaseExpression) -> float | None:
+        """A number literal, or a float32/float64 limit (``torch.finfo(torch.float32).min``)."""
+        number = number_literal(node)
+        if number is not None:
+            return number
         if isinstance(node, cst.Attribute) and node.attr.value in ("min", "max") and isinstance(node.value, cst.Call):
             finfo = node.value
             if self.context.names.torch_api(finfo.func, {"finfo"}) is None or not finfo.args:

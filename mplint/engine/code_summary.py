@@ -326,12 +326,20 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
     )
 
 
-def _add_number(node: ast.expr, into: set[float]) -> None:
-    """A number literal, also under unary minus or plus (``-1e9``)."""
+def literal_number(node: ast.AST) -> float | None:
+    """A number written as a literal, signed or not (``-1e9``): on CPython's tree what
+    ``analysis.constants.literal_number`` is on libcst's."""
+    sign = 1
     while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+        sign = -sign if type(node.op) is ast.USub else sign
         node = node.operand
-    if type(node) is ast.Constant and type(node.value) in (int, float):
-        into.add(abs(node.value))
+    return sign * node.value if type(node) is ast.Constant and type(node.value) in (int, float) else None
+
+
+def _add_number(node: ast.expr, into: set[float]) -> None:
+    value = literal_number(node)
+    if value is not None:
+        into.add(abs(value))
 
 
 def _add_word(node: ast.expr, into: set[str]) -> None:

@@ -15,6 +15,7 @@ from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, 
 from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
 from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine.apinames import canonical
+from mplint.engine.code_summary import literal_number
 from mplint.project.generation import legacy_keras_value
 from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 
@@ -616,10 +617,8 @@ def _range_constant_params(tree: ast.Module, source: bytes) -> dict[str, list]:
 
 
 def _out_of_range(node: ast.AST) -> bool:
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        node = node.operand
-    value = node.value if isinstance(node, ast.Constant) else None
-    if type(value) not in (int, float) or node.lineno != node.end_lineno:
+    value = literal_number(node)
+    if value is None or node.lineno != node.end_lineno:
         return False
     return abs(value) > FLOAT16_MAX or 0 < abs(value) < FLOAT16_TINY
 
