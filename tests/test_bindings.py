@@ -162,3 +162,42 @@ def test_lookup_answers_and_declines():
     assert constants.evaluate(context, dense_units) == constants.Constant(12)
     assert constants.evaluate(context, name_at("while count < 10", "count")) is None  # a loop counter
     assert constants.evaluate(context, name_at("return L.Dense(units), L.Dense(SIZE)", "SIZE")).value == 60
+
+
+_IMPORTS = [
+    ("import tensorflow as tf", {"tf": "tensorflow"}),
+    ("import tensorflow.keras.layers", {"tensorflow": "tensorflow"}),
+    ("import tensorflow.keras.layers as L", {"L": "tensorflow.keras.layers"}),
+    ("from keras import layers, ops as K", {"layers": "keras.layers", "K": "keras.ops"}),
+    ("from keras.mixed_precision import set_global_policy as sgp", {"sgp": "keras.mixed_precision.set_global_policy"}),
+    ("from . import backend", {"backend": "pkg.backend"}),
+    ("from .backend import keras", {"keras": "pkg.backend.keras"}),
+    ("from ..compat import tf", {"tf": "compat.tf"}),
+    ("from keras.layers import *", {}),
+]
+
+
+@pytest.mark.parametrize("statement, expected", _IMPORTS)
+def test_every_reader_of_import_statements_binds_the_same_paths(statement, expected):
+    """The pre-filter's summary and the facts read CPython's tree, the rules' resolver libcst's; all three take
+    the bindings from ``import_bindings`` (the facts leave relative imports to the import graph)."""
+    import ast
+
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper
+
+    from mplint.engine.code_summary import summarize
+    from mplint.engine.names import NameResolver
+    from mplint.project.extract import FileFacts, _Reader
+
+    source = f"{statement}\n"
+    tree = ast.parse(source)
+    summary = summarize(tree, source.encode(), module_name="pkg.models", is_package=False)
+    assert {local: set(paths) for local, paths in summary.origins.items()} == {k: {v} for k, v in expected.items()}
+    wrapper = MetadataWrapper(cst.parse_module(source))
+    resolver = NameResolver(wrapper, "pkg.models", False, {}, source.encode())
+    for local, path in expected.items():
+        assert resolver.project_paths(cst.parse_expression(local)) == {path}
+    reader = _Reader(FileFacts())
+    reader.visit(tree)
+    assert reader.aliases == {k: v for k, v in expected.items() if not statement.startswith("from .")}

@@ -10,7 +10,7 @@ without parsing; ``mplint.engine.names`` adds resolution of names in parsed file
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 # Longest prefix first: the first match wins.
 _NAMESPACES: tuple[tuple[str, str], ...] = (
@@ -115,6 +115,20 @@ def torch_canonical(qualified: str) -> KName | None:
         if qualified.startswith(prefix + "."):
             return KName(ns, qualified[len(prefix) + 1:])
     return None
+
+
+def import_bindings(names: Iterable[tuple[str, str | None]], level: int | None = None,
+                    module: str = "") -> list[tuple[str, str]]:
+    """The local names an import statement binds and the dotted path each stands for, as written (relative
+    paths keep their dots: ``resolve_relative`` places them). ``names`` are (name, asname) pairs; ``level``
+    None is ``import a.b`` (binds ``a`` to ``a``, or the alias to ``a.b``), an int is ``from <dots><module>
+    import ...``. A star import binds no name it shows. The one reading of import statements: the pre-filter's
+    summary and the project facts (CPython's tree) and the rules' name resolver (libcst's) all use it."""
+    if level is None:
+        return [(asname, name) if asname else (name.split(".")[0], name.split(".")[0]) for name, asname in names]
+    base = "." * level + module
+    return [(asname or name, f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}")
+            for name, asname in names if name != "*"]
 
 
 def resolve_relative(qualified: str, module_name: str, is_package: bool) -> str:

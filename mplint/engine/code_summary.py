@@ -24,7 +24,7 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from mplint.engine.apinames import KName, canonical, resolve_relative, torch_canonical
+from mplint.engine.apinames import KName, canonical, import_bindings, resolve_relative, torch_canonical
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.
@@ -288,17 +288,14 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
                 imported.add(node.asname)
                 aliases[node.asname] = parts[-1]
         elif kind is ast.Import:
-            for alias in node.names:
-                local = alias.asname or alias.name.split(".")[0]
-                origins.setdefault(local, set()).add(alias.name if alias.asname else local)
+            for local, path in import_bindings((a.name, a.asname) for a in node.names):
+                origins.setdefault(local, set()).add(path)
         elif kind is ast.ImportFrom:
             if node.module:
                 words.update(node.module.split("."))
             imported.update(alias.name for alias in node.names)
-            base = resolve_relative("." * node.level + (node.module or ""), module_name, is_package)
-            for alias in node.names:
-                if alias.name != "*":
-                    origins.setdefault(alias.asname or alias.name, set()).add(f"{base}.{alias.name}" if base else alias.name)
+            for local, path in import_bindings(((a.name, a.asname) for a in node.names), node.level, node.module or ""):
+                origins.setdefault(local, set()).add(resolve_relative(path, module_name, is_package))
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef):
             add(node.name)
         elif kind is ast.ClassDef:

@@ -20,6 +20,7 @@ from mplint.engine.apinames import (  # noqa: F401 (re-exported)
     KERAS_NAMESPACES,
     KName,
     canonical,
+    import_bindings,
     resolve_relative,
     torch_canonical,
 )
@@ -109,22 +110,15 @@ class _FileBindings:
 
     def _small(self, small) -> None:
         if isinstance(small, cst.Import):
-            for alias in small.names:
-                path = dotted(alias.name) or ""
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    self.imports.setdefault(alias.asname.name.value, set()).add(path)
-                else:
-                    head = path.split(".")[0]
-                    self.imports.setdefault(head, set()).add(head)
+            for local, path in import_bindings((dotted(a.name) or "", _asname(a)) for a in small.names):
+                self.imports.setdefault(local, set()).add(path)
         elif isinstance(small, cst.ImportFrom):
             if isinstance(small.names, cst.ImportStar):
                 return
-            base = "." * len(small.relative) + ((dotted(small.module) or "") if small.module else "")
-            for alias in small.names:
-                name = alias.name.value if isinstance(alias.name, cst.Name) else dotted(alias.name) or ""
-                local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
-                joined = f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}"
-                self.imports.setdefault(local, set()).add(joined)
+            module = (dotted(small.module) or "") if small.module else ""
+            names = ((dotted(a.name) or "", _asname(a)) for a in small.names)
+            for local, path in import_bindings(names, len(small.relative), module):
+                self.imports.setdefault(local, set()).add(path)
         elif isinstance(small, cst.Assign):
             for target in small.targets:
                 self.rebound.update(_target_names(target.target))
@@ -132,6 +126,10 @@ class _FileBindings:
             self.rebound.update(_target_names(small.target))
         elif isinstance(small, (cst.Global, cst.Nonlocal)):
             self.rebound.update(item.name.value for item in small.names)
+
+
+def _asname(alias: cst.ImportAlias) -> str | None:
+    return alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
 
 
 _EXPRESSION_BINDINGS = re.compile(

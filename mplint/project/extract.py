@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
 from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
-from mplint.engine.apinames import canonical
+from mplint.engine.apinames import canonical, import_bindings
 from mplint.engine.code_summary import literal_number
 from mplint.project.generation import legacy_keras_value
 from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
@@ -177,9 +177,8 @@ class _Reader(ast.NodeVisitor):
 
     # --- imports -----------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
-        for alias in node.names:
-            bound = alias.asname or alias.name.split(".")[0]
-            self.aliases[bound] = alias.name if alias.asname else alias.name.split(".")[0]
+        for alias, (bound, path) in zip(node.names, import_bindings((a.name, a.asname) for a in node.names)):
+            self.aliases[bound] = path
             self.facts.imports.append(ImportRecord(alias.name, "", bound, 0, node.lineno))
             kind = _keras_kind(alias.name)
             if kind and not self.optional:
@@ -187,10 +186,10 @@ class _Reader(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
+        if node.level == 0:  # relative imports name project modules, which the import graph follows
+            self.aliases.update(import_bindings(((a.name, a.asname) for a in node.names), 0, module))
         for alias in node.names:
             bound = alias.asname or alias.name
-            if node.level == 0:
-                self.aliases[bound] = f"{module}.{alias.name}"
             self.facts.imports.append(ImportRecord(module, alias.name, bound if alias.name != "*" else "*", node.level, node.lineno))
         if node.level == 0:
             kind = _keras_kind(module)
