@@ -171,3 +171,29 @@ def test_file_facts_survive_the_cache_unchanged(tmp_path):
     facts = extract_file_facts(code.encode(), "pkg/train.py", "pkg.train")
     assert facts.sys_paths == ["<here>/.."] and facts.main_guard and facts.policies[0].function == "setup"
     assert _facts_from_json(json.loads(json.dumps(_facts_to_json(facts)))) == facts
+
+
+def test_output_dtype_summaries():
+    """A softmax layer whose dtype is a parameter used for nothing else; its default as written."""
+    import ast
+
+    from mplint.project.extract import _output_dtype_params
+
+    code = (
+        "import keras\nfrom keras import layers\n"
+        "def build_model(n, dtype=None):\n"
+        "    return keras.Sequential([layers.Dense(16), layers.Dense(n, activation='softmax', dtype=dtype)])\n"
+        "def everywhere(n, dtype=None):\n"
+        "    return keras.Sequential([layers.Dense(16, dtype=dtype), layers.Dense(n, activation='softmax', dtype=dtype)])\n"
+        "class Head(keras.Model):\n"
+        "    def __init__(self, n, head_dtype='float32'):\n"
+        "        super().__init__()\n"
+        "        self.out = layers.Activation('softmax', dtype=head_dtype)\n"
+        "def required(n, dtype):\n    return layers.Softmax(dtype=dtype)\n"
+        "def relu(n, dtype=None):\n    return layers.Dense(n, activation='relu', dtype=dtype)\n"
+    )
+    assert _output_dtype_params(ast.parse(code)) == {
+        "build_model": ["dtype", 1, None, 4, 48],
+        "Head": ["head_dtype", 1, "float32", 10, 20],
+        "required": ["dtype", 1, "<required>", 12, 12],
+    }

@@ -226,11 +226,22 @@ def test_a_builder_parameter_that_makes_a_float16_softmax_output_is_reported_at_
     root = fixture("classifier_builder")
     assert _lint(capsys, ".") == (1, [
         ("examples/train_mixed.py", None, "MP101", 10, 9),
+        ("examples/train_mlp.py", None, "MP101", 10, 9),
         ("vision_models/classifier.py", None, "MP102", 14, 21),
     ])
     main(["--format", "json", "--no-cache", "--select", "MP101", "."])
-    [diagnostic] = json.loads(capsys.readouterr().out)["diagnostics"]
-    assert diagnostic["related"] == [{"path": "vision_models/classifier.py", "line": 14,
+    activation, dtype = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert activation["related"] == [{"path": "vision_models/classifier.py", "line": 14,
                                       "message": "`ImageClassifier` builds its output layer from `activation` here"}]
+    assert dtype["message"].startswith("`build_mlp` builds a softmax output layer at vision_models/mlp.py:11 whose dtype "
+                                       "is its `dtype` parameter, left at its default None: it computes in reduced precision")
+    assert dtype["related"] == [{"path": "vision_models/mlp.py", "line": 11,
+                                 "message": "`build_mlp` gives its softmax layer `dtype=dtype` here"}]
+    # the build_mlp call is fixed where the program makes it; the library is not touched
+    assert main(["--no-cache", "--select", "MP101", "--fix", "."]) == 1
+    capsys.readouterr()
+    assert "model = build_mlp(10, hidden=512, dtype=\"float32\")\n" in (root / "examples" / "train_mlp.py").read_text()
+    assert (root / "vision_models" / "mlp.py").read_text() == (REPO / "fixtures/classifier_builder/vision_models/mlp.py").read_text()
     (root / "examples" / "train_mixed.py").unlink()
+    (root / "examples" / "train_mlp.py").unlink()
     assert _lint(capsys, ".") == (0, [])

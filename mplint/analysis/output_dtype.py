@@ -169,18 +169,19 @@ def append_argument(call: cst.Call, arg: cst.Arg) -> cst.Call:
     return call.with_changes(args=args)
 
 
-def with_float32_dtype(call: cst.Call) -> cst.Call | None:
-    """The layer construction with ``dtype="float32"``: replaces a dtype argument, else appends one.
+def with_float32_dtype(call: cst.Call, name: str = "dtype") -> cst.Call | None:
+    """The layer construction (or a builder's call) with ``dtype="float32"`` (or another keyword ``name``):
+    replaces that argument, else appends one.
 
-    None when ``**kwargs`` may already carry a dtype.
+    None when ``**kwargs`` may already carry it.
     """
     value = cst.SimpleString(f"{quote_of(call)}float32{quote_of(call)}")
-    current = keyword(call, "dtype")
+    current = keyword(call, name)
     if current is not None:
         return call.with_changes(args=[a.with_changes(value=value) if a is current else a for a in call.args])
     if any(a.star == "**" for a in call.args):
         return None
-    return append_argument(call, keyword_arg("dtype", value))
+    return append_argument(call, keyword_arg(name, value))
 
 
 def module_bindings(context: FileContext) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mplint.analysis.call_args import argument
 from mplint.analysis.model_outputs import builds_model, reported_outputs
 from mplint.analysis.output_dtype import (
     FLOAT32,
@@ -25,11 +26,14 @@ from mplint.engine.rule import Rule
 class Float16SoftmaxOutput(Rule):
     id = "MP101"
     triggers = (b"softmax", b"Softmax")
+    summary_triggers = ("output_dtype",)  # `build_model(10)` of a builder whose softmax takes its dtype parameter
 
     @classmethod
     def candidate(cls, code) -> bool:
-        # a model built here, or "softmax" handed to a call (a project builder's activation parameter)
-        return code.mentions("softmax", "Softmax") and (builds_model(code) or "softmax" in code.argument_words)
+        # a model built here, "softmax" handed to a call (a project builder's activation parameter), or a call of
+        # a project builder whose softmax output layer takes a dtype parameter
+        return code.mentions("softmax", "Softmax") and (builds_model(code) or "softmax" in code.argument_words) \
+            or code.calls_any(*code.summarized.get("output_dtype", ()))
 
     @classmethod
     def active_for(cls, facts):
@@ -50,31 +54,58 @@ class Float16SoftmaxOutput(Rule):
                     self._report_function(site.expr, site.kind)
 
     def _builder_calls(self) -> None:
-        """``ImageClassifier(activation="softmax")`` where the project's class feeds that parameter to a layer's
-        activation without a float32 dtype: the program builds a float16 softmax output in another module."""
-        builders = self.context.facts.summaries_of("activation")
-        if not builders or not global_reduced(self.context):
+        """Calls of the project's model builders (other modules too) that build a float16 softmax output."""
+        activation = self.context.facts.summaries_of("activation")
+        output_dtype = self.context.facts.summaries_of("output_dtype")
+        if not (activation or output_dtype) or not global_reduced(self.context):
             return
-        last_names = {name.rsplit(".", 1)[-1] for name in builders}
+        last_names = {name.rsplit(".", 1)[-1] for name in (*activation, *output_dtype)}
         for call in self.context.nodes(cst.Call):
             func = call.func
             last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
             if last not in last_names:
                 continue
-            found = next((builders[q] for q in self.context.names.project_paths(func) if q in builders), None)
-            if found is None:
-                continue
-            param, index, _default, path, line = found
-            passed = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == param), None)
-            positional = [a for a in call.args if a.keyword is None and not a.star]
-            if passed is None and 0 <= index < len(positional):
-                passed = positional[index].value
-            if isinstance(passed, cst.SimpleString) and passed.evaluated_value == "softmax":
-                reason = policy_reason(self.context, None)
-                self.report(call, f"`{last}({param}=\"softmax\")` builds a softmax output layer at {path}:{line} that computes "
-                                  f"in reduced precision ({reason}): {_harm(reason)}; give that layer dtype=\"float32\" "
-                                  "(a dtype parameter of the builder), or apply the softmax in float32 after it",
-                            related=(Related(path, line, f"`{last}` builds its output layer from `{param}` here"),))
+            paths = self.context.names.project_paths(func)
+            found = next((activation[q] for q in paths if q in activation), None)
+            if found is not None:
+                self._softmax_passed(call, last, found)
+            found = next((output_dtype[q] for q in paths if q in output_dtype), None)
+            if found is not None:
+                self._dtype_left_to_policy(call, last, found)
+
+    def _dtype_left_to_policy(self, call: cst.Call, last: str, found: tuple) -> None:
+        """``build_model(10)`` where the builder's softmax output layer takes ``dtype=dtype`` (default None): under a
+        reduced-precision policy it computes in float16; passing ``dtype="float32"`` fixes that call, and changes
+        nothing in float32."""
+        param, index, default, path, line = found
+        passed = argument(call, index if index >= 0 else None, param)
+        if passed is None:
+            if default is not None or any(a.star for a in call.args):
+                return  # a string default (checked where it is written), a required parameter, or **kwargs
+            given = "left at its default None"
+        elif isinstance(passed, cst.Name) and passed.value == "None":
+            given = "given None"
+        else:
+            return  # a value the caller computes or names: its own business
+        reason = policy_reason(self.context, None)
+        fixed = with_float32_dtype(call, param) if passed is None else call.deep_replace(
+            passed, cst.SimpleString(f'{quote_of(call)}float32{quote_of(call)}'))
+        self.report(call, f"`{last}` builds a softmax output layer at {path}:{line} whose dtype is its `{param}` parameter, "
+                          f"{given}: it computes in reduced precision ({reason}): {_harm(reason)}; pass {param}=\"float32\"",
+                    Fix({call: fixed}, FixSafety.SAFE) if fixed is not None else None,
+                    related=(Related(path, line, f"`{last}` gives its softmax layer `dtype={param}` here"),))
+
+    def _softmax_passed(self, call: cst.Call, last: str, found: tuple) -> None:
+        """``ImageClassifier(activation="softmax")`` where the project's class feeds that parameter to a layer's
+        activation without a float32 dtype: the program builds a float16 softmax output in another module."""
+        param, index, _default, path, line = found
+        passed = argument(call, index if index >= 0 else None, param)
+        if isinstance(passed, cst.SimpleString) and passed.evaluated_value == "softmax":
+            reason = policy_reason(self.context, None)
+            self.report(call, f"`{last}({param}=\"softmax\")` builds a softmax output layer at {path}:{line} that computes "
+                              f"in reduced precision ({reason}): {_harm(reason)}; give that layer dtype=\"float32\" "
+                              "(a dtype parameter of the builder), or apply the softmax in float32 after it",
+                        related=(Related(path, line, f"`{last}` builds its output layer from `{param}` here"),))
 
     def _layer_in_reduced_precision(self, layer: cst.Call) -> bool:
         dtype = layer_dtype(self.context, layer)

@@ -80,7 +80,8 @@ class FileFacts:
     # (returns an optimizer; `value` is how it is wrapped: "explicit" LossScaleOptimizer, "maybe" on some
     # paths, "none", or "unknown"; index and default unused), "loss_scaling" (a helper that scales a loss or
     # unscales gradients; `value` is "scale", "unscale" or "manual_unscale", "+"-joined when it does several),
-    # "range_constant" (parameter `value` meets a constant float16 cannot hold; `default` is the operation, "+ 1e-8").
+    # "range_constant" (parameter `value` meets a constant float16 cannot hold; `default` is the operation, "+ 1e-8"),
+    # "output_dtype" (parameter `value` is the dtype of a softmax layer, used nowhere else; `default` its default).
     summaries: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
@@ -439,6 +440,56 @@ def _activation_params(tree: ast.Module) -> dict[str, list]:
     return found
 
 
+def _output_dtype_params(tree: ast.Module) -> dict[str, list]:
+    """``def build_model(num_classes, dtype=None): ... Dense(num_classes, activation="softmax", dtype=dtype)``: a
+    softmax layer whose dtype is a parameter used nowhere else (a class's ``__init__`` parameter too). A caller
+    that leaves it at None under mixed_float16 gets a float16 softmax output; one that passes "float32" does not.
+    `default` is the default when it is a string or None, else the marker "<required>" or "<other>"."""
+    found: dict[str, list] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function, offset = stmt, 0
+        elif isinstance(stmt, ast.ClassDef):
+            function = next((s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+            offset = 1  # `self` is not passed by callers of a class
+            if function is None:
+                continue
+        else:
+            continue
+        positional = [a.arg for a in function.args.args]
+        defaults = dict(zip(positional[len(positional) - len(function.args.defaults):], function.args.defaults))
+        defaults.update({a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults)})
+        reads: dict[str, int] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Name):
+                reads[node.id] = reads.get(node.id, 0) + 1
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Call) and _is_softmax_layer(node)):
+                continue
+            dtype = next((k.value for k in node.keywords if k.arg == "dtype"), None)
+            if not (isinstance(dtype, ast.Name) and dtype.id in defaults.keys() | set(positional) and reads[dtype.id] == 1):
+                continue
+            param = dtype.id
+            index = positional.index(param) - offset if param in positional else -1
+            value = defaults.get(param, "<required>")
+            if isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, str)):
+                value = value.value
+            elif not isinstance(value, str):
+                value = "<other>"
+            found.setdefault(stmt.name, [param, index, value, node.lineno, node.col_offset + 1])
+    return found
+
+
+def _is_softmax_layer(call: ast.Call) -> bool:
+    """``Dense(n, activation="softmax")``, ``Activation("softmax")``, ``Softmax()``."""
+    func = call.func
+    last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if last == "Softmax":
+        return True
+    spelled = [k.value for k in call.keywords if k.arg == "activation"] + (call.args[:1] if last == "Activation" else [])
+    return any(isinstance(v, ast.Constant) and v.value == "softmax" for v in spelled)
+
+
 def _conversion_dtype_params(tree: ast.Module) -> dict[str, list]:
     """``def normalize_image(self, image, dtype=tf.float32): image = tf.image.convert_image_dtype(image, dtype);
     image -= mean ...``: functions and methods (``Class.method``) that convert data to a parameter's dtype and
@@ -691,6 +742,9 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     if b"dtype" in source:
         for name, entry in _conversion_dtype_params(tree).items():
             facts.summaries.setdefault(name, {})["conversion_dtype"] = entry
+        if b"oftmax" in source:
+            for name, entry in _output_dtype_params(tree).items():
+                facts.summaries.setdefault(name, {})["output_dtype"] = entry
     if b"ptimizer" in source:
         for name, entry in _optimizer_factories(tree).items():
             facts.summaries.setdefault(name, {})["optimizer"] = entry
