@@ -11,6 +11,8 @@ from mplint.engine.names import KName, canonical, resolve_relative
 from mplint.project.policies import UNKNOWN_POLICY
 from mplint.project.pins import generation_from_pins
 from mplint.project.build import project_facts
+from mplint.project.extract import extract_file_facts
+from mplint.runner import RunOptions, run
 
 
 def facts_of(files: dict[str, str], root: Path, keras=None, policy=None, of: str | None = None):
@@ -197,3 +199,59 @@ def test_output_dtype_summaries():
         "Head": ["head_dtype", 1, "float32", 10, 20],
         "required": ["dtype", 1, "<required>", 12, 12],
     }
+
+
+def test_models_trained_through_a_callable_argument():
+    """``run(model_fn=_get_model)`` where ``run`` fits what ``model_fn()`` returns (as in tf-models' BERT
+    run_classifier.py): ``_get_model`` is trained, and so is what it returns."""
+    source = (
+        "import tensorflow as tf\nfrom models import build_classifier\n\n"
+        "def run(epochs, model_fn):\n"
+        "    model, core = model_fn()\n"
+        "    model.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+        "    model.fit(tf.zeros((8, 4)), tf.zeros((8,)), epochs=epochs)\n\n"
+        "def main():\n"
+        "    def _get_model():\n"
+        "        classifier, core = build_classifier(10)\n"
+        "        return classifier, core\n"
+        "    run(3, model_fn=_get_model)\n"
+        "    run(3, lambda: None)\n"
+    )
+    facts = extract_file_facts(source.encode(), "train.py", "train")
+    assert facts.trains == ["model_fn", "_get_model", "build_classifier"]
+
+
+@pytest.mark.parametrize("trained", [True, False])
+def test_a_model_trained_through_a_callable_argument_gets_its_output_checked(tmp_path, trained):
+    files = {
+        "models.py": (
+            "import tensorflow as tf\n\n"
+            "def build_classifier(n):\n"
+            "    inputs = tf.keras.Input((4,))\n"
+            "    outputs = tf.keras.layers.Dense(n)(inputs)\n"
+            "    model = tf.keras.Model(inputs, outputs)\n"
+            "    return model, model\n"
+        ),
+        "train.py": (
+            "import tensorflow as tf\nfrom models import build_classifier\n\n"
+            "tf.keras.mixed_precision.set_global_policy('mixed_float16')\n\n"
+            "def run(model_fn):\n"
+            "    model, _ = model_fn()\n"
+            "    model.compile(optimizer='adam', loss='mse')\n\n"
+            "if __name__ == '__main__':\n"
+            "    run(model_fn=lambda: build_classifier(10))\n"
+            "    def _get():\n        return build_classifier(10)\n"
+            "    run(model_fn=_get)\n"
+        ),
+    }
+    if not trained:  # built for inference only: its output is nobody's loss
+        files["train.py"] = files["train.py"].replace("run(model_fn=_get)", "_get().predict(tf.zeros((1, 4)))")
+        files["train.py"] = files["train.py"].replace("run(model_fn=lambda: build_classifier(10))", "pass")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    report = run(RunOptions(paths=[tmp_path], cache=False, select=["MP102"]))
+    found = [(Path(d.path).name, d.rule_id, d.line) for d in report.remaining]
+    assert found == ([("models.py", "MP102", 5)] if trained else [])
+    if trained:
+        assert Path(report.remaining[0].context["program"]).name == "train.py"
+        assert report.remaining[0].context["set_at"]["line"] == 4

@@ -294,6 +294,11 @@ class _Reader(ast.NodeVisitor):
                 self.consts[node.targets[0].id] = values
             if isinstance(node.value, ast.Call) and _callee_name(node.value):
                 self.made_by[node.targets[0].id] = _callee_name(node.value)
+        elif len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call) \
+                and _callee_name(node.value):  # `model, core = build()`: builders that return the model and parts
+            for element in node.targets[0].elts:
+                if isinstance(element, ast.Name):
+                    self.made_by[element.id] = _callee_name(node.value)
         # os.environ["TF_USE_LEGACY_KERAS"] = "1"
         for target in node.targets:
             if isinstance(target, ast.Subscript) and _constant(target.slice) == "TF_USE_LEGACY_KERAS":
@@ -313,6 +318,49 @@ class _Reader(ast.NodeVisitor):
         entry = _path_value(node.args[-1], self.qualified)
         if entry is not None:
             self.facts.sys_paths.append(entry)
+
+
+def _follow_trained(tree: ast.Module, trains: list[str], made_by: dict[str, str]) -> None:
+    """What this file trains through its own functions: a trained parameter (``def run(model_fn): model, _ =
+    model_fn(); model.fit(...)``) trains what the file's calls pass for it (``run(model_fn=_get_model)``), and a
+    trained function of the file trains what it returns (``def _get_model(): return build_classifier(...)``)."""
+    functions: dict[str, list[ast.FunctionDef]] = {}
+    calls: dict[str, list[ast.Call]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.setdefault(node.name, []).append(node)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            calls.setdefault(node.func.id, []).append(node)
+    seen = set(trains)
+    queue = list(trains)
+    while queue and len(seen) < 64:
+        name = queue.pop()
+        found: list[str] = []
+        for owner, definitions in functions.items():
+            for function in definitions:
+                positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+                if name not in positional and name not in {a.arg for a in function.args.kwonlyargs}:
+                    continue
+                for call in calls.get(owner, ()):
+                    passed = next((k.value for k in call.keywords if k.arg == name), None)
+                    if passed is None and name in positional and positional.index(name) < len(call.args):
+                        passed = call.args[positional.index(name)]
+                    if isinstance(passed, ast.Name):
+                        found.append(passed.id)
+        for function in functions.get(name, ()):
+            for node in _own_nodes(function):
+                value = node.value if isinstance(node, ast.Return) else None
+                if isinstance(value, ast.Tuple) and value.elts:
+                    value = value.elts[0]  # `return model, core_model`
+                if isinstance(value, ast.Call) and _callee_name(value):
+                    found.append(_callee_name(value))
+                elif isinstance(value, ast.Name) and value.id in made_by:
+                    found.append(made_by[value.id])
+        for new in found:
+            if new not in seen:
+                seen.add(new)
+                queue.append(new)
+                trains.append(new)
 
 
 def _handler_names(handler: ast.ExceptHandler) -> set[str]:
@@ -731,6 +779,8 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
                 reader.visit(stmt)
     else:  # imports anywhere (functions import lazily), read from the statements alone
         reader.visit_imports([s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))])
+    if facts.trains:
+        _follow_trained(tree, facts.trains, reader.made_by)
     for stmt in tree.body:
         facts.main_guard |= _is_main_guard(stmt)
         facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)

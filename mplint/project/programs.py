@@ -258,7 +258,10 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
     program_generation: dict[Program, Generation] = {}
     out: dict[str, ProjectFacts] = {}
     for module in model.modules:
-        programs = sorted(reaching.get(module, []), key=lambda p: (p.entry is not module, len(p.parents), p.entry.display))
+        defines = frozenset(module.facts.defines)
+        # messages cite the nearest program, preferring one that trains what this module defines
+        programs = sorted(reaching.get(module, []), key=lambda p: (p.entry is not module, not p.trains & defines,
+                                                                     len(p.parents), p.entry.display))
         sites: dict[PolicySite, ProgramLink] = {}
         for program in programs:
             for site in program.sites:
@@ -294,7 +297,7 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             and all(_is_test_module(p.entry.path) for p in programs),
             path=module.display,
             test_module=testing,
-            trained_names=frozenset(module.facts.defines) & frozenset().union(*(p.trains for p in programs)),
+            trained_names=defines & frozenset().union(*(p.trains for p in programs)),
         )
     return out
 
