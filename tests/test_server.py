@@ -190,3 +190,17 @@ async def test_notebook_cells_get_their_own_diagnostics_and_fixes(editor: Editor
     assert (d.code, d.range) == ("MP101", types.Range(types.Position(0, 48), types.Position(0, 86)))
     [fix] = [a for a in await editor.actions(uris["cell-2"], [d]) if a.title.startswith("Fix MP101")]
     assert apply("    " + MODEL, fix.edit.changes[uris["cell-2"]]) == "    " + FIXED_MODEL
+
+
+@session
+async def test_a_finding_across_modules_carries_the_other_end(editor: Editor, root: Path):
+    (root / "losses.py").write_text("from keras import ops\n\n\ndef focal_loss(probs, labels):\n"
+                                    "    return -ops.mean(labels * ops.log(probs + 1e-8))\n")
+    text = (POLICY + "from keras import ops\nfrom losses import focal_loss\n\n\nclass Head(keras.layers.Layer):\n"
+            "    def call(self, x, labels):\n        self.add_loss(focal_loss(ops.sigmoid(x), labels))\n        return x\n")
+    uri = editor.open(root / "head.py", text)
+    [d] = await editor.diagnostics(uri)
+    assert d.code == "MP601"
+    [other] = d.related_information
+    assert (other.location.uri, other.location.range.start, other.message) == (
+        from_fs_path(str((root / "losses.py").resolve())), types.Position(4, 0), "`probs + 1e-8`")

@@ -7,11 +7,12 @@ told otherwise); pygls' position codec converts from code points.
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
 
-from mplint.diagnostics import Diagnostic, Edit, Severity
+from mplint.diagnostics import Diagnostic, Edit, Related, Severity
 
 _SEVERITY = {
     Severity.ERROR: types.DiagnosticSeverity.Error,
@@ -43,7 +44,16 @@ def to_lsp(codec: PositionCodec, text: str, d: Diagnostic) -> types.Diagnostic:
         data={"rule": d.rule_id, "name": d.name, "safety": d.fix_safety.value, "fix": d.fix_description,
               "line": d.line, "column": d.column, "cell": d.cell,
               "edits": [[e.line, e.column, e.end_line, e.end_column, e.text] for e in d.edits]},
+        related_information=[related(r) for r in d.related] or None,
     )
+
+
+def related(r: Related) -> types.DiagnosticRelatedInformation:
+    """The other end of a finding across modules, on its whole line (display paths are relative to the
+    working directory when inside it, as the runner writes them)."""
+    at = types.Position(r.line - 1, 0)
+    uri = (Path.cwd() / r.path).resolve().as_uri()
+    return types.DiagnosticRelatedInformation(types.Location(uri, types.Range(at, at)), r.message)
 
 
 def from_edits(codec: PositionCodec, text: str, edits: tuple[Edit, ...]) -> list[types.TextEdit]:
