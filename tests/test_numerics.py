@@ -343,3 +343,23 @@ def test_range_constant_summaries():
         "masked": ["scores", 0, "* -1e9", 5, 12],
         "keyword_only": ["p", -1, "+ 1e-10", 16, 12],
     }
+
+
+def test_loss_reduction_summaries():
+    import ast
+
+    from mplint.project.extract import _loss_reduction_params
+
+    code = (
+        "import tensorflow as tf\nfrom keras import ops\n"
+        "def reconstruction_loss(x, x_hat):\n    return tf.reduce_sum(tf.square(x - x_hat))\n"
+        "def kl_loss(mean, log_var):\n    return -0.5 * ops.mean(1 + log_var - ops.square(mean) - ops.exp(log_var))\n"
+        "def cast_loss(x, y):\n    return tf.reduce_mean(tf.square(tf.cast(x, tf.float32) - y))\n"
+        "def rebound_loss(x, y):\n    x = tf.cast(x, tf.float32)\n    return tf.reduce_mean((x - y) ** 2)\n"
+        "def distance(x, y):\n    return tf.reduce_mean(tf.square(x - y))\n"
+        "def abs_loss(x, y):\n    return tf.reduce_mean(tf.abs(x - y))\n"
+    )
+    assert _loss_reduction_params(ast.parse(code), code.encode()) == {
+        "reconstruction_loss": ["x@0,x_hat@1", -1, "tf.reduce_sum(tf.square(x - x_hat))", 4, 12],
+        "kl_loss": ["mean@0,log_var@1", -1, "ops.mean(1 + log_var - ops.square(mean) - ops.exp(log_var))", 6, 19],
+    }

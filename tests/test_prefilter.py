@@ -76,10 +76,12 @@ def test_every_flagged_example_is_a_candidate_for_its_rule():
             continue  # engine codes
         for example in meta.flagged:
             source = example.code.encode()
-            summarized: dict[str, set[str]] = {}  # the example's own function summaries, as its project has them
-            for name, kinds in extract_file_facts(source, "example.py", "example").summaries.items():
-                for kind in kinds:
-                    summarized.setdefault(kind, set()).add(name.rsplit(".", 1)[-1])
+            summarized: dict[str, set[str]] = {}  # the function summaries of the example's project
+            files = {"example.py": source, **{p: t.encode() for p, t in example.settings.get("files", {}).items()}}
+            for path, text in files.items():
+                for name, kinds in extract_file_facts(text, path, path[:-3].replace("/", ".")).summaries.items():
+                    for kind in kinds:
+                        summarized.setdefault(kind, set()).add(name.rsplit(".", 1)[-1])
             code = summarize(ast.parse(example.code), source, summarized={k: frozenset(v) for k, v in summarized.items()})
             assert rule.candidate(code), f"{meta.id}: a flagged example is not a candidate:\n{example.code}"
 

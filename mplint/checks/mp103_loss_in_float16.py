@@ -8,17 +8,16 @@ import re
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.dtype_flow import Carrier, DtypeFlow, flow_units, may_carry
-from mplint.diagnostics import Fix, FixSafety
+from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, flow_units, may_carry
+from mplint.analysis.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
+from mplint.analysis.output_dtype import cast_call
+from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.code_summary import calls_in
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 
-_REDUCTIONS = frozenset({"reduce_mean", "reduce_sum", "math.reduce_mean", "math.reduce_sum", "ops.mean", "ops.sum"})
 _MAYBE_LOSS = re.compile(r"(^|\.)(losses|reduce_mean|reduce_sum|mean|sum)(\.|$)")
-_SUMS = frozenset({"reduce_sum", "math.reduce_sum", "ops.sum"})
 _LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"})
-_GROWING = frozenset({"square", "math.square", "exp", "math.exp", "pow", "math.pow", "ops.square", "ops.exp",
-                      "ops.power"})
 # The functions of keras.losses and tf.keras.losses (Keras 2 and 3) that compute a loss.
 _FUNCTIONAL_LOSSES = frozenset({
     "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy", "categorical_focal_crossentropy",
@@ -27,12 +26,12 @@ _FUNCTIONAL_LOSSES = frozenset({
     "mean_absolute_error", "mean_absolute_percentage_error", "mean_squared_error", "mean_squared_logarithmic_error",
     "mse", "msle", "poisson", "sparse_categorical_crossentropy", "squared_hinge", "tversky",
 })
-_REDUCTION_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _REDUCTIONS)
 
 
 class LossInFloat16(Rule):
     id = "MP103"
     triggers = (re.compile(rb"reduce_mean|reduce_sum|\bmean\(|\bsum\(|losses"),)
+    summary_triggers = ("loss_reduction",)  # `reconstruction_loss(x, x_hat)` of a project loss that squares
 
     @classmethod
     def candidate(cls, code) -> bool:
@@ -41,11 +40,14 @@ class LossInFloat16(Rule):
         exponential or a sum) where ``_is_loss`` can hold (a loss sink is called, or a function or an
         assignment target is named a loss)."""
         functional = any(map(_loss_function, code.api_calls))
-        reduction = code.calls_api(*_REDUCTION_NAMES)
-        if not (functional or reduction):
+        reduction = code.calls_api(*REDUCTION_NAMES)
+        project_losses = code.summarized.get("loss_reduction", frozenset())
+        passes = bool(project_losses) and code.calls_any(*project_losses)
+        if not (functional or reduction or passes):
             return False
         return any(
-            (functional and _calls_loss_function(unit, code) or reduction and _reduces_a_loss(unit, code))
+            (functional and _calls_loss_function(unit, code) or reduction and _reduces_a_loss(unit, code)
+             or passes and calls_in(unit, project_losses))
             and may_carry(code, unit)
             for unit in flow_units(code.tree)
         )
@@ -56,6 +58,9 @@ class LossInFloat16(Rule):
         return facts.float16_capable
 
     def visit_Call(self, node: cst.Call) -> None:
+        project_losses = self.context.facts.summarized_names.get("loss_reduction")
+        if project_losses and self.context.names.could_be(node.func, project_losses):
+            self._project_loss(node)
         callee = dotted(node.func)
         if callee is not None and "." in callee and not _MAYBE_LOSS.search(callee):
             # cheap textual reject before any name resolution, unless the first name is an import
@@ -66,15 +71,53 @@ class LossInFloat16(Rule):
         kname = self.context.names.kname(node.func)
         if kname is None or not node.args:
             return
-        if kname.path in _REDUCTIONS and (kname.ns == "tf" or kname.is_keras):
+        if kname.path in REDUCTIONS and (kname.ns == "tf" or kname.is_keras):
             self._check_reduction(node, kname.path)
         elif _loss_function(kname):
             self._check_functional_loss(node)
 
+    def _project_loss(self, call: cst.Call) -> None:
+        """``reconstruction_loss(inputs, outputs)`` of another module of the project, which squares, exponentiates or
+        sums its parameters, called on compute-dtype values (``loss_reduction`` summaries). Reported where the
+        float16 value is known, as MP601 does: in Layer/Model code or for an explicit float16 value. The fix casts
+        those arguments to float32 when every argument that meets the math has a known dtype."""
+        table = self.context.facts.summaries_of("loss_reduction")
+        found = next((table[q] for q in self.context.names.project_paths(call.func) if q in table), None)
+        if found is None:
+            return
+        params, _, math, path, line = found
+        flow = self.context.analysis(DtypeFlow)
+        carriers, unknown = [], False
+        for spec in params.split(","):
+            name, _, position = spec.rpartition("@")
+            value = argument(call, int(position) if int(position) >= 0 else None, name)
+            kind = flow.classify(value) if value is not None else None
+            if isinstance(kind, Carrier):
+                carriers.append((value, kind))
+            elif kind is not FLOAT32:
+                unknown = True
+        if not carriers or not (flow.in_layer_class(call) or any(c.always_float16 for _, c in carriers)):
+            return
+        name = dotted(call.func) or "the loss"
+        shown = ", ".join(f"`{self._code(v)}`" for v, _ in carriers)
+        fix = None
+        if not unknown:
+            replacements, imports = {}, []
+            for value, _ in carriers:
+                replacements[value], needed = cast_call(self.context, value, self.context.generation == 3)
+                imports.extend(needed)
+            fix = Fix(replacements, FixSafety.SAFE, imports=imports)
+        self.report(
+            call,
+            f"`{name}` computes `{math}` ({path}:{line}) on the compute-dtype {shown}: under mixed_float16 the loss "
+            "overflows to inf above 65504 (an error of 256 squared is already inf); cast to float32 before the call",
+            fix, related=(Related(path, line, f"`{math}`"),),
+        )
+
     def _check_reduction(self, call: cst.Call, path: str) -> None:
         values = call.args[0].value
         risky = self._growing_operand(values)
-        if risky is None and path in _SUMS and self._is_compute(values) and not self._bounded_sum(call, values):
+        if risky is None and path in SUMS and self._is_compute(values) and not self._bounded_sum(call, values):
             risky = values
         if risky is None or not self._is_loss(call):
             return
@@ -164,7 +207,7 @@ class LossInFloat16(Rule):
             return node.left if self._is_compute(node.left) else None
         if isinstance(node, cst.Call) and node.args:
             kname = self.context.names.kname(node.func)
-            if kname is not None and kname.path in _GROWING and (kname.ns == "tf" or kname.is_keras):
+            if kname is not None and kname.path in GROWING and (kname.ns == "tf" or kname.is_keras):
                 inner = node.args[0].value
                 return inner if self._is_compute(inner) else None
         return None
@@ -244,9 +287,9 @@ def _reduces_a_loss(unit, code) -> bool:
         found.path for call in _api_calls(unit, code) for found in code.api_names(call)
         if found.ns == "tf" or found.is_keras
     }
-    if called.isdisjoint(_REDUCTIONS):
+    if called.isdisjoint(REDUCTIONS):
         return False
-    if called.isdisjoint(_GROWING | _SUMS) and not any(type(node) is ast.BinOp and type(node.op) is ast.Pow for node in unit):
+    if called.isdisjoint(GROWING | SUMS) and not any(type(node) is ast.BinOp and type(node.op) is ast.Pow for node in unit):
         return False
     sinks = any(
         type(node) is ast.Call and not code.names_of(node).isdisjoint(_LOSS_SINKS)

@@ -19,6 +19,7 @@ from mplint.analysis.dtype_flow import (
     dtype_spelling,
 )
 from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.code_summary import calls_in
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
@@ -70,7 +71,7 @@ class Float16OverflowConstant(Rule):
         passes = bool(summarized) and code.calls_any(*summarized)
         if not (direct or bound or passes):
             return False
-        return any((_has_constant(unit, code, limits, bound, bound_large) or passes and _calls(unit, summarized))
+        return any((_has_constant(unit, code, limits, bound, bound_large) or passes and calls_in(unit, summarized))
                    and may_carry(code, unit) for unit in flow_units(code.tree))
 
     @classmethod
@@ -304,16 +305,6 @@ def _bound_name(node: cst.CSTNode) -> str | None:
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         return node.attr.value
     return None
-
-
-def _calls(unit: list[ast.AST], names: frozenset[str]) -> bool:
-    """Does the flow unit call a function by one of these last names?"""
-    for node in unit:
-        if type(node) is ast.Call:
-            func = node.func
-            if (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None) in names:
-                return True
-    return False
 
 
 def _beyond_float16(value: float) -> bool:

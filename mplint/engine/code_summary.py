@@ -323,6 +323,16 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
     )
 
 
+def calls_in(unit: list[ast.AST], names: frozenset[str]) -> bool:
+    """Does the unit (a list of nodes, see ``dtype_flow.flow_units``) call something by one of these last names?"""
+    for node in unit:
+        if type(node) is ast.Call:
+            func = node.func
+            if (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None) in names:
+                return True
+    return False
+
+
 def literal_number(node: ast.AST) -> float | None:
     """A number written as a literal, signed or not (``-1e9``): on CPython's tree what
     ``analysis.constants.literal_number`` is on libcst's."""

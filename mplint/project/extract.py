@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
+from mplint.analysis.loss_math import GROWING_NAMES, REDUCTION_NAMES
 from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine.apinames import canonical, import_bindings
 from mplint.engine.code_summary import literal_number
@@ -81,7 +82,8 @@ class FileFacts:
     # paths, "none", or "unknown"; index and default unused), "loss_scaling" (a helper that scales a loss or
     # unscales gradients; `value` is "scale", "unscale" or "manual_unscale", "+"-joined when it does several),
     # "range_constant" (parameter `value` meets a constant float16 cannot hold; `default` is the operation, "+ 1e-8"),
-    # "output_dtype" (parameter `value` is the dtype of a softmax layer, used nowhere else; `default` its default).
+    # "output_dtype" (parameter `value` is the dtype of a softmax layer, used nowhere else; `default` its default),
+    # "loss_reduction" (a loss that squares, exponentiates or sums parameters `value`, "x@0,x_hat@1").
     summaries: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
@@ -674,6 +676,51 @@ def _loss_scaling_helpers(tree: ast.Module) -> dict[str, list]:
     return found
 
 
+def _loss_reduction_params(tree: ast.Module, source: bytes) -> dict[str, list]:
+    """Module functions named for a loss that reduce a square, exponential or power of their parameters as they
+    came (``def reconstruction_loss(x, x_hat): return tf.reduce_sum(tf.square(x - x_hat))``): called on float16
+    values the loss overflows above 65504. `value` lists the parameters inside the growing math as
+    "name@position" ("x@0,x_hat@1"); `default` is the reduction as written (shortened)."""
+    found: dict[str, list] = {}
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef) or "loss" not in function.name.lower():
+            continue
+        positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+        params = set(positional) | {a.arg for a in function.args.kwonlyargs}
+        own = list(_own_nodes(function))
+        rebound = {n.id for n in own if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        for node in own:
+            if not (isinstance(node, ast.Call) and _last_name(node.func) in REDUCTION_NAMES and node.args):
+                continue
+            grown = [g for g in ast.walk(node.args[0]) if isinstance(g, ast.BinOp) and isinstance(g.op, ast.Pow)
+                     or isinstance(g, ast.Call) and _last_name(g.func) in GROWING_NAMES]
+            if any(isinstance(c, ast.Call) and _last_name(c.func) == "cast" for c in ast.walk(node.args[0])):
+                continue  # cast somewhere inside: the reduction's dtype is the cast's
+            names = {n.id for g in grown for n in ast.walk(g) if isinstance(n, ast.Name)}
+            if names & params & rebound:
+                continue  # `x = tf.cast(x, tf.float32)` first: the math is float32 (or mixes and fails anyway)
+            used = sorted(names & params,
+                          key=lambda p: (p not in positional, positional.index(p) if p in positional else 0, p))
+            if used:
+                text = _segment(source, node)
+                value = ",".join(f"{p}@{positional.index(p) if p in positional else -1}" for p in used)
+                found[function.name] = [value, -1, text if len(text) <= 60 else text[:57] + "...", node.lineno,
+                                        node.col_offset + 1]
+                break
+    return found
+
+
+def _last_name(func: ast.AST) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _segment(source: bytes, node: ast.AST) -> str:
+    """The node's source text on its first line, whitespace collapsed (bytes offsets: CPython's columns)."""
+    line = source.splitlines()[node.lineno - 1]
+    end = node.end_col_offset if node.end_lineno == node.lineno else len(line)
+    return " ".join(line[node.col_offset:end].decode("utf-8", "replace").split())
+
+
 _RANGE_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}  # MP601's operators
 
 
@@ -801,6 +848,9 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     if b"scale" in source:
         for name, entry in _loss_scaling_helpers(tree).items():
             facts.summaries.setdefault(name, {})["loss_scaling"] = entry
+    if b"loss" in source:
+        for name, entry in _loss_reduction_params(tree, source).items():
+            facts.summaries.setdefault(name, {})["loss_reduction"] = entry
     if OUT_OF_RANGE_LITERAL.search(source):
         for name, entry in _range_constant_params(tree, source).items():
             facts.summaries.setdefault(name, {})["range_constant"] = entry
