@@ -81,6 +81,7 @@ PACKAGES = [
     Package("dm-sonnet", "2.0.2", "4c2364cc9ed5f1d9754e00e52a59b8b4fb5194c109b66390f33c44a9c5a34b89"),
     Package("tensorflow-similarity", "0.17.1", "da5d27a699a8bc12d6292a01f39c9529d22700d95b8607bdec69c91168718331"),
     Package("tensorflow-model-optimization", "0.8.1", "182e5807ed12768984f9708c6f7dbc090e4678d265fdebdb50ee7e12620ae33a"),
+    Package("keras-hub", "0.32.0", "c0a07ed19b894f5588188afd841659263eb6d3732e21188c82e3e7d3b6de4268"),
     # PyTorch packages (the MPT rules). deepspeed publishes only an sdist.
     Package("timm", "1.0.31", "5bd50f7d0fe6d09bf9285ac2523234a1b7e6bf075c0be3e7aed09139fcb617c7", PYTORCH),
     Package("accelerate", "1.15.0", "97eacca0b73e45cb867dbf8c5d5d4dc32219544300e0c8992c7334dc2ef33cec", PYTORCH),

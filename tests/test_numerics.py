@@ -106,6 +106,8 @@ def _classify(code: str, marker: str):
         ("import tensorflow as tf\nfrom u import tf_utils\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf_utils.fp16_to_fp32_nested(x)\n        return y\n", FLOAT32),
         ("import tensorflow as tf\ndef up(t):\n    return tf.cast(t, 'float32')\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = up(x)\n        return y\n", FLOAT32),
         ("import tensorflow as tf\ndef half(t):\n    return tf.cast(t, 'float16')\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = half(x) + x\n        return y\n", Carrier),
+        # ops that raise on float16 input: what follows them only runs in float32
+        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf.abs(tf.signal.stft(x, 8, 4))\n        return y\n", FLOAT32),
         # inputs of a layer that computes in float32
         ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def __init__(self):\n        super().__init__(dtype='float32')\n    def call(self, x):\n        return x\n", FLOAT32),
         ("import tensorflow as tf\nhead = L(dtype=tf.float32)\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        return x\n", FLOAT32),

@@ -55,6 +55,10 @@ _LOGITS_LOSSES = frozenset({
     "nn.sigmoid_cross_entropy_with_logits", "nn.weighted_cross_entropy_with_logits",
 })
 _MAP_STRUCTURE = frozenset({"nest.map_structure", "tree.map_structure"})
+# TF ops that accept only float32/float64 (or complex) input: RFFT raises on float16, so code after them never
+# sees a float16 value (a float16 audio pipeline fails there, before any epsilon meets it).
+_WIDE_ONLY = frozenset({"signal.stft", "signal.rfft", "signal.rfft2d", "signal.rfft3d", "signal.fft",
+                        "signal.fft2d", "signal.fft3d", "signal.linear_to_mel_weight_matrix"})
 # A helper named for what it does: fp16_to_fp32_nested, to_float32, cast_to_fp32, as_float32.
 _FLOAT32_HELPER = re.compile(r"(?:^|_)(?:to|as)_?(?:fp32|float32)(?:_|$)")
 # 0/1 masks: their sums are counts.
@@ -301,6 +305,8 @@ class DtypeFlow:
         if path in _LOGITS_LOSSES or path.startswith("nn.") and path.endswith("_with_logits"):
             logits = argument(call, 1, "logits")
             return self.classify(logits) if logits is not None else None
+        if kname.ns == "tf" and path in _WIDE_ONLY:
+            return FLOAT32  # raises on float16 input: whatever follows runs only when the value is float32
         if path in _MAP_STRUCTURE:
             function = argument(call, 0, "func")
             return FLOAT32 if function is not None and self._casts_to_float32(function) else None

@@ -16,6 +16,8 @@ from mplint.engine.code_summary import calls_in
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 
+# Calls whose results a sum grows from without bound (log-probabilities, exponentials).
+_UNBOUNDED = frozenset({"log", "log_softmax", "log_sigmoid", "exp", "softplus", "logsumexp", "reduce_logsumexp"})
 _MAYBE_LOSS = re.compile(r"(^|\.)(losses|reduce_mean|reduce_sum|mean|sum)(\.|$)")
 _LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"})
 # The functions of keras.losses and tf.keras.losses (Keras 2 and 3) that compute a loss.
@@ -117,7 +119,8 @@ class LossInFloat16(Rule):
     def _check_reduction(self, call: cst.Call, path: str) -> None:
         values = call.args[0].value
         risky = self._growing_operand(values)
-        if risky is None and path in SUMS and self._is_compute(values) and not self._bounded_sum(call, values):
+        if risky is None and path in SUMS and self._is_compute(values) and not self._bounded_sum(call, values) \
+                and (self.context.analysis(DtypeFlow).in_layer_class(call) or self._unbounded(values)):
             risky = values
         if risky is None or not self._is_loss(call):
             return
@@ -127,6 +130,24 @@ class LossInFloat16(Rule):
             "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32",
             self._cast_fix(call, [risky], self._partner(call)),
         )
+
+    def _unbounded(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Per-example losses, logs or exponentials (``example_losses`` of a cross-entropy), followed through the
+        function's assignments: what a sum grows from without bound. Outside Layer code a sum of anything else
+        sums a plain function's inputs, whose size its callers decide (box coordinates clipped to [0, 1])."""
+        if depth > 3:
+            return False
+        for call in self.context.nodes_within(expr, cst.Call):
+            func = call.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if name in _UNBOUNDED or name in _FUNCTIONAL_LOSSES or "entropy" in name or "loss" in name.lower():
+                return True
+        flow = self.context.analysis(DtypeFlow)
+        for name in self.context.nodes_within(expr, cst.Name):
+            value = flow.assigned_value(name)
+            if value is not None and value is not expr and self._unbounded(value, depth + 1):
+                return True
+        return False
 
     def _partner(self, call: cst.Call) -> cst.BaseExpression | None:
         """The compute-dtype operand next to a reduction the fix makes float32 (``sum(loss * mask) /

@@ -102,7 +102,7 @@ class Float16OverflowConstant(Rule):
             others = positional[:i] + positional[i + 1:]
             if kname.last == "where":
                 others = others[1:] if i else others  # the condition is boolean
-            self._check(constant, others, None)
+            self._check(constant, others, None, clamp=kname.last != "where")
 
     def _passing_functions(self) -> frozenset[str]:
         return self.context.facts.summarized_names.get("range_constant", frozenset())
@@ -139,7 +139,8 @@ class Float16OverflowConstant(Rule):
                    f"dtype-aware in `{name.rsplit('.', 1)[-1]}`")
         self.report(passed, message, related=(Related(path, line, f"`{param} {operation}`"),))
 
-    def _check(self, constant: cst.BaseExpression, others, operator) -> None:
+    def _check(self, constant: cst.BaseExpression, others, operator, clamp: bool = False) -> None:
+        """``clamp``: the constant bounds a clip/maximum/minimum."""
         value, origin = self._value(constant), None
         if value is None and _bound_name(constant) in self._names_bound_beyond():
             # a constant that travels: `NEG_INF = -1e9`, `self.mask_value` set from a parameter's default
@@ -149,6 +150,10 @@ class Float16OverflowConstant(Rule):
             return
         large = abs(value) > FLOAT16_MAX
         if not large and (abs(value) >= FLOAT16_TINY or self._tolerance(constant)):
+            return
+        if large and clamp:
+            # `clip(x, -1e9, limit)`: a bound of ±inf clamps no finite float16 value, as ±1e9 clamps no real float32
+            # one; the two differ only on an input that already overflowed, which is where the defect is
             return
         flow = self.context.analysis(DtypeFlow)
         carrier = next((c for c in map(flow.classify, others) if isinstance(c, Carrier)), None)
