@@ -194,7 +194,7 @@ def test_output_dtype_summaries():
         "def required(n, dtype):\n    return layers.Softmax(dtype=dtype)\n"
         "def relu(n, dtype=None):\n    return layers.Dense(n, activation='relu', dtype=dtype)\n"
     )
-    assert _output_dtype_params(ast.parse(code)) == {
+    assert _output_dtype_params(ast.parse(code).body) == {
         "build_model": ["dtype", 1, None, 4, 48],
         "Head": ["head_dtype", 1, "float32", 10, 20],
         "required": ["dtype", 1, "<required>", 12, 12],

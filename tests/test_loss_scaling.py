@@ -123,7 +123,7 @@ def test_loss_scaling_summaries():
         "def nested():\n    def inner(opt, loss):\n        return opt.get_scaled_loss(loss)\n    return inner\n"
         "def plain(loss):\n    return loss * 2\n"
     )
-    assert _loss_scaling_helpers(ast.parse(code)) == {
+    assert _loss_scaling_helpers(ast.parse(code).body) == {
         "scale": ["scale", -1, None, 1, 1],
         "scale3": ["scale", -1, None, 3, 1],
         "unscale": ["unscale", -1, None, 5, 1],
@@ -375,7 +375,7 @@ def test_optimizer_factory_summaries():
         "def build_model(n):\n    return tf.keras.Sequential()\n"
         "def v1_optimizer(opt):\n    return tf.keras.mixed_precision.LossScaleOptimizerV1(opt, 'dynamic')\n"
     )
-    assert _optimizer_factories(ast.parse(code)) == {
+    assert _optimizer_factories(ast.parse(code).body) == {
         "wrapped": ["explicit", -1, None, 2, 1],
         "configure_optimizer": ["maybe", -1, None, 4, 1],
         "plain": ["none", -1, None, 8, 1],

@@ -236,7 +236,7 @@ def test_conversion_dtype_summaries_are_per_function_and_method():
         "        return tf.image.resize(image, (8, 8))\n"
         "    @staticmethod\n    def s(x, dtype):\n        return tf.cast(x, dtype) * 2\n"
     )
-    assert _conversion_dtype_params(ast.parse(code)) == {
+    assert _conversion_dtype_params(ast.parse(code).body) == {
         "scaled": ["dtype", 1, None, 5, 9], "P.norm": ["dtype", -1, None, 9, 17]}
 
 
@@ -340,7 +340,7 @@ def test_range_constant_summaries():
         "def keyword_only(*, p):\n    return p + 1e-10\n"
         "def fits(p):\n    return p + 1e-4\n"
     )
-    assert _range_constant_params(ast.parse(code), code.encode()) == {
+    assert _range_constant_params(ast.parse(code).body, code.encode()) == {
         "focal": ["probs", 0, "+ 1e-8", 3, 49],
         "masked": ["scores", 0, "* -1e9", 5, 12],
         "keyword_only": ["p", -1, "+ 1e-10", 16, 12],
@@ -361,7 +361,7 @@ def test_loss_reduction_summaries():
         "def distance(x, y):\n    return tf.reduce_mean(tf.square(x - y))\n"
         "def abs_loss(x, y):\n    return tf.reduce_mean(tf.abs(x - y))\n"
     )
-    assert _loss_reduction_params(ast.parse(code), code.encode()) == {
+    assert _loss_reduction_params(ast.parse(code).body, code.encode()) == {
         "reconstruction_loss": ["x@0,x_hat@1", -1, "tf.reduce_sum(tf.square(x - x_hat))", 4, 12],
         "kl_loss": ["mean@0,log_var@1", -1, "ops.mean(1 + log_var - ops.square(mean) - ops.exp(log_var))", 6, 19],
     }

@@ -8,6 +8,8 @@ only for programs that call it), TPU use, Keras flavour and re-exports.
 from __future__ import annotations
 
 import ast
+import bisect
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -447,12 +449,12 @@ def _reexports(module_level: list[ImportRecord], module_name: str) -> dict[str, 
     return out
 
 
-def _activation_params(tree: ast.Module) -> dict[str, list]:
+def _activation_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
     """``def build(n, activation=None): ... Dense(n, activation=activation)`` (or a class whose ``__init__``
     parameter reaches a layer's ``activation=``, directly or through ``self.<attr>``): what a caller picks there
     decides whether the model ends in a float16 softmax."""
     found: dict[str, list] = {}
-    for stmt in tree.body:
+    for stmt in statements:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function, owner = stmt, stmt
         elif isinstance(stmt, ast.ClassDef):
@@ -490,13 +492,13 @@ def _activation_params(tree: ast.Module) -> dict[str, list]:
     return found
 
 
-def _output_dtype_params(tree: ast.Module) -> dict[str, list]:
+def _output_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
     """``def build_model(num_classes, dtype=None): ... Dense(num_classes, activation="softmax", dtype=dtype)``: a
     softmax layer whose dtype is a parameter used nowhere else (a class's ``__init__`` parameter too). A caller
     that leaves it at None under mixed_float16 gets a float16 softmax output; one that passes "float32" does not.
     `default` is the default when it is a string or None, else the marker "<required>" or "<other>"."""
     found: dict[str, list] = {}
-    for stmt in tree.body:
+    for stmt in statements:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function, offset = stmt, 0
         elif isinstance(stmt, ast.ClassDef):
@@ -540,12 +542,12 @@ def _is_softmax_layer(call: ast.Call) -> bool:
     return any(isinstance(v, ast.Constant) and v.value == "softmax" for v in spelled)
 
 
-def _conversion_dtype_params(tree: ast.Module) -> dict[str, list]:
+def _conversion_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
     """``def normalize_image(self, image, dtype=tf.float32): image = tf.image.convert_image_dtype(image, dtype);
     image -= mean ...``: functions and methods (``Class.method``) that convert data to a parameter's dtype and
     then compute with it, so a caller passing float16 does its preprocessing in float16 (MP401)."""
     found: dict[str, list] = {}
-    for stmt in tree.body:
+    for stmt in statements:
         if isinstance(stmt, ast.FunctionDef):
             functions = [(stmt.name, stmt, 0)]
         elif isinstance(stmt, ast.ClassDef):
@@ -620,14 +622,14 @@ _OPTIMIZER_CLASSES = frozenset({"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "A
                                 "Lion", "Lamb", "LAMB", "Adafactor"})
 
 
-def _optimizer_factories(tree: ast.Module) -> dict[str, list]:
+def _optimizer_factories(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
     """Module functions that return an optimizer, and how it is wrapped, for loops in other modules
     (``optimizer = build_optimizer(params)``): "explicit" when every return is a LossScaleOptimizer, "maybe"
     when some are (``if use_float16: optimizer = LossScaleOptimizer(optimizer)``, the parameter returned as
     it came otherwise), "none" when every return is a plain optimizer's constructor, "unknown" for other
     functions named like optimizer factories."""
     found: dict[str, list] = {}
-    for function in tree.body:
+    for function in statements:
         if not isinstance(function, ast.FunctionDef):
             continue
         own = list(_own_nodes(function))
@@ -652,13 +654,13 @@ def _optimizer_factories(tree: ast.Module) -> dict[str, list]:
     return found
 
 
-def _loss_scaling_helpers(tree: ast.Module) -> dict[str, list]:
+def _loss_scaling_helpers(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
     """Module functions that scale a loss or unscale gradients (``def scale(opt, loss): return
     opt.get_scaled_loss(loss)``), so that a loop of another module calling them is read as the same
     module's helpers are: "scale", "unscale" (``get_unscaled_gradients``), "manual_unscale" (divides
     by ``loss_scale``/``dynamic_scale``)."""
     found: dict[str, list] = {}
-    for function in tree.body:
+    for function in statements:
         if not isinstance(function, ast.FunctionDef):
             continue
         steps = set()
@@ -676,13 +678,13 @@ def _loss_scaling_helpers(tree: ast.Module) -> dict[str, list]:
     return found
 
 
-def _loss_reduction_params(tree: ast.Module, source: bytes) -> dict[str, list]:
+def _loss_reduction_params(statements: list[ast.stmt], source: bytes) -> dict[str, list]:
     """Module functions named for a loss that reduce a square, exponential or power of their parameters as they
     came (``def reconstruction_loss(x, x_hat): return tf.reduce_sum(tf.square(x - x_hat))``): called on float16
     values the loss overflows above 65504. `value` lists the parameters inside the growing math as
     "name@position" ("x@0,x_hat@1"); `default` is the reduction as written (shortened)."""
     found: dict[str, list] = {}
-    for function in tree.body:
+    for function in statements:
         if not isinstance(function, ast.FunctionDef) or "loss" not in function.name.lower():
             continue
         positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
@@ -724,14 +726,14 @@ def _segment(source: bytes, node: ast.AST) -> str:
 _RANGE_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}  # MP601's operators
 
 
-def _range_constant_params(tree: ast.Module, source: bytes) -> dict[str, list]:
+def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[str, list]:
     """Module functions whose parameter meets, as it came, a literal float16 cannot hold
     (``def focal_loss(probs, labels): ... log(probs + 1e-8)``): a caller that passes a float16 value
     gets 0 (or inf) there. Parameters the function rebinds (``probs = tf.cast(probs, tf.float32)``),
     sums that are only compared (tolerances) and functions that test a dtype are left out."""
     lines = source.splitlines()
     found: dict[str, list] = {}
-    for function in tree.body:
+    for function in statements:
         if not isinstance(function, ast.FunctionDef):
             continue
         positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
@@ -806,6 +808,45 @@ def _used_names(tree: ast.Module) -> set[str]:
     return uses
 
 
+# What each kind of function summary reads, and the words a file (or, for "+", each top-level function or class)
+# must contain for it to find anything: most files of a project are skipped by the words alone.
+_SUMMARIES = (
+    ("activation", (b"activation",), True, _activation_params),
+    ("conversion_dtype", (b"dtype",), False, _conversion_dtype_params),
+    ("output_dtype", (b"dtype", b"oftmax"), True, _output_dtype_params),
+    ("optimizer", (b"ptimizer",), False, _optimizer_factories),  # `SGD(lr)` may say "optimizer" only in its import
+    ("loss_scaling", (b"scale",), True, _loss_scaling_helpers),
+    ("loss_reduction", (b"loss",), True, _loss_reduction_params),
+    ("range_constant", (OUT_OF_RANGE_LITERAL,), True, _range_constant_params),
+)
+
+
+def _summaries(tree: ast.Module, source: bytes, facts: FileFacts) -> None:
+    """The file's function summaries (``FileFacts.summaries``). A kind whose words must appear in the function
+    itself only reads the top-level functions and classes whose text has them."""
+    definitions = [s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    spans: list[tuple[int, int]] | None = None
+    for kind, words, per_definition, summarize in _SUMMARIES:
+        found = [[m.start() for m in w.finditer(source)] if isinstance(w, re.Pattern) else w for w in words]
+        if not all(f if isinstance(f, list) else f in source for f in found):
+            continue
+        statements = tree.body
+        if per_definition:
+            if spans is None:  # byte offsets of each definition's lines
+                starts = [0, *itertools.accumulate(len(line) for line in source.splitlines(keepends=True))]
+                spans = [(starts[d.lineno - 1], starts[min(d.end_lineno, len(starts) - 1)]) for d in definitions]
+            statements = [d for d, (start, end) in zip(definitions, spans)
+                          if all(_within(f, start, end) if isinstance(f, list) else source.find(f, start, end) >= 0
+                                 for f in found)]
+        for name, entry in summarize(statements, source).items():
+            facts.summaries.setdefault(name, {})[kind] = entry
+
+
+def _within(offsets: list[int], start: int, end: int) -> bool:
+    i = bisect.bisect_left(offsets, start)
+    return i < len(offsets) and offsets[i] < end
+
+
 def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts = FileFacts(path=path)
     if len(source) > MAX_FACTS_BYTES:
@@ -833,26 +874,6 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
         facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)
     facts.reexports = _reexports(facts.imports[:top_imports], module_name)
     facts.uses = sorted(_used_names(tree))
-    if b"activation" in source:
-        for name, entry in _activation_params(tree).items():
-            facts.summaries.setdefault(name, {})["activation"] = entry
-    if b"dtype" in source:
-        for name, entry in _conversion_dtype_params(tree).items():
-            facts.summaries.setdefault(name, {})["conversion_dtype"] = entry
-        if b"oftmax" in source:
-            for name, entry in _output_dtype_params(tree).items():
-                facts.summaries.setdefault(name, {})["output_dtype"] = entry
-    if b"ptimizer" in source:
-        for name, entry in _optimizer_factories(tree).items():
-            facts.summaries.setdefault(name, {})["optimizer"] = entry
-    if b"scale" in source:
-        for name, entry in _loss_scaling_helpers(tree).items():
-            facts.summaries.setdefault(name, {})["loss_scaling"] = entry
-    if b"loss" in source:
-        for name, entry in _loss_reduction_params(tree, source).items():
-            facts.summaries.setdefault(name, {})["loss_reduction"] = entry
-    if OUT_OF_RANGE_LITERAL.search(source):
-        for name, entry in _range_constant_params(tree, source).items():
-            facts.summaries.setdefault(name, {})["range_constant"] = entry
+    _summaries(tree, source, facts)
     facts.defines = _defined_names(tree)
     return facts
