@@ -18,7 +18,6 @@ from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANG
 from mplint.analysis.loss_math import GROWING_NAMES, REDUCTION_NAMES
 from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine.apinames import canonical, import_bindings
-from mplint.engine.code_summary import literal_number
 from mplint.project.generation import legacy_keras_value
 from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 
@@ -764,6 +763,8 @@ def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[st
 
 
 def _out_of_range(node: ast.AST) -> bool:
+    from mplint.engine.code_summary import literal_number  # not imported by warm runs, which read cached facts
+
     value = literal_number(node)
     if value is None or node.lineno != node.end_lineno:
         return False
