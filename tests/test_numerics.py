@@ -22,6 +22,15 @@ def _mplint(folder: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mplint", *args], cwd=folder, capture_output=True, text=True, timeout=120, check=False)
 
 
+def _run_probe(folder: Path, probe: str) -> str:
+    """Run the Python code ``probe`` in ``folder`` on CPU with Keras' TensorFlow backend: its standard output."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, timeout=300,
+                          env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def _found(stdout: str) -> list[tuple[str, int, int]]:
     return [(d["rule"], d["start"]["line"], d["start"]["column"]) for d in json.loads(stdout)["diagnostics"]]
 
@@ -190,17 +199,9 @@ def test_a_travelling_epsilon_turns_padding_into_nan_until_fixed(tmp_path):
         "out = np.asarray(RMSNorm()(np.zeros((1, 4), 'float32')))\n"
         "print(out.dtype, bool(np.isnan(out).any()))\n"
     )
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
-
-    def run() -> str:
-        done = subprocess.run([sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True,
-                              timeout=300, env=env, check=False)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-    assert run() == "float16 True"
+    assert _run_probe(folder, probe) == "float16 True"
     assert _mplint(folder, "--fix", "--no-cache", "--select", "MP601").returncode == 0
-    assert run() == "float16 False"
+    assert _run_probe(folder, probe) == "float16 False"
 
 
 def test_float16_passed_to_a_project_function_that_converts_then_normalises(tmp_path):
@@ -260,6 +261,12 @@ def test_an_epsilon_in_a_loss_of_another_module_meets_the_float16_probabilities_
             for r in result["relatedLocations"]] == [("train.py", 8), ("detection/losses.py", 7)]
 
 
+# A loss of another module that meets 1e-8, and the start of a layer that calls it.
+_FOCAL_LOSS = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
+                            "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}
+_HEAD = "import keras\nfrom keras import ops\nfrom losses import focal_loss\n\nclass Head(keras.layers.Layer):\n"
+
+
 @pytest.mark.parametrize("call,expected", [
     ("focal_loss(probs, labels)", [("MP601", 9, 34)]),
     ("focal_loss(ops.cast(probs, 'float32'), labels)", []),  # cast first, as the message says
@@ -267,42 +274,34 @@ def test_an_epsilon_in_a_loss_of_another_module_meets_the_float16_probabilities_
     ("focal_loss(labels=labels, probs=probs)", [("MP601", 9, 55)]),
 ])
 def test_a_function_of_another_module_meets_a_layers_float16_value(call, expected):
-    files = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
-                          "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}
     code = (
-        "import keras\nfrom keras import ops\nfrom losses import focal_loss\n\n"
-        "class Head(keras.layers.Layer):\n"
+        _HEAD +
         "    def call(self, x, labels):\n"
         "        probs = ops.sigmoid(x)\n"
         "        labels = ops.cast(labels, 'float32')\n"
         f"        self.add_loss({call})\n"
         "        return probs\n"
     )
-    found = lint_code(code, path="head.py", files=files, policy="mixed_float16", select=["MP601"]).diagnostics
+    found = lint_code(code, path="head.py", files=_FOCAL_LOSS, policy="mixed_float16", select=["MP601"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == expected
 
 
 def test_a_library_layer_passing_its_compute_dtype_value_is_reported_as_library_code():
-    files = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
-                          "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}
     code = (
-        "import keras\nfrom keras import ops\nfrom losses import focal_loss\n\n"
-        "class Head(keras.layers.Layer):\n"
+        _HEAD +
         "    def call(self, x, labels):\n"
         "        self.add_loss(focal_loss(ops.sigmoid(x), labels))\n"
         "        return x\n"
     )
-    [found] = lint_code(code, path="head.py", files=files, select=["MP601"]).diagnostics
+    [found] = lint_code(code, path="head.py", files=_FOCAL_LOSS, select=["MP601"]).diagnostics
     assert (found.line, found.column) == (7, 34)
     assert "on this compute-dtype value, library code: float16 under a mixed_float16 policy its users set: " \
         "`1e-8` flushes to 0" in found.message
 
 
 def test_a_plain_function_passing_values_of_unknown_dtype_is_not_reported():
-    files = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
-                          "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}
     code = "from losses import focal_loss\n\ndef evaluate(probs, labels):\n    return focal_loss(probs, labels)\n"
-    assert lint_code(code, path="evaluate.py", files=files, policy="mixed_float16", select=["MP601"]).diagnostics == []
+    assert lint_code(code, path="evaluate.py", files=_FOCAL_LOSS, policy="mixed_float16", select=["MP601"]).diagnostics == []
 
 
 def test_the_loss_of_another_module_is_inf_on_float16_probabilities(tmp_path):
@@ -318,11 +317,7 @@ def test_the_loss_of_another_module_is_inf_on_float16_probabilities(tmp_path):
         "print(np.isfinite(float(focal_loss(probs, labels))),"
         " np.isfinite(float(focal_loss(ops.cast(probs, 'float32'), ops.cast(labels, 'float32')))))\n"
     )
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
-    done = subprocess.run([sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, timeout=300,
-                          env=env, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True"]
+    assert _run_probe(folder, probe).split() == ["False", "True"]
 
 
 def test_range_constant_summaries():
