@@ -46,6 +46,7 @@ from mplint.analysis.call_args import argument
 from mplint.engine.apinames import KERAS_NAMESPACES
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
+from mplint.engine.names import last_name
 
 _SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _MAX_HOPS = 20  # guards against assignment cycles such as `x = y; y = x`
@@ -591,7 +592,7 @@ class _Roles:
                     return "component"
                 if isinstance(node, cst.Arg) and node.keyword is not None and _COMPONENT_ARGUMENT.search(node.keyword.value):
                     return "component"  # EncoderScaffold(embedding_cls=network), Classifier(network=encoder)
-                if (_last_name(parent.func) or "").startswith("assert"):
+                if (last_name(parent.func) or "").startswith("assert"):
                     return "none"
                 return "escapes"
             if isinstance(parent, cst.Return):
@@ -620,7 +621,7 @@ class _Roles:
         for parent in self.context.ancestors(node):
             if isinstance(parent, cst.With):
                 for item in parent.items:
-                    if isinstance(item.item, cst.Call) and _last_name(item.item.func) == "GradientTape":
+                    if isinstance(item.item, cst.Call) and last_name(item.item.func) == "GradientTape":
                         return True
             if isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
                 return False
@@ -654,14 +655,6 @@ class _Roles:
             outer = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
             return isinstance(outer, cst.Call) and flow.classify(outer) is FLOAT32
         return False
-
-
-def _last_name(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return node.attr.value
-    return None
 
 
 def builds_model(code: CodeSummary) -> bool:

@@ -42,7 +42,7 @@ from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec, Related
 from mplint.project.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
-from mplint.engine.names import canonical, dotted
+from mplint.engine.names import canonical, dotted, last_name
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
@@ -70,14 +70,6 @@ class GradientSiteRule(Rule):
     @classmethod
     def active_for(cls, facts) -> bool:
         return facts.float16
-
-
-def last_name(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return node.attr.value
-    return None
 
 
 def method_name(call: cst.CSTNode) -> str | None:

@@ -20,6 +20,7 @@ from mplint.analysis.output_dtype import (
     with_float32_dtype,
 )
 from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
 
 
@@ -62,7 +63,7 @@ class Float16SoftmaxOutput(Rule):
         last_names = {name.rsplit(".", 1)[-1] for name in (*activation, *output_dtype)}
         for call in self.context.nodes(cst.Call):
             func = call.func
-            last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+            last = last_name(call.func)
             if last not in last_names:
                 continue
             paths = self.context.names.project_paths(func)

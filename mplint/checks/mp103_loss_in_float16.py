@@ -13,7 +13,7 @@ from mplint.analysis.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
 from mplint.analysis.output_dtype import cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in
-from mplint.engine.names import dotted
+from mplint.engine.names import dotted, last_name
 from mplint.engine.rule import Rule
 
 # Calls whose results a sum grows from without bound (log-probabilities, exponentials).
@@ -138,8 +138,7 @@ class LossInFloat16(Rule):
         if depth > 3:
             return False
         for call in self.context.nodes_within(expr, cst.Call):
-            func = call.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            name = last_name(call.func) or ""
             if name in _UNBOUNDED or name in _FUNCTIONAL_LOSSES or "entropy" in name or "loss" in name.lower():
                 return True
         flow = self.context.analysis(DtypeFlow)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, has_gradient_sites, last_name
+from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, has_gradient_sites
+from mplint.engine.names import last_name
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import LSO, last_name
+from mplint.analysis.optimizer_flow import LSO
+from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
 
 _WHY = "a fixed loss scale overflows to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"

@@ -10,6 +10,7 @@ from mplint.analysis.call_args import argument
 from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
@@ -65,7 +66,7 @@ class Float16Preprocessing(Rule):
         """``processor.normalize_image(image, dtype=tf.float16 if amp else tf.float32)`` where the project's
         function converts to that parameter's dtype and then computes with the result (``summaries``)."""
         func = call.func
-        last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        last = last_name(func)
         if last is None or last in _CONVERTERS or last not in self._converting_functions():
             return  # conversions themselves are ``_float16_conversion``'s
         found = self._converting_function(func, last)

@@ -9,6 +9,7 @@ import libcst as cst
 
 from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values, sets_policy
 from mplint.engine.context import FileContext
+from mplint.engine.names import last_name
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
@@ -82,7 +83,7 @@ class Constructions:
                 k.path.startswith(("layers.", "applications.")) and k.last[:1].isupper() and k.last not in _NOT_MODEL_LAYERS
             ):
                 return f"`{k.path}(...)`"
-        last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        last = last_name(func)
         if last is None:
             return None
         if last in _LOADERS:

@@ -23,6 +23,7 @@ from mplint.catalog import load_catalog
 from mplint.engine.code_summary import summarize
 from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
 from mplint.engine.context import FileContext
+from mplint.engine.names import last_name
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
 from mplint.fixes.edits import apply_fixes, choose_non_overlapping
 from mplint.engine.rule import Rule
@@ -308,8 +309,7 @@ class _Run:
             if isinstance(ancestor, cst.With):
                 for item in ancestor.items:
                     call = item.item
-                    func = call.func if isinstance(call, cst.Call) else None
-                    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+                    name = last_name(call.func) if isinstance(call, cst.Call) else None
                     if name in _RAISE_EXPECTATIONS:
                         return True
         return False

@@ -26,6 +26,15 @@ from mplint.engine.apinames import (  # noqa: F401 (re-exported)
 )
 
 
+def last_name(node: cst.CSTNode) -> str | None:
+    """``c`` for a name ``c`` or an attribute ``a.b.c`` (what a call's callee is called), else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
 def dotted(node: cst.CSTNode) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None."""
     if isinstance(node, cst.Name):
