@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 import libcst as cst
@@ -59,9 +60,13 @@ class LossInFloat16(Rule):
         # float16 programs, and library code that any user may run under mixed_float16.
         return facts.float16_capable
 
+    @functools.cached_property
+    def _project_losses(self) -> frozenset[str]:
+        """Last names of the project's loss functions that square or sum their parameters (read once per file)."""
+        return self.context.facts.summarized_names.get("loss_reduction", frozenset())
+
     def visit_Call(self, node: cst.Call) -> None:
-        project_losses = self.context.facts.summarized_names.get("loss_reduction")
-        if project_losses and self.context.names.could_be(node.func, project_losses):
+        if self._project_losses and self.context.names.could_be(node.func, self._project_losses):
             self._project_loss(node)
         callee = dotted(node.func)
         if callee is not None and "." in callee and not _MAYBE_LOSS.search(callee):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 
@@ -19,7 +20,7 @@ from mplint.analysis.dtype_flow import (
     dtype_spelling,
 )
 from mplint.diagnostics import Fix, FixSafety, Related
-from mplint.engine.code_summary import calls_in
+from mplint.engine.code_summary import calls_in, literal_number as ast_literal_number
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
@@ -90,7 +91,7 @@ class Float16OverflowConstant(Rule):
             self._check(node.value, [node.target], node.operator)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self._passing_functions() and self.context.names.could_be(node.func, self._passing_functions()):
+        if self._passing_functions and self.context.names.could_be(node.func, self._passing_functions):
             self._passed(node)
         if not self.context.names.could_be(node.func, _BOUNDING_NAMES):
             return  # textual reject before name resolution
@@ -104,7 +105,9 @@ class Float16OverflowConstant(Rule):
                 others = others[1:] if i else others  # the condition is boolean
             self._check(constant, others, None, clamp=kname.last != "where")
 
+    @functools.cached_property
     def _passing_functions(self) -> frozenset[str]:
+        """Last names of the project's functions that meet a constant float16 cannot hold (read once per file)."""
         return self.context.facts.summarized_names.get("range_constant", frozenset())
 
     def _passed(self, call: cst.Call) -> None:
@@ -349,13 +352,14 @@ def _has_constant(unit: list[ast.AST], code, limits: bool, bound: frozenset[str]
 
 
 def _beyond(node: ast.expr, code, limits: bool, bound: frozenset[str] = frozenset(), large_only: bool = False) -> bool:
+    value = ast_literal_number(node)
+    if value is not None:
+        return abs(value) > FLOAT16_MAX if large_only else _beyond_float16(abs(value))
     while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
         node = node.operand
     kind = type(node)
     if kind is ast.Constant:
-        if type(node.value) not in (int, float):
-            return False
-        return abs(node.value) > FLOAT16_MAX if large_only else _beyond_float16(abs(node.value))
+        return False  # a string, bytes or None
     if kind is ast.Name and node.id in bound:
         return True
     if kind is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self" and node.attr in bound:

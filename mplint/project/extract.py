@@ -533,8 +533,7 @@ def _output_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dic
 
 def _is_softmax_layer(call: ast.Call) -> bool:
     """``Dense(n, activation="softmax")``, ``Activation("softmax")``, ``Softmax()``."""
-    func = call.func
-    last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    last = _callee_name(call)
     if last == "Softmax":
         return True
     spelled = [k.value for k in call.keywords if k.arg == "activation"] + (call.args[:1] if last == "Activation" else [])
@@ -582,8 +581,7 @@ def _conversion_dtype_param(function: ast.FunctionDef, offset: int) -> list | No
 
 def _conversion_dtype(call: ast.Call) -> ast.expr | None:
     """The dtype argument of a conversion (``cast``, ``convert_image_dtype``, ``astype``, ``asarray(dtype=)``)."""
-    func = call.func
-    last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    last = _callee_name(call)
     keyword = next((k.value for k in call.keywords if k.arg == "dtype"), None)
     if last == "astype":
         return call.args[0] if call.args else keyword
@@ -686,16 +684,13 @@ def _loss_reduction_params(statements: list[ast.stmt], source: bytes) -> dict[st
     for function in statements:
         if not isinstance(function, ast.FunctionDef) or "loss" not in function.name.lower():
             continue
-        positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
-        params = set(positional) | {a.arg for a in function.args.kwonlyargs}
-        own = list(_own_nodes(function))
-        rebound = {n.id for n in own if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        positional, params, own, rebound = _parameters(function)
         for node in own:
-            if not (isinstance(node, ast.Call) and _last_name(node.func) in REDUCTION_NAMES and node.args):
+            if not (isinstance(node, ast.Call) and _callee_name(node) in REDUCTION_NAMES and node.args):
                 continue
             grown = [g for g in ast.walk(node.args[0]) if isinstance(g, ast.BinOp) and isinstance(g.op, ast.Pow)
-                     or isinstance(g, ast.Call) and _last_name(g.func) in GROWING_NAMES]
-            if any(isinstance(c, ast.Call) and _last_name(c.func) == "cast" for c in ast.walk(node.args[0])):
+                     or isinstance(g, ast.Call) and _callee_name(g) in GROWING_NAMES]
+            if any(isinstance(c, ast.Call) and _callee_name(c) == "cast" for c in ast.walk(node.args[0])):
                 continue  # cast somewhere inside: the reduction's dtype is the cast's
             names = {n.id for g in grown for n in ast.walk(g) if isinstance(n, ast.Name)}
             if names & params & rebound:
@@ -711,8 +706,13 @@ def _loss_reduction_params(statements: list[ast.stmt], source: bytes) -> dict[st
     return found
 
 
-def _last_name(func: ast.AST) -> str:
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+def _parameters(function: ast.FunctionDef) -> tuple[list[str], set[str], list[ast.AST], set[str]]:
+    """A function's positional parameters (in order), all its parameters, its own nodes (``_own_nodes``) and the
+    names its own code binds (a parameter among them no longer holds what the caller passed)."""
+    positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    own = list(_own_nodes(function))
+    rebound = {n.id for n in own if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    return positional, set(positional) | {a.arg for a in function.args.kwonlyargs}, own, rebound
 
 
 def _segment(source: bytes, node: ast.AST) -> str:
@@ -730,15 +730,11 @@ def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[st
     (``def focal_loss(probs, labels): ... log(probs + 1e-8)``): a caller that passes a float16 value
     gets 0 (or inf) there. Parameters the function rebinds (``probs = tf.cast(probs, tf.float32)``),
     sums that are only compared (tolerances) and functions that test a dtype are left out."""
-    lines = source.splitlines()
     found: dict[str, list] = {}
     for function in statements:
         if not isinstance(function, ast.FunctionDef):
             continue
-        positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
-        params = set(positional) | {a.arg for a in function.args.kwonlyargs}
-        own = list(_own_nodes(function))
-        rebound = {n.id for n in own if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        positional, params, own, rebound = _parameters(function)
         compared = set()
         for node in own:
             if isinstance(node, ast.Compare):
@@ -752,7 +748,7 @@ def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[st
                     continue
                 for param, constant in ((node.left, node.right), (node.right, node.left)):
                     if isinstance(param, ast.Name) and param.id in params - rebound and _out_of_range(constant):
-                        text = lines[constant.lineno - 1][constant.col_offset:constant.end_col_offset].decode("utf-8", "replace")
+                        text = _segment(source, constant)  # one line (``_out_of_range``)
                         index = positional.index(param.id) if param.id in positional else -1
                         found[function.name] = [param.id, index, f"{_RANGE_OPS[type(node.op)]} {text}", node.lineno,
                                                 node.col_offset + 1]
@@ -785,8 +781,7 @@ def _optimizer_kinds(value: ast.expr, assigned: dict[str, list[ast.expr]], param
     """What a returned value may be: "explicit" (a LossScaleOptimizer), "none" (a plain optimizer's
     constructor), "unknown"; a name, every value bound to it (a parameter also as it was passed)."""
     if isinstance(value, ast.Call):
-        func = value.func
-        last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        last = _callee_name(value)
         if last == LSO:
             return {"explicit"}
         return {"none"} if last in _OPTIMIZER_CLASSES else {"unknown"}
