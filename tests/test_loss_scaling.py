@@ -109,6 +109,23 @@ def test_helper_of_another_module_that_scales_the_loss_is_no_missing_scaling(ker
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MP202", 12, 13)]
 
 
+def test_helper_of_another_module_imported_under_another_name_still_scales():
+    files = {"amp.py": "def scale(optimizer, loss):\n    return optimizer.scale_loss(loss)\n"}
+    code = (
+        "import tensorflow as tf\nfrom amp import scale as scaled_for\n\n"
+        'tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype='float32')])\n"
+        "optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())\n\n"
+        "def step(x, y):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+        "        scaled = scaled_for(optimizer, loss)\n"
+        "    grads = tape.gradient(scaled, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    assert lint_code(code, path="train.py", files=files, keras=3, select=["MP2"]).diagnostics == []
+
+
 def test_loss_scaling_summaries():
     import ast
 

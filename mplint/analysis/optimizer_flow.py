@@ -368,15 +368,8 @@ class OptimizerFlow:
     def project_steps(self, call: cst.Call) -> frozenset[str]:
         """What a helper of another module of the project does to a loss or gradients ("scale", "unscale",
         "manual_unscale"; the "loss_scaling" summaries), read once for the whole project."""
-        if last_name(call.func) not in self.context.facts.summarized_names.get("loss_scaling", ()):
-            return frozenset()
-        helpers = self.context.facts.summaries_of("loss_scaling")
-        if helpers:
-            for name in self.context.names.project_paths(call.func):
-                found = helpers.get(name)
-                if found is not None:
-                    return frozenset(found[0].split("+"))
-        return frozenset()
+        found = self.context.summary(call.func, "loss_scaling")
+        return frozenset(found[0].split("+")) if found is not None else frozenset()
 
     def is_scaling(self, call: cst.Call) -> bool:
         if method_name(call) in SCALE_METHODS:
@@ -443,9 +436,9 @@ class OptimizerFlow:
             if returns:
                 return self._values_origin(returns, returns[0], depth + 1)
             return OptimizerOrigin("unknown")
-        factory = self._project_factory(call)
+        factory = self.context.summary(call.func, "optimizer")
         if factory is not None:  # a function of another module of the project, read once for the whole project
-            wrap, path, line = factory
+            wrap, _, _, path, line = factory
             name = last_name(call.func)
             made_at = Related(path, line, f"`{name}` returns the optimizer")
             return OptimizerOrigin(wrap, call if wrap in ("none", "maybe") else None, made_by=f"`{name}` at {path}:{line}",
@@ -454,18 +447,6 @@ class OptimizerFlow:
         if _MAY_WRAP.search(text):
             return OptimizerOrigin("maybe", call)
         return OptimizerOrigin("none", call)
-
-    def _project_factory(self, call: cst.Call) -> tuple[str, str, int] | None:
-        """How the optimizer a project function of another module returns is wrapped (``summaries``), and where
-        that function is; None for other calls."""
-        factories = self.context.facts.summaries_of("optimizer")
-        if not factories or last_name(call.func) is None:
-            return None
-        for name in self.context.names.project_paths(call.func):
-            found = factories.get(name)
-            if found is not None:
-                return found[0], found[3], found[4]
-        return None
 
     def _values_origin(self, values, at, depth) -> OptimizerOrigin:
         found = [self.origin(v, v, depth + 1) for v in values]

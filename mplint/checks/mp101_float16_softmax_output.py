@@ -56,23 +56,16 @@ class Float16SoftmaxOutput(Rule):
 
     def _builder_calls(self) -> None:
         """Calls of the project's model builders (other modules too) that build a float16 softmax output."""
-        activation = self.context.facts.summaries_of("activation")
-        output_dtype = self.context.facts.summaries_of("output_dtype")
-        if not (activation or output_dtype) or not global_reduced(self.context):
+        summarized = self.context.facts.summarized_names
+        if not ("activation" in summarized or "output_dtype" in summarized) or not global_reduced(self.context):
             return
-        last_names = {name.rsplit(".", 1)[-1] for name in (*activation, *output_dtype)}
         for call in self.context.nodes(cst.Call):
-            func = call.func
-            last = last_name(call.func)
-            if last not in last_names:
-                continue
-            paths = self.context.names.project_paths(func)
-            found = next((activation[q] for q in paths if q in activation), None)
+            found = self.context.summary(call.func, "activation")
             if found is not None:
-                self._softmax_passed(call, last, found)
-            found = next((output_dtype[q] for q in paths if q in output_dtype), None)
+                self._softmax_passed(call, last_name(call.func), found)
+            found = self.context.summary(call.func, "output_dtype")
             if found is not None:
-                self._dtype_left_to_policy(call, last, found)
+                self._dtype_left_to_policy(call, last_name(call.func), found)
 
     def _dtype_left_to_policy(self, call: cst.Call, last: str, found: tuple) -> None:
         """``build_model(10)`` where the builder's softmax output layer takes ``dtype=dtype`` (default None): under a

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import functools
 import re
 
 import libcst as cst
@@ -60,14 +59,8 @@ class LossInFloat16(Rule):
         # float16 programs, and library code that any user may run under mixed_float16.
         return facts.float16_capable
 
-    @functools.cached_property
-    def _project_losses(self) -> frozenset[str]:
-        """Last names of the project's loss functions that square or sum their parameters (read once per file)."""
-        return self.context.facts.summarized_names.get("loss_reduction", frozenset())
-
     def visit_Call(self, node: cst.Call) -> None:
-        if self._project_losses and self.context.names.could_be(node.func, self._project_losses):
-            self._project_loss(node)
+        self._project_loss(node)
         callee = dotted(node.func)
         if callee is not None and "." in callee and not _MAYBE_LOSS.search(callee):
             # cheap textual reject before any name resolution, unless the first name is an import
@@ -88,8 +81,7 @@ class LossInFloat16(Rule):
         sums its parameters, called on compute-dtype values (``loss_reduction`` summaries). Reported where the
         float16 value is known, as MP601 does: in Layer/Model code or for an explicit float16 value. The fix casts
         those arguments to float32 when every argument that meets the math has a known dtype."""
-        table = self.context.facts.summaries_of("loss_reduction")
-        found = next((table[q] for q in self.context.names.project_paths(call.func) if q in table), None)
+        found = self.context.summary(call.func, "loss_reduction")
         if found is None:
             return
         params, _, math, path, line = found

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import functools
 import math
 import re
 
@@ -91,8 +90,7 @@ class Float16OverflowConstant(Rule):
             self._check(node.value, [node.target], node.operator)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self._passing_functions and self.context.names.could_be(node.func, self._passing_functions):
-            self._passed(node)
+        self._passed(node)
         if not self.context.names.could_be(node.func, _BOUNDING_NAMES):
             return  # textual reject before name resolution
         kname = self.context.names.kname(node.func)
@@ -105,18 +103,12 @@ class Float16OverflowConstant(Rule):
                 others = others[1:] if i else others  # the condition is boolean
             self._check(constant, others, None, clamp=kname.last != "where")
 
-    @functools.cached_property
-    def _passing_functions(self) -> frozenset[str]:
-        """Last names of the project's functions that meet a constant float16 cannot hold (read once per file)."""
-        return self.context.facts.summarized_names.get("range_constant", frozenset())
-
     def _passed(self, call: cst.Call) -> None:
         """``focal_loss(probs, labels)`` where the project's ``focal_loss`` computes ``probs + 1e-8`` and ``probs``
         is float16 here: the constant and the tensor meet in another function (``range_constant`` summaries).
         Reported where the float16 value is known, like constants that travel: in Layer/Model code or next to
         an explicit float16 cast. No fix: casting the argument changes the dtype the function returns."""
-        table = self.context.facts.summaries_of("range_constant")
-        found = next((table[q] for q in self.context.names.project_paths(call.func) if q in table), None)
+        found = self.context.summary(call.func, "range_constant")
         if found is None:
             return
         param, index, operation, path, line = found

@@ -32,10 +32,23 @@ class FileContext:
         self._parents = None
         self._positions = None
         self._text: str | None = None
+        self._summarized: dict | None = None
 
     @property
     def generation(self) -> int:
         return self.facts.generation.value
+
+    def summary(self, func: cst.BaseExpression, kind: str) -> tuple | None:
+        """The project's summary of ``kind`` (``ProjectFacts.summaries_of``) of the function ``func`` names, through
+        this file's imports: (value, index, default, path, line), or None. Names no such function can have are
+        rejected by their text first (``NameResolver.could_be``)."""
+        if self._summarized is None:  # read once per file: rules ask for every call
+            self._summarized = self.facts.summarized_names
+        names = self._summarized.get(kind)
+        if not names or not self.names.could_be(func, names):
+            return None
+        table = self.facts.summaries_of(kind)
+        return next((table[q] for q in self.names.project_paths(func) if q in table), None)
 
     def analysis(self, factory: Callable[["FileContext"], T]) -> T:
         """A per-file analysis shared by several rules, computed once (e.g. model outputs)."""
