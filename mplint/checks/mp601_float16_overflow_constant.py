@@ -19,6 +19,7 @@ from mplint.analysis.dtype_flow import (
     dtype_spelling,
 )
 from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.apinames import callee_name
 from mplint.engine.code_summary import calls_in, literal_number as ast_literal_number
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
@@ -402,8 +403,7 @@ def _wide_limit(node: ast.AST, code) -> bool:
         return False
     base = node.value
     if type(base) is ast.Call and base.args:
-        func = base.func
-        name = func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else ""
+        name = callee_name(base)
         if "finfo" in (name, code.aliases.get(name)):
             base = base.args[0]
     if type(base) is ast.Constant:

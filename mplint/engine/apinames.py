@@ -9,6 +9,7 @@ without parsing; ``mplint.engine.names`` adds resolution of names in parsed file
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -115,6 +116,12 @@ def torch_canonical(qualified: str) -> KName | None:
         if qualified.startswith(prefix + "."):
             return KName(ns, qualified[len(prefix) + 1:])
     return None
+
+
+def callee_name(call: ast.Call) -> str:
+    """The last name of what a call on CPython's tree calls (``fit`` for ``model.fit(...)``), "" for other callees."""
+    func = call.func
+    return func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else ""
 
 
 def import_bindings(names: Iterable[tuple[str, str | None]], level: int | None = None,

@@ -24,7 +24,7 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from mplint.engine.apinames import KName, canonical, import_bindings, resolve_relative, torch_canonical
+from mplint.engine.apinames import KName, callee_name, canonical, import_bindings, resolve_relative, torch_canonical
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.
@@ -325,12 +325,7 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
 
 def calls_in(unit: list[ast.AST], names: frozenset[str]) -> bool:
     """Does the unit (a list of nodes, see ``dtype_flow.flow_units``) call something by one of these last names?"""
-    for node in unit:
-        if type(node) is ast.Call:
-            func = node.func
-            if (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None) in names:
-                return True
-    return False
+    return any(type(node) is ast.Call and callee_name(node) in names for node in unit)
 
 
 def literal_number(node: ast.AST) -> float | None:

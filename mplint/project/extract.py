@@ -17,7 +17,7 @@ from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, 
 from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
 from mplint.analysis.loss_math import GROWING_NAMES, REDUCTION_NAMES
 from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
-from mplint.engine.apinames import canonical, import_bindings
+from mplint.engine.apinames import callee_name, canonical, import_bindings
 from mplint.project.generation import legacy_keras_value
 from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 
@@ -127,17 +127,12 @@ _DECLARATIONS = frozenset({
 })
 
 
-def _callee_name(call: ast.Call) -> str:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-
-
 def _does_work(stmt: ast.stmt) -> bool:
     """A module-level statement that runs something when the file is executed (`model = build()`, `fit(...)`)."""
     if isinstance(stmt, ast.Expr):
-        return isinstance(stmt.value, ast.Await) or isinstance(stmt.value, ast.Call) and _callee_name(stmt.value) not in _DECLARATIONS
+        return isinstance(stmt.value, ast.Await) or isinstance(stmt.value, ast.Call) and callee_name(stmt.value) not in _DECLARATIONS
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Call):
-        return _callee_name(stmt.value) not in _DECLARATIONS
+        return callee_name(stmt.value) not in _DECLARATIONS
     if isinstance(stmt, (ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)):
         return True
     if isinstance(stmt, (ast.If, ast.Try)):
@@ -259,7 +254,7 @@ class _Reader(ast.NodeVisitor):
             return
         made = func.value
         # a variable holding a call's result names the callable; an imported model names itself
-        name = self.made_by.get(made.id, made.id) if isinstance(made, ast.Name) else _callee_name(made) if isinstance(made, ast.Call) else None
+        name = self.made_by.get(made.id, made.id) if isinstance(made, ast.Name) else callee_name(made) if isinstance(made, ast.Call) else None
         if name and name not in self.facts.trains:
             self.facts.trains.append(name)
 
@@ -295,13 +290,13 @@ class _Reader(ast.NodeVisitor):
             values = self.strings(node.value)  # `policy = Policy("mixed_float16")` inside a function
             if values:
                 self.consts[node.targets[0].id] = values
-            if isinstance(node.value, ast.Call) and _callee_name(node.value):
-                self.made_by[node.targets[0].id] = _callee_name(node.value)
+            if isinstance(node.value, ast.Call) and callee_name(node.value):
+                self.made_by[node.targets[0].id] = callee_name(node.value)
         elif len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call) \
-                and _callee_name(node.value):  # `model, core = build()`: builders that return the model and parts
+                and callee_name(node.value):  # `model, core = build()`: builders that return the model and parts
             for element in node.targets[0].elts:
                 if isinstance(element, ast.Name):
-                    self.made_by[element.id] = _callee_name(node.value)
+                    self.made_by[element.id] = callee_name(node.value)
         # os.environ["TF_USE_LEGACY_KERAS"] = "1"
         for target in node.targets:
             if isinstance(target, ast.Subscript) and _constant(target.slice) == "TF_USE_LEGACY_KERAS":
@@ -355,8 +350,8 @@ def _follow_trained(tree: ast.Module, trains: list[str], made_by: dict[str, str]
                 value = node.value if isinstance(node, ast.Return) else None
                 if isinstance(value, ast.Tuple) and value.elts:
                     value = value.elts[0]  # `return model, core_model`
-                if isinstance(value, ast.Call) and _callee_name(value):
-                    found.append(_callee_name(value))
+                if isinstance(value, ast.Call) and callee_name(value):
+                    found.append(callee_name(value))
                 elif isinstance(value, ast.Name) and value.id in made_by:
                     found.append(made_by[value.id])
         for new in found:
@@ -533,7 +528,7 @@ def _output_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dic
 
 def _is_softmax_layer(call: ast.Call) -> bool:
     """``Dense(n, activation="softmax")``, ``Activation("softmax")``, ``Softmax()``."""
-    last = _callee_name(call)
+    last = callee_name(call)
     if last == "Softmax":
         return True
     spelled = [k.value for k in call.keywords if k.arg == "activation"] + (call.args[:1] if last == "Activation" else [])
@@ -581,7 +576,7 @@ def _conversion_dtype_param(function: ast.FunctionDef, offset: int) -> list | No
 
 def _conversion_dtype(call: ast.Call) -> ast.expr | None:
     """The dtype argument of a conversion (``cast``, ``convert_image_dtype``, ``astype``, ``asarray(dtype=)``)."""
-    last = _callee_name(call)
+    last = callee_name(call)
     keyword = next((k.value for k in call.keywords if k.arg == "dtype"), None)
     if last == "astype":
         return call.args[0] if call.args else keyword
@@ -686,11 +681,11 @@ def _loss_reduction_params(statements: list[ast.stmt], source: bytes) -> dict[st
             continue
         positional, params, own, rebound = _parameters(function)
         for node in own:
-            if not (isinstance(node, ast.Call) and _callee_name(node) in REDUCTION_NAMES and node.args):
+            if not (isinstance(node, ast.Call) and callee_name(node) in REDUCTION_NAMES and node.args):
                 continue
             grown = [g for g in ast.walk(node.args[0]) if isinstance(g, ast.BinOp) and isinstance(g.op, ast.Pow)
-                     or isinstance(g, ast.Call) and _callee_name(g) in GROWING_NAMES]
-            if any(isinstance(c, ast.Call) and _callee_name(c) == "cast" for c in ast.walk(node.args[0])):
+                     or isinstance(g, ast.Call) and callee_name(g) in GROWING_NAMES]
+            if any(isinstance(c, ast.Call) and callee_name(c) == "cast" for c in ast.walk(node.args[0])):
                 continue  # cast somewhere inside: the reduction's dtype is the cast's
             names = {n.id for g in grown for n in ast.walk(g) if isinstance(n, ast.Name)}
             if names & params & rebound:
@@ -781,7 +776,7 @@ def _optimizer_kinds(value: ast.expr, assigned: dict[str, list[ast.expr]], param
     """What a returned value may be: "explicit" (a LossScaleOptimizer), "none" (a plain optimizer's
     constructor), "unknown"; a name, every value bound to it (a parameter also as it was passed)."""
     if isinstance(value, ast.Call):
-        last = _callee_name(value)
+        last = callee_name(value)
         if last == LSO:
             return {"explicit"}
         return {"none"} if last in _OPTIMIZER_CLASSES else {"unknown"}

@@ -65,10 +65,8 @@ class ProjectFacts:
     path: str = ""  # the module these facts are for ("" for project-wide facts)
     test_module: bool = False  # test_*.py / *_test.py: exercises code, trains nothing users run
     trained_names: frozenset = frozenset()  # classes/functions of this module whose models a reaching program trains
-    # The project's function summaries (``FileFacts.summaries``: "activation", "conversion_dtype", "optimizer",
-    # "loss_scaling"), by
-    # qualified name (and the names packages re-export them under): name -> kind -> (value, index, default, path,
-    # line). Shared by every module.
+    # The project's function summaries (``FileFacts.summaries`` lists the kinds), by qualified name (and the names
+    # imports re-export them under): name -> kind -> (value, index, default, path, line). Shared by every module.
     summaries: dict = field(default_factory=dict, compare=False)
 
     @property
