@@ -34,7 +34,7 @@ class Float16SoftmaxOutput(Rule):
         # a model built here, "softmax" handed to a call (a project builder's activation parameter), or a call of
         # a project builder whose softmax output layer takes a dtype parameter
         return code.mentions("softmax", "Softmax") and (builds_model(code) or "softmax" in code.argument_words) \
-            or code.calls_any(*code.summarized.get("output_dtype", ()))
+            or bool(code.calls_summarized("output_dtype"))
 
     @classmethod
     def active_for(cls, facts):

@@ -43,13 +43,12 @@ class LossInFloat16(Rule):
         assignment target is named a loss)."""
         functional = any(map(_loss_function, code.api_calls))
         reduction = code.calls_api(*REDUCTION_NAMES)
-        project_losses = code.summarized.get("loss_reduction", frozenset())
-        passes = bool(project_losses) and code.calls_any(*project_losses)
+        passes = code.calls_summarized("loss_reduction")
         if not (functional or reduction or passes):
             return False
         return any(
             (functional and _calls_loss_function(unit, code) or reduction and _reduces_a_loss(unit, code)
-             or passes and calls_in(unit, project_losses))
+             or passes and calls_in(unit, passes))
             and may_carry(code, unit)
             for unit in flow_units(code.tree)
         )

@@ -29,7 +29,7 @@ class Float16Preprocessing(Rule):
         """A call ``_float16_conversion`` accepts: ``x.astype(<float16>)``, or a NumPy/TensorFlow
         ``float16(x)``, cast or conversion (through an import) with an argument that spells float16; or
         another call given float16 (``_passed_dtype``)."""
-        if not code.calls_any(*_CONVERTERS, *code.summarized.get("conversion_dtype", ())):
+        if not (code.calls_any(*_CONVERTERS) or code.calls_summarized("conversion_dtype")):
             return False
         for call in code.called:
             names = code.names_of(call)

@@ -68,11 +68,10 @@ class Float16OverflowConstant(Rule):
             or limits
         )
         bound, bound_large = _names_bound_beyond(code, limits)
-        summarized = code.summarized.get("range_constant", frozenset())
-        passes = bool(summarized) and code.calls_any(*summarized)
+        passes = code.calls_summarized("range_constant")
         if not (direct or bound or passes):
             return False
-        return any((_has_constant(unit, code, limits, bound, bound_large) or passes and calls_in(unit, summarized))
+        return any((_has_constant(unit, code, limits, bound, bound_large) or passes and calls_in(unit, passes))
                    and may_carry(code, unit) for unit in flow_units(code.tree))
 
     @classmethod

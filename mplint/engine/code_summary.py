@@ -76,6 +76,10 @@ class CodeSummary:
     def calls_any(self, *names: str) -> bool:
         return not self.calls.isdisjoint(names)
 
+    def calls_summarized(self, kind: str) -> frozenset[str]:
+        """The last names of the project's functions with a summary of ``kind`` that this file calls."""
+        return self.calls & self.summarized.get(kind, frozenset())
+
     def calls_api(self, *names: str) -> bool:
         """A call that can reach an imported API named so: ``ops.sum(x)`` or an imported ``sum``, not builtin ``sum(x)``."""
         return any(n in self.attribute_calls or (n in self.calls and n in self.imported) for n in names)
