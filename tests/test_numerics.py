@@ -22,6 +22,12 @@ def _mplint(folder: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mplint", *args], cwd=folder, capture_output=True, text=True, timeout=120, check=False)
 
 
+def _copy_fixture(name: str, tmp_path: Path) -> Path:
+    """A copy of ``fixtures/<name>`` to lint and fix (outside the repository, whose config excludes fixtures/)."""
+    shutil.copytree(FIXTURES / name, tmp_path / name)
+    return tmp_path / name
+
+
 def _run_probe(folder: Path, probe: str) -> str:
     """Run the Python code ``probe`` in ``folder`` on CPU with Keras' TensorFlow backend: its standard output."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
@@ -36,8 +42,7 @@ def _found(stdout: str) -> list[tuple[str, int, int]]:
 
 
 def test_pipeline_fixture_flags_float16_math_not_the_final_cast(tmp_path):
-    folder = tmp_path / "tfdata_pipeline"
-    shutil.copytree(FIXTURES / "tfdata_pipeline", folder)
+    folder = _copy_fixture("tfdata_pipeline", tmp_path)
     before = _mplint(folder, "--select", "MP401", "--format", "json", "pipeline.py")
     assert before.returncode == 1
     assert _found(before.stdout) == [("MP401", 18, 13), ("MP401", 30, 13)]
@@ -52,8 +57,7 @@ def test_pipeline_fixture_flags_float16_math_not_the_final_cast(tmp_path):
 
 def test_fixed_pipeline_runs_in_float32(tmp_path):
     pytest.importorskip("tensorflow")
-    folder = tmp_path / "tfdata_pipeline"
-    shutil.copytree(FIXTURES / "tfdata_pipeline", folder)
+    folder = _copy_fixture("tfdata_pipeline", tmp_path)
     _mplint(folder, "--select", "MP401", "--fix", "pipeline.py")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"}
     run = subprocess.run([sys.executable, "pipeline.py"], cwd=folder, capture_output=True, text=True, timeout=300, env=env, check=False)
@@ -65,8 +69,7 @@ def test_fixed_pipeline_runs_in_float32(tmp_path):
 
 
 def test_attention_fixture_only_flags_the_mask_constant(tmp_path):
-    folder = tmp_path / "attention_mask"
-    shutil.copytree(FIXTURES / "attention_mask", folder)
+    folder = _copy_fixture("attention_mask", tmp_path)
     result = _mplint(folder, "--select", "MP601,MP103,MP401", "--format", "json")
     assert result.returncode == 1
     assert _found(result.stdout) == [("MP601", 21, 42)]
@@ -164,8 +167,7 @@ def test_masks_are_recognised(body, expected):
 def test_constants_that_travel_are_reported_where_they_meet_the_tensor(tmp_path):
     """A constructor default kept in ``self.mask_value`` and a module constant, each used in another
     place than its literal: reported at the use, the message names the literal's line."""
-    folder = tmp_path / "attention_library"
-    shutil.copytree(FIXTURES / "attention_library", folder)
+    folder = _copy_fixture("attention_library", tmp_path)
     result = _mplint(folder, "--format", "json", "--no-cache")
     assert result.returncode == 1, result.stderr
     diagnostics = json.loads(result.stdout)["diagnostics"]
@@ -190,8 +192,7 @@ def test_a_travelling_epsilon_turns_padding_into_nan_until_fixed(tmp_path):
     """Executed on CPU under mixed_float16: RMSNorm of an all-zero (padding) vector is NaN with the
     module's 1e-12 epsilon (it flushes to 0: 0 * rsqrt(0) = 0 * inf) and finite after the fix."""
     pytest.importorskip("tensorflow")
-    folder = tmp_path / "attention_library"
-    shutil.copytree(FIXTURES / "attention_library", folder)
+    folder = _copy_fixture("attention_library", tmp_path)
     probe = (
         "import keras, numpy as np\n"
         "keras.mixed_precision.set_global_policy('mixed_float16')\n"
@@ -207,8 +208,7 @@ def test_a_travelling_epsilon_turns_padding_into_nan_until_fixed(tmp_path):
 def test_float16_passed_to_a_project_function_that_converts_then_normalises(tmp_path):
     """The data loader passes ``tf.float16 if amp else tf.float32`` to ``ImageProcessor.normalize_image`` of
     another module, which converts to it and then normalises, flips and resizes: reported at the float16 passed."""
-    folder = tmp_path / "input_processor"
-    shutil.copytree(FIXTURES / "input_processor", folder)
+    folder = _copy_fixture("input_processor", tmp_path)
     result = _mplint(folder, "--format", "json", "--no-cache")
     assert result.returncode == 1, result.stderr
     [diagnostic] = json.loads(result.stdout)["diagnostics"]
@@ -244,8 +244,7 @@ def test_conversion_dtype_summaries_are_per_function_and_method():
 def test_an_epsilon_in_a_loss_of_another_module_meets_the_float16_probabilities_of_a_layer(tmp_path):
     """``ObjectnessHead.call`` passes its float16 sigmoid to ``focal_loss`` of detection/losses.py, which adds
     ``1e-8``: reported at the argument, with the constant's line as a related location (JSON and SARIF)."""
-    folder = tmp_path / "loss_library"
-    shutil.copytree(FIXTURES / "loss_library", folder)
+    folder = _copy_fixture("loss_library", tmp_path)
     result = _mplint(folder, "--format", "json", "--no-cache", "--select", "MP601")
     assert result.returncode == 1, result.stderr
     [diagnostic] = json.loads(result.stdout)["diagnostics"]
@@ -308,8 +307,7 @@ def test_the_loss_of_another_module_is_inf_on_float16_probabilities(tmp_path):
     """Executed on CPU: a confident wrong float16 prediction (sigmoid(-30) is 0 in float16) makes
     ``focal_loss`` inf, since 1e-8 is 0 there too; cast to float32 first, as the message says, it is finite."""
     pytest.importorskip("tensorflow")
-    folder = tmp_path / "loss_library"
-    shutil.copytree(FIXTURES / "loss_library", folder)
+    folder = _copy_fixture("loss_library", tmp_path)
     probe = (
         "import numpy as np\nfrom keras import ops\nfrom detection import focal_loss\n"
         "probs = ops.sigmoid(ops.convert_to_tensor([[-30.0]], 'float16'))\n"
