@@ -9,6 +9,7 @@ pins, aliases) behave exactly as on disk.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,15 @@ import yaml
 
 from mplint.diagnostics import Diagnostic
 from mplint.runner import RunOptions, run
+
+
+# What a run leaves in a project: a copy for a test holds only the project's own files.
+RUN_LEFTOVERS = shutil.ignore_patterns(".mplint_cache", "__pycache__", ".pytest_cache", ".*.mplint-tmp")
+
+
+def copy_tree(source: Path, target: Path) -> Path:
+    """A copy of a fixture project without what earlier runs left in it (``mplint fixtures/``)."""
+    return Path(shutil.copytree(source, target, ignore=RUN_LEFTOVERS))
 
 
 @dataclass

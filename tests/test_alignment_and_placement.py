@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from mplint.analysis.constants import evaluate
 from mplint.testing import lint_code
+from mplint.testing import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -40,7 +40,7 @@ def mplint(project: Path, *args: str) -> tuple[int, list[tuple[str, str, int, in
 @pytest.fixture
 def project(tmp_path):
     def copy(name: str) -> Path:
-        return Path(shutil.copytree(FIXTURES / name, tmp_path / name))
+        return copy_tree(FIXTURES / name, tmp_path / name)
 
     return copy
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ KERAS2_LOOP_FINDINGS = [("MP502", 7, 37), ("MP502", 8, 23)]
 
 G1_SCRIPT = """\
 from tensorflow.keras.mixed_precision import experimental as mixed_precision
+from mplint.testing import copy_tree
 
 mixed_precision.set_policy("mixed_float16")
 """
@@ -123,7 +123,7 @@ def test_fixed_fixture_runs_on_keras3(scenario, expected, tmp_path, capsys):
     if int(tf.keras.__version__.split(".")[0]) < 3:
         pytest.skip("needs Keras 3 behind tf.keras")
     project = tmp_path / scenario
-    shutil.copytree(FIXTURES / scenario, project)
+    copy_tree(FIXTURES / scenario, project)
     script = project / "train.py"
     code, report = _check(capsys, str(project), "--select", "MP501,MP502")
     assert code == 1 and {d["rule"] for d in report["diagnostics"]} >= {"MP502"}

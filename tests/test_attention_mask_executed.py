@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from mplint.testing import copy_tree
 
 pytest.importorskip("tensorflow")
 np = pytest.importorskip("numpy")
@@ -45,9 +45,9 @@ def _mplint(folder: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     original = tmp_path_factory.mktemp("original") / "attention_mask"
-    shutil.copytree(FIXTURE, original)
+    copy_tree(FIXTURE, original)
     fixed = tmp_path_factory.mktemp("fixed") / "attention_mask"
-    shutil.copytree(FIXTURE, fixed)
+    copy_tree(FIXTURE, fixed)
     before = _mplint(fixed, "--format", "json")
     fix = _mplint(fixed, "--fix")
     after = _mplint(fixed)

@@ -8,7 +8,6 @@ policy it sets must not leak into other tests.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ _PROBE = """
 import json
 import numpy as np
 import train
+from mplint.testing import copy_tree
 
 classifier, regressor, scorer = train.main()
 dtype = lambda tensor: train.keras.backend.standardize_dtype(tensor.dtype)
@@ -53,7 +53,7 @@ def _findings(project: Path) -> list[tuple[str, str, int]]:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     copy = tmp_path / "keras3_classifier"
-    shutil.copytree(FIXTURE, copy)
+    copy_tree(FIXTURE, copy)
     return copy
 
 

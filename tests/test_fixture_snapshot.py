@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from mplint.testing import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -26,7 +26,7 @@ UPDATE = os.environ.get("MPLINT_UPDATE_SNAPSHOTS") == "1"
 def fixtures_copy(tmp_path_factory) -> Path:
     """A copy, so that no cache or stray file of the checkout changes the output."""
     root = tmp_path_factory.mktemp("snapshot")
-    shutil.copytree(REPO / "fixtures", root / "fixtures", ignore=shutil.ignore_patterns(".mplint_cache", "__pycache__"))
+    copy_tree(REPO / "fixtures", root / "fixtures")
     return root
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 from mplint.cli import main
 from mplint.project.discovery import discover
 from mplint.fixes.writer import write_atomic
+from mplint.testing import copy_tree
 
 FILES = 80
 PADDING = "".join(f"# padding line {i}: keeps each write long enough to be interrupted\n" for i in range(400))
@@ -47,7 +47,7 @@ def expected(tmp_path_factory) -> tuple[Path, dict[str, bytes], dict[str, bytes]
         (pristine / f"mod_{i:03d}.py").write_text(source(i))
     before = {p.name: p.read_bytes() for p in pristine.glob("*.py")}
     fixed_copy = tmp_path_factory.mktemp("fixed") / "project"
-    shutil.copytree(pristine, fixed_copy)
+    copy_tree(pristine, fixed_copy)
     cwd = os.getcwd()
     os.chdir(fixed_copy)
     try:
@@ -61,7 +61,7 @@ def expected(tmp_path_factory) -> tuple[Path, dict[str, bytes], dict[str, bytes]
 
 def fresh_copy(pristine: Path, tmp_path: Path) -> Path:
     project = tmp_path / "project"
-    shutil.copytree(pristine, project)
+    copy_tree(pristine, project)
     return project
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mplint.engine import ipython_syntax
-from mplint.engine.ipython_syntax import LINE_MAGICS, PYTHON_CELL_MAGICS, read_cell, source_lines
+from mplint.engine.ipython_syntax import IPYTHON_LINE_MAGICS, LINE_MAGICS, PYTHON_CELL_MAGICS, read_cell, source_lines
 from mplint.engine.notebooks import Notebook, load
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
@@ -122,12 +122,13 @@ LINE_POOL = [
     "x = 'unterminated", "a[0]?", "z = y != 1", "w = x%y", "#!comment", "! ls", "x = % time f", "x = \\",
     "  %time f()", "def f():", "    return 1", "\tx = 2", "for i in r:", "    %cd /tmp", "    y?", "In [3]: x = 1",
     "   ...: y = 2", "pip install x", "x = [", "!cmd {x} \\", "]",
+    "  >>> x = 1", ">>>", "... ", '    ... z = 3', 'doc = """', '>>> s = """', 'r"""', "uv pip install x", "mamba list",
 ]
 
 
 def test_random_cells_read_as_ipython_reads_them(shell):
     rng = random.Random(17)
-    for _ in range(600):
+    for _ in range(1500):
         text = "\n".join(rng.choice(LINE_POOL) for _ in range(rng.randint(1, 5))) + rng.choice(["", "\n"])
         mine, theirs = ours(text), ipython_view(shell, text)
         if mine is None:
@@ -159,9 +160,26 @@ def test_a_name_of_the_notebook_shadows_an_automagic_command(shell):
     assert ours("cat requirements.txt", frozenset({"cat"})) == "cat requirements.txt\n"
 
 
-def test_core_magics_are_known(shell):
-    """IPython's own line magics and aliases are all commands here (ipykernel's and Colab's come on top)."""
-    assert CORE_LINE_MAGICS and CORE_LINE_MAGICS <= LINE_MAGICS, sorted(CORE_LINE_MAGICS - LINE_MAGICS)
+def test_core_magics_are_ipythons(shell):
+    """mplint's copy of IPython's line magics equals the installed IPython's: a bump of the pinned
+    IPython shows here exactly which magics it added or removed."""
+    assert {"added": sorted(CORE_LINE_MAGICS - IPYTHON_LINE_MAGICS),
+            "removed": sorted(IPYTHON_LINE_MAGICS - CORE_LINE_MAGICS)} == {"added": [], "removed": []}
+
+
+def test_ipython_is_the_pinned_version():
+    """The magics above and the clean-up rules are IPython 9.18's; the test extra pins it."""
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert f'"ipython=={IPython.__version__}"' in pyproject
+
+
+@pytest.mark.parametrize("cell", [
+    "uv pip install tensorflow", "mamba install -y cudnn", "micromamba install cudnn", "!uv pip install \\\n  keras",
+])
+def test_package_manager_lines_are_commands(cell):
+    nb = notebook(cell, "import tensorflow as tf")
+    assert nb.errors == []
+    assert nb.virtual.splitlines()[1].startswith("pass")
 
 
 # -- notebooks: what the rules see, and where it maps back ---------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ EXPECTED = {
 
 def _project(fixture: str, tmp_path: Path) -> Path:
     work = tmp_path / fixture  # outside the repository, whose config excludes fixtures/
-    shutil.copytree(FIXTURES / fixture, work)
+    copy_tree(FIXTURES / fixture, work)
     return work
 
 
@@ -168,6 +167,7 @@ def test_gan_fix_wraps_the_generator_optimizer_at_its_call_site(tmp_path):
 
 LOOP = """\
 import tensorflow as tf
+from mplint.testing import copy_tree
 {imports}
 {policy}
 optimizer = {optimizer}

@@ -8,12 +8,12 @@ to float32 as the reference (a safe fix keeps float32 behaviour). Every run is a
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from mplint.testing import copy_tree
 
 pytest.importorskip("tensorflow")
 
@@ -33,7 +33,7 @@ def _run(script: Path, extra_env: dict | None = None) -> float:
 def _updates(fixture: str, tmp_path: Path, rules: str, env: dict | None = None) -> tuple[float, float, float]:
     """(as written, after mplint --fix, float32 reference)."""
     work = tmp_path / fixture
-    shutil.copytree(FIXTURES / fixture, work)
+    copy_tree(FIXTURES / fixture, work)
     script = work / "train.py"
     original = script.read_text(encoding="utf-8")
     before = _run(script, env)
@@ -63,7 +63,7 @@ def test_library_train_step_override_trains_at_full_speed_after_fix(tmp_path):
     """The override lives in a library package (robustfit/models.py); the example script only compiles and
     fits it under mixed_float16. The fix lands in the library, and the example then trains like float32."""
     work = tmp_path / "fit_library"
-    shutil.copytree(FIXTURES / "fit_library", work)
+    copy_tree(FIXTURES / "fit_library", work)
     library = work / "robustfit" / "models.py"
     original = library.read_text(encoding="utf-8")
     before = _run(work / "train.py")

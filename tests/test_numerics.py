@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow
 from mplint.testing import lint_code
+from mplint.testing import copy_tree
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -24,7 +24,7 @@ def _mplint(folder: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _copy_fixture(name: str, tmp_path: Path) -> Path:
     """A copy of ``fixtures/<name>`` to lint and fix (outside the repository, whose config excludes fixtures/)."""
-    shutil.copytree(FIXTURES / name, tmp_path / name)
+    copy_tree(FIXTURES / name, tmp_path / name)
     return tmp_path / name
 
 

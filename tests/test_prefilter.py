@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import shutil
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from mplint.project.generation import Generation
 from mplint.project.policies import UNKNOWN_POLICY
 from mplint.engine.registry import all_rules
 from mplint.runner import RunOptions, run
+from mplint.testing import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def _keys(diagnostics):
 
 
 def test_fixtures_find_the_same_with_and_without_the_prefilter(tmp_path):
-    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures")
+    copy_tree(REPO / "fixtures", tmp_path / "fixtures")
     every_rule = sorted(load_catalog())
     on = run(RunOptions([tmp_path / "fixtures"], cache=False, jobs=1, select=every_rule))
     off = run(RunOptions([tmp_path / "fixtures"], cache=False, jobs=1, select=every_rule, prefilter=False))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from conftest import write_files
 
 from mplint.cli import main
 from mplint.project.build import project_facts
+from mplint.testing import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,7 +25,7 @@ def _lint(capsys, *args: str) -> tuple[int, list[tuple]]:
 @pytest.fixture
 def fixture(tmp_path, monkeypatch):
     def copy(name: str) -> Path:
-        shutil.copytree(REPO / "fixtures" / name, tmp_path / name)
+        copy_tree(REPO / "fixtures" / name, tmp_path / name)
         monkeypatch.chdir(tmp_path / name)
         return tmp_path / name
     return copy

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from conftest import write_files
 from mplint.cli import main
 from mplint.project.pins import PinFinder, generation_from_pins
 from mplint.project.build import project_facts
+from mplint.testing import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,7 +72,7 @@ def test_the_nearest_pins_above_a_program_win(tmp_path):
 
 
 def test_tf1_programs_are_g0_and_draw_no_keras_findings(tmp_path, monkeypatch, capsys):
-    shutil.copytree(REPO / "fixtures" / "ngc_tf1_estimator", tmp_path / "p")
+    copy_tree(REPO / "fixtures" / "ngc_tf1_estimator", tmp_path / "p")
     monkeypatch.chdir(tmp_path / "p")
     assert _lint(capsys, "--select", "ALL", ".") == []
     (tmp_path / "p" / "Dockerfile").unlink()  # without the image, the code itself says TF1
@@ -82,7 +82,7 @@ def test_tf1_programs_are_g0_and_draw_no_keras_findings(tmp_path, monkeypatch, c
 
 
 def test_experimental_api_in_a_tf_2_8_container_is_a_deprecation_warning(tmp_path, monkeypatch, capsys):
-    shutil.copytree(REPO / "fixtures" / "ngc_tf2_container", tmp_path / "p")
+    copy_tree(REPO / "fixtures" / "ngc_tf2_container", tmp_path / "p")
     monkeypatch.chdir(tmp_path / "p")
     assert _lint(capsys, ".") == [("train.py", "MP501", "warning", 4, 1)]
     (tmp_path / "p" / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:20.10-tf2-py3\n")  # TF 2.3: the right API
@@ -92,7 +92,7 @@ def test_experimental_api_in_a_tf_2_8_container_is_a_deprecation_warning(tmp_pat
 
 
 def test_a_computed_pin_and_a_helper_named_setup_py(tmp_path, monkeypatch, capsys):
-    shutil.copytree(REPO / "fixtures" / "computed_pin", tmp_path / "p")
+    copy_tree(REPO / "fixtures" / "computed_pin", tmp_path / "p")
     monkeypatch.chdir(tmp_path / "p")
     assert _lint(capsys, "--select", "MP502", ".") == []  # Keras 2 API on the Keras 2 that setup.py pins
     assert project_facts(tmp_path / "p")["trainer/task.py"].generation.source == "setup.py pins tensorflow<2.14,>=2.6"

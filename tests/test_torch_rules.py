@@ -3,7 +3,6 @@ separation of the PyTorch and Keras families on the fixtures."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from mplint.engine.registry import all_rules
 from mplint.project.torch_target import torch_target
 from mplint.runner import RunOptions, run
 from mplint.testing import lint_code
+from mplint.testing import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,7 @@ def test_the_prefilter_follows_torch_aliases(rule_id, source):
 
 
 def test_the_families_stay_apart_on_the_fixtures(tmp_path):
-    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures")
+    copy_tree(REPO / "fixtures", tmp_path / "fixtures")
     report = run(RunOptions([tmp_path / "fixtures"], cache=False, jobs=1, select=["MP"]))
     torch_files = {d.path for d in report.diagnostics if d.rule_id.startswith("MPT")}
     keras_files = {d.path for d in report.diagnostics if not d.rule_id.startswith("MPT") and d.rule_id[2] != "0"}

@@ -2,7 +2,7 @@
 
 IPython turns a cell into Python in three steps (``IPython.core.inputtransformer2``
 and ``InteractiveShell.transform_cell``): clean-up (leading blank lines dropped, the
-first line's indentation removed from every line, ``>>>`` and ``In [1]:`` prompts
+indentation common to all lines removed, ``>>>`` and ``In [1]:`` prompts
 removed), cell magics (``%%time``), then one piece of special syntax at a time, the
 earliest first, found on Python's tokens: ``%magic`` and ``!cmd`` at the start of a
 logical line (with their backslash-continued lines), ``x = %magic``, ``x = !cmd``,
@@ -26,17 +26,20 @@ from dataclasses import dataclass
 # Cell magics whose body IPython runs as a cell of Python (through transform_cell).
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
 
-# Line magics and aliases a notebook kernel has without extensions: IPython 8's core
-# magics and POSIX aliases, ipykernel's kernel magics, and Colab's tensorflow_version.
-LINE_MAGICS = frozenset("""
-    alias alias_magic autoawait autocall automagic autosave bookmark cat cd clear colors conda config
-    connect_info cp debug dhist dirs doctest_mode ed edit env gui hist history killbgscripts ldir less lf
-    lk ll load load_ext loadpy logoff logon logstart logstate logstop ls lsmagic lx macro magic man
-    matplotlib mkdir more mv notebook page pastebin pdb pdef pdoc pfile pinfo pinfo2 pip popd pprint
-    precision prun psearch psource pushd pwd pycat pylab qtconsole quickref recall rehashx reload_ext
-    rep rerun reset reset_selective rm rmdir run save sc set_env sx system tb tensorflow_version time
-    timeit unalias unload_ext who who_ls whos xdel xmode
+# IPython's own line magics and aliases, as IPython 9.18 registers them (the version the
+# test extra pins; tests/test_ipython_syntax.py compares this set with the installed one).
+IPYTHON_LINE_MAGICS = frozenset("""
+    alias alias_magic autoawait autocall automagic bookmark cat cd code_wrap colors conda config cp
+    debug dhist dirs doctest_mode ed edit env gui hist history killbgscripts ldir lf lk ll load
+    load_ext loadpy logoff logon logstart logstate logstop ls lsmagic lx macro magic mamba matplotlib
+    micromamba mkdir mv notebook page pastebin pdb pdef pdoc pfile pinfo pinfo2 pip popd pprint
+    precision prun psearch psource pushd pwd pycat pylab quickref recall rehashx reload_ext rep rerun
+    reset reset_selective rm rmdir run save sc set_env sx system tb time timeit unalias unload_ext uv
+    who who_ls whos xdel xmode
 """.split())
+# What a notebook kernel adds: ipykernel's kernel magics, and Colab's tensorflow_version.
+KERNEL_LINE_MAGICS = frozenset("autosave clear connect_info less man more qtconsole tensorflow_version".split())
+LINE_MAGICS = IPYTHON_LINE_MAGICS | KERNEL_LINE_MAGICS
 
 # Line magics that well-known extensions add once a notebook loads them (``%load_ext NAME``).
 EXTENSION_MAGICS = {
@@ -50,10 +53,13 @@ EXTENSION_MAGICS = {
 _LOAD_EXT = re.compile(r"^\s*%?(?:re)?load_ext\s+([\w.]+)")
 
 ESCAPES = frozenset("!?%,;/")  # a logical line starting with one of these is a command
-_PROMPTS = (
-    (re.compile(r"^>>>( |$)"), re.compile(r"^(>>>|\.\.\.)( |$)")),
-    (None, re.compile(r"^(((\[nav\]|\[ins\])?\ )?In\ \[\d+\]:\ |\s*\.{3,}:\ ?)")),
-)
+_IPYTHON_PROMPT = re.compile(r"^(((\[nav\]|\[ins\])?\ )?In\ \[\d+\]:\ |\s*\.{3,}:\ ?)")
+# Pasted doctest prompts (IPython's ``classic_prompt``, in doctest mode since IPython 9).
+_DOCTEST_INITIAL = re.compile(r"^\s*>>>")
+_DOCTEST_PS1 = re.compile(r"^\s*>>>[ \t]?")
+_DOCTEST_PS2 = re.compile(r"^\s*\.\.\.[ \t]?")
+_TRIPLE_QUOTE = re.compile(r"(?<!\\)(\"\"\"|''')")
+_STRING_PREFIX = re.compile(r"(?i)^[rubf]*$")
 _HELP_END = re.compile(r"(%{0,2}(?!\d)[\w*]+(\.(?!\d)[\w*]+|\[-?[0-9]+\])*)(\?\??)$")
 # IPython's split of a line into command and arguments (IPython.core.splitinput.line_split)
 _LINE_SPLIT = re.compile(r"^(\s*)([,;/%]|!!?|\?\??)?\s*(%{0,2}[\w\.\*]*)(.*?$|$)")
@@ -96,8 +102,8 @@ def _read(lines: list[Line], magics: frozenset[str]) -> CellCode | None:
     first = next((i for i, line in enumerate(lines) if line.code.strip()), len(lines))
     body = lines[first:]
     _strip_leading_indent(body)
-    for initial, prompt in _PROMPTS:
-        _strip_prompts(body, initial, prompt)
+    _strip_doctest_prompts(body)
+    _strip_prompts(body, _IPYTHON_PROMPT)
     if body and body[0].code.startswith("%%") and not re.match(r"%%\w+\?", body[0].code):
         name = body[0].code[2:].rstrip().partition(" ")[0]
         if name not in PYTHON_CELL_MAGICS:
@@ -113,23 +119,71 @@ def _read(lines: list[Line], magics: frozenset[str]) -> CellCode | None:
 
 
 def _strip_leading_indent(lines: list[Line]) -> None:
-    if not lines:
-        return
-    indent = re.match(r"[ \t]*", lines[0].code).group(0)
-    if indent:
+    """IPython's ``leading_indent`` is ``textwrap.dedent``: whitespace-only lines are emptied,
+    and the margin common to the other lines is removed from each."""
+    margin = None
+    for line in lines:
+        if not line.code.strip(" \t"):
+            _cut(line, len(line.code))
+            continue
+        indent = re.match(r"[ \t]*", line.code).group(0)
+        if margin is None or margin.startswith(indent):
+            margin = indent
+        elif not indent.startswith(margin):
+            margin = margin[:next(i for i, (a, b) in enumerate(zip(margin, indent)) if a != b)]
+    if margin:
         for line in lines:
-            if line.code.startswith(indent):
-                _cut(line, len(indent))
+            if line.code:
+                _cut(line, len(margin))
 
 
-def _strip_prompts(lines: list[Line], initial, prompt) -> None:
-    if not lines:
-        return
-    if (initial or prompt).match(lines[0].code) or (len(lines) > 1 and prompt.match(lines[1].code)):
+def _strip_prompts(lines: list[Line], prompt: re.Pattern) -> None:
+    if lines and (prompt.match(lines[0].code) or (len(lines) > 1 and prompt.match(lines[1].code))):
         for line in lines:
             m = prompt.match(line.code)
             if m:
                 _cut(line, m.end())
+
+
+def _strip_doctest_prompts(lines: list[Line]) -> None:
+    """``>>>``/``...`` removed outside triple-quoted strings once any line has ``>>>``, then each
+    run of lines that lost a prompt dedented, as IPython 9's ``PromptStripper(doctest=True)``."""
+    inside = _triple_quote_mask([line.code for line in lines])
+    if not any(not kept and _DOCTEST_INITIAL.match(line.code) for line, kept in zip(lines, inside)):
+        return
+    stripped = []
+    for line, kept in zip(lines, inside):
+        m = None if kept else (_DOCTEST_PS1.match(line.code) or _DOCTEST_PS2.match(line.code))
+        if m:
+            _cut(line, m.end())
+        stripped.append(bool(m))
+    start = 0
+    while start < len(lines):
+        end = start
+        while end < len(lines) and inside[end] == inside[start]:
+            end += 1
+        if not inside[start] and any(stripped[start:end]):
+            _strip_leading_indent(lines[start:end])
+        start = end
+
+
+def _triple_quote_mask(codes: list[str]) -> list[bool]:
+    """IPython's heuristic: lines inside a triple-quoted string that did not start after a prompt."""
+    mask: list[bool] = []
+    quote, preserve, seen_prompt = None, False, False
+    for code in codes:
+        mask.append(quote is not None and preserve)
+        for m in _TRIPLE_QUOTE.finditer(code):
+            if quote is None:
+                quote = m.group(1)
+                before = code[:m.start()]
+                rest = _DOCTEST_PS2.sub("", _DOCTEST_PS1.sub("", before, count=1), count=1)
+                preserve = not (rest != before and seen_prompt) and bool(_STRING_PREFIX.match(rest.strip()))
+                mask[-1] = preserve
+            elif quote == m.group(1):
+                quote, preserve = None, False
+        seen_prompt = seen_prompt or bool(_DOCTEST_INITIAL.match(code))
+    return mask
 
 
 def _cut(line: Line, n: int) -> None:

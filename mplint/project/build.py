@@ -134,9 +134,13 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
     )
 
 
-def signature(facts: dict[Path, ProjectFacts]) -> dict:
-    return {path: (f.policy_names, f.global_policy_names, f.generation.value, f.uses_tpu, f.keras_namespaces, f.library_context)
-            for path, f in facts.items()}
+def signature(facts: dict[Path, ProjectFacts]) -> tuple:
+    """What a fix can change in the facts other files are checked with: each module's context, and the
+    project's re-exports and function summaries (a fix that gives a builder a float32 dtype settles its callers)."""
+    per_module = {path: (f.policy_names, f.global_policy_names, f.generation.value, f.uses_tpu, f.keras_namespaces,
+                         f.library_context) for path, f in facts.items()}
+    tables = {id(f.summaries): (f.reexports, f.summaries) for f in facts.values()}
+    return per_module, repr(sorted(repr(t) for t in tables.values()))
 
 
 def project_facts(root: Path, keras: int | None = None, policy: str | None = None) -> dict[str, ProjectFacts]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import sys
 import tempfile
@@ -36,6 +37,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keras", type=int, choices=(2, 3), help="Keras generation of the script (default: detected)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     return p
+
+
+def missing_runtime(keras: int) -> str | None:
+    """What the instrumented run would fail to import here, as one line saying what to install."""
+    needed = ("numpy", "tensorflow", "tf_keras" if keras == 2 else "keras")
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (f"mplint verify runs the script with TensorFlow, and {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed in this environment: install mplint's runtime "
+            f'extra (python3 -m pip install ".[runtime]" in mplint\'s folder)')
 
 
 def _failure(run: RunResult, script: Path) -> dict:
@@ -184,6 +196,10 @@ def main(argv: list[str]) -> int:
         print("mplint verify: error: --timeout must be positive", file=sys.stderr)
         return EXIT_UNVERIFIED
     keras = args.keras or detect_keras(script)
+    missing = missing_runtime(keras)
+    if missing:
+        print(f"mplint verify: error: {missing}", file=sys.stderr)
+        return EXIT_UNVERIFIED
     options = RunOptions(steps=args.steps, seed=args.seed, timeout=args.timeout, keras=keras,
                          source_dir=str(script.resolve().parent), memory_limit_mb=args.memory_limit)
     doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
