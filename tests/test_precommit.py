@@ -1,19 +1,23 @@
-"""The pre-commit hooks, installed from this working tree by the real pre-commit tool.
+"""The pre-commit hooks, run by the real pre-commit tool, in both setups docs/ci.md gives.
 
-The working tree (tracked and untracked, not ignored) is copied into a scratch
-git repository that a user project's .pre-commit-config.yaml points to; pre-commit
-builds its own virtualenv from it with pip (needs the package index).
+- The local hook: docs/ci.md's `repo: local` configuration, verbatim, with `mplint` on PATH
+  running this working tree (as after `pip install /path/to/mplint`). No network.
+- The hook manifest: the working tree (tracked and untracked, not ignored) is copied into a
+  scratch git repository that a user project's .pre-commit-config.yaml points to; pre-commit
+  builds its own virtualenv from it with pip (needs the package index).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 REPO = Path(__file__).resolve().parent.parent
 BAD = (
@@ -48,16 +52,43 @@ def _hook_repo(tmp: Path) -> tuple[Path, str]:
     return hooks, _git(hooks, "rev-parse", "HEAD").stdout.strip()
 
 
+def _documented_local_hooks() -> str:
+    """The `repo: local` configuration of docs/ci.md."""
+    fences = MarkdownIt().parse((REPO / "docs" / "ci.md").read_text(encoding="utf-8"))
+    [config] = [t.content for t in fences if t.type == "fence" and t.info == "yaml" and "repo: local" in t.content]
+    return config
+
+
+def _mplint_on_path(tmp: Path) -> str:
+    """A bin folder whose `mplint` runs this working tree's mplint, as an installed console script would."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "mplint"
+    script.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {shlex.quote(sys.executable)} -m mplint "$@"\n')
+    script.chmod(0o755)
+    return str(bin_dir)
+
+
+def test_documented_local_hooks_fail_on_a_bad_commit_and_pass_after_the_fix(tmp_path):
+    pytest.importorskip("pre_commit")
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "cache"))
+    env["PATH"] = _mplint_on_path(tmp_path) + os.pathsep + env["PATH"]
+    _commit_blocked_then_fixed(tmp_path, _documented_local_hooks(), env)
+
+
 def test_hooks_fail_on_a_bad_commit_and_pass_after_the_fix(tmp_path):
     pytest.importorskip("pre_commit")
     hooks, rev = _hook_repo(tmp_path)
+    config = f"repos:\n- repo: {hooks}\n  rev: {rev}\n  hooks:\n  - id: mplint\n  - id: mplint-fix\n    stages: [manual]\n"
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "cache"), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    _commit_blocked_then_fixed(tmp_path, config, env)
+
+
+def _commit_blocked_then_fixed(tmp_path: Path, config: str, env: dict) -> None:
     project = tmp_path / "project"
     project.mkdir()
     _git(project, "init", "-q")
-    (project / ".pre-commit-config.yaml").write_text(
-        f"repos:\n- repo: {hooks}\n  rev: {rev}\n  hooks:\n  - id: mplint\n  - id: mplint-fix\n    stages: [manual]\n"
-    )
-    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "cache"), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    (project / ".pre-commit-config.yaml").write_text(config)
     env.pop("CI", None)
     pre_commit = [sys.executable, "-m", "pre_commit"]
     _run([*pre_commit, "install"], project, env)

@@ -1,11 +1,28 @@
-"""The README stays true: its rule table is the catalog's, its test command is what CI runs."""
+"""The README stays true: its rule table is the catalog's, its test command is what CI runs, and the output its
+quick start shows is what `mplint fixtures/` prints (the reviewed snapshot of tests/test_fixture_snapshot.py)."""
 
 from __future__ import annotations
 
 import re
 
+from markdown_it import MarkdownIt
+
 from mplint.cli import rules_markdown
 from conftest import REPO
+
+SNAPSHOT = REPO / "tests" / "snapshots" / "fixtures.txt"
+
+
+def _quick_start_fences() -> list[tuple[str, str]]:
+    """(info, content) of each fenced block of the README's "Quick start" section."""
+    tokens = MarkdownIt().parse((REPO / "README.md").read_text())
+    fences, inside = [], False
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open" and token.tag == "h2":
+            inside = tokens[i + 1].content == "Quick start"
+        elif inside and token.type == "fence":
+            fences.append((token.info, token.content))
+    return fences
 
 
 def test_readme_rule_table_matches_the_catalog():
@@ -18,8 +35,30 @@ def test_readme_quick_start_commands_are_what_ci_runs():
     readme = (REPO / "README.md").read_text()
     commands = re.findall(r"```bash\n(.+?)\n```", readme.split("## Quick start", 1)[1].split("##", 1)[0])
     assert commands == ['python3 -m pip install . && mplint fixtures/', 'python3 -m pip install -e ".[test]" && python3 -m pytest']
+    assert [content.strip() for info, content in _quick_start_fences() if info == "bash"] == commands
     ci = (REPO / ".ci" / "run").read_text()
     assert 'python3 -m pip install --quiet -e ".[test]"' in ci and ci.rstrip().endswith("python3 -m pytest")
     # the first command runs first (twice), so the suite meets the caches it leaves in fixtures/
     order = [ci.index(step) for step in ("pip install --quiet .\n", "mplint fixtures/", 'pip install --quiet -e ".[test]"')]
     assert order == sorted(order)
+
+
+def _matches(shown: str, printed: str) -> bool:
+    """A shown line is the printed one, or its beginning when the README cuts the message with " ..."."""
+    return printed.startswith(shown[: -len(" ...")]) if shown.endswith(" ...") else printed == shown
+
+
+def test_readme_quick_start_output_is_what_mplint_prints():
+    [excerpt] = [content for info, content in _quick_start_fences() if info == "console"]
+    printed = SNAPSHOT.read_text(encoding="utf-8").splitlines()
+    *chunks, summary = excerpt.rstrip("\n").split("\n...\n")
+    assert summary == printed[-1] and summary.startswith("Found ")
+    assert len(chunks) >= 3
+    for chunk in chunks:
+        shown = chunk.splitlines()
+        starts = [i for i in range(len(printed) - len(shown) + 1)
+                  if all(_matches(s, p) for s, p in zip(shown, printed[i:i + len(shown)]))]
+        assert starts, f"the README shows output mplint does not print:\n{chunk}"
+    marks = {re.search(r": MPT?\d+( \[[*-]\])? ", chunk).group(1) for chunk in chunks}
+    assert marks == {None, " [*]", " [-]"}  # every mark the README explains is shown
+

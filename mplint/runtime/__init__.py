@@ -1,6 +1,7 @@
 """Mixed precision at run time: pick the policy for this hardware, scale losses, check built models.
 
-TensorFlow is optional for mplint (``pip install mplint[runtime]``); it is imported only when
+TensorFlow is optional for mplint (the ``runtime`` extra: ``python3 -m pip install ".[runtime]"`` in a clone
+of mplint); it is imported only when
 one of these functions is called.
 """
 
