@@ -223,13 +223,18 @@ def _print_diff(report, out) -> bool:
                 before = next(c.text for c in result.notebook.cells if c.index == cell)
                 out.writelines(difflib.unified_diff(
                     _lines(before), _lines(after),
-                    f"a/{result.path}:cell {cell}", f"b/{result.path}:cell {cell}",
+                    _diff_label("a", f"{result.path}:cell {cell}"), _diff_label("b", f"{result.path}:cell {cell}"),
                 ))
             continue
         before = _decode(result.original_source).splitlines(keepends=True)
         after = _decode(result.fixed_source).splitlines(keepends=True)
-        out.writelines(difflib.unified_diff(before, after, f"a/{result.path}", f"b/{result.path}"))
+        out.writelines(difflib.unified_diff(before, after, _diff_label("a", result.path), _diff_label("b", result.path)))
     return changed
+
+
+def _diff_label(side: str, path: str) -> str:
+    """git's ``a/``/``b/`` prefixes for a path relative to where mplint ran; an absolute path stays as it is."""
+    return path if os.path.isabs(path) else f"{side}/{path}"
 
 
 def rules_markdown() -> str:

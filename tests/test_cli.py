@@ -160,3 +160,17 @@ def test_stdin_reads_the_cache_and_never_writes_it(tmp_path, monkeypatch, capsys
     code, doc = run_json(["--stdin-filename", "b.py", "."], capsys)
     assert (code, [(d["path"], d["rule"]) for d in doc["diagnostics"]]) == (1, [("b.py", "MP101")])
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")} == stamps
+
+
+def test_diff_labels_relative_paths_like_git_and_absolute_paths_as_given(tmp_path, monkeypatch, capsys):
+    code = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("float16")\n'
+    (tmp_path / "p").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(make(tmp_path / "p", {"train.py": code}))
+    assert main(["--diff", "--select", "MP602", "train.py"]) == 1
+    relative = capsys.readouterr().out.splitlines()[:2]
+    monkeypatch.chdir(make(tmp_path / "elsewhere", {}))
+    assert main(["--diff", "--select", "MP602", str(tmp_path / "p" / "train.py")]) == 1
+    absolute = capsys.readouterr().out.splitlines()[:2]
+    assert (relative, absolute) == (["--- a/train.py", "+++ b/train.py"],
+                                    [f"--- {tmp_path}/p/train.py", f"+++ {tmp_path}/p/train.py"])
