@@ -73,7 +73,9 @@ def test_requirements_pin_below_2_16_silences_mp502(tmp_path, capsys):
     project = _project(tmp_path / "p", KERAS2_LOOP, **{"requirements.txt": "numpy\ntensorflow<2.16\n"})
     code, report = _check(capsys, str(project), "--select", "MP502")
     assert (code, _found(report)) == (0, [])
-    assert report["projects"][0]["keras_generation"] == {"value": 2, "source": "requirements.txt pins tensorflow<2.16"}
+    assert report["projects"][0]["keras_generation"] == {
+        "value": 2, "oldest": 1, "label": "G1 (TF 2.1-2.3) or Keras 2 (TF 2.0-2.15)",
+        "source": "requirements.txt pins tensorflow<2.16"}
 
 
 def test_pyproject_dependency_keeps_mp502(tmp_path, capsys):

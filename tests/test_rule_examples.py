@@ -45,9 +45,11 @@ def test_flagged_example(meta, example):
     if example.fixed is None:  # the rule offers no fix in this case, and says so
         assert all(d.fix_safety is FixSafety.NONE for d in found.diagnostics if d.rule_id == meta.id)
         return
-    # A fix's declared safety is its rule's catalog safety: a safe rule's fix must apply without --unsafe-fixes.
-    assert {d.fix_safety for d in found.diagnostics if d.rule_id == meta.id and d.fixable} <= {meta.fix_safety}
-    unsafe = meta.fix_safety is FixSafety.UNSAFE
+    # A fix's declared safety is its rule's catalog safety (a safe rule's fix must apply without --unsafe-fixes),
+    # except in an example marked `unsafe: true`: a fix that holds on part of the target range only.
+    unsafe = meta.fix_safety is FixSafety.UNSAFE or bool(example.settings.get("unsafe"))
+    expected = FixSafety.UNSAFE if example.settings.get("unsafe") else meta.fix_safety
+    assert {d.fix_safety for d in found.diagnostics if d.rule_id == meta.id and d.fixable} <= {expected}
     fixed = lint_code(example.code, select=[meta.id], fix=True, unsafe_fixes=unsafe, **kwargs)
     assert fixed.fixed_code == example.fixed
     assert [d for d in fixed.diagnostics if d.rule_id == meta.id] == []

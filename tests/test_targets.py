@@ -23,20 +23,21 @@ def _lint(capsys, *args: str) -> list[tuple]:
     return [(d["path"], d["rule"], d["severity"], d["start"]["line"], d["start"]["column"]) for d in doc["diagnostics"]]
 
 
-@pytest.mark.parametrize("image,value,source", [
-    ("nvcr.io/nvidia/tensorflow:20.06-tf1-py3", 0, "tensorflow==1.15.*"),
-    ("nvcr.io/nvidia/tensorflow:20.06-tf2-py3", 1, "tensorflow==2.2.0"),
-    ("nvcr.io/nvidia/tensorflow:22.03-tf2-py3", 2, "tensorflow==2.8.0"),
-    ("nvcr.io/nvidia/tensorflow:23.10-tf2-py3", 2, "tensorflow==2.13.0"),
-    ("tensorflow/tensorflow:2.8.0-gpu", 2, "tensorflow==2.8.0"),
-    ("tensorflow/tensorflow:2.3.1-gpu-jupyter", 1, "tensorflow==2.3.1"),
-    ("tensorflow/tensorflow:2.16.1", 3, "tensorflow==2.16.1"),
-    ("gcr.io/deeplearning-platform-release/tf2-gpu.2-8", 2, "tensorflow==2.8.*"),
+@pytest.mark.parametrize("image,value,tf", [
+    ("nvcr.io/nvidia/tensorflow:20.06-tf1-py3", 0, "TF 1.15"),
+    ("nvcr.io/nvidia/tensorflow:20.06-tf2-py3", 1, "TF 2.2"),
+    ("nvcr.io/nvidia/tensorflow:21.02-tf2-py3", 2, "TF 2.4"),
+    ("nvcr.io/nvidia/tensorflow:22.03-tf2-py3", 2, "TF 2.8"),
+    ("nvcr.io/nvidia/tensorflow:23.10-tf2-py3", 2, "TF 2.13"),
+    ("tensorflow/tensorflow:2.8.0-gpu", 2, "TF 2.8"),
+    ("tensorflow/tensorflow:2.3.1-gpu-jupyter", 1, "TF 2.3"),
+    ("tensorflow/tensorflow:2.16.1", 3, "TF 2.16"),
+    ("gcr.io/deeplearning-platform-release/tf2-gpu.2-8", 2, "TF 2.8"),
 ])
-def test_container_images_name_their_tensorflow(tmp_path, image, value, source):
+def test_container_images_name_their_tensorflow(tmp_path, image, value, tf):
     (tmp_path / "Dockerfile").write_text(f"FROM python:3.10 AS build\nRUN pip wheel .\nFROM {image}\nCOPY . /app\n")
     found = generation_from_pins(tmp_path)
-    assert (found.value, found.source) == (value, f"Dockerfile (FROM {image}) pins {source}")
+    assert (found.value, found.low, found.source) == (value, value, f"{image} in Dockerfile: {tf}")
 
 
 @pytest.mark.parametrize("files,expected", [
@@ -125,13 +126,13 @@ def test_show_facts_prints_each_program(monkeypatch, capsys):
     assert main(["--show-facts", "--no-cache", "."]) == 0
     assert capsys.readouterr().out == (
         f"project {(REPO / 'fixtures' / 'gpu_tpu_scripts').as_posix()} (3 files)\n"
-        "  target for every program: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "  target for every program: Keras 3 (TF >= 2.16) (requirements.txt pins tensorflow>=2.16)\n"
         "  program train_gpu.py (reaches 2 modules)\n"
         "    policy mixed_float16 set at train_gpu.py:8\n"
-        "    target: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "    target: Keras 3 (TF >= 2.16) (requirements.txt pins tensorflow>=2.16)\n"
         "  program train_tpu.py (reaches 2 modules)\n"
         "    policy mixed_bfloat16 set at train_tpu.py:11\n"
-        "    target: Keras 3 (requirements.txt pins tensorflow>=2.16)\n"
+        "    target: Keras 3 (TF >= 2.16) (requirements.txt pins tensorflow>=2.16)\n"
         "    TPU: train_tpu.py:8, train_tpu.py:9, train_tpu.py:10\n"
     )
 

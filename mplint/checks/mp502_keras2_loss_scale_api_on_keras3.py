@@ -19,7 +19,7 @@ from mplint.analysis.loss_scale_api import (
     LossScaleOptimizerNames,
     loss_scale_optimizer_call,
 )
-from mplint.diagnostics import Fix
+from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 
@@ -38,12 +38,16 @@ class Keras2LossScaleApiOnKeras3(Rule):
 
     @classmethod
     def active_for(cls, facts) -> bool:
-        return facts.generation.value == 3
+        return facts.generation.admits(3)  # the range includes Keras 3
 
     def __init__(self, context):
         super().__init__(context)
         gen = context.facts.generation
         self.target = f"target {gen.label}, from {gen.source}"
+        # Where the range admits Keras 2 too, the Keras 2 API is right there: the Keras 3 rewrite holds on part of it.
+        self.safety = FixSafety.SAFE if gen.low == 3 else FixSafety.UNSAFE
+        if gen.low < 3:
+            self.target += "; the fix holds on Keras 3 only: set the target or pin TensorFlow >= 2.16 to make it safe"
         self._own_methods: set[str] | None = None
         self._bound: dict | None = None
 
@@ -75,14 +79,14 @@ class Keras2LossScaleApiOnKeras3(Rule):
             return
         if name == "get_scaled_loss":
             self.report(node.attr, f"`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use "
-                                   f"`scale_loss` ({self.target})", Fix({node: node.with_changes(attr=cst.Name("scale_loss"))}))
+                                   f"`scale_loss` ({self.target})", Fix({node: node.with_changes(attr=cst.Name("scale_loss"))}, self.safety))
             return
         message = (f"`get_unscaled_gradients` does not exist on Keras 3's LossScaleOptimizer (AttributeError): its "
                    f"`apply_gradients` unscales the gradients itself, so pass them on unchanged ({self.target})")
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             self.report(node.attr, message)
             return
-        self.report(node.attr, message, Fix(self._drop_unscale(call)))
+        self.report(node.attr, message, Fix(self._drop_unscale(call), self.safety))
 
     def _drop_unscale(self, call: cst.Call) -> dict:
         """``grads = opt.get_unscaled_gradients(grads)`` goes; elsewhere the call becomes its argument."""
@@ -120,9 +124,9 @@ class Keras2LossScaleApiOnKeras3(Rule):
         call = self.context.parent(node)
         if name == "loss_scale" and isinstance(call, cst.Call) and call.func is node and not call.args:
             # G1's `opt.loss_scale()` called the LossScale object for its value; `dynamic_scale` is that value.
-            fix = Fix({call: renamed.with_changes(lpar=call.lpar, rpar=call.rpar)})
+            fix = Fix({call: renamed.with_changes(lpar=call.lpar, rpar=call.rpar)}, self.safety)
         else:
-            fix = None if target else Fix({node: renamed})
+            fix = None if target else Fix({node: renamed}, self.safety)
         self.report(node.attr, f"{message} ({self.target})", fix)
 
     def _is_target(self, node: cst.CSTNode) -> bool:

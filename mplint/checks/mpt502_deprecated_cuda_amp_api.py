@@ -9,7 +9,9 @@ import libcst as cst
 from mplint.analysis.call_args import keyword_arg
 from mplint.analysis.torch_amp import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
+from mplint.analysis.version_guards import branch_admits
 from mplint.engine.names import dotted
+from mplint.knowledge.api_versions import torch_since
 from mplint.project.torch_target import torch_target
 
 # deprecated path -> (device, new name)
@@ -75,17 +77,24 @@ class DeprecatedCudaAmpApi(TorchRule):
         return False
 
     def _report(self, node, func, found, call: cst.Call | None) -> None:
-        if self._in_compatibility_branch(node):
-            return
+        if self._in_compatibility_branch(node) or branch_admits(self.context, node, "torch", "2.4") is False:
+            return  # code for older torch, or a branch that never runs on torch >= 2.4
         path, device, name = found
         new = self._new_spelling(call, device, name)
         message = (f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning): write "
-                   f"`{self.code(new) if new is not None else f'torch.amp.{name}'}`")
+                   f"`{self.code(new) if new is not None else f'torch.amp.{name}'}` (target "
+                   f"{self.target.described})")
+        since = torch_since(f"torch.amp.{name}")
         fix = None
-        if not self.target.at_least("2.4"):
-            message += f"; no automatic fix: {self.target.source} admits torch < 2.4"
-        elif new is not None:
-            fix = self._fix(node, func, new)
+        from mplint.engine.check import in_compatibility_branch  # the engine's own test of a version gate
+
+        if in_compatibility_branch(self.context, node):
+            message += "; no automatic fix: a version test guards this code"
+        elif new is not None and self.target.at_least(since):
+            fix = self._fix(node, func, new, FixSafety.SAFE)
+        elif new is not None:  # right on part of the range only
+            message += f"; the fix holds for torch >= {since} only"
+            fix = self._fix(node, func, new, FixSafety.UNSAFE)
         self.report(node, message, fix)
 
     def _new_spelling(self, call: cst.Call | None, device: str, name: str) -> cst.BaseExpression | None:
@@ -111,13 +120,13 @@ class DeprecatedCudaAmpApi(TorchRule):
         args = [a.with_changes(comma=comma) for a in args[:-1]] + [args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
         return cst.Call(func, args)
 
-    def _fix(self, node, func, new: cst.Call) -> Fix:
+    def _fix(self, node, func, new: cst.Call, safety: FixSafety) -> Fix:
         replacements = {node: new}
         if isinstance(func, cst.Name):
             removal = self._import_removal(func)
             if removal is not None:
                 replacements.update(removal)
-        return Fix(replacements, FixSafety.SAFE, imports=[ImportSpec("torch")])
+        return Fix(replacements, safety, imports=[ImportSpec("torch")])
 
     def _rewritten(self, reference: cst.CSTNode) -> bool:
         """Whether this rule's fix rewrites the use ``reference`` (so the import it came from can go)."""

@@ -9,7 +9,7 @@ def render(report, stream: TextIO) -> None:
     for project in report.projects:
         stream.write(f"project {project.root.as_posix()} ({project.files} files)\n")
         if project.generation:
-            stream.write(f"  target for every program: {_label(project.generation['value'])} ({project.generation['source']})\n")
+            stream.write(f"  target for every program: {project.generation['label']} ({project.generation['source']})\n")
         programs = sorted(project.programs, key=lambda p: (not p["policies"], p["entry"]))
         for program in programs:
             count = program["modules"]
@@ -20,12 +20,11 @@ def render(report, stream: TextIO) -> None:
             else:
                 stream.write("    policy: none set (float32)\n")
             generation = program["keras_generation"]
-            stream.write(f"    target: {_label(generation['value'])} ({generation['source']})\n")
+            stream.write(f"    target: {generation['label']} ({generation['source']})\n")
+            if program.get("torch"):
+                stream.write(f"    torch: {program['torch']['label']} ({program['torch']['source']})\n")
             if program["tpu"]:
                 stream.write(f"    TPU: {', '.join(program['tpu'][:3])}{' ...' if len(program['tpu']) > 3 else ''}\n")
         if not programs:
             stream.write("  no programs (no notebook, script, __main__ module or test): library code only\n")
 
-
-def _label(value: int) -> str:
-    return {0: "G0 (TF1)", 1: "G1 (TF 2.1-2.3)", 2: "Keras 2", 3: "Keras 3"}[value]

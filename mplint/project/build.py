@@ -66,7 +66,7 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
     key = None
     if cache is not None and digests is not None:
         key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), configured, policy,
-                           str(config.root), pin_files_digest(config.root))
+                           str(config.root), pin_files_digest(config.root, sources))
         cached = cache.module_facts(key)
         if cached is not None:
             by_display, summary = cached
@@ -84,8 +84,7 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
     summary = ProjectSummary(
         config.root, len(modules),
         [_program_record(p, by_display[p.entry.display]) for p in model.programs],
-        {"value": configured.value, "source": configured.source} if configured
-        else {"value": pinned.value, "source": pinned.source} if pinned else None,
+        _target_record(configured or pinned) if configured or pinned else None,
     )
     if key is not None:
         cache.store_module_facts(key, by_display, summary)
@@ -97,10 +96,26 @@ def _program_record(program, facts: ProjectFacts) -> dict:
     return {
         "entry": program.entry.display,
         "policies": [{"policy": s.policy, "path": s.path, "line": s.line} for s in program.sites],
-        "keras_generation": {"value": facts.generation.value, "source": facts.generation.source},
+        "keras_generation": _target_record(facts.generation),
+        "torch": _torch_record(program),
         "tpu": [f"{path}:{line}" for path, line in sorted(program.tpu_sites)],
         "modules": len(program.parents),
     }
+
+
+def _target_record(generation: Generation) -> dict:
+    """A target as ``--show-facts`` and JSON give it: the range (newest ``value``, ``oldest``), its label and evidence."""
+    return {"value": generation.value, "oldest": generation.low, "label": generation.label, "source": generation.source}
+
+
+def _torch_record(program) -> dict | None:
+    """The torch range of a program whose modules import torch (None for the others)."""
+    if not any(i.module.split(".")[0] == "torch" for m in program.parents for i in m.facts.imports):
+        return None
+    from mplint.project.torch_target import torch_target
+
+    target = torch_target(program.entry.path)
+    return {"label": target.label, "source": target.source if target.pinned else "no torch pin"}
 
 
 def configured_target(config: Config, target: str | None = None, keras: int | None = None) -> Generation | None:
@@ -114,13 +129,6 @@ def configured_target(config: Config, target: str | None = None, keras: int | No
     if config.keras:
         return Generation(config.keras, f"keras = {config.keras} in the mplint config", "config")
     return None
-
-
-def _pin_files(root: Path) -> list[Path]:
-    """Files whose change may change a target: the project's pin sources (their content is hashed into keys)."""
-    patterns = ("requirements*.txt", "requirements/*.txt", "pyproject.toml", "setup.py", "setup.cfg", "environment.y*ml",
-                "Pipfile", "Dockerfile*", "*.Dockerfile", "**/requirements*.txt", "**/Dockerfile*", "**/pyproject.toml")
-    return sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file() and ".mplint_cache" not in p.parts})
 
 
 def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
@@ -157,10 +165,21 @@ def project_facts(root: Path, keras: int | None = None, policy: str | None = Non
 
 
 
-def pin_files_digest(root: Path) -> str:
-    """One digest of every pin source of the project: a changed pin changes targets without changing code."""
+def pin_files_digest(root: Path, sources: list[SourcePath] = ()) -> str:
+    """One digest of every file the pin finder may read for the project's files (the folders from each file up
+    to the root, and what their pin files include, at any depth): a changed pin changes targets without changing
+    code."""
+    from mplint.project.pins import pin_files
+
+    root = root.resolve()
+    folders = {root}
+    for source in sources:
+        folder = source.path.resolve().parent
+        while folder not in folders and folder.is_relative_to(root):
+            folders.add(folder)
+            folder = folder.parent
     parts = []
-    for path in _pin_files(root):
+    for path in sorted(p for p in pin_files(folders) if ".mplint_cache" not in p.parts):
         try:
             parts.append((str(path), content_hash(path.read_bytes())))
         except OSError:

@@ -1,7 +1,8 @@
 """The Keras generation a program targets: G1 (TF 2.1-2.3), G2 (Keras 2) or G3 (Keras 3).
 
 One detector for the linter, ``mplint.runtime`` and ``mplint verify``: config first, then
-the project's pins, then the program's own imports, then Keras 3.
+the project's pins, then the program's own imports. Each is a *range* of generations (``oldest`` to
+``value``): a pin ``tensorflow>=2.6`` admits Keras 2 and Keras 3; no evidence admits every supported one.
 """
 
 from __future__ import annotations
@@ -16,13 +17,29 @@ class Generation:
     # config | pin-tf-keras | pin-keras | pin-tensorflow | imports | default
     origin: str = "default"
     tf_newest: str = ""  # the newest TensorFlow the pins allow, when they say ("2.8.0")
+    oldest: int = -1  # the oldest generation of the range; -1: ``value`` alone
+    tf_range: str = ""  # the TensorFlow versions the evidence admits, when it names them ("TF 2.4", "TF >= 2.6")
+
+    @property
+    def low(self) -> int:
+        return self.value if self.oldest < 0 else self.oldest
+
+    def admits(self, generation: int) -> bool:
+        return self.low <= generation <= self.value
 
     @property
     def label(self) -> str:
-        return {0: "G0 (TF1)", 1: "G1 (TF 2.1-2.3 experimental API)", 2: "Keras 2", 3: "Keras 3"}[self.value]
+        """The range: "Keras 2", "Keras 2 or Keras 3 (TF >= 2.6)"."""
+        names = " or ".join(_NAMES[g] for g in range(self.low, self.value + 1))
+        return f"{names} ({self.tf_range})" if self.tf_range else names
 
 
-DEFAULT = Generation(3, "no pin or config: Keras 3, what a current TensorFlow installs (set keras = 2 to target Keras 2)")
+_NAMES = {0: "G0 (TF1)", 1: "G1 (TF 2.1-2.3)", 2: "Keras 2", 3: "Keras 3"}
+
+# Nothing says which TensorFlow runs the code: every supported one may. ``value`` stays the newest, which decides
+# what a rule looks for; fixes that hold on part of the range only are unsafe.
+DEFAULT = Generation(3, "no pin, config or Keras import: any supported TensorFlow (set `target` or pin tensorflow)",
+                     "default", oldest=1, tf_range="TF >= 2.1")
 
 
 # TF_USE_LEGACY_KERAS values that select Keras 2, for code read statically and for the running process alike.

@@ -3,8 +3,10 @@
 Every source is read with a real parser: requirements files (``-r`` includes, ``-c``
 constraints) with ``packaging``, PEP 621 and Poetry tables with ``tomllib``, the
 ``install_requires`` of the project's own packaging script (a ``setup()`` call, evaluated for
-constants, names and ``+``), setup.cfg, conda environment files, Pipfiles, and the ``FROM``
-image of a Dockerfile (NGC ``YY.MM-tf1/tf2`` tags and official ``tensorflow/tensorflow:X.Y``).
+constants, names and ``+``), setup.cfg, conda environment files, Pipfiles, the ``Requires-Dist`` of an unpacked distribution's
+PKG-INFO/METADATA, and the image of the stage a Dockerfile runs (``ARG``/``ENV`` substituted; NGC
+``YY.MM`` tags mapped through ``mplint.knowledge.ngc_images``, official ``tensorflow/tensorflow:X.Y`` and
+``pytorch/pytorch:X.Y.Z-...``).
 """
 
 from __future__ import annotations
@@ -34,18 +36,10 @@ def _samples(package: str) -> tuple[Version, ...]:
 
     if package == "keras":
         return tuple(Version(v) for v in ("2.4.0", "2.15.0", "3.0.0", "3.20.0", "4.0.0"))
-    return (Version("1.15.0"), *(Version(f"2.{minor}.0") for minor in range(0, 40)))
+    return tuple(Version(f"2.{minor}.0") for minor in range(0, 40))  # TF1 only where a pin names it
 
-# NVIDIA's TensorFlow containers (Frameworks Support Matrix): release YY.MM of the tf2 flavour -> TensorFlow.
-# The tf1 flavour always ships TensorFlow 1.15.
-_NGC_TF2 = [
-    ((19, 10), "2.0.0"), ((20, 1), "2.1.0"), ((20, 6), "2.2.0"), ((20, 10), "2.3.1"), ((21, 2), "2.4.0"),
-    ((21, 6), "2.5.0"), ((21, 9), "2.6.0"), ((21, 12), "2.7.0"), ((22, 3), "2.8.0"), ((22, 6), "2.9.1"),
-    ((22, 10), "2.10.0"), ((23, 1), "2.11.0"), ((23, 4), "2.12.0"), ((23, 7), "2.13.0"), ((23, 11), "2.14.0"),
-    ((24, 2), "2.15.0"), ((24, 7), "2.16.1"), ((25, 1), "2.17.0"),
-]
 _DOCKERFILE = re.compile(r"^(?:Dockerfile(?:[.-].*)?|.*\.[Dd]ockerfile)$")
-_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.M | re.I)
+_METADATA_FILES = ("PKG-INFO", "METADATA")
 
 
 @dataclass(frozen=True)
@@ -199,6 +193,16 @@ def _setup_py(path: Path) -> list[Requirement]:
             value = _evaluate(stmt.value, names)
             if value is not None:
                 names[stmt.targets[0].id] = value
+        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) and isinstance(stmt.target, ast.Name):
+            value = _evaluate(ast.BinOp(ast.Name(stmt.target.id), ast.Add(), stmt.value), names)
+            if value is not None:  # reqs += [...]
+                names[stmt.target.id] = value
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+            container, key = _evaluate(stmt.targets[0].value, names), _evaluate(stmt.targets[0].slice, names)
+            if isinstance(container, dict) and isinstance(key, str):  # requirements["gpu"] = [...]
+                container[key] = _evaluate(stmt.value, names)
+        elif isinstance(stmt, ast.Expr) and _list_growth(stmt.value, names):
+            continue
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             func = stmt.value.func
             if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) == "setup":
@@ -212,6 +216,19 @@ def _setup_py(path: Path) -> list[Requirement]:
             elif kw.arg == "extras_require" and isinstance(value, dict):
                 specs += [v for extra in value.values() if isinstance(extra, list) for v in extra if isinstance(v, str)]
     return [r for r in map(_requirement, specs) if r is not None]
+
+
+def _list_growth(call: ast.expr, names: dict) -> bool:
+    """``reqs.append("x")`` / ``reqs.extend([...])`` on a list bound by name: applied to it."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+            and isinstance(names.get(call.func.value.id), list) and len(call.args) == 1):
+        return False
+    value = _evaluate(call.args[0], names)
+    if call.func.attr == "append" and isinstance(value, str):
+        names[call.func.value.id] = [*names[call.func.value.id], value]
+    elif call.func.attr == "extend" and isinstance(value, list):
+        names[call.func.value.id] = [*names[call.func.value.id], *value]
+    return True
 
 
 def _top_statements(body: list[ast.stmt]):
@@ -236,52 +253,162 @@ def _evaluate(node: ast.AST, names: dict):
         left, right = _evaluate(node.left, names), _evaluate(node.right, names)
         if isinstance(left, str) and isinstance(right, str) or isinstance(left, list) and isinstance(right, list):
             return left + right
+    if isinstance(node, ast.Subscript):  # requirements["install"], EXTRAS["tf"][0]
+        container, key = _evaluate(node.value, names), _evaluate(node.slice, names)
+        if isinstance(container, dict) and isinstance(key, str):
+            return container.get(key)
+        if isinstance(container, list) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
+            return container[node.slice.value] if -len(container) <= node.slice.value < len(container) else None
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("dict", "list") and not node.args:
+        return {kw.arg: _evaluate(kw.value, names) for kw in node.keywords if kw.arg} if node.func.id == "dict" else []
     if isinstance(node, ast.JoinedStr):
         parts = [_evaluate(v.value if isinstance(v, ast.FormattedValue) else v, names) for v in node.values]
         return "".join(parts) if all(isinstance(p, str) for p in parts) else None
     return None
 
 
-def _image_requirement(image: str) -> Requirement | None:
-    """The TensorFlow a container image ships, as a requirement (``tensorflow==2.8.*``)."""
+def _image_requirements(image: str) -> list[Requirement]:
+    """What a container image ships, as requirements (``tensorflow==2.8.0``, ``torch==1.9.0a0``)."""
+    from mplint.knowledge import ngc_images
+
     name, _, tag = image.partition(":")
-    if name.endswith("nvidia/tensorflow"):
-        m = re.match(r"(\d{2})\.(\d{2})-tf([12])", tag)
-        if not m:
-            return None
-        if m.group(3) == "1":
-            return _requirement("tensorflow==1.15.*")
-        release = (int(m.group(1)), int(m.group(2)))
-        shipped = [version for since, version in _NGC_TF2 if since <= release]
-        return _requirement(f"tensorflow=={shipped[-1]}") if shipped else None
-    if name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
+    specs: list[str] = []
+    ngc = re.match(r"(\d{2})\.(\d{2})(?:-(tf[12]))?-py[23]", tag)
+    if name.endswith("nvidia/tensorflow") and ngc:
+        release = (int(ngc.group(1)), int(ngc.group(2)))
+        if ngc.group(3) == "tf1" or ngc.group(3) is None and release < (19, 10):
+            specs.append(f"tensorflow=={ngc_images.TENSORFLOW1}" if ngc.group(3) else "tensorflow==1.*")
+        else:
+            row = ngc_images.shipped(ngc_images.TENSORFLOW2, release)
+            specs += [f"tensorflow=={row.version}"] if row else []
+    elif name.endswith("nvidia/pytorch") and ngc:
+        row = ngc_images.shipped(ngc_images.PYTORCH, (int(ngc.group(1)), int(ngc.group(2))))
+        specs += [f"torch=={row.version}"] if row else []
+    elif name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
         m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
-        return _requirement(f"tensorflow=={m.group(1)}" if m and m.group(1).count(".") == 2 else
-                            f"tensorflow=={m.group(1)}.*" if m else "tensorflow")
-    m = re.search(r"/tf2?-(?:gpu|cpu)\.(\d+)-(\d+)", name + ":" + tag) or re.search(r"tf2?-(?:gpu|cpu)\.(\d+)-(\d+)", tag)
-    if m:  # Google's deep-learning containers: tf2-gpu.2-8, tf-gpu.1-15
-        return _requirement(f"tensorflow=={m.group(1)}.{m.group(2)}.*")
-    return None
+        specs.append(f"tensorflow=={m.group(1)}" if m and m.group(1).count(".") == 2 else
+                     f"tensorflow=={m.group(1)}.*" if m else "tensorflow")
+    elif name in ("pytorch/pytorch", "docker.io/pytorch/pytorch", "ghcr.io/pytorch/pytorch"):
+        m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
+        specs += [f"torch=={m.group(1)}" if m.group(1).count(".") == 2 else f"torch=={m.group(1)}.*"] if m else []
+    else:
+        m = re.search(r"tf2?-(?:gpu|cpu)\.(\d+)-(\d+)", image)
+        if m:  # Google's deep-learning containers: tf2-gpu.2-8, tf-gpu.1-15
+            specs.append(f"tensorflow=={m.group(1)}.{m.group(2)}.*")
+        m = re.search(r"pytorch-(?:gpu|cpu)\.(\d+)-(\d+)", image)
+        if m:
+            specs.append(f"torch=={m.group(1)}.{m.group(2)}.*")
+    return [r for r in map(_requirement, specs) if r is not None]
+
+
+_VARIABLE = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")  # ${NAME}, ${NAME:-default}, $NAME
+
+
+def _substitute(text: str, values: dict[str, str]) -> str:
+    """Variables expanded as Docker expands them in a ``FROM`` line (an unknown one is left as written)."""
+    def one(m: re.Match) -> str:
+        value = values.get(m.group(1) or m.group(3))
+        return value if value else m.group(2) if m.group(2) is not None else m.group(0)
+    return _VARIABLE.sub(one, text)
+
+
+def dockerfile_image(text: str) -> str | None:
+    """The image the Dockerfile's last stage (the one that runs) starts from, with ``ARG``/``ENV`` values
+    substituted and ``FROM <earlier stage>`` followed back to that stage's image."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    values: dict[str, str] = {}
+    stages: dict[str, str] = {}
+    image = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        word = line.split(None, 1)[0].upper() if line and not line.startswith("#") else ""
+        rest = line.split(None, 1)[1] if " " in line else ""
+        if word in ("ARG", "ENV"):
+            for m in re.finditer(r"(\w+)(?:=(\"[^\"]*\"|'[^']*'|\S*))?", rest):
+                if m.group(2) is not None:
+                    values[m.group(1)] = _substitute(m.group(2).strip("\"'"), values)
+                elif word == "ENV" and " " in rest and "=" not in rest:  # legacy `ENV NAME value`
+                    name, value = rest.split(None, 1)
+                    values[name] = _substitute(value.strip(), values)
+                    break
+        elif word == "FROM":
+            parts = [p for p in rest.split() if not p.startswith("--")]
+            if not parts:
+                continue
+            image = _substitute(parts[0], values)
+            image = stages.get(image.lower(), image)
+            if len(parts) >= 3 and parts[1].lower() == "as":
+                stages[parts[2].lower()] = image
+    return image
+
+
+def _dockerfile(path: Path) -> tuple[str | None, list[Requirement]]:
+    image = dockerfile_image(_read(path))
+    return image, _image_requirements(image) if image else []
+
+
+def _metadata(path: Path) -> list[Requirement]:
+    """``Requires-Dist`` of a distribution's PKG-INFO or METADATA (an email-header file)."""
+    from email.parser import HeaderParser
+
+    headers = HeaderParser().parsestr(_read(path))
+    return [r for r in map(_requirement, headers.get_all("Requires-Dist") or []) if r is not None]
+
+
+_READERS = (("pyproject.toml", "_pyproject"), ("setup.py", "_setup_py"), ("setup.cfg", "_setup_cfg"),
+            ("environment.yml", "_conda"), ("environment.yaml", "_conda"), ("Pipfile", "_pipfile"))
+
+
+def _requirement_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("requirements*.txt")) + sorted(folder.glob("requirements/*.txt"))
+
+
+def _metadata_files(folder: Path) -> list[Path]:
+    """An unpacked sdist's PKG-INFO, an unpacked wheel's ``*.dist-info/METADATA``, an ``*.egg-info/PKG-INFO``."""
+    found = [folder / "PKG-INFO"] if (folder / "PKG-INFO").is_file() else []
+    return found + sorted(p for pattern in ("*.dist-info/METADATA", "*.egg-info/PKG-INFO") for p in folder.glob(pattern))
+
+
+def _dockerfiles(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_file() and _DOCKERFILE.match(p.name))
+    except OSError:
+        return []
 
 
 def pin_sources(folder: Path) -> Iterable[tuple[str, list[Requirement]]]:
     """(file name, requirements) of each pin source in ``folder``, most specific first."""
-    for path in sorted(folder.glob("requirements*.txt")) + sorted(folder.glob("requirements/*.txt")):
+    for path in _requirement_files(folder):
         yield path.name if path.parent == folder else f"requirements/{path.name}", _requirements_file(path)
-    readers = (("pyproject.toml", _pyproject), ("setup.py", _setup_py), ("setup.cfg", _setup_cfg),
-               ("environment.yml", _conda), ("environment.yaml", _conda), ("Pipfile", _pipfile))
-    for name, reader in readers:
+    for name, reader in _READERS:
         if (folder / name).is_file():
-            yield name, reader(folder / name)
-    try:
-        dockerfiles = sorted(p for p in folder.iterdir() if p.is_file() and _DOCKERFILE.match(p.name))
-    except OSError:
-        dockerfiles = []
-    for path in dockerfiles:
-        images = _FROM.findall(_read(path))
-        if images:  # the last stage is the one that runs
-            requirement = _image_requirement(images[-1])
-            yield f"{path.name} (FROM {images[-1]})", [requirement] if requirement else []
+            yield name, globals()[reader](folder / name)
+    for path in _metadata_files(folder):
+        yield path.relative_to(folder).as_posix(), _metadata(path)
+    for path in _dockerfiles(folder):
+        image, requirements = _dockerfile(path)
+        if image:
+            yield f"{image} in {path.name}", requirements
+
+
+def pin_files(folders: Iterable[Path]) -> set[Path]:
+    """Every file the pin finder may read for ``folders``: their pin sources and the files those include
+    (``-r``/``-c``, at any depth). Found by name and a textual scan, so that a cache key needs no parser."""
+    found: set[Path] = set()
+    todo: list[Path] = []
+    for folder in folders:
+        todo += _requirement_files(folder) + _metadata_files(folder) + _dockerfiles(folder)
+        todo += [folder / name for name, _ in _READERS if (folder / name).is_file()]
+    while todo:
+        path = todo.pop()
+        if path in found or not path.is_file():
+            continue
+        found.add(path)
+        if path.suffix in (".txt", ".in", ".yml", ".yaml") or path.name.startswith("requirements"):
+            for include in re.findall(r"(?:^|\s)(?:-r|--requirement|-c|--constraint)[\s=]+([^\s#]+)", _read(path), re.M):
+                todo.append((path.parent / include).resolve())
+    return found
 
 
 # --- from requirements to a target ----------------------------------------------------------
@@ -318,27 +445,48 @@ def _merged(found: list[tuple[Requirement, str]], names: set[str]) -> tuple[Requ
 def _generation_of(found: list[tuple[Requirement, str]]) -> Generation | None:
     tf_keras = _merged(found, {"tf-keras"})
     if tf_keras:
-        return Generation(2, f"{tf_keras[1]} pins {tf_keras[0]} (legacy Keras 2)", "pin-tf-keras")
+        return Generation(2, _evidence(*tf_keras) + " (legacy Keras 2)", "pin-tf-keras")
     keras = _merged(found, {"keras"})
     if keras:
         allowed = _allowed(keras[0], _samples("keras"))
         if allowed:
-            return Generation(3 if max(allowed).major >= 3 else 2, f"{keras[1]} pins {keras[0]}", "pin-keras")
+            newest, oldest = (3 if v.major >= 3 else 2 for v in (max(allowed), min(allowed)))
+            return Generation(newest, _evidence(*keras), "pin-keras", oldest=oldest)
     tf = _merged(found, _TF_PACKAGES)
     if tf:
         allowed = _allowed(tf[0], _samples("tensorflow"))
         if allowed:
-            newest = max(allowed)
-            from packaging.version import Version
-
-            value = 0 if newest < Version("2") else 1 if newest < Version("2.4") else 2 if newest < Version("2.16") else 3
-            return Generation(value, f"{tf[1]} pins {tf[0]}", "pin-tensorflow", str(newest))
+            newest, oldest = max(allowed), min(allowed)
+            tf_range = _version_range("TF", oldest, newest, newest >= max(_samples("tensorflow")))
+            return Generation(_tf_generation(newest), _evidence(*tf, tf_range), "pin-tensorflow", str(newest),
+                              _tf_generation(oldest), tf_range)
     return None
+
+
+def _tf_generation(version: Version) -> int:
+    from packaging.version import Version
+
+    return 0 if version < Version("2") else 1 if version < Version("2.4") else 2 if version < Version("2.16") else 3
+
+
+def _version_range(name: str, oldest: Version, newest: Version, open_above: bool) -> str:
+    """``TF 2.4``, ``TF 2.6-2.15``, ``TF >= 2.6``: minor versions, as release notes name them."""
+    low, high = f"{oldest.major}.{oldest.minor}", f"{newest.major}.{newest.minor}"
+    return f"{name} >= {low}" if open_above else f"{name} {low}" if low == high else f"{name} {low}-{high}"
+
+
+def _evidence(req: Requirement, where: str, admits: str = "") -> str:
+    """``requirements.txt pins tensorflow==2.8.0``; an image: ``nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF 2.4``."""
+    if " in " in where and admits:
+        return f"{where}: {admits}"
+    return f"{where} pins {req}"
 
 
 def _folder_generation(folder: Path, root: Path) -> Generation | None:
     for name, reqs in pin_sources(folder):
-        where = (folder / name).relative_to(root).as_posix() if folder.is_relative_to(root) else name
+        image, _, file = name.rpartition(" in ")  # "<image> in Dockerfile": the file is what lies in the folder
+        where = (folder / file).relative_to(root).as_posix() if folder.is_relative_to(root) else file
+        where = f"{image} in {where}" if image else where
         found = _generation_of([(r, where) for r in reqs])
         if found is not None:
             return found

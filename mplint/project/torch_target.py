@@ -8,6 +8,8 @@ project around ``path`` with ``packaging``'s requirement parser: ``requirements*
 ``setup.cfg`` (``install_requires`` and extras). The search walks up from the file's folder and stops at
 the first folder that pins torch or that is a project root (``pyproject.toml``, ``setup.cfg``,
 ``setup.py``, ``.git``): a project that does not pin torch is unpinned, whatever a parent folder says.
+Unpinned is not "the current torch": it is every supported torch (``SUPPORTED``, from the first with
+``torch.cuda.amp``), so a fix that writes a newer API is unsafe there.
 
 Every pin source is read by ``mplint.project.pins`` (one set of parsers for TensorFlow, Keras and torch);
 the pin files' digest is part of the results cache key, so a changed pin is never answered from the cache.
@@ -37,15 +39,38 @@ class TorchTarget:
     pinned: bool
     minimum: Version | None = None
     newest: Version | None = None
-    source: str = "no torch pin: the current torch"
+    source: str = "no torch pin: any supported torch"
 
     def at_least(self, version: str) -> bool:
-        """Whether every version the pin admits is >= ``version`` (true when unpinned: the current torch)."""
-        return not self.pinned or (self.minimum is not None and self.minimum >= Version(version))
+        """Whether every version the pin admits is >= ``version`` (false when unpinned: any torch may run it)."""
+        return self.pinned and self.minimum is not None and self.minimum >= Version(version)
 
     def admits_from(self, version: str) -> bool:
         """Whether the pin admits some torch >= ``version`` (true when unpinned)."""
         return not self.pinned or self.newest is None or self.newest >= Version(version)
+
+    @property
+    def label(self) -> str:
+        """The range: "torch 1.9.0a0", "torch >= 1.7", "torch 1.8-2.3", "torch >= 1.6 (no pin)"."""
+        if not self.pinned:
+            return f"torch >= {SUPPORTED} (no pin)"
+        low, high = self.minimum or SUPPORTED, self.newest
+        if high is None:
+            return f"torch >= {_short(low)}"
+        return f"torch {_short(low)}" if low == high else f"torch {_short(low)}-{_short(high)}"
+
+
+    @property
+    def described(self) -> str:
+        """The range and its evidence, as messages cite them."""
+        return f"{self.label}, from {self.source}" if self.pinned else f"any torch >= {SUPPORTED}: no torch pin"
+
+
+SUPPORTED = "1.6"  # the first torch with torch.cuda.amp: the oldest an unpinned project may run
+
+
+def _short(version: Version) -> str:
+    return str(version) if version.pre or version.local else f"{version.major}.{version.minor}"
 
 
 UNPINNED = TorchTarget(pinned=False)
@@ -77,10 +102,17 @@ def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
     common = set.intersection(*allowed) if allowed else set()
     unbounded_below = all(not any(s.operator in (">=", ">", "==", "~=", "===") for s in req.specifier) for req, _ in pins)
     unbounded_above = all(not any(s.operator in ("<=", "<", "==", "~=", "===") for s in req.specifier) for req, _ in pins)
-    source = ", ".join(f"{where} pins {req}" for req, where in pins)
+    source = ", ".join(_evidence(req, where) for req, where in pins)
     if not common:
         return TorchTarget(True, None, None, source)
     return TorchTarget(True, None if unbounded_below else min(common), None if unbounded_above else max(common), source)
+
+
+def _evidence(req: Requirement, where: str) -> str:
+    """``requirements.txt pins torch>=1.7``; an image: ``nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.9.0a0``."""
+    if " in " in where and len(req.specifier) == 1:
+        return f"{where}: torch {next(iter(req.specifier)).version}"
+    return f"{where} pins {req}"
 
 
 def _mentioned(req: Requirement) -> list[Version]:

@@ -1,0 +1,190 @@
+"""The target as a version range from each form of evidence real projects use, and findings/fixes for that range."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import write_files
+
+from mplint.cli import main
+from mplint.knowledge import ngc_images
+from mplint.project.pins import dockerfile_image
+
+KERAS2_LOOP = """\
+import tensorflow as tf
+
+optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+
+
+def step(tape, loss, variables):
+    grads = tape.gradient(optimizer.get_scaled_loss(loss), variables)
+    optimizer.apply_gradients(zip(grads, variables))
+"""
+
+TORCH_LOOP = """\
+import torch
+
+model = torch.nn.Linear(8, 8).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in range(3):
+    with torch.cuda.amp.autocast():
+        loss = model(torch.randn(4, 8).cuda()).sum()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _run(capsys, *args: str) -> tuple[int, list[tuple]]:
+    capsys.readouterr()
+    code = main(["--format", "json", *args])
+    doc = json.loads(capsys.readouterr().out)
+    return code, [(d["rule"], d["start"]["line"], d["message"], d["fix"]["safety"] if d.get("fix") else None)
+                  for d in doc["diagnostics"]]
+
+
+def _facts(capsys, root: Path) -> list[str]:
+    capsys.readouterr()
+    assert main(["--show-facts", "--no-cache", str(root)]) == 0
+    return [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith(("target:", "torch:"))]
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:21.02-tf2-py3\nFROM ${FROM_IMAGE_NAME}\nCOPY . /workspace\n",
+    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:21.02-tf2-py3\nFROM $FROM_IMAGE_NAME AS base\nRUN pip install .\n"
+    "FROM python:3.10 AS docs\nFROM base\n",
+    "ARG TAG\nFROM nvcr.io/nvidia/tensorflow:${TAG:-21.02}-tf2-py3\n",
+])
+def test_substituted_tensorflow_image_is_keras2_and_silences_mp502(tmp_path, capsys, dockerfile):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": KERAS2_LOOP})
+    assert _facts(capsys, tmp_path) == [
+        "target: Keras 2 (TF 2.4) (nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF 2.4)"]
+    assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
+
+
+def test_keras3_image_in_the_stage_that_runs_makes_mp502_fix_safe(tmp_path, capsys):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": KERAS2_LOOP, "Dockerfile":
+                "ARG BASE=tensorflow/tensorflow:2.16.1-gpu\nFROM nvcr.io/nvidia/tensorflow:21.02-tf2-py3 AS old\n"
+                "FROM ${BASE} AS train\nFROM train\n"})
+    message = ("`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use `scale_loss` "
+               "(target Keras 3 (TF 2.16), from tensorflow/tensorflow:2.16.1-gpu in Dockerfile: TF 2.16)")
+    assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (1, [("MP502", 7, message, "safe")])
+
+
+def test_unpinned_keras_loop_gets_an_unsafe_mp502_fix_naming_the_range(tmp_path, capsys):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": KERAS2_LOOP})
+    code, found = _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path))
+    assert (code, found) == (1, [("MP502", 7, (
+        "`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use `scale_loss` (target "
+        "G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.1), from no pin, config or Keras import: any supported "
+        "TensorFlow (set `target` or pin tensorflow); the fix holds on Keras 3 only: set the target or pin TensorFlow "
+        ">= 2.16 to make it safe)"), "unsafe")])
+    main(["--no-cache", "--fix", "--select", "MP502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == KERAS2_LOOP  # not applied without --unsafe-fixes
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:21.03-py3\nFROM ${FROM_IMAGE_NAME}\n",
+    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:21.03-py3\nFROM $FROM_IMAGE_NAME\n",
+])
+def test_pytorch_image_through_arg_is_torch_1_9_prerelease(tmp_path, capsys, dockerfile):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": TORCH_LOOP})
+    assert _facts(capsys, tmp_path)[-1] == "torch: torch 1.9.0a0 (nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.9.0a0)"
+    code, found = _run(capsys, "--no-cache", "--select", "MPT201,MPT502", str(tmp_path))
+    assert [(rule, line, safety) for rule, line, _, safety in found] == [("MPT201", 8, "safe")]  # no MPT502 before 2.4
+    main(["--no-cache", "--fix", "--select", "MPT201,MPT502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == TORCH_LOOP.replace(
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nscaler = torch.cuda.amp.GradScaler()\n").replace(
+        "    loss.backward()\n    opt.step()\n", "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
+
+
+@pytest.mark.parametrize("files", [
+    {"PKG-INFO": "Metadata-Version: 2.1\nName: trainer\nVersion: 0.1\nRequires-Dist: numpy\nRequires-Dist: torch>=1.7.0\n"},
+    {"trainer-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: trainer\nRequires-Dist: torch>=1.7.0\n"},
+])
+def test_distribution_metadata_pins_torch(tmp_path, capsys, files):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": TORCH_LOOP, **files})
+    where = next(iter(files))
+    assert _facts(capsys, tmp_path)[-1] == f"torch: torch >= 1.7 ({where} pins torch>=1.7.0)"
+    code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert found == [("MPT502", 6, '`torch.cuda.amp.autocast` is deprecated since torch 2.4 (FutureWarning): write '
+                      f'`torch.amp.autocast("cuda")` (target torch >= 1.7, from {where} pins torch>=1.7.0); the fix '
+                      'holds for torch >= 1.12 only', "unsafe")]
+
+
+@pytest.mark.parametrize("setup_py, source", [
+    ('from setuptools import setup\nrequirements = {"install": ["numpy", "tensorflow-gpu==2.7.0"], "dev": ["pytest"]}\n'
+     'setup(name="x", install_requires=requirements["install"])\n', "setup.py pins tensorflow-gpu==2.7.0"),
+    ('from setuptools import setup\ntf_version_requirement = ">=2.4,<2.9"\nextras = dict(gpu=[])\n'
+     'extras["tf"] = ["tensorflow" + tf_version_requirement]\nsetup(name="x", extras_require=extras)\n',
+     "setup.py pins tensorflow<2.9,>=2.4"),
+    ('from setuptools import setup\nREQS = ["numpy"]\nREQS += ["tensorflow==2.8.0"]\nsetup(install_requires=REQS)\n',
+     "setup.py pins tensorflow==2.8.0"),
+])
+def test_setup_py_values_are_followed(tmp_path, capsys, setup_py, source):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "setup.py": setup_py, "train.py": KERAS2_LOOP})
+    facts = _facts(capsys, tmp_path)
+    assert facts[0].startswith("target: Keras 2 (TF 2.") and facts[0].endswith(f"({source})")
+    assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
+
+
+@pytest.mark.parametrize("pin_file, old, new", [
+    ("sub/environment.yml", "dependencies:\n  - tensorflow=2.8\n", "dependencies:\n  - tensorflow=2.16\n"),
+    ("sub/requirements.txt", "-r ../deps/base.txt\n", None),
+    ("sub/Dockerfile", "FROM nvcr.io/nvidia/tensorflow:21.02-tf2-py3\n", "FROM tensorflow/tensorflow:2.16.1\n"),
+])
+def test_a_nested_pin_changed_between_cached_runs_changes_the_target(tmp_path, capsys, pin_file, old, new):
+    files = {".mplint.yaml": "{}\n", "sub/train.py": KERAS2_LOOP, pin_file: old, "deps/base.txt": "tensorflow==2.8.0\n"}
+    write_files(tmp_path, files)
+    assert _run(capsys, str(tmp_path), "--select", "MP502") == (0, [])  # Keras 2: cached
+    if new is None:
+        (tmp_path / "deps/base.txt").write_text("tensorflow==2.16.1\n")  # the included file, two folders away
+    else:
+        (tmp_path / pin_file).write_text(new)
+    code, found = _run(capsys, str(tmp_path), "--select", "MP502")
+    assert (code, [(rule, line, safety) for rule, line, _, safety in found]) == (1, [("MP502", 7, "safe")])
+
+
+GUARDED = """\
+import torch
+from packaging import version
+
+if version.parse(torch.__version__) < version.parse("2.4.0"):
+    scaler = torch.cuda.amp.GradScaler()
+else:
+    scaler = torch.cuda.amp.GradScaler()
+"""
+
+
+def test_a_version_guard_narrows_the_range_and_is_never_rewritten(tmp_path, capsys):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "torch>=2.4\n", "train.py": GUARDED})
+    code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert found == [("MPT502", 7, '`torch.cuda.amp.GradScaler` is deprecated since torch 2.4 (FutureWarning): write '
+                      '`torch.amp.GradScaler("cuda")` (target torch >= 2.4, from requirements.txt pins torch>=2.4); no '
+                      'automatic fix: a version test guards this code', None)]
+    main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MPT502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == GUARDED
+
+
+@pytest.mark.parametrize("table, release, version", [
+    (ngc_images.TENSORFLOW2, (21, 2), "2.4.0"), (ngc_images.TENSORFLOW2, (21, 5), "2.4.0"),
+    (ngc_images.TENSORFLOW2, (20, 7), "2.2.0"), (ngc_images.PYTORCH, (21, 3), "1.9.0a0"),
+    (ngc_images.PYTORCH, (20, 2), "1.4.0a0"), (ngc_images.PYTORCH, (25, 12), "2.10.0a0"),
+])
+def test_ngc_release_lookup_cites_the_release_notes(table, release, version):
+    row = ngc_images.shipped(table, release)
+    assert row.version == version
+    kind = "pytorch" if table is ngc_images.PYTORCH else "tensorflow"
+    assert row.source == (f"https://docs.nvidia.com/deeplearning/frameworks/{kind}-release-notes/"
+                          f"rel_{row.since[0]:02d}-{row.since[1]:02d}.html")
+    assert ngc_images.shipped(table, (17, 1)) is None
+
+
+def test_env_and_legacy_env_forms_substitute():
+    assert dockerfile_image("ENV IMG nvcr.io/nvidia/pytorch:22.04-py3\nFROM $IMG\n") == "nvcr.io/nvidia/pytorch:22.04-py3"
+    assert dockerfile_image('ENV IMG="nvcr.io/nvidia/pytorch:22.04-py3"\nFROM ${IMG} AS a\nFROM a\n') == \
+        "nvcr.io/nvidia/pytorch:22.04-py3"
+    assert dockerfile_image("FROM ${UNSET}\n") == "${UNSET}"
