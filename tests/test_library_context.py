@@ -291,3 +291,24 @@ def test_epsilons_below_the_smallest_subnormal_before_a_log_or_division_in_libra
         ("MP601", 13, 66, TINY.format(eps=eps, what="ops.sqrt(ops.mean(ops.square(x), axis...")),
     ]}
     assert project_facts(library)["kmodels/norm.py"].policy_names == {"float32"}  # the tool script reaches it
+
+
+def test_show_facts_shows_the_project_of_the_path_and_the_programs_that_reach_it(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert main(["--show-facts", "--no-cache", "fixtures/ngc_tf2_container"]) == 0
+    image = "Dockerfile (FROM nvcr.io/nvidia/tensorflow:22.03-tf2-py3) pins tensorflow==2.8.0"
+    assert capsys.readouterr().out == (
+        f"project {(REPO / 'fixtures/ngc_tf2_container').as_posix()} (1 files)\n"
+        f"  target for every program: Keras 2 ({image})\n"
+        "  program fixtures/ngc_tf2_container/train.py (reaches 1 module)\n"
+        "    policy mixed_float16 set at fixtures/ngc_tf2_container/train.py:6\n"
+        f"    target: Keras 2 ({image})\n"
+    )
+    assert main(["--show-facts", "--no-cache", "fixtures/library_with_tools/kmodels/layers.py"]) == 0
+    assert capsys.readouterr().out == (
+        f"project {(REPO / 'fixtures/library_with_tools').as_posix()} (5 files)\n"
+        "  target for every program: Keras 3 (pyproject.toml pins keras>=3.0)\n"
+        "  program fixtures/library_with_tools/tools/convert.py (reaches 4 modules)\n"
+        "    policy float32 set at fixtures/library_with_tools/tools/convert.py:10\n"
+        "    target: Keras 3 (pyproject.toml pins keras>=3.0)\n"
+    )
