@@ -111,31 +111,55 @@ def run(options: RunOptions) -> RunReport:
         found.files = [s for s in found.files if s.path != stdin_path]
         found.files.append(SourcePath(stdin_path, Path(options.stdin[0]).as_posix()))
         only = {stdin_path}
+    project_of = _ProjectOf(top, options.config_path is not None)
     groups: dict[Path, list[SourcePath]] = {}
-    roots: dict[Path, Path] = {}
     for source in found.files:
-        folder = source.path.parent
-        if folder not in roots:
-            roots[folder] = top.root if options.config_path else marked_root(folder) or top.root
-        groups.setdefault(roots[folder], []).append(source)
+        groups.setdefault(project_of(source.path), []).append(source)
     report = RunReport([], list(found.errors), top)
     progress = _Progress(options.on_progress, sum(1 for s in found.files if only is None or s.path in only))
     for root, given in groups.items():
         config = top if options.config_path else load_config([root])
         # Facts never depend on which paths were given: the whole project is read, the given files checked.
-        sources = _whole_project(root, config, given, options.paths)
+        sources = _whole_project(root, config, given, options.paths, project_of, config is top)
         wanted = {s.path for s in given} if only is None else only & {s.path for s in given}
-        _check_until_facts_settle(config, sources, replace(options, only=wanted), report, progress)
+        _check_until_facts_settle(config, sources, replace(options, only=wanted), report, progress, root)
     report.results.sort(key=lambda r: r.path)
     return report
 
 
-def _whole_project(root: Path, config: Config, given: list[SourcePath], paths: list[Path]) -> list[SourcePath]:
-    if any(Path(os.path.abspath(p)) in (root, *root.parents) for p in paths):
-        return given  # the given paths cover the project
+class _ProjectOf:
+    """The project root of a file: the nearest folder at or above it with a project marker (packaging
+    metadata, dependency pins, an mplint config, .git); in an unmarked tree the working folder when it
+    holds the file, else the root of the paths given. ``--config`` makes every file one project."""
+
+    def __init__(self, top: Config, explicit: bool):
+        self.top, self.explicit = top, explicit
+        self.cwd = Path.cwd().resolve()
+        self.roots: dict[Path, Path] = {}
+
+    def __call__(self, path: Path) -> Path:
+        folder = path.parent
+        root = self.roots.get(folder)
+        if root is None:
+            if self.explicit:
+                root = self.top.root
+            else:
+                root = marked_root(folder)
+                if root is None:
+                    root = self.cwd if folder.resolve().is_relative_to(self.cwd) else self.top.root
+            self.roots[folder] = root
+        return root
+
+
+def _whole_project(root: Path, config: Config, given: list[SourcePath], paths: list[Path], project_of: _ProjectOf,
+                   same_config: bool) -> list[SourcePath]:
+    """Every file of the project at ``root`` (not those of projects nested in it), and the given ones."""
+    if same_config and any(Path(os.path.abspath(p)) in (root, *root.parents) for p in paths):
+        return given  # the given paths cover the project, discovered with its own config
     found = discover([root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
-    known = {s.path for s in found.files}
-    return found.files + [s for s in given if s.path not in known]
+    by_path = {s.path: s for s in given}  # a given file keeps its name (standard input's, say)
+    files = [by_path.pop(s.path, s) for s in found.files if project_of(s.path) == root]
+    return files + list(by_path.values())
 
 
 class _Progress:
@@ -171,7 +195,7 @@ MAX_FACT_ROUNDS = 3
 
 
 def _check_until_facts_settle(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport,
-                              progress: _Progress) -> None:
+                              progress: _Progress, root: Path) -> None:
     """Check a project; when fixes changed what the project facts say (a fix that sets a policy), check again.
 
     A second ``mplint --fix`` must change nothing, so the fixes of one run must already see the
@@ -182,7 +206,7 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
     originals: dict[str, bytes | None] = {}  # the text the user had, of files fixed in an earlier round
     for _ in range(MAX_FACT_ROUNDS):
         mark = len(report.results)
-        facts, summary = _check_project(config, sources, options, report, progress, overrides)
+        facts, summary = _check_project(config, sources, options, report, progress, overrides, root)
         by_display = {s.display: s for s in sources}
         written = [r for r in report.results[mark:] if r.fixed_source is not None and r.path in by_display]
         if not (options.fix and written) or options.stdin is not None:
@@ -191,13 +215,13 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
             originals.setdefault(result.path, result.original_source)
             overrides[by_display[result.path].path] = result.fixed_source
         fresh = facts_of([(s, overrides.get(s.path) or _read(s)) for s in sources], None, {}, options.jobs)
-        if signature(module_facts_of(config, sources, fresh, *_settings(config, options))[0]) == signature(facts):
+        if signature(module_facts_of(config, sources, fresh, *_settings(config, options), root=root)[0]) == signature(facts):
             break
         for result in report.results[mark:]:  # check again: the files are the fixed ones now
             earlier, count = fixed.get(result.path, ([], 0))
             fixed[result.path] = (earlier + [d for d in result.diagnostics if d.fixed], count + result.fixes_applied)
         del report.results[mark:]
-    report.projects.append(summary)
+    report.projects.append(summary.reaching({s.display for s in sources if options.only is None or s.path in options.only}))
     for result in report.results[mark:]:
         earlier, count = fixed.get(result.path, ([], 0))
         if count:
@@ -209,14 +233,14 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
 
 
 def _check_project(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport,
-                   progress: _Progress, overrides: dict[Path, bytes]) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
+                   progress: _Progress, overrides: dict[Path, bytes], root: Path) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     enabled = _enabled_rules(config, options)
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
     loaded = [(s, options.stdin[1] if s.path == stdin_path else overrides.get(s.path) or _read(s)) for s in sources]
     digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
     cache = ProjectCache(config.root, options.cache, read_only=stdin_path is not None)
     file_facts = facts_of(loaded, cache, digests, options.jobs)
-    facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests)
+    facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests, root)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
     # Pins decide targets (the torch pin too, read by the PyTorch rules themselves): they are part of the key.

@@ -108,7 +108,8 @@ class LossInFloat16(Rule):
         self.report(
             call,
             f"`{name}` computes `{math}` ({path}:{line}) on the compute-dtype {shown}: under mixed_float16 the loss "
-            "overflows to inf above 65504 (an error of 256 squared is already inf); cast to float32 before the call",
+            "overflows to inf above 65504 (an error of 256 squared is already inf); cast to float32 before the call"
+            + self.context.facts.library_note(),
             fix, related=(Related(path, line, f"`{math}`"),),
         )
 
@@ -123,7 +124,7 @@ class LossInFloat16(Rule):
         self.report(
             call,
             f"this loss squares, exponentiates or sums the compute-dtype `{self._code(risky)}`: under mixed_float16 "
-            "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32",
+            "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32" + self.context.facts.library_note(),
             self._cast_fix(call, [risky], self._partner(call)),
         )
 
@@ -239,7 +240,7 @@ class LossInFloat16(Rule):
             call,
             f"`{self._code(call.func)}` computes in the dtype of its predictions, here the compute dtype of "
             f"`{self._code(risky[-1])}`: under mixed_float16 the loss overflows to inf above 65504; cast the "
-            "predictions to float32 first (loss objects such as `MeanSquaredError()` do this themselves)",
+            "predictions to float32 first (loss objects such as `MeanSquaredError()` do this themselves)" + self.context.facts.library_note(),
             self._cast_fix(call, risky),
         )
 

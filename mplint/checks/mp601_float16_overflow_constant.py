@@ -127,11 +127,12 @@ class Float16OverflowConstant(Rule):
         effect = ("is outside float16's range (largest finite value 65504), so the result is infinite" if large else
                   "flushes to 0 in float16 (smallest subnormal 6e-8), so the epsilon vanishes and a log or division "
                   "by it gives inf or NaN")
-        when = "float16 under a float16 policy" if self.context.facts.float16 else \
+        facts = self.context.facts
+        when = "float16 under a float16 policy" if facts.float16 else \
             "library code: float16 under a mixed_float16 policy its users set"
         message = (f"`{name}` computes `{param} {operation}` ({path}:{line}) on this compute-dtype value, {when}: "
                    f"`{constant}` {effect}; cast the value to float32 before the call, or make the constant "
-                   f"dtype-aware in `{name.rsplit('.', 1)[-1]}`")
+                   f"dtype-aware in `{name.rsplit('.', 1)[-1]}`{facts.library_note() if facts.distribution else ''}")
         self.report(passed, message, related=(Related(path, line, f"`{param} {operation}`"),))
 
     def _check(self, constant: cst.BaseExpression, others, operator, clamp: bool = False) -> None:
@@ -265,11 +266,11 @@ class Float16OverflowConstant(Rule):
             )
             return (
                 f"{shown} is outside float16's range (largest finite value 65504): combined with {with_what} "
-                f"it becomes {becomes} under a float16 policy, and {effect}"
+                f"it becomes {becomes} under a float16 policy, and {effect}{self.context.facts.library_note()}"
             )
         return (
             f"{shown} flushes to 0 in float16 (smallest subnormal 6e-8): combined with {with_what} under a "
-            "float16 policy the epsilon vanishes and a division by it gives inf or NaN"
+            f"float16 policy the epsilon vanishes and a log or division by it gives inf or NaN{self.context.facts.library_note()}"
         )
 
     def _fix(self, constant, value, large, carrier: Carrier, operator, origin: Origin | None) -> Fix | None:

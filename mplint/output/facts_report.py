@@ -1,4 +1,7 @@
-"""``mplint --show-facts``: what mplint believes about each program, the first thing to read when a finding surprises."""
+"""``mplint --show-facts``: what mplint believes about each program, the first thing to read when a finding surprises.
+
+It shows the project of each path given (its nearest folder with a project marker) and the programs of that
+project that reach the files given, not every program of the project."""
 
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ def render(report, stream: TextIO) -> None:
                 stream.write(f"    torch: {program['torch']['label']} ({program['torch']['source']})\n")
             if program["tpu"]:
                 stream.write(f"    TPU: {', '.join(program['tpu'][:3])}{' ...' if len(program['tpu']) > 3 else ''}\n")
-        if not programs:
+        if not programs and project.reached:
+            stream.write("  no program of this project reaches the files given: library code\n")
+        elif not programs:
             stream.write("  no programs (no notebook, script, __main__ module or test): library code only\n")
 

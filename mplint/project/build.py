@@ -8,13 +8,14 @@ from pathlib import Path
 from mplint.engine.notebooks import Notebook, is_notebook, load as load_notebook
 from mplint.pool import parallel_map
 from mplint.project.cache import ProjectCache, content_hash, settings_key
-from mplint.project.config import Config, load_config
+from mplint.project.config import Config, load_config, marked_root
 from mplint.project.discovery import SourcePath, discover, module_name
 from mplint.project.extract import FileFacts, extract_file_facts
 from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import TARGETS, Generation
 from mplint.project.pins import PinFinder
 from mplint.project.programs import Module, ProjectModel, module_facts
+from mplint.project.published import published
 
 
 def read_source(source: SourcePath) -> bytes | None:
@@ -59,14 +60,17 @@ def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
 
 def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts],
                     configured: Generation | None, policy: str | None, cache: ProjectCache | None = None,
-                    digests: dict[Path, str] | None = None) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
-    """Every module's facts, from the program model of the project (cached while no file changes)."""
-    pins = PinFinder(config.root)
-    pinned = None if configured else pins.target_for(config.root)
+                    digests: dict[Path, str] | None = None, root: Path | None = None,
+                    ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
+    """Every module's facts, from the program model of the project at ``root`` (the config's folder unless
+    given: a nested project may use a config above it), cached while no file changes."""
+    root = root or config.root
+    pins = PinFinder(root)
+    pinned = None if configured else pins.target_for(root)
     key = None
     if cache is not None and digests is not None:
         key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), configured, policy,
-                           str(config.root), pin_files_digest(config.root, sources))
+                           str(root), pin_files_digest(root, sources))
         cached = cache.module_facts(key)
         if cached is not None:
             by_display, summary = cached
@@ -79,12 +83,13 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
     reexports: dict[str, str] = {}
     for module in modules:
         reexports.update(module.facts.reexports)
-    model = ProjectModel(modules, config.root, reexports)
-    by_display = module_facts(model, None if configured else pins, policy, configured)
+    model = ProjectModel(modules, root, reexports)
+    by_display = module_facts(model, None if configured else pins, policy, configured, published(root))
     summary = ProjectSummary(
-        config.root, len(modules),
+        root, len(modules),
         [_program_record(p, by_display[p.entry.display]) for p in model.programs],
         _target_record(configured or pinned) if configured or pinned else None,
+        {p.entry.display: sorted(m.display for m in p.parents) for p in model.programs},
     )
     if key is not None:
         cache.store_module_facts(key, by_display, summary)
@@ -137,7 +142,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
     return (
         facts.policies, facts.links, facts.generation, facts.tpu_sites,
         reexports_digest or (sorted(facts.reexports.items()), sorted(facts.summaries.items())),
-        sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.test_module,
+        sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.distribution, facts.test_module,
         sorted(facts.trained_names),
     )
 
@@ -156,7 +161,8 @@ def project_facts(root: Path, keras: int | None = None, policy: str | None = Non
     root = root.resolve()
     config = load_config([root])
     found = discover([root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
-    sources = [SourcePath(s.path, s.path.relative_to(root).as_posix()) for s in found.files]
+    nested = {folder: (marked_root(folder) or root) != root for folder in {s.path.parent for s in found.files}}
+    sources = [SourcePath(s.path, s.path.relative_to(root).as_posix()) for s in found.files if not nested[s.path.parent]]
     loaded = [(s, read_source(s)) for s in sources]
     by_path, _ = module_facts_of(config, sources, facts_of(loaded, None, {}, 1), configured_target(config, None, keras),
                                  policy or config.policy)

@@ -147,6 +147,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "policy_from_config": facts.policy_from_config,
         "links": [[link.entry, list(link.via)] for link in facts.links],
         "library_context": facts.library_context,
+        "distribution": facts.distribution,
         "path": facts.path,
         "test_module": facts.test_module,
         "trained_names": sorted(facts.trained_names),
@@ -164,6 +165,7 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
         policy_from_config=raw["policy_from_config"],
         links=tuple(ProgramLink(entry, tuple(via)) for entry, via in raw["links"]),
         library_context=raw["library_context"],
+        distribution=raw.get("distribution", ""),
         path=raw["path"],
         test_module=raw["test_module"],
         trained_names=frozenset(raw["trained_names"]),
@@ -190,7 +192,8 @@ class ProjectCache:
             roles = {name: {role: tuple(entry) for role, entry in by_role.items()} for name, by_role in raw["summaries"].items()}
             by_display = {path: _module_facts_from_json(f, reexports, roles) for path, f in raw["modules"].items()}
             s = raw["summary"]
-            return by_display, ProjectSummary(Path(s["root"]), s["files"], s["programs"], s["generation"])
+            return by_display, ProjectSummary(Path(s["root"]), s["files"], s["programs"], s["generation"],
+                                              s.get("reached", {}))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -202,7 +205,7 @@ class ProjectCache:
                             for name, by_role in first.summaries.items()} if first else {},
             "modules": {path: _module_facts_to_json(f) for path, f in by_display.items()},
             "summary": {"root": str(summary.root), "files": summary.files, "programs": summary.programs,
-                        "generation": summary.generation},
+                        "generation": summary.generation, "reached": summary.reached},
         })
 
     def facts(self, path: str, digest: str) -> FileFacts | None:

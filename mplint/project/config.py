@@ -13,7 +13,11 @@ from mplint.engine.registry import unknown_selectors
 
 YAML_NAMES = (".mplint.yaml", ".mplint.yml")
 POLICIES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
-_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", ".git", *YAML_NAMES)
+# What makes a folder a project root: packaging metadata, dependency pins (requirements files, conda
+# environments, Pipfiles, Dockerfiles: each names what its programs run on), an mplint config, a repository.
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", ".git", *YAML_NAMES,
+                 "environment.yml", "environment.yaml", "Pipfile", "Dockerfile")
+_ROOT_MARKER_GLOBS = ("requirements*.txt", "*.Dockerfile")
 
 
 class ConfigError(Exception):
@@ -187,10 +191,11 @@ def find_config(start: Path) -> Path | None:
 
 
 def marked_root(start: Path) -> Path | None:
-    """The nearest folder at or above ``start`` with a project marker (pyproject.toml, .git, ...)."""
+    """The nearest folder at or above ``start`` with a project marker (pyproject.toml, .git, pins, ...)."""
     start = start.resolve()
     for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
-        if any((folder / marker).exists() for marker in _ROOT_MARKERS):
+        if any((folder / marker).exists() for marker in _ROOT_MARKERS) or any(
+                next(folder.glob(pattern), None) is not None for pattern in _ROOT_MARKER_GLOBS):
             return folder
     return None
 

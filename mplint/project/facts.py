@@ -61,7 +61,8 @@ class ProjectFacts:
     policy_from_config: bool = False
     # The program of each policy site in ``policies`` (same order), for messages.
     links: tuple[ProgramLink, ...] = ()
-    library_context: bool = False  # importable code no policy-setting program of the project reaches
+    library_context: bool = False  # published package code, or importable code no policy-setting program reaches
+    distribution: str = ""  # the distribution that publishes this module ("" when the project publishes none of it)
     path: str = ""  # the module these facts are for ("" for project-wide facts)
     test_module: bool = False  # test_*.py / *_test.py: exercises code, trains nothing users run
     trained_names: frozenset = frozenset()  # classes/functions of this module whose models a reaching program trains
@@ -138,10 +139,31 @@ class ProjectFacts:
         mixed = [(p, link) for p, link in zip(self.policies, self.links or [None] * len(self.policies))
                  if p.policy not in ("float32", "float64")]
         if not mixed:
-            if self.library_context:
-                return "library code (no program of this project that reaches it sets a policy; any user may pick mixed_float16)"
-            return "no mixed policy"
+            return self.library_reason() or "no mixed policy"
         site, link = mixed[0]
+        return self._program_policy(site, link)
+
+    def library_reason(self) -> str:
+        """Why this is library code, for messages ("" when it is not): the published distribution (and the
+        repository's scripts whose float32 policy does not decide for its users), or no program sets a policy."""
+        if not self.library_context:
+            return ""
+        if not self.distribution:
+            return "library code (no program of this project that reaches it sets a policy; any user may pick mixed_float16)"
+        text = f"library code of {self.distribution} (users pick the policy)"
+        for site, link in zip(self.policies, self.links or [None] * len(self.policies)):
+            if site.policy in ("float32", "float64") and link is not None and link.entry != self.path:
+                stem = link.entry.rsplit("/", 1)[-1].removesuffix(".py")
+                kind = "a test" if stem.startswith("test_") or stem.endswith("_test") else "a tool script"
+                return f"{text}; {link.entry} sets {site.policy} but is {kind} of this repository"
+        return text
+
+    def library_note(self) -> str:
+        """``; library code of ...`` for the messages of numerics rules: why code no float16 program of the
+        project runs is checked at all ("" where a float16 program reaches it: that says why)."""
+        return "" if self.float16 or not self.library_context else f"; {self.library_reason()}"
+
+    def _program_policy(self, site: PolicySite, link: ProgramLink | None) -> str:
         if site.how == "config":
             return f"policy {site.policy} from the mplint config"
         name = "a policy known only at run time" if site.policy == UNKNOWN_POLICY else site.policy
@@ -161,6 +183,7 @@ class ProjectFacts:
             "keras_generation": self.generation.value,
             "keras_generation_source": self.generation.source,
             "library": self.library_context,
+            "distribution": self.distribution or None,
             "policy": None,
         }
         for site, link in zip(self.policies, self.links or [None] * len(self.policies)):
@@ -183,3 +206,11 @@ class ProjectSummary:
     files: int
     programs: list[dict]  # {entry, policies: [{policy, path, line}]} of each program that sets a policy
     generation: dict | None  # {value, source} when config or pins decide the target project-wide; None: per program
+    reached: dict[str, list[str]] = field(default_factory=dict)  # program entry -> the modules it reaches
+
+    def reaching(self, checked: set[str]) -> "ProjectSummary":
+        """The summary of a run that checks ``checked`` (display paths): the programs that reach one of them."""
+        if not self.reached:
+            return self
+        programs = [p for p in self.programs if not checked.isdisjoint(self.reached.get(p["entry"], ()))]
+        return ProjectSummary(self.root, self.files, programs, self.generation, self.reached)

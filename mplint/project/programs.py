@@ -20,6 +20,7 @@ from mplint.project.facts import ProgramLink, ProjectFacts
 from mplint.project.generation import DEFAULT, Generation, from_imports
 from mplint.project.pins import PinFinder
 from mplint.project.policies import is_floatx_setter, is_policy_setter
+from mplint.project.published import Distribution
 
 _NOT_MIXED = frozenset({"float32", "float64"})
 
@@ -246,8 +247,9 @@ class ProjectModel:
 
 
 def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: str | None,
-                 configured: Generation | None) -> dict[str, ProjectFacts]:
-    """Each module's facts, by display path: the union over the programs that reach it."""
+                 configured: Generation | None, distribution: Distribution | None = None) -> dict[str, ProjectFacts]:
+    """Each module's facts, by display path: the union over the programs that reach it. Modules of the
+    ``distribution`` the project publishes are library code whatever its own scripts set."""
     roles = model.summaries()
     reaching: dict[Module, list[Program]] = {}
     for program in model.programs:
@@ -267,6 +269,7 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             for site in program.sites:
                 sites.setdefault(site, program.link_to(module))
         testing = _is_test_module(module.path)
+        published = distribution is not None and distribution.ships(module.path)
         for site in module.facts.policies:  # dtype="mixed_float16" on a layer governs that layer wherever it runs
             if site.how == "layer" and not (testing and site.function):
                 sites.setdefault(site, ProgramLink(module.display))
@@ -291,10 +294,12 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             keras_namespaces=namespaces,
             policy_from_config=bool(policy_setting),
             links=links,
-            # Library code: no program of the project runs it except tests. One the project runs in float32
-            # (a float32 training script reaches it) is the project's own float32 code.
-            library_context=not policy_setting and not module.entry and not mixed
-            and all(_is_test_module(p.entry.path) for p in programs),
+            # Library code: a module of the published package (its users pick the policy, not the repository's
+            # tool scripts), or one no program of the project runs except tests. Unpublished code the project
+            # runs in float32 (a float32 training script reaches it) is the project's own float32 code.
+            library_context=not policy_setting and not module.entry and (
+                published or not mixed and all(_is_test_module(p.entry.path) for p in programs)),
+            distribution=distribution.name if published else "",
             path=module.display,
             test_module=testing,
             trained_names=defines & frozenset().union(*(p.trains for p in programs)),
