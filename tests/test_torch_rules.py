@@ -94,5 +94,24 @@ def test_the_torch_fixtures_report_exactly():
         ("MPT204", 33, 9, "none"),  # fixed once MPT202's fix gives the function a scaler.step
         ("MPT202", 34, 9, "safe"),
     ]
-    assert found("apex_o1.py") == [("MPT501", line, col, "unsafe") for line, col in ((4, 1), (10, 20), (19, 10), (21, 36), (25, 88))]
+    assert found("apex_o1.py") == [("MPT501", 10, 20, "unsafe")]  # one finding per apex site
     assert found("attention.py") == [("MPT601", 20, 62, "safe")]
+
+
+def test_one_apex_site_is_one_finding_with_the_other_uses_related():
+    code = ('import torch\nfrom apex import amp\n\nmodel, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+            'loss = model(x).sum()\nwith amp.scale_loss(loss, optimizer) as scaled_loss:\n    scaled_loss.backward()\n'
+            'torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)\noptimizer.step()\n')
+    found = lint_code(code, select=["MPT501"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.fix_safety.value) for d in found] == [("MPT501", 4, 20, "unsafe")]
+    assert [(r.line, r.message.split(":")[0]) for r in found[0].related] == [
+        (2, "apex's AMP is deprecated (NVIDIA points to torch.amp)"),
+        (6, "`with amp.scale_loss(loss, optimizer) as scaled_loss"),
+        (8, "`amp.master_params(optimizer)` -> the model's `parameters()`, after `scaler.unscale_(optimizer)`"),
+    ]
+    # a module that only backs up through apex (its initialize lives elsewhere): one finding at its first use
+    helper = "from apex import amp\n\ndef backward(loss, optimizer):\n    with amp.scale_loss(loss, optimizer) as scaled:\n" \
+             "        scaled.backward()\n"
+    found = lint_code("import torch\n" + helper, select=["MPT501"]).diagnostics
+    assert [(d.line, d.column) for d in found] == [(5, 10)]
+    assert [r.line for r in found[0].related] == [2]

@@ -266,8 +266,22 @@ def condition_of(context: FileContext, test: cst.BaseExpression) -> Condition | 
                 test = test.left
             elif isinstance(target.operator, cst.Is):
                 value, test = not value, test.left
+        elif isinstance(target.operator, (cst.Equal, cst.NotEqual)) and (text := dotted(test.left)):
+            # ``backend == "apex"`` ... ``if backend == "apex":`` again: the same branch
+            literal = _literal(target.comparator)
+            if literal is None:
+                return None
+            return Condition(f"{text} == {literal}", value == isinstance(target.operator, cst.Equal))
     text = dotted(test)
     return Condition(text, value) if text else None
+
+
+def _literal(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        return repr(node.evaluated_value)
+    if isinstance(node, cst.Integer) or isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value
+    return None
 
 
 def _arg_text(context: FileContext, call: cst.Call) -> str | None:

@@ -48,8 +48,11 @@ class _Path:
     assumed: frozenset[Condition] = frozenset()
     pending: frozenset[str] = frozenset()  # scalers with a scaled backward not yet updated
     unscaled: frozenset[tuple[str, str]] = frozenset()  # (scaler, optimizer) unscaled or stepped since update
-    stepped: bool = False  # a scaler.step since the last update
-    last_update: int | None = None  # id of the last update() since the last scaled backward
+    # (scaler, optimizer) stepped since that scaler's last scaled backward, across its updates
+    stepped: frozenset[tuple[str, str]] = frozenset()
+    last_update: frozenset[tuple[str, int]] = frozenset()  # (scaler, id of its last update() since its backward)
+    # (scaler, id of an update()) followed by the step of an optimizer that the backward before it had not stepped
+    between: frozenset[tuple[str, int]] = frozenset()
     manual_unscale: int | None = None  # id of a by-hand division by get_scale() awaiting scaler.step
     # the enabling conditions of the float16 autocast regions that ran on this path (None: always enabled);
     # matched against the path's assumptions when the backward comes (``if not amp: loss.backward()``)
@@ -75,7 +78,8 @@ class _Path:
         """A new loop iteration: conditions on names the loop rebinds no longer hold, and an optimizer
         named by the loop variable (``for opt in optimizers: scaler.unscale_(opt)``) is another one."""
         return replace(self, assumed=frozenset(c for c in self.assumed if c.key.split(".")[0] not in keys),
-                       unscaled=frozenset(pair for pair in self.unscaled if pair[1].split(".")[0] not in keys))
+                       unscaled=frozenset(pair for pair in self.unscaled if pair[1].split(".")[0] not in keys),
+                       stepped=frozenset(pair for pair in self.stepped if pair[1].split(".")[0] not in keys))
 
 
 @dataclass
@@ -110,6 +114,7 @@ class TrainingLoopFlow:
         self.pending_scalers: dict[int, set[str]] = {}
         self.unscaled_steps: dict[int, dict[int, cst.Call]] = {}  # MISSING_SCALER backward -> the optimizer steps after it  # clip/step node -> the scalers whose backward is pending
         self.functions = {s.name.value: s for s in context.module.body if isinstance(s, cst.FunctionDef)}
+        self._renames: dict[str, str] = {}  # parameter of an inlined callee -> the caller's text for its argument
         for root in [context.module, *context.nodes(cst.FunctionDef)]:
             self._root = root
             self._root_has_scaler = self._mentions_scaler(root, set())
@@ -193,22 +198,37 @@ class TrainingLoopFlow:
 
     def _loop(self, node, paths: list[_Path], stack) -> _Flow:
         changed = _assigned_names(self.context, node.body)
+        over_optimizers = False
         if isinstance(node, cst.For):
-            changed |= {n.value for n in self.context.nodes_within(node.target, cst.Name)}
-        done = _Flow(normal=list(paths))
+            targets = {n.value for n in self.context.nodes_within(node.target, cst.Name)}
+            changed |= targets
+            over_optimizers = self._visits_optimizers(node, targets)
+        # ``for opt in optimizers: scaler.unscale_(opt)`` runs at least once: a training step has an optimizer
+        done = _Flow(normal=[] if over_optimizers else list(paths))
         current = [p.forget(changed) for p in paths]
         for _ in range(2):
             body = self._block(node.body.body, current, stack)
             done.returned += body.returned
             done.normal += body.broken
-            current = _dedupe([p.forget(changed) for p in body.normal + body.continued])
-            done.normal += current
+            ended = _dedupe(body.normal + body.continued)
+            # leaving the loop, what it did to each optimizer holds; a next iteration visits another one
+            done.normal += ended
+            current = _dedupe([p.forget(changed) for p in ended])
         if node.orelse is not None:
             rest = self._block(node.orelse.body.body, _dedupe(done.normal), stack)
             rest.returned += done.returned
             return rest
         done.normal = _dedupe(done.normal)
         return done
+
+    def _visits_optimizers(self, loop: cst.For, targets: set[str]) -> bool:
+        """The loop variable is what ``scaler.unscale_``/``scaler.step`` of the body receive."""
+        for call in self.context.nodes_within(loop.body, cst.Call):
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("unscale_", "step") and self.amp.is_scaler(func.value) \
+                    and _first_text(call).split(".")[0] in targets:
+                return True
+        return False
 
     def _try(self, node: cst.Try, paths, stack) -> _Flow:
         body = self._block(node.body.body, paths, stack)
@@ -241,7 +261,12 @@ class TrainingLoopFlow:
             if event.kind == "call":
                 if id(event.callee) in stack or len(stack) > _MAX_INLINE_DEPTH:
                     continue
-                inner = self._block(event.callee.body.body, paths, (*stack, id(event.callee)))
+                outer = self._renames
+                self._renames = {**outer, **self._bound_arguments(event.node, event.callee, outer)}
+                try:
+                    inner = self._block(event.callee.body.body, paths, (*stack, id(event.callee)))
+                finally:
+                    self._renames = outer
                 # a callee that always raises is an abstract method a subclass overrides: step over it
                 paths = _dedupe(inner.normal + inner.returned) or paths
             else:
@@ -250,10 +275,42 @@ class TrainingLoopFlow:
                 break
         return paths
 
+    def _bound_arguments(self, call: cst.Call, callee: cst.FunctionDef, outer: dict[str, str]) -> dict[str, str]:
+        """Parameter -> the caller's text for the scaler and optimizer arguments of a same-module call
+        (``unscale_all(scaler, optimizer)`` into ``def unscale_all(grad_scaler, opt)``)."""
+        params = list(callee.params.params)
+        if params and params[0].name.value in ("self", "cls") and isinstance(call.func, cst.Attribute):
+            params = params[1:]
+        bound = {}
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        for param, arg in zip(params, positional):
+            bound[param.name.value] = arg.value
+        by_name = {p.name.value for p in [*callee.params.params, *callee.params.kwonly_params]}
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in by_name:
+                bound[arg.keyword.value] = arg.value
+        renames = {}
+        for name, value in bound.items():
+            text = dotted(value)
+            if text is not None and text != name:
+                root, _, rest = text.partition(".")
+                text = outer.get(root, root) + (f".{rest}" if rest else "")
+                renames[name] = text
+        return renames
+
+    def _renamed(self, text: str) -> str:
+        if not self._renames or not text:
+            return text
+        root, _, rest = text.partition(".")
+        return self._renames.get(root, root) + (f".{rest}" if rest else "")
+
     def _apply(self, event: _Event, path: _Path) -> _Path:
+        if self._renames and (event.scaler or event.optimizer):
+            event = replace(event, scaler=self._renamed(event.scaler), optimizer=self._renamed(event.optimizer))
         kind = event.kind
         if kind == "scaled-backward":
-            return replace(path, pending=path.pending | {event.scaler}, last_update=None)
+            return replace(path, pending=path.pending | {event.scaler}, last_update=_drop(path.last_update, event.scaler),
+                           stepped=_drop(path.stepped, event.scaler), between=_drop(path.between, event.scaler))
         if kind == "plain-backward":
             return replace(path, plain_backward=id(event.node)) if path.float16_active and not self._root_has_scaler else path
         if kind == "unscale":
@@ -271,7 +328,12 @@ class TrainingLoopFlow:
         if kind == "scaler-step":
             if path.manual_unscale is not None:
                 self._report(MANUAL_UNSCALE, self._nodes[path.manual_unscale])
-            return replace(path, unscaled=path.unscaled | {(event.scaler, event.optimizer)}, stepped=True, manual_unscale=None)
+            pair = (event.scaler, event.optimizer)
+            between = path.between
+            if pair not in path.stepped:  # another optimizer of the same backward, after an update()
+                between |= {u for u in path.last_update if u[0] == event.scaler}
+            return replace(path, unscaled=path.unscaled | {pair}, stepped=path.stepped | {pair}, between=between,
+                           manual_unscale=None)
         if kind == "optimizer-step":
             if self._hold(event.node, bool(path.pending)):
                 self._report(STEP_BYPASSED, event.node)
@@ -281,10 +343,13 @@ class TrainingLoopFlow:
                 self.unscaled_steps.setdefault(path.plain_backward, {})[id(event.node)] = event.node
             return replace(path, plain_backward=None)
         if kind == "update":
-            if path.last_update is not None and path.stepped:  # the earlier update() sits between two steps
-                self._report(UPDATE_BETWEEN_STEPS, self._nodes[path.last_update])
-            return replace(path, pending=path.pending - {event.scaler}, unscaled=frozenset(), stepped=False,
-                           last_update=id(event.node), manual_unscale=None)
+            scaler = event.scaler
+            for owner, earlier in path.between:  # the earlier update() sits between two optimizers' steps
+                if owner == scaler:
+                    self._report(UPDATE_BETWEEN_STEPS, self._nodes[earlier])
+            return replace(path, pending=path.pending - {scaler}, unscaled=_drop(path.unscaled, scaler),
+                           last_update=_drop(path.last_update, scaler) | {(scaler, id(event.node))},
+                           between=_drop(path.between, scaler), manual_unscale=None)
         return path
 
     def _report(self, kind: str, node: cst.CSTNode) -> None:
@@ -403,6 +468,11 @@ def _branch_conditions(context: FileContext, test: cst.BaseExpression) -> tuple[
     if condition is None:
         return [], []
     return [condition], [Condition(condition.key, not condition.value)]
+
+
+def _drop(pairs: frozenset[tuple], scaler: str) -> frozenset[tuple]:
+    """``pairs`` without those of ``scaler`` (each scaler's state is its own: a GAN has one per model)."""
+    return frozenset(p for p in pairs if p[0] != scaler)
 
 
 def _merge(first: _Flow, second: _Flow) -> _Flow:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, has_gradient_sites
-from mplint.engine.names import last_name
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
 
@@ -71,7 +70,8 @@ class ClipBeforeUnscale(Rule):
         """``grads, _ = clip_by_global_norm(grads, N)`` -> ``global_clipnorm=N`` on the inner optimizer."""
         inner = site.origin.construction
         call = clip.node
-        if last_name(call.func) != "clip_by_global_norm" or not isinstance(inner, cst.Call) or clip.stmt is None:
+        if self.context.names.matches(call.func, ["clip_by_global_norm"], ["tf"]) is None or not isinstance(inner, cst.Call) \
+                or clip.stmt is None:
             return None
         if len(call.args) < 2 or any(a.keyword and a.keyword.value.endswith("clipnorm") for a in inner.args):
             return None

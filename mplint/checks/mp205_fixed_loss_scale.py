@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.optimizer_flow import LSO
-from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
 
 _WHY = "a fixed loss scale overflows to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"
@@ -33,13 +32,17 @@ class FixedLossScale(Rule):
         return facts.float16
 
     def visit_Call(self, node: cst.Call) -> None:
-        name = last_name(node.func)
+        api = self.context.names.kname(node.func)  # the resolved API: `Wrap` of `import LossScaleOptimizer as Wrap`
+        if api is None:
+            return  # `train(None, loss_scale_factor=2.0)` is no Keras API
+        name = api.last
         if name == "FixedLossScale":
             self.report(node, f"FixedLossScale: {_WHY}")
             return
         for i, arg in enumerate(node.args):
             key = arg.keyword.value if arg.keyword else None
-            if key == "loss_scale_factor" and not (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
+            if key == "loss_scale_factor" and api.path.startswith("optimizers.") \
+                    and not (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
                 self.report(arg, f"loss_scale_factor= multiplies the loss by a constant: {_WHY}")
             elif name == LSO and key == "dynamic" and isinstance(arg.value, cst.Name) and arg.value.value == "False":
                 self.report(arg, f"LossScaleOptimizer(dynamic=False): {_WHY}")

@@ -6,7 +6,6 @@ import libcst as cst
 
 from mplint.analysis.policy_calls import policy_setter, policy_values, sets_policy
 from mplint.engine.context import FileContext
-from mplint.engine.names import last_name
 from mplint.diagnostics import Fix, FixSafety
 from mplint.project.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES
 from mplint.engine.rule import Rule
@@ -101,8 +100,8 @@ class _Sites(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         value = node.value
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(value, cst.Call):
-            last = last_name(value.func)
-            if last in _TPU_STRATEGIES:
+            api = self.context.names.kname(value.func)  # resolved: `from ... import TPUStrategy as S`
+            if api is not None and api.ns == "tf" and api.last in _TPU_STRATEGIES:
                 self.strategies.append((node.targets[0].target, value))
 
     def visit_Name(self, node: cst.Name) -> None:

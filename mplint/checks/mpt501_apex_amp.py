@@ -1,7 +1,8 @@
 """MPT501: NVIDIA apex's deprecated AMP, migrated to ``torch.autocast`` + ``torch.amp.GradScaler``.
 
-Every apex use of a file is reported; the migration is one fix for the whole file (attached to each
-finding: applying it settles them all), written as the migration guides write it:
+One finding per apex site: each ``amp.initialize`` call (or, in a file without one, its first apex use; and
+its first ``apex.fp16_utils`` use), with the file's other apex uses as related locations. The migration is one
+fix for the whole file, attached to that finding, written as the migration guides write it:
 
     model, optimizer = amp.initialize(model, optimizer, opt_level="O1")  ->  scaler = torch.amp.GradScaler("cuda")
     output = model(x); loss = criterion(output, y)                        ->  with torch.autocast("cuda"): ...
@@ -23,7 +24,7 @@ import libcst as cst
 
 from mplint.analysis.call_args import argument
 from mplint.analysis.torch_amp import TorchRule
-from mplint.diagnostics import Fix, FixSafety, ImportSpec
+from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
 from mplint.project.torch_target import torch_target
 
@@ -43,6 +44,7 @@ class ApexAmp(TorchRule):
     def __init__(self, context):
         super().__init__(context)
         self.items: list[tuple[cst.CSTNode, str]] = []
+        self.legacy: list[tuple[cst.CSTNode, str]] = []
         self.calls: dict[str, list[cst.Call]] = {}
         self.imports: list[cst.CSTNode] = []
         self.blocker: str | None = None
@@ -78,7 +80,7 @@ class ApexAmp(TorchRule):
 
     def _legacy(self, node, what: str) -> None:
         self.blocker = "the file uses apex.fp16_utils"
-        self.items.append((node, f"{what}: keep the model float32, run the forward and loss under `torch.autocast` and "
+        self.legacy.append((node, f"{what}: keep the model float32, run the forward and loss under `torch.autocast` and "
                                  "step through `torch.amp.GradScaler`"))
 
     def _message(self, path: str, call: cst.Call) -> str:
@@ -110,10 +112,27 @@ class ApexAmp(TorchRule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         fix, why = self._migration()
-        for node, message in self.items:
+        initialize = self.calls.get("amp.initialize", [])
+        sites = initialize or self._first_use(self.items)
+        for i, site in enumerate(sites):
+            message = dict((id(n), m) for n, m in self.items)[id(site)]
             if fix is None and why:
                 message += f"; no automatic fix: {why}"
-            self.report(node, message, fix)
+            others = [item for item in self.items if item[0] not in sites] if i == 0 else []
+            self.report(site, message, fix, related=self._related(others))
+        for site in self._first_use(self.legacy):
+            others = [item for item in self.legacy if item[0] is not site]
+            self.report(site, dict((id(n), m) for n, m in self.legacy)[id(site)], related=self._related(others))
+
+    def _first_use(self, items: list[tuple[cst.CSTNode, str]]) -> list[cst.CSTNode]:
+        """The site of a file's apex uses: its first call, else its first import."""
+        nodes = sorted((n for n, _ in items), key=self.context.source_order)
+        calls = [n for n in nodes if isinstance(n, cst.Call)]
+        return (calls or nodes)[:1]
+
+    def _related(self, items: list[tuple[cst.CSTNode, str]]) -> tuple[Related, ...]:
+        ordered = sorted(items, key=lambda item: self.context.source_order(item[0]))
+        return tuple(Related("", self.context.position(n).start.line, m) for n, m in ordered)
 
     def _migration(self) -> tuple[Fix | None, str]:
         initialize = self.calls.get("amp.initialize", [])
