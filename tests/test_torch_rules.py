@@ -91,7 +91,7 @@ def test_the_torch_fixtures_report_exactly():
         ("MPT301", 14, 82, "unsafe"),  # HIDDEN = 100 is only ever a layer size: the constant is rounded
         ("MPT502", 23, 10, "safe"),
         ("MPT205", 32, 13, "safe"),
-        ("MPT204", 33, 9, "none"),  # fixed once MPT202's fix gives the function a scaler.step
+        ("MPT204", 33, 9, "safe"),  # with MPT202 routing the step through the scaler in the same --fix
         ("MPT202", 34, 9, "safe"),
     ]
     assert found("apex_o1.py") == [("MPT501", 10, 20, "unsafe")]  # one finding per apex site
@@ -115,3 +115,35 @@ def test_one_apex_site_is_one_finding_with_the_other_uses_related():
     found = lint_code("import torch\n" + helper, select=["MPT501"]).diagnostics
     assert [(d.line, d.column) for d in found] == [(5, 10)]
     assert [r.line for r in found[0].related] == [2]
+
+
+CLIP_THEN_BYPASSED_STEP = """import torch
+
+scaler = torch.cuda.amp.GradScaler()
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+"""
+
+
+def test_the_unscale_before_a_clip_builds_on_the_step_routed_through_the_scaler():
+    """MPT204 inserts ``unscale_`` only for a step that goes through the scaler; MPT202's fix of the same --fix
+    routes the bypassed ``optimizer.step()`` there, so with both rules the check already counts it as fixable
+    and one round fixes both. With MPT204 alone an unscale without ``scaler.step``/``update`` would raise on the
+    next iteration: no fix."""
+    alone = lint_code(CLIP_THEN_BYPASSED_STEP, select=["MPT204"], files={"requirements.txt": "torch>=2.4\n"})
+    assert [(d.rule_id, d.line, d.fix_safety.value) for d in alone.diagnostics] == [("MPT204", 11, "none")]
+    both = lint_code(CLIP_THEN_BYPASSED_STEP, select=["MPT202", "MPT204"], files={"requirements.txt": "torch>=2.4\n"})
+    assert [(d.rule_id, d.line, d.fix_safety.value) for d in both.diagnostics] == [("MPT204", 11, "safe"), ("MPT202", 12, "safe")]
+    fixed = lint_code(CLIP_THEN_BYPASSED_STEP, select=["MPT202", "MPT204"], files={"requirements.txt": "torch>=2.4\n"}, fix=True)
+    assert fixed.fixed_code == CLIP_THEN_BYPASSED_STEP.replace(
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        optimizer.step()\n",
+        "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "        scaler.step(optimizer)\n        scaler.update()\n")
+    assert fixed.diagnostics == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.torch_amp import TorchRule
-from mplint.analysis.torch_loop import CLIP_BEFORE_UNSCALE, TrainingLoopFlow
+from mplint.analysis.torch_loop import CLIP_BEFORE_UNSCALE, STEP_BYPASSED, TrainingLoopFlow
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 
@@ -43,6 +43,11 @@ class TorchClipBeforeUnscale(TorchRule):
                     steps.add(self.code(call.args[0].value))
                 elif func.attr.value == "unscale_":
                     other_unscales = True
+        if not steps and "MPT202" in self.context.active_rules:
+            # MPT202's fix routes a bypassed ``optimizer.step()`` through this scaler in the same --fix
+            steps = {self.code(step.func.value) for step in flow.findings(STEP_BYPASSED)
+                     if self.context.contains(scope, step) and flow.pending_scalers.get(id(step)) == {scalers[0]}
+                     and flow.on_every_path(step) and not step.args}
         if len(steps) != 1 or other_unscales:
             return None
         unscale = cst.parse_statement(f"{scalers[0]}.unscale_({steps.pop()})\n")

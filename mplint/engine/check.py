@@ -271,7 +271,8 @@ class _Run:
         self.path = path
         self.options = options
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.context = FileContext(path, self.wrapper, options.facts, module_name, is_package, source)
+        self.context = FileContext(path, self.wrapper, options.facts, module_name, is_package, source,
+                                   frozenset(r.id for r in options.rules))
         self.findings: list[Finding] = []
         self.crashes: list[Diagnostic] = []
         if rules is None:

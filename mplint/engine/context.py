@@ -20,8 +20,10 @@ class FileContext:
     """One file under check. Metadata is resolved lazily, once, on first use."""
 
     def __init__(self, path: str, wrapper: MetadataWrapper, facts: ProjectFacts, module_name: str, is_package: bool,
-                 source: bytes | None = None):
+                 source: bytes | None = None, active_rules: frozenset[str] = frozenset()):
         self.path = path
+        # The rules of this run: a fix may build on another rule's fix that the same --fix applies.
+        self.active_rules = active_rules
         self.wrapper = wrapper
         self.module: cst.Module = wrapper.module
         self.facts = facts
