@@ -26,6 +26,7 @@ from mplint.engine.context import FileContext
 from mplint.engine.names import last_name
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
 from mplint.fixes.edits import apply_fixes, choose_non_overlapping
+from mplint.fixes.fidelity import keep_untouched
 from mplint.engine.rule import Rule
 from mplint.engine.suppressions import parse_suppressions
 from mplint.engine.walk import walk
@@ -412,7 +413,7 @@ def _fix(path, source, run: _Run, options, module_name, is_package, result: File
         run = _Run(path, reparsed, options, module_name, is_package, new_source)
     else:
         return _reverted(first, result, f"fixes did not settle after {MAX_FIX_ROUNDS} rounds; the file was left unchanged")
-    final_source = run.wrapper.module.bytes
+    final_source = keep_untouched(source, first.wrapper.module.bytes, run.wrapper.module.bytes)
     try:
         compile(final_source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
