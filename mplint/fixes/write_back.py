@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Callable
 
 from mplint.diagnostics import FileResult
-from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED
+from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED
 from mplint.engine.notebooks import NotebookResult
 from mplint.fixes.writer import FileChangedError, write_atomic
 
-ENGINE_CODES = {PARSE_ERROR, FIX_REVERTED, RULE_CRASHED}
+ENGINE_CODES = {PARSE_ERROR, FIX_REVERTED, RULE_CRASHED, OVER_BUDGET}
 
 
 CHANGED_NOTICE = "not fixed: the file changed on disk after mplint read it; run mplint again"
