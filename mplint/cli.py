@@ -1,6 +1,9 @@
 """Command line: ``mplint [check] PATHS``, ``mplint rules``, ``mplint explain ID``, ``mplint verify SCRIPT``.
 
-Exit codes: 0 nothing left to report, 1 findings remain, 2 usage, config or internal error.
+Exit codes: 0 nothing left to report, 1 findings remain, 2 usage, config or internal error, or a file --fix could
+not write (among them a file changed on disk after it was read: left as the user saved it). A reader that closes
+standard output early (``| head -1``) ends the output quietly, as Ruff does: no traceback, and the exit code the
+run would have had.
 """
 
 from __future__ import annotations
@@ -114,7 +117,6 @@ def _run_check(argv: list[str]) -> int:
 
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
-    from mplint.output import renderer
     from mplint.engine.registry import unknown_selectors
     from mplint.runner import RunOptions, run
 
@@ -164,11 +166,34 @@ def _run_check(argv: list[str]) -> int:
     finally:
         if progress:
             progress.close()
+    code = _exit_code(args, report)
+    try:
+        _write_report(args, report, stdin)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader has gone (| head -1): the run's outcome stands, unprinted
+        if not _stdout_closed():
+            raise
+        _discard_stdout()
+    return code
+
+
+def _exit_code(args, report) -> int:
+    if args.show_facts:
+        return EXIT_OK
+    if report.errors:
+        return EXIT_ERROR
+    pending = any(r.fixed_source is not None for r in report.results) if args.diff else report.remaining
+    return EXIT_FINDINGS if pending and not args.exit_zero else EXIT_OK
+
+
+def _write_report(args, report, stdin) -> None:
+    from mplint.output import renderer
+
     if args.show_facts:
         from mplint.output import facts_report
 
         facts_report.render(report, sys.stdout)
-        return EXIT_OK
+        return
     if stdin and args.fix and not args.diff:
         result = next(r for r in report.results if r.path == stdin[0].as_posix())
         sys.stdout.buffer.write(result.fixed_source if result.fixed_source is not None else stdin[1])
@@ -179,10 +204,10 @@ def _run_check(argv: list[str]) -> int:
     out = open(args.output_file, "w", encoding="utf-8") if args.output_file else default_out
     try:
         if args.diff:
-            changed = _print_diff(report, out)
+            _print_diff(report, out)
             for error in report.errors:
                 print(f"mplint: error: {error}", file=sys.stderr)
-            return EXIT_ERROR if report.errors else EXIT_FINDINGS if changed and not args.exit_zero else EXIT_OK
+            return
         renderer(args.format)(report, out, statistics=args.statistics)
     finally:
         if out not in (sys.stdout, sys.stderr):
@@ -190,9 +215,6 @@ def _run_check(argv: list[str]) -> int:
     if args.add_noqa:
         skipped = f" ({report.noqa_skipped} could not carry a comment)" if report.noqa_skipped else ""
         print(f"Added {report.noqa_added} noqa comment{'s' if report.noqa_added != 1 else ''}{skipped}.", file=sys.stderr)
-    if report.errors:
-        return EXIT_ERROR
-    return EXIT_FINDINGS if report.remaining and not args.exit_zero else EXIT_OK
 
 
 def _decode(data: bytes) -> str:
@@ -300,9 +322,35 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         argv = argv[1:]
     try:
-        return {"check": _run_check, "rules": _run_rules, "explain": _run_explain, "verify": _run_verify,
+        code = {"check": _run_check, "rules": _run_rules, "explain": _run_explain, "verify": _run_verify,
                 "server": _run_server}[command](argv)
+        sys.stdout.flush()  # a closed pipe shows here rather than in the interpreter's last flush
+        return code
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
+        if command in ("rules", "explain") and exc.code == 1:
+            return EXIT_OK  # rich ends a print to a closed pipe so (these commands never fail with 1)
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # rules, explain, verify: their output is all they do
+        if not _stdout_closed():
+            raise  # some other pipe (a worker's): a real failure
+        _discard_stdout()
+        return EXIT_OK
+
+
+def _discard_stdout() -> None:
+    """What is still buffered for standard output goes nowhere (not into a traceback at exit)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _stdout_closed() -> bool:
+    """Whether the reader of standard output has gone (``| head -1`` read its line)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return True  # no poll() (Windows): take the error at its word

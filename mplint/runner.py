@@ -52,6 +52,8 @@ class RunReport:
     projects: list["ProjectSummary"] = field(default_factory=list)  # every project checked, in order
     noqa_added: int = 0  # lines that got a noqa comment (--add-noqa)
     noqa_skipped: int = 0  # findings whose line cannot carry a comment
+    changed_on_disk: list[str] = field(default_factory=list)  # files left unfixed: changed after they were read
+    notices: list[str] = field(default_factory=list)  # worth telling, no error (leftovers of an interrupted run)
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -116,6 +118,8 @@ def run(options: RunOptions) -> RunReport:
     for source in found.files:
         groups.setdefault(project_of(source.path), []).append(source)
     report = RunReport([], list(found.errors), top)
+    if stdin_path is None:
+        report.notices += _leftovers(found.files, options)
     progress = _Progress(options.on_progress, sum(1 for s in found.files if only is None or s.path in only))
     for root, given in groups.items():
         config = top if options.config_path else load_config([root])
@@ -149,6 +153,20 @@ class _ProjectOf:
                     root = self.cwd if folder.resolve().is_relative_to(self.cwd) else self.top.root
             self.roots[folder] = root
         return root
+
+
+def _leftovers(files: list[SourcePath], options: RunOptions) -> list[str]:
+    """Temporary files an interrupted run left where this run may write: removed when stale (if this run
+    writes), reported either way."""
+    writes = options.write and (options.fix or options.add_noqa)
+    folders = {s.path.parent for s in files}
+    if writes:  # a symlink is written through: its target's folder holds the temporary files
+        folders |= {Path(os.path.realpath(s.path)).parent for s in files}
+    from mplint.fixes.leftovers import leftover_notices
+    from mplint.project.discovery import display_path
+
+    cwd = Path.cwd().resolve()
+    return [f"{display_path(path, cwd)}: {what}" for path, what in leftover_notices(folders, remove=writes)]
 
 
 def _whole_project(root: Path, config: Config, given: list[SourcePath], paths: list[Path], project_of: _ProjectOf,
@@ -303,7 +321,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         if isinstance(data, bytes) and options.write and source.path != stdin_path:
             recheck = lambda new, s=source: _check_file(s, new, replace(check_for(s), fix=False))  # noqa: E731
             result, added, skipped = write_back(source.path, source.display, data, result, recheck,
-                                                options.add_noqa, report.errors)
+                                                options.add_noqa, report.errors, report.changed_on_disk)
             report.noqa_added += added
             report.noqa_skipped += skipped
         report.results.append(result)

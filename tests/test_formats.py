@@ -77,7 +77,8 @@ def test_json_document(project, capsys):
     assert doc["tool"] == {"name": "mplint", "version": __version__}
     assert [(d["path"], d["cell"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [
         ("broken.py", None, "MP000", 1), ("nb.ipynb", 4, "MP101", 3), ("train.py", None, "MP101", 5)]
-    assert doc["summary"] == {"files": 3, "diagnostics": 3, "fixable": 2, "fixed": 0, "by_rule": {"MP000": 1, "MP101": 2}}
+    assert doc["summary"] == {"files": 3, "diagnostics": 3, "fixable": 2, "fixed": 0, "changed_on_disk": [],
+                              "by_rule": {"MP000": 1, "MP101": 2}}
     assert set(doc["diagnostics"][2]) == {"path", "cell", "rule", "name", "message", "severity", "start", "end", "fix", "context",
                                               "related"}
     assert doc["diagnostics"][2]["related"] == []

@@ -22,5 +22,7 @@ def render(report, stream: TextIO, **_) -> None:
         where = f"file={_escape_property(d.path)},line={d.line},col={d.column},endLine={d.end_line},endColumn={d.end_column}"
         message = f"{d.rule_id} {d.message}" if d.cell is None else f"{d.rule_id} (cell {d.cell}) {d.message}"
         stream.write(f"::{level} title={title},{where}::{_escape_data(message)}\n")
+    for notice in report.notices:
+        stream.write(f"::notice title=mplint::{_escape_data(notice)}\n")
     for error in report.errors:
         stream.write(f"::error title=mplint::{_escape_data(error)}\n")

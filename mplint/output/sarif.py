@@ -84,7 +84,10 @@ def document(report) -> dict:
             "results": [_result(d, index) for d in sorted(report.remaining, key=sort_key)],
             "invocations": [{
                 "executionSuccessful": not report.errors,
-                "toolExecutionNotifications": [{"level": "error", "message": {"text": e}} for e in report.errors],
+                "toolExecutionNotifications": [
+                    *({"level": "note", "message": {"text": n}} for n in report.notices),
+                    *({"level": "error", "message": {"text": e}} for e in report.errors),
+                ],
             }],
         }],
     }

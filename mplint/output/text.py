@@ -74,6 +74,8 @@ def render(report, stream: TextIO, statistics: bool = False, show_source: bool =
                 out.append(f"  {paint('= help', 'cyan')}: {d.fix_description} ({d.fix_safety.value} fix)")
             if show_source:
                 out.append("")
+    for notice in report.notices:
+        out.append(f"{paint('note', 'cyan', 'bold')}: {notice}")
     for error in report.errors:
         out.append(f"{paint('error', 'red', 'bold')}: {error}")
     out += _summary(paint, report, remaining)
@@ -100,6 +102,10 @@ def _summary(paint: _Paint, report, remaining) -> list[str]:
     fixed = report.fixed_count
     if fixed:
         out.append(f"Fixed {fixed} error{'s' if fixed != 1 else ''}.")
+    changed = len(report.changed_on_disk)
+    if changed:
+        out.append(f"Left {changed} file{'s' if changed != 1 else ''} unfixed: changed on disk during the run "
+                   "(run mplint again).")
     if not remaining:
         if not fixed and not report.errors:
             out.append(paint("All checks passed!", "green"))
