@@ -124,7 +124,7 @@ def run(options: RunOptions) -> RunReport:
     for root, given in groups.items():
         config = top if options.config_path else load_config([root])
         # Facts never depend on which paths were given: the whole project is read, the given files checked.
-        sources = _whole_project(root, config, given, options.paths, project_of, config is top)
+        sources = _whole_project(root, config, given, options.paths, project_of, config is top or config.root == top.root)
         wanted = {s.path for s in given} if only is None else only & {s.path for s in given}
         _check_until_facts_settle(config, sources, replace(options, only=wanted), report, progress, root)
     report.results.sort(key=lambda r: r.path)

@@ -180,7 +180,7 @@ def pin_files_digest(root: Path, sources: list[SourcePath] = ()) -> str:
     root = root.resolve()
     folders = {root}
     for source in sources:
-        folder = source.path.resolve().parent
+        folder = source.path.parent.resolve()  # the folder holding the file, not a link target (links can loop)
         while folder not in folders and folder.is_relative_to(root):
             folders.add(folder)
             folder = folder.parent
