@@ -51,3 +51,10 @@ def explain(rule: str, console: Console | None = None) -> bool:
     if meta.references:
         console.print(Markdown("## References\n\n" + "\n".join(f"- {r}" for r in meta.references)))
     return True
+
+
+def explain_all(console: Console | None = None) -> None:
+    """Every rule's page, in ID order (``mplint rule --all``)."""
+    console = console or Console(highlight=False, emoji=False)
+    for meta in load_catalog().values():
+        explain(meta.id, console)

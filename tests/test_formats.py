@@ -175,6 +175,9 @@ def test_text_output_colours_only_when_asked(project, capsys, monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")
     main(["--select", "MP101", "train.py"])
     assert "\x1b[1mtrain.py:5:45\x1b[0m: \x1b[31;1mMP101\x1b[0m \x1b[36m[*]\x1b[0m " in capsys.readouterr().out
-    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("NO_COLOR", "1")  # FORCE_COLOR still wins, as in Ruff
+    main(["--select", "MP101", "train.py"])
+    assert "\x1b[" in capsys.readouterr().out
+    monkeypatch.delenv("FORCE_COLOR")
     main(["--select", "MP101", "train.py"])
     assert "\x1b[" not in capsys.readouterr().out

@@ -29,6 +29,7 @@ class Config:
     exclude: list[str] | None = None
     extend_exclude: list[str] = field(default_factory=list)
     respect_gitignore: bool = True
+    force_exclude: bool = False  # the excludes apply to paths given explicitly too
     keras: int | None = None
     target: str | None = None  # tf1 | tf2.3 | keras2 | keras3
     policy: str | None = None
@@ -103,6 +104,7 @@ _KEYS = {
     "exclude": ("exclude", _str_list),
     "extend-exclude": ("extend_exclude", _str_list),
     "respect-gitignore": ("respect_gitignore", _bool),
+    "force-exclude": ("force_exclude", _bool),
     "keras": ("keras", _keras),
     "target": ("target", _target),
     "policy": ("policy", _policy),
