@@ -334,7 +334,16 @@ def _run_rules(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="mplint rules", description="List every rule of the catalog.")
     parser.add_argument("--format", choices=("table", "markdown"), default="table")
-    if parser.parse_args(argv).format == "markdown":
+    parser.add_argument("--pages", type=Path, metavar="DIR",
+                        help="write one Markdown page per rule (and an index) into DIR, e.g. docs/rules")
+    args = parser.parse_args(argv)
+    if args.pages:
+        from mplint.rule_docs import write_pages
+
+        written = write_pages(args.pages, list(load_catalog().values()))
+        print(f"Wrote {len(written)} page{'s' if len(written) != 1 else ''} in {args.pages.as_posix()}.")
+        return EXIT_OK
+    if args.format == "markdown":
         sys.stdout.write(rules_markdown())
         return EXIT_OK
     table = Table(title="mplint rules")

@@ -9,6 +9,7 @@ from typing import TextIO
 from mplint import __version__
 from mplint.catalog import load_catalog
 from mplint.output.common import sort_key
+from mplint.rule_docs import rule_url
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVELS = {"error": "error", "warning": "warning", "info": "note"}
@@ -18,10 +19,11 @@ def _uri(path: str) -> str:
     return Path(path).as_posix()
 
 
-def _rule(meta) -> dict:
+def _rule(meta, docs_url: str | None) -> dict:
     return {
         "id": meta.id,
         "name": meta.name,
+        "helpUri": rule_url(meta.id, docs_url),
         "shortDescription": {"text": meta.summary},
         "fullDescription": {"text": meta.what},
         "help": {"text": f"{meta.why}\n\nFix ({meta.fix_safety.value}): {meta.fix}"},
@@ -78,7 +80,7 @@ def document(report) -> dict:
                 "name": "mplint",
                 "version": __version__,
                 "informationUri": "https://pypi.org/project/mplint/",
-                "rules": [_rule(m) for m in metas],
+                "rules": [_rule(m, report.config.docs_url) for m in metas],
             }},
             "columnKind": "unicodeCodePoints",
             "results": [_result(d, index) for d in sorted(report.remaining, key=sort_key)],

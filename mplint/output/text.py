@@ -14,6 +14,7 @@ from typing import TextIO
 
 from mplint.diagnostics import FixSafety
 from mplint.output.common import location, sort_key, source_lines
+from mplint.rule_docs import rule_url
 
 _CODES = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36"}
 
@@ -81,6 +82,8 @@ def render(report, stream: TextIO, statistics: bool = False, show_source: bool =
                 out += _frame(paint, source_lines(by_path[d.path], d.cell), d)
             if d.fix_description:
                 out.append(f"  {paint('= help', 'cyan')}: {d.fix_description} ({d.fix_safety.value} fix)")
+            if show_fixes:
+                out.append(f"  {paint('= docs', 'cyan')}: {rule_url(d.rule_id, report.config.docs_url)}")
             if show_source:
                 out.append("")
     for error in report.errors:
