@@ -39,7 +39,7 @@ def test_github_annotations(project, capsys):
     assert main(["--select", "MP101", "--format", "github", "."]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "::error title=MP000 parse-error,file=broken.py,line=1,col=7,endLine=1,endColumn=8::MP000 syntax error: invalid syntax"
-    assert lines[1].startswith("::error title=MP101 float16-softmax-output,file=nb.ipynb,line=3,col=5,endLine=3,endColumn=43::MP101 (cell 4) softmax output")
+    assert lines[1].startswith("::error title=MP101 float16-softmax-output,file=nb.ipynb,line=76,col=10,endLine=76,endColumn=50::MP101 (cell 4:3) softmax output")
     assert lines[2].startswith("::error title=MP101 float16-softmax-output,file=train.py,line=5,col=45,endLine=5,endColumn=83::MP101 softmax output")
     assert len(lines) == 3
 
@@ -53,7 +53,7 @@ def test_sarif_is_valid_sarif_2_1_0(project, capsys):
     results = [(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
                 r["locations"][0]["physicalLocation"]["region"]["startLine"], r.get("properties", {}).get("cell"))
                for r in run["results"]]
-    assert results == [("MP000", "broken.py", 1, None), ("MP101", "nb.ipynb", 3, 4), ("MP101", "train.py", 5, None)]
+    assert results == [("MP000", "broken.py", 1, None), ("MP101", "nb.ipynb", 76, 4), ("MP101", "train.py", 5, None)]
     rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
     assert all(rule_ids[r["ruleIndex"]] == r["ruleId"] for r in run["results"])
     fix = run["results"][2]["fixes"][0]["artifactChanges"][0]["replacements"][0]
