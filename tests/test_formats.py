@@ -88,7 +88,7 @@ def test_json_document(project, capsys):
     assert doc["projects"] == [{
         "root": project.resolve().as_posix(), "files": 3, "keras_generation": None,
         "programs": [
-            {"entry": "nb.ipynb", "policies": [{"policy": "mixed_float16", "path": "nb.ipynb", "line": 6}], "modules": 1, "tpu": [],
+            {"entry": "nb.ipynb", "policies": [{"policy": "mixed_float16", "path": "nb.ipynb", "cell": 2, "line": 5}], "modules": 1, "tpu": [],
              "keras_generation": {"value": 3, "source": "program nb.ipynb imports Keras 3 (`import keras`)"}},
             {"entry": "train.py", "policies": [{"policy": "mixed_float16", "path": "train.py", "line": 4}], "modules": 1, "tpu": [],
              "keras_generation": {"value": 3, "source": "program train.py imports Keras 3 (`import keras`)"}},
