@@ -51,6 +51,7 @@ class RuleMeta:
     flagged: tuple[Example, ...]
     clean: tuple[Example, ...]
     source: Path
+    proof: tuple[str, ...] = ()  # the tests that execute the fix or the defect (test ids or paths)
 
 
 def catalog_dir() -> Path:
@@ -98,6 +99,7 @@ def _load(path: Path) -> RuleMeta:
             flagged=tuple(_example(e, f"{path}: flagged[{i}]") for i, e in enumerate(examples.get("flagged", ()))),
             clean=tuple(_example(e, f"{path}: clean[{i}]") for i, e in enumerate(examples.get("clean", ()))),
             source=path,
+            proof=tuple(raw.get("proof", ())),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CatalogError(f"{path}: malformed rule file ({exc!r})") from exc
