@@ -84,15 +84,18 @@ def test_json_document(project, capsys):
     assert doc["diagnostics"][2]["related"] == []
     assert doc["diagnostics"][2]["context"] == {
         "keras_generation": 3, "keras_generation_source": "program train.py imports Keras 3 (`import keras`)",
-        "library": False, "policy": "mixed_float16", "set_at": {"path": "train.py", "line": 4}, "program": "train.py", "via": [],
+        "library": False, "distribution": None, "policy": "mixed_float16", "set_at": {"path": "train.py", "line": 4},
+        "program": "train.py", "via": [],
     }
     assert doc["projects"] == [{
         "root": project.resolve().as_posix(), "files": 3, "keras_generation": None,
         "programs": [
             {"entry": "nb.ipynb", "policies": [{"policy": "mixed_float16", "path": "nb.ipynb", "cell": 2, "line": 5}], "modules": 1, "tpu": [],
-             "keras_generation": {"value": 3, "source": "program nb.ipynb imports Keras 3 (`import keras`)"}},
+             "keras_generation": {"value": 3, "oldest": 3, "label": "Keras 3",
+                                  "source": "program nb.ipynb imports Keras 3 (`import keras`)"}, "torch": None},
             {"entry": "train.py", "policies": [{"policy": "mixed_float16", "path": "train.py", "line": 4}], "modules": 1, "tpu": [],
-             "keras_generation": {"value": 3, "source": "program train.py imports Keras 3 (`import keras`)"}},
+             "keras_generation": {"value": 3, "oldest": 3, "label": "Keras 3",
+                                  "source": "program train.py imports Keras 3 (`import keras`)"}, "torch": None},
         ],
     }]
     assert doc["diagnostics"][2]["fix"]["safety"] == "safe"
