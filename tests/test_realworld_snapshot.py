@@ -31,7 +31,7 @@ def test_snapshot_entries_are_reviewed_and_well_formed(realworld):
     keys = set()
     for entry in snapshot["findings"]:
         where = realworld.describe(entry)
-        assert entry["package"] in realworld.PACKAGE_NAMES, where
+        assert entry["package"] in realworld.PACKAGE_NAMES + realworld.REPOSITORY_NAMES, where
         assert isinstance(entry["line"], int) and isinstance(entry["col"], int), where
         assert entry["verdict"] in realworld.VERDICTS, where
         assert entry["status"] in realworld.STATUSES, where
