@@ -478,6 +478,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "single files and compare their findings with the root run")
     parser.add_argument("--sample", type=int, default=50, help="single files per repository for --paths")
     parser.add_argument("--seed", type=int, default=0, help="seed of the --paths sample")
+    parser.add_argument("--recorded", action="store_true", help="with --repos: report the snapshot's last run "
+                        "(findings, fixes, cold times, path differences) without linting anything")
     parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -491,9 +493,25 @@ def warn_version_drift(runs: list[PackageRun], snapshot: dict) -> None:
                   file=sys.stderr)
 
 
+def recorded_run(repo: repos.Repository, snapshot: dict) -> repos.RepoRun:
+    """A repository's last run as the snapshot recorded it (``--recorded``: report without linting)."""
+    entry = snapshot["repositories"].get(repo.name) or {}
+    if entry.get("commit") != repo.commit:
+        return repos.RepoRun(repo.name, repo.commit, error="not recorded at this commit (run with --update)")
+    current = [f for f in snapshot["findings"] if f["package"] == repo.name and f.get("status", "current") == "current"]
+    fixes = [f for f in snapshot["fixes"] if f["package"] == repo.name and f.get("status", "current") == "current"]
+    return repos.RepoRun(repo.name, repo.commit, files=entry["files"], wall_s=entry["cold_s"],
+                         findings=[{k: f[k] for k in ("package", "path", "rule", "line", "col", "message")} for f in current],
+                         fixes=[{k: v for k, v in f.items() if k not in ("verdict", "reason", "status")} for f in fixes])
+
+
 def check_repositories(args: argparse.Namespace, cache: Path) -> int:
     runs = []
+    recorded_snapshot = load_snapshot(args.snapshot) if args.recorded else None
     for repo in (r for r in repos.REPOSITORIES if not args.repo or r.name in args.repo):
+        if recorded_snapshot is not None:
+            runs.append(recorded_run(repo, recorded_snapshot))
+            continue
         print(f"checking {repo.name} ...", file=sys.stderr, flush=True)
         run = repos.check_repository(repo, cache, args.mirror, args.remote, REPO, args.paths, args.sample, args.seed)
         if run.skipped:
@@ -511,13 +529,15 @@ def check_repositories(args: argparse.Namespace, cache: Path) -> int:
         recorded = snapshot["path_independence"].get(run.name) or {}
         if not args.paths and recorded.get("commit") == run.commit:  # the last --paths run on this commit
             run.path_checked, run.path_differences = recorded["runs"], recorded["differences"]
-        if snapshot["repositories"].get(run.name) not in (None, run.commit):
-            print(f"warning: {run.name} {run.commit[:12]} is checked, the snapshot was reviewed on "
-                  f"{snapshot['repositories'][run.name][:12]}", file=sys.stderr)
-    if args.update:
+        reviewed_on = (snapshot["repositories"].get(run.name) or {}).get("commit")
+        if reviewed_on not in (None, run.commit):
+            print(f"warning: {run.name} {run.commit[:12]} is checked, the snapshot was reviewed on {reviewed_on[:12]}",
+                  file=sys.stderr)
+    if args.update and not args.recorded:
         snapshot["findings"] = updated(snapshot["findings"], findings, checked)
         snapshot["fixes"] = repos.updated_fixes(snapshot["fixes"], fixes, checked)
-        snapshot["repositories"].update({r.name: r.commit for r in runs if not r.error})
+        snapshot["repositories"].update({r.name: {"commit": r.commit, "files": r.files, "cold_s": round(r.wall_s, 1)}
+                                         for r in runs if not r.error})
         if args.paths:
             snapshot["path_independence"].update({
                 r.name: {"commit": r.commit, "runs": r.path_checked, "sample": args.sample, "seed": args.seed,

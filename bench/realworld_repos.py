@@ -55,7 +55,6 @@ REPOSITORIES = [
     # monorepos: many programs, each folder with its own container or requirements
     Repository("mlcommons/training", "aa344c7fb900e82ed19fb94aebfed50c63ab2204", "monorepo"),
     Repository("microsoft/DeepSpeedExamples", "83757d9c937daabd1089a08051061706cb73900d", "monorepo"),
-    Repository("tensorflow/examples", "608f7db8c511e3dcc420afc564496e4516ceb800", "monorepo"),
     # example collections: every file its own program
     Repository("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8", "examples"),
     Repository("google-research/bert", "eedf5716ce1268e56f0a50264a88cafad334ac61", "examples"),
@@ -64,6 +63,7 @@ REPOSITORIES = [
     Repository("keras-team/keras", "3422977a5e38fb2f7709aaa9a08e47f0c43d0f60", "library"),
     Repository("keras-team/keras-rs", "812d35bf0cb2452e66433e52880eb892a99bb8c9", "library"),
     Repository("NVIDIA/OpenSeq2Seq", "8681d381ed404fde516e2c1b823de5a213c59aba", "library"),
+    Repository("tensorflow/tensor2tensor", "bafdc1b67730430d38d6ab802cbd51f9d053ba2e", "library"),
     # PyTorch training code with apex, torch.cuda.amp, GradScaler, gradient accumulation
     Repository("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291", "training"),
     Repository("facebookresearch/detectron2", "02b5c4e295e990042a714712c21dc79b731e8833", "training"),

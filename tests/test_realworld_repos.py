@@ -164,7 +164,9 @@ def test_the_check_exits_1_until_every_finding_and_fix_has_a_verdict(realworld, 
     out = capsys.readouterr().out
     assert "NEW (need review): 2" in out and "FIXES WITHOUT A VERDICT: 2" in out
     recorded = yaml.safe_load(snapshot.read_text())
-    assert recorded["repositories"] == {"owner/tiny": commit}
+    assert list(recorded["repositories"]) == ["owner/tiny"]
+    assert recorded["repositories"]["owner/tiny"]["commit"] == commit
+    assert recorded["repositories"]["owner/tiny"]["files"] == 2
     assert [(f["path"], f["rule"], f["line"], f["verdict"]) for f in recorded["findings"]] == [
         ("sub/run.py", "MPT502", 3, "unreviewed"), ("train.py", "MPT502", 3, "unreviewed")]
     assert [(f["path"], f["applied"], f["edits"]) for f in recorded["fixes"]] == [
@@ -201,6 +203,9 @@ def test_the_check_exits_1_until_every_finding_and_fix_has_a_verdict(realworld, 
         "       2      1   50.0%",
     ]
     assert "PLANTED DEFECTS NOT FOUND: 1" in out
+    assert realworld.main(args + ["--recorded"]) == 0  # the same tables from the snapshot, nothing linted
+    recorded_out = capsys.readouterr().out
+    assert recorded_out[recorded_out.index("per rule:"):].splitlines()[1:5] == per_rule
 
     recorded["fixes"][1]["verdict"] = "unreviewed"
     snapshot.write_text(yaml.safe_dump(recorded, sort_keys=False))
