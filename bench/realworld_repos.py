@@ -75,8 +75,11 @@ class RepoError(Exception):
     pass
 
 
+ENGINE = "engine"  # MP0xx: a file that cannot be read or parsed, fixes that did not settle, a crashed rule
+
+
 def framework_of(rule: str) -> str:
-    return PYTORCH if rule.startswith("MPT") else TENSORFLOW
+    return PYTORCH if rule.startswith("MPT") else ENGINE if rule.startswith("MP0") else TENSORFLOW
 
 
 # ---------------------------------------------------------------------------------------------- materialising

@@ -129,7 +129,7 @@ def test_fix_verdicts_follow_the_fix_text(repos):
 
 def test_review_table_rows(repos):
     findings = [({"package": "o/r", "rule": "MPT502"}, "tp"), ({"package": "o/r", "rule": "MPT502"}, "fp"),
-                ({"package": "o/r", "rule": "MP601"}, "unreviewed")]
+                ({"package": "o/r", "rule": "MP601"}, "unreviewed"), ({"package": "o/r", "rule": "MP000"}, "tp")]
     fixes = [({"package": "o/r", "rule": "MPT502"}, "harmful"), ({"package": "o/r", "rule": "MPT502"}, "right"),
              ({"package": "o/r", "rule": "MPT502"}, "unreviewed")]
     plants = [({"package": "o/r", "rule": "MPT202"}, False), ({"package": "o/r", "rule": "MP601"}, True)]
@@ -137,11 +137,13 @@ def test_review_table_rows(repos):
     assert lines == [
         "framework   findings  tp  fp  unreviewed  precision  fixes  right  harmful  no-op  fix_unreviewed  "
         "fix_correct  plants  found  recall",
+        "engine             1   1   0           0     100.0%      0      0        0      0               0  "
+        "          -       0      0       -",
         "pytorch            2   1   1           0      50.0%      3      1        1      0               1  "
         "      50.0%       1      0    0.0%",
         "tensorflow         1   0   0           1          -      0      0        0      0               0  "
         "          -       1      1  100.0%",
-        "all                3   1   1           1      50.0%      3      1        1      0               1  "
+        "all                4   2   1           1      66.7%      3      1        1      0               1  "
         "      50.0%       2      1   50.0%",
     ]
 
