@@ -62,6 +62,7 @@ REPOSITORIES = [
     # libraries with tools, benchmarks and conversion scripts beside them
     Repository("keras-team/keras", "3422977a5e38fb2f7709aaa9a08e47f0c43d0f60", "library"),
     Repository("keras-team/keras-rs", "812d35bf0cb2452e66433e52880eb892a99bb8c9", "library"),
+    Repository("keras-team/tf-keras", "dd0a7237b9b24132dba3f491f3c84b0094ab796e", "library"),
     Repository("NVIDIA/OpenSeq2Seq", "8681d381ed404fde516e2c1b823de5a213c59aba", "library"),
     Repository("tensorflow/tensor2tensor", "bafdc1b67730430d38d6ab802cbd51f9d053ba2e", "library"),
     # PyTorch training code with apex, torch.cuda.amp, GradScaler, gradient accumulation
