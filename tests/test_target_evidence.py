@@ -57,10 +57,24 @@ def _facts(capsys, root: Path) -> list[str]:
     "FROM python:3.10 AS docs\nFROM base\n",
     "ARG TAG\nFROM nvcr.io/nvidia/tensorflow:${TAG:-21.02}-tf2-py3\n",
 ])
-def test_substituted_tensorflow_image_is_keras2_and_silences_mp502(tmp_path, capsys, dockerfile):
+def test_substituted_tensorflow2_image_is_any_tf2_and_mp502_stays_unsafe(tmp_path, capsys, dockerfile):
+    # No release notes of an NGC TensorFlow 2 release are in the verified table: the tag says TF 2, nothing more.
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": KERAS2_LOOP})
     assert _facts(capsys, tmp_path) == [
-        "target: Keras 2 (TF 2.4) (nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF 2.4)"]
+        "target: G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.0) "
+        "(nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF >= 2.0)"]
+    code, found = _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path))
+    assert (code, [(rule, line, safety) for rule, line, _, safety in found]) == (1, [("MP502", 7, "unsafe")])
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:22.12-tf1-py3\nFROM ${FROM_IMAGE_NAME}\n",
+    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:22.10-tf1-py3\nFROM $FROM_IMAGE_NAME\n",  # between two rows
+])
+def test_substituted_tensorflow1_image_is_tf_1_15(tmp_path, capsys, dockerfile):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": KERAS2_LOOP})
+    image = dockerfile.split("=", 1)[1].split("\n", 1)[0]
+    assert _facts(capsys, tmp_path) == [f"target: G0 (TF1) (TF 1.15) ({image} in Dockerfile: TF 1.15)"]
     assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
 
 
@@ -89,11 +103,12 @@ def test_unpinned_keras_loop_gets_an_unsafe_mp502_fix_naming_the_range(tmp_path,
     "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:21.03-py3\nFROM ${FROM_IMAGE_NAME}\n",
     "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:21.03-py3\nFROM $FROM_IMAGE_NAME\n",
 ])
-def test_pytorch_image_through_arg_is_torch_1_9_prerelease(tmp_path, capsys, dockerfile):
+def test_pytorch_image_through_arg_is_bounded_by_the_verified_releases(tmp_path, capsys, dockerfile):
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": TORCH_LOOP})
-    assert _facts(capsys, tmp_path)[-1] == "torch: torch 1.9.0a0 (nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.9.0a0)"
+    torch = "torch 1.4.0a0-2.10.0a0"  # between NVIDIA's 20.02 (1.4.0a0) and 25.12 (2.10.0a0)
+    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: {torch})"
     code, found = _run(capsys, "--no-cache", "--select", "MPT201,MPT502", str(tmp_path))
-    assert [(rule, line, safety) for rule, line, _, safety in found] == [("MPT201", 8, "safe")]  # no MPT502 before 2.4
+    assert [(rule, line, safety) for rule, line, _, safety in found] == [("MPT502", 6, "unsafe"), ("MPT201", 8, "safe")]
     main(["--no-cache", "--fix", "--select", "MPT201,MPT502", str(tmp_path)])
     assert (tmp_path / "train.py").read_text() == TORCH_LOOP.replace(
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
@@ -134,7 +149,7 @@ def test_setup_py_values_are_followed(tmp_path, capsys, setup_py, source):
 @pytest.mark.parametrize("pin_file, old, new", [
     ("sub/environment.yml", "dependencies:\n  - tensorflow=2.8\n", "dependencies:\n  - tensorflow=2.16\n"),
     ("sub/requirements.txt", "-r ../deps/base.txt\n", None),
-    ("sub/Dockerfile", "FROM nvcr.io/nvidia/tensorflow:21.02-tf2-py3\n", "FROM tensorflow/tensorflow:2.16.1\n"),
+    ("sub/Dockerfile", "FROM tensorflow/tensorflow:2.8.0-gpu\n", "FROM tensorflow/tensorflow:2.16.1\n"),
 ])
 def test_a_nested_pin_changed_between_cached_runs_changes_the_target(tmp_path, capsys, pin_file, old, new):
     files = {".mplint.yaml": "{}\n", "sub/train.py": KERAS2_LOOP, pin_file: old, "deps/base.txt": "tensorflow==2.8.0\n"}
@@ -169,18 +184,43 @@ def test_a_version_guard_narrows_the_range_and_is_never_rewritten(tmp_path, caps
     assert (tmp_path / "train.py").read_text() == GUARDED
 
 
-@pytest.mark.parametrize("table, release, version", [
-    (ngc_images.TENSORFLOW2, (21, 2), "2.4.0"), (ngc_images.TENSORFLOW2, (21, 5), "2.4.0"),
-    (ngc_images.TENSORFLOW2, (20, 7), "2.2.0"), (ngc_images.PYTORCH, (21, 3), "1.9.0a0"),
-    (ngc_images.PYTORCH, (20, 2), "1.4.0a0"), (ngc_images.PYTORCH, (25, 12), "2.10.0a0"),
+@pytest.mark.parametrize("table, release, bounds, sources", [
+    # the verified rows, each with the page that states it
+    (ngc_images.PYTORCH, (20, 2), ("1.4.0a0", "1.4.0a0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html"]),
+    (ngc_images.PYTORCH, (25, 12), ("2.10.0a0", "2.10.0a0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
+    (ngc_images.TENSORFLOW1, (22, 9), ("1.15.5", "1.15.5"),
+     ["https://github.com/NVIDIA/tensorflow/releases/tag/v1.15.5%2Bnv22.09"]),
+    *((ngc_images.TENSORFLOW1, release, ("1.15.5", "1.15.5"), ["https://github.com/NVIDIA/tensorflow/releases"])
+      for release in ((22, 11), (22, 12), (23, 1), (23, 2), (23, 3))),
+    # a release between verified rows is bounded by them; before the first or after the last, on one side only
+    (ngc_images.PYTORCH, (21, 3), ("1.4.0a0", "2.10.0a0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html",
+      "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
+    (ngc_images.PYTORCH, (19, 3), (None, "1.4.0a0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html"]),
+    (ngc_images.PYTORCH, (26, 2), ("2.10.0a0", None),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
+    (ngc_images.TENSORFLOW1, (22, 10), ("1.15.5", "1.15.5"),
+     ["https://github.com/NVIDIA/tensorflow/releases/tag/v1.15.5%2Bnv22.09", "https://github.com/NVIDIA/tensorflow/releases"]),
 ])
-def test_ngc_release_lookup_cites_the_release_notes(table, release, version):
-    row = ngc_images.shipped(table, release)
-    assert row.version == version
-    kind = "pytorch" if table is ngc_images.PYTORCH else "tensorflow"
-    assert row.source == (f"https://docs.nvidia.com/deeplearning/frameworks/{kind}-release-notes/"
-                          f"rel_{row.since[0]:02d}-{row.since[1]:02d}.html")
-    assert ngc_images.shipped(table, (17, 1)) is None
+def test_ngc_release_lookup_cites_nvidias_pages(table, release, bounds, sources):
+    found = ngc_images.between(table, release)
+    assert ((found.oldest, found.newest), [row.source for row in found.rows]) == (bounds, sources)
+    assert ngc_images.between((), release) == ngc_images.Bounds(None, None, ())
+
+
+@pytest.mark.parametrize("image, torch", [
+    ("nvcr.io/nvidia/pytorch:20.02-py3", "torch 1.4.0a0"),
+    ("nvcr.io/nvidia/pytorch:25.12-py3", "torch 2.10.0a0"),
+    ("nvcr.io/nvidia/pytorch:22.04-py3", "torch 1.4.0a0-2.10.0a0"),
+    ("nvcr.io/nvidia/pytorch:19.10-py3", "torch <= 1.4.0a0"),
+    ("nvcr.io/nvidia/pytorch:26.01-py3", "torch >= 2.10.0a0"),
+])
+def test_pytorch_image_tags_map_to_the_verified_range(tmp_path, capsys, image, torch):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": f"FROM {image}\n", "train.py": TORCH_LOOP})
+    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} ({image} in Dockerfile: {torch})"
 
 
 def test_env_and_legacy_env_forms_substitute():
