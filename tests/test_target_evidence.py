@@ -228,3 +228,61 @@ def test_env_and_legacy_env_forms_substitute():
     assert dockerfile_image('ENV IMG="nvcr.io/nvidia/pytorch:22.04-py3"\nFROM ${IMG} AS a\nFROM a\n') == \
         "nvcr.io/nvidia/pytorch:22.04-py3"
     assert dockerfile_image("FROM ${UNSET}\n") == "${UNSET}"
+
+
+KERAS_LOOP = """\
+import tensorflow as tf
+
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="float32")])
+optimizer = tf.keras.optimizers.Adam()
+
+
+def step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+PER_LAYER = """\
+import tensorflow as tf
+
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="mixed_float16"), tf.keras.layers.Dense(1, dtype="float32")])
+model.compile(optimizer=tf.keras.optimizers.Adam(), loss="mse")
+"""
+MP201_HEAD = ("custom training loop under mixed_float16 set at train.py:3: it applies gradients with an optimizer that "
+              "is not a LossScaleOptimizer, so small float16 gradients underflow to zero")
+MP207_HEAD = ('layers use dtype="mixed_float16" but the global policy is float32, so compile() adds no '
+              "LossScaleOptimizer: small float16 gradients underflow to zero")
+UNPINNED = ("target G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.1), from no pin, config or Keras import: any "
+            "supported TensorFlow (set `target` or pin tensorflow)")
+
+
+@pytest.mark.parametrize("pins, code, expected, fixed", [
+    # Keras 2 and Keras 3 share the wrapper: safe on that range, in the shared spelling
+    ({"requirements.txt": "tensorflow>=2.6\n"}, PER_LAYER, [("MP207", 4, MP207_HEAD, "safe")],
+     PER_LAYER.replace("optimizer=tf.keras.optimizers.Adam()",
+                       "optimizer=tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())")),
+    # ... but not TF 2.1-2.3, which every supported TensorFlow includes
+    ({}, PER_LAYER, [("MP207", 4, f"{MP207_HEAD} ({UNPINNED}; the fix holds on Keras 2 or Keras 3 only: set the "
+                                  "target or pin TensorFlow to make it safe)", "unsafe")], None),
+    # the scaling calls differ between Keras 2 and Keras 3: the Keras 3 ones hold on part of the range
+    ({"requirements.txt": "tensorflow>=2.6\n"}, KERAS_LOOP, [("MP201", 12, (
+        f"{MP201_HEAD} (target Keras 2 or Keras 3 (TF >= 2.6), from requirements.txt pins tensorflow>=2.6; the fix "
+        "holds on Keras 3 only: set the target or pin TensorFlow to make it safe)"), "unsafe")], None),
+    ({"requirements.txt": "tensorflow==2.15.*\n"}, KERAS_LOOP, [("MP201", 12, MP201_HEAD, "safe")],
+     KERAS_LOOP.replace("optimizer = tf.keras.optimizers.Adam()",
+                        "optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())").replace(
+         "        loss = tf.reduce_mean(tf.square(model(x) - y))\n    grads = tape.gradient(loss, model.trainable_variables)\n",
+         "        loss = tf.reduce_mean(tf.square(model(x) - y))\n        scaled_loss = optimizer.get_scaled_loss(loss)\n"
+         "    grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
+         "    grads = optimizer.get_unscaled_gradients(grads)\n")),
+])
+def test_loss_scale_optimizer_fixes_for_the_range(tmp_path, capsys, monkeypatch, pins, code, expected, fixed):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": code, **pins})
+    monkeypatch.chdir(tmp_path)
+    rule = expected[0][0]
+    assert _run(capsys, "--no-cache", "--select", rule, ".") == (1, expected)
+    main(["--no-cache", "--fix", "--select", rule, "."])
+    assert (tmp_path / "train.py").read_text() == (fixed or code)  # an unsafe fix waits for --unsafe-fixes
