@@ -286,3 +286,28 @@ def test_loss_scale_optimizer_fixes_for_the_range(tmp_path, capsys, monkeypatch,
     assert _run(capsys, "--no-cache", "--select", rule, ".") == (1, expected)
     main(["--no-cache", "--fix", "--select", rule, "."])
     assert (tmp_path / "train.py").read_text() == (fixed or code)  # an unsafe fix waits for --unsafe-fixes
+
+
+MPT201_HEAD = ("the loss comes from a float16 autocast region but `backward()` and the optimizer step run without a "
+               "GradScaler: small gradients underflow to zero in float16; scale the loss with ")
+CPU_LOOP = TORCH_LOOP.replace(".cuda()", "").replace("torch.cuda.amp.autocast()",
+                                                      'torch.autocast("cpu", dtype=torch.float16)')
+
+
+@pytest.mark.parametrize("pins, code, advice, scaler", [
+    ({"requirements.txt": "torch>=2.3\n"}, TORCH_LOOP, '`torch.amp.GradScaler("cuda")`', 'torch.amp.GradScaler("cuda")'),
+    ({}, TORCH_LOOP, "`torch.cuda.amp.GradScaler()`", "torch.cuda.amp.GradScaler()"),
+    ({"requirements.txt": "torch>=2.4\n"}, CPU_LOOP, '`torch.amp.GradScaler("cpu")`', 'torch.amp.GradScaler("cpu")'),
+    ({}, CPU_LOOP, "a GradScaler (`torch.amp.GradScaler(device)` from torch 2.3; target any torch >= 1.6: no torch pin)",
+     None),  # no CPU GradScaler before 2.3: no fix
+])
+def test_mpt201_names_the_grad_scaler_its_fix_writes(tmp_path, capsys, pins, code, advice, scaler):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": code, **pins})
+    assert _run(capsys, "--no-cache", "--select", "MPT201", str(tmp_path)) == (
+        1, [("MPT201", 8, MPT201_HEAD + advice, "safe" if scaler else None)])
+    main(["--no-cache", "--fix", "--select", "MPT201", str(tmp_path)])
+    expected = code if scaler is None else code.replace(
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        f"opt = torch.optim.SGD(model.parameters(), lr=0.1)\nscaler = {scaler}\n").replace(
+        "    loss.backward()\n    opt.step()\n", "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
+    assert (tmp_path / "train.py").read_text() == expected
