@@ -311,3 +311,44 @@ def test_mpt201_names_the_grad_scaler_its_fix_writes(tmp_path, capsys, pins, cod
         f"opt = torch.optim.SGD(model.parameters(), lr=0.1)\nscaler = {scaler}\n").replace(
         "    loss.backward()\n    opt.step()\n", "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
     assert (tmp_path / "train.py").read_text() == expected
+
+
+KERAS3_CLIP = """\
+import keras
+import tensorflow as tf
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3))
+
+with tf.GradientTape() as tape:
+    scaled_loss = optimizer.scale_loss(tf.reduce_mean(tf.square(y - model(x))))
+grads = tape.gradient(scaled_loss, model.trainable_variables)
+grads, _ = tf.clip_by_global_norm(grads, 1.0)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+KERAS3_DOUBLE_UNSCALE = KERAS3_CLIP.replace("grads, _ = tf.clip_by_global_norm(grads, 1.0)",
+                                            "grads = [g / optimizer.dynamic_scale for g in grads]")
+MP204_MESSAGE = ("gradients are clipped while still multiplied by the loss scale (apply_gradients unscales them only "
+                 "afterwards): the threshold is 32768x too tight")
+MP203_MESSAGE = "apply_gradients already divides the gradients by the loss scale: this second unscale makes updates 32768x too small"
+BOTH = ("target Keras 2 or Keras 3 (TF >= 2.6), from requirements.txt pins tensorflow>=2.6; the fix holds on Keras 3 "
+        "only: set the target or pin TensorFlow to make it safe")
+
+
+@pytest.mark.parametrize("rule, code, head, fixed", [
+    ("MP204", KERAS3_CLIP, MP204_MESSAGE, KERAS3_CLIP.replace("keras.optimizers.Adam(1e-3)",
+                                                             "keras.optimizers.Adam(1e-3, global_clipnorm=1.0)").replace(
+        "grads, _ = tf.clip_by_global_norm(grads, 1.0)\n", "")),
+    ("MP203", KERAS3_DOUBLE_UNSCALE, MP203_MESSAGE, KERAS3_DOUBLE_UNSCALE.replace(
+        "grads = [g / optimizer.dynamic_scale for g in grads]\n", "")),
+])
+@pytest.mark.parametrize("pin, safe", [("tensorflow>=2.16\n", True), ("tensorflow>=2.6\n", False)])
+def test_keras3_unscale_fixes_are_safe_only_on_a_keras3_range(tmp_path, capsys, monkeypatch, rule, code, head, fixed,
+                                                               pin, safe):
+    # Keras 3's apply_gradients unscales and Keras 2's does not: both fixes rest on that.
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": pin, "train.py": code})
+    monkeypatch.chdir(tmp_path)
+    message = head if safe else f"{head} ({BOTH})"
+    assert _run(capsys, "--no-cache", "--select", rule, ".") == (1, [(rule, 10, message, "safe" if safe else "unsafe")])
+    main(["--no-cache", "--fix", "--select", rule, "."])
+    assert (tmp_path / "train.py").read_text() == (fixed if safe else code)

@@ -851,10 +851,16 @@ def range_note(context: FileContext, names: set[str]) -> str | None:
 
     gen = context.facts.generation
     admitted = range(gen.low, gen.value + 1)
-    if keras_holds(names, admitted, gen.tf_newest or None):
+    return generations_note(context, {g for g in admitted if keras_holds(names, [g], gen.tf_newest or None)})
+
+
+def generations_note(context: FileContext, holds: set[int]) -> str | None:
+    """None when a fix that is right on the generations ``holds`` is right on the whole target range; else the
+    range and where the fix holds."""
+    gen = context.facts.generation
+    if set(range(gen.low, gen.value + 1)) <= holds:
         return None
-    holds = [g for g in admitted if keras_holds(names, [g], gen.tf_newest or None)]
-    where = " or ".join(_GENERATION_NAMES[g] for g in holds) or "no version of it"
+    where = " or ".join(_GENERATION_NAMES[g] for g in sorted(holds)) or "no version of it"
     return (f"target {gen.label}, from {gen.source}; the fix holds on {where} only: set the target or pin "
             "TensorFlow to make it safe")
 
