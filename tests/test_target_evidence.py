@@ -352,3 +352,30 @@ def test_keras3_unscale_fixes_are_safe_only_on_a_keras3_range(tmp_path, capsys, 
     assert _run(capsys, "--no-cache", "--select", rule, ".") == (1, [(rule, 10, message, "safe" if safe else "unsafe")])
     main(["--no-cache", "--fix", "--select", rule, "."])
     assert (tmp_path / "train.py").read_text() == (fixed if safe else code)
+
+
+G1_POLICY = """\
+from tensorflow.keras.mixed_precision import experimental as mixed_precision
+
+mixed_precision.set_policy("mixed_float16")
+"""
+MP501_HEAD = ("`from tensorflow.keras.mixed_precision import experimental` is the TF 2.1-2.3 experimental API, removed in "
+              "TF 2.9 (ImportError): write `from tensorflow.keras import mixed_precision`; `set_policy` becomes "
+              "`set_global_policy`")
+
+
+@pytest.mark.parametrize("pins, target, safety", [
+    ({}, f"{UNPINNED}; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe",
+     "unsafe"),
+    ({"requirements.txt": "tensorflow>=2.9\n"},
+     "target Keras 2 or Keras 3 (TF >= 2.9), from requirements.txt pins tensorflow>=2.9", "safe"),
+])
+def test_mp501_fix_is_safe_only_where_tf_2_1_to_2_3_is_out_of_the_range(tmp_path, capsys, monkeypatch, pins, target,
+                                                                         safety):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": G1_POLICY, **pins})
+    monkeypatch.chdir(tmp_path)
+    assert _run(capsys, "--no-cache", "--select", "MP501", ".") == (1, [("MP501", 1, f"{MP501_HEAD} ({target})", safety)])
+    main(["--no-cache", "--fix", "--select", "MP501", "."])
+    assert (tmp_path / "train.py").read_text() == (G1_POLICY if safety == "unsafe" else
+                                                   "from tensorflow.keras import mixed_precision\n\n"
+                                                   'mixed_precision.set_global_policy("mixed_float16")\n')
