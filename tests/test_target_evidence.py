@@ -379,3 +379,34 @@ def test_mp501_fix_is_safe_only_where_tf_2_1_to_2_3_is_out_of_the_range(tmp_path
     assert (tmp_path / "train.py").read_text() == (G1_POLICY if safety == "unsafe" else
                                                    "from tensorflow.keras import mixed_precision\n\n"
                                                    'mixed_precision.set_global_policy("mixed_float16")\n')
+
+
+UNSCALED_TAPE = """\
+import tensorflow as tf
+
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+
+
+def step(model, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+MP202_HEAD = ("the optimizer is a LossScaleOptimizer, which divides the gradients by the loss scale, but the tape "
+              "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; "
+              "differentiate optimizer.scale_loss(loss)")
+
+
+@pytest.mark.parametrize("pin, safe", [("tensorflow>=2.16\n", True), ("tensorflow>=2.6\n", False)])
+def test_mp202_keras3_scaling_is_safe_only_on_a_keras3_range(tmp_path, capsys, monkeypatch, pin, safe):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": pin, "train.py": UNSCALED_TAPE})
+    monkeypatch.chdir(tmp_path)
+    message = MP202_HEAD if safe else f"{MP202_HEAD} ({BOTH})"
+    assert _run(capsys, "--no-cache", "--select", "MP202", ".") == (1, [("MP202", 10, message, "safe" if safe else "unsafe")])
+    main(["--no-cache", "--fix", "--select", "MP202", "."])
+    assert (tmp_path / "train.py").read_text() == (UNSCALED_TAPE.replace(
+        "        loss = tf.reduce_mean(tf.square(model(x) - y))\n    grads = tape.gradient(loss, ",
+        "        loss = tf.reduce_mean(tf.square(model(x) - y))\n        scaled_loss = optimizer.scale_loss(loss)\n"
+        "    grads = tape.gradient(scaled_loss, ") if safe else UNSCALED_TAPE)
