@@ -8,7 +8,7 @@ import pytest
 
 from mplint.diagnostics import FixSafety
 from mplint.runner import RunOptions, run
-from mplint.testing import lint_code
+from mplint.testing import copy_tree, lint_code
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
