@@ -167,7 +167,6 @@ def test_gan_fix_wraps_the_generator_optimizer_at_its_call_site(tmp_path):
 
 LOOP = """\
 import tensorflow as tf
-from mplint.testing import copy_tree
 {imports}
 {policy}
 optimizer = {optimizer}
