@@ -296,13 +296,13 @@ def test_epsilons_below_the_smallest_subnormal_before_a_log_or_division_in_libra
 def test_show_facts_shows_the_project_of_the_path_and_the_programs_that_reach_it(capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     assert main(["--show-facts", "--no-cache", "fixtures/ngc_tf2_container"]) == 0
-    image = "Dockerfile (FROM nvcr.io/nvidia/tensorflow:22.03-tf2-py3) pins tensorflow==2.8.0"
+    target = "Keras 2 (TF 2.8) (nvcr.io/nvidia/tensorflow:22.03-tf2-py3 in Dockerfile: TF 2.8)"
     assert capsys.readouterr().out == (
         f"project {(REPO / 'fixtures/ngc_tf2_container').as_posix()} (1 files)\n"
-        f"  target for every program: Keras 2 ({image})\n"
+        f"  target for every program: {target}\n"
         "  program fixtures/ngc_tf2_container/train.py (reaches 1 module)\n"
         "    policy mixed_float16 set at fixtures/ngc_tf2_container/train.py:6\n"
-        f"    target: Keras 2 ({image})\n"
+        f"    target: {target}\n"
     )
     assert main(["--show-facts", "--no-cache", "fixtures/library_with_tools/kmodels/layers.py"]) == 0
     assert capsys.readouterr().out == (
@@ -312,3 +312,137 @@ def test_show_facts_shows_the_project_of_the_path_and_the_programs_that_reach_it
         "    policy float32 set at fixtures/library_with_tools/tools/convert.py:10\n"
         "    target: Keras 3 (pyproject.toml pins keras>=3.0)\n"
     )
+
+
+# --- api_gen packages: the public API is an `api/` folder added to the package's __path__ ---------
+
+API_MASK = (
+    "`-1e9` is outside float16's range (largest finite value 65504): combined with the compute-dtype tensor "
+    "`(1.0 - ops.cast(mask[:, {axes}], x.d...` it becomes -inf under a float16 policy, and 0 * inf is NaN, so an "
+    "additive mask turns every unmasked score into NaN"
+)
+API_EXPECTED = {
+    # reached by examples/train_mixed.py through krs.layers (krs/api/layers): its mixed_float16 is the context
+    "krs/src/layers/attention.py": [("MP601", 14, 73, API_MASK.format(axes="None, :"))],
+    # exported but used by no program: library code
+    "krs/src/layers/pooling.py": [("MP601", 9, 74, API_MASK.format(axes=":, None") + "; library code of krs (users pick the policy)")],
+    "krs/src/layers/scoring.py": [("MP601", 14, 29, EPSILON)],  # `from krs.layers import ScoreHead`
+}
+
+
+@pytest.fixture
+def api_library(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "library_with_api_path"
+    shutil.copytree(REPO / "fixtures" / "library_with_api_path", root)
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.mark.parametrize("paths", [
+    ["."],
+    ["krs/"],
+    ["krs/src/layers"],
+    ["krs/src/layers/attention.py", "krs/src/layers/pooling.py", "krs/src/layers/scoring.py", "examples/train_mixed.py"],
+])
+def test_public_names_resolve_through_the_api_folder_on_the_package_path(api_library, capsys, paths):
+    assert _lint(capsys, *paths) == API_EXPECTED
+
+
+def test_the_program_reaches_the_defining_modules_through_the_api_folder(api_library):
+    facts = project_facts(api_library)
+    reached = {name for name, f in facts.items() if f.policy_names == {"mixed_float16"}}
+    assert reached == {
+        "examples/train_mixed.py", "krs/__init__.py", "krs/api/__init__.py", "krs/api/layers/__init__.py",
+        "krs/api/ops/__init__.py",  # `import krs.ops as krs_ops`
+        "krs/src/layers/attention.py",  # krs.layers.MaskedDotAttention, through `import krs`
+        "krs/src/layers/scoring.py",  # from krs.layers import ScoreHead
+        "krs/src/ops/scores.py",  # krs_ops.clip_scores
+    }
+    # the program imports krs.layers itself (`from krs.layers import ScoreHead`): the shortest way there
+    assert facts["krs/src/layers/attention.py"].links[0].via == ("krs/api/layers/__init__.py",)
+
+
+def test_show_facts_shows_the_program_that_reaches_a_module_through_the_api_folder(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert main(["--show-facts", "--no-cache", "fixtures/library_with_api_path/krs/src/layers/attention.py"]) == 0
+    assert capsys.readouterr().out == (
+        f"project {(REPO / 'fixtures/library_with_api_path').as_posix()} (13 files)\n"
+        "  target for every program: Keras 3 (pyproject.toml pins keras>=3.0)\n"
+        "  program fixtures/library_with_api_path/examples/train_mixed.py (reaches 8 modules)\n"
+        "    policy mixed_float16 set at fixtures/library_with_api_path/examples/train_mixed.py:10\n"
+        "    target: Keras 3 (pyproject.toml pins keras>=3.0)\n"
+    )
+    assert main(["--show-facts", "--no-cache", "fixtures/library_with_api_path/krs/src/layers/pooling.py"]) == 0
+    assert capsys.readouterr().out.endswith("  no program of this project reaches the files given: library code\n")
+
+
+PATH_LINES = {
+    "append": '__path__.append(os.path.join(os.path.dirname(__file__), "api"))\n',
+    "insert": '__path__.insert(0, os.path.join(os.path.dirname(__file__), "api"))\n',
+    "extend": '__path__.extend([os.path.join(os.path.dirname(os.path.abspath(__file__)), "api")])\n',
+    "pathlib": '__path__.append(str(Path(__file__).parent / "api"))\n',
+}
+
+
+def _api_project(tmp_path, path_line: str, api: str = "api", extra: dict[str, str] | None = None) -> Path:
+    return write_files(tmp_path, {
+        "requirements.txt": "keras>=3.0\n",
+        "pkg/__init__.py": f"import os\nfrom pathlib import Path\n\nfrom pkg.{api} import *\n\n{path_line.replace('api', api)}",
+        f"pkg/{api}/__init__.py": f"from pkg.{api} import layers\nfrom pkg.{api} import ops\n",
+        f"pkg/{api}/layers/__init__.py": "from pkg.src.layers.dense import Dense as Dense\n",
+        f"pkg/{api}/ops/__init__.py": "from pkg.src.ops.math import softplus as softplus\n",
+        "pkg/src/__init__.py": "", "pkg/src/layers/__init__.py": "", "pkg/src/ops/__init__.py": "",
+        "pkg/src/layers/dense.py": "class Dense:\n    pass\n",
+        "pkg/src/ops/math.py": "def softplus(x):\n    return x\n",
+        **(extra or {}),
+    })
+
+
+def _reached_by(root: Path, entry: str) -> set[str]:
+    return {name for name, f in project_facts(root).items() if any(link.entry == entry for link in f.links)}
+
+
+@pytest.mark.parametrize("how", sorted(PATH_LINES))
+@pytest.mark.parametrize("api", ["api", "_api"])
+@pytest.mark.parametrize("program, reaches", [
+    ("from pkg import layers\nlayers.Dense()\n", "pkg/src/layers/dense.py"),
+    ("from pkg.layers import Dense\nDense()\n", "pkg/src/layers/dense.py"),
+    ("import pkg.ops as ops\nops.softplus(1.0)\n", "pkg/src/ops/math.py"),
+    ("import pkg\npkg.layers.Dense()\n", "pkg/src/layers/dense.py"),
+    ("import pkg\npkg.ops.softplus(1.0)\n", "pkg/src/ops/math.py"),
+])
+def test_every_form_of_public_import_reaches_the_defining_module(tmp_path, how, api, program, reaches):
+    script = f"import keras\n{program}keras.mixed_precision.set_global_policy('mixed_float16')\n"
+    root = _api_project(tmp_path, PATH_LINES[how], api, {"train.py": script})
+    other = {"pkg/src/layers/dense.py", "pkg/src/ops/math.py"} - {reaches}
+    reached = _reached_by(root, "train.py")
+    assert reaches in reached and not other & reached, reached
+
+
+def test_without_the_path_line_the_public_names_are_not_found(tmp_path):
+    root = _api_project(tmp_path, "", extra={"train.py": "import keras\nfrom pkg.layers import Dense\nDense()\n"
+                                                         "keras.mixed_precision.set_global_policy('mixed_float16')\n"})
+    assert "pkg/src/layers/dense.py" not in _reached_by(root, "train.py")
+
+
+@pytest.mark.parametrize("how, found", [("append", "pkg/layers.py"), ("insert", "pkg/src/layers/dense.py")])
+def test_the_package_path_order_decides_which_module_a_name_is(tmp_path, how, found):
+    """`insert(0, api)` puts api/ before the package's own folder, `append` after it."""
+    root = _api_project(tmp_path, PATH_LINES[how], extra={
+        "pkg/layers.py": "class Dense:\n    pass\n",
+        "train.py": "import keras\nfrom pkg.layers import Dense\nDense()\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"})
+    assert _reached_by(root, "train.py") & {"pkg/layers.py", "pkg/src/layers/dense.py"} == {found}
+
+
+def test_package_path_facts():
+    from mplint.project.extract import HERE, extract_file_facts
+
+    def path_of(line: str) -> list[str]:
+        return extract_file_facts(f"import os\nfrom pathlib import Path\n{line}".encode(), "pkg/__init__.py", "pkg").package_path
+
+    assert path_of(PATH_LINES["append"]) == [HERE, f"{HERE}/api"]
+    assert path_of(PATH_LINES["insert"]) == [f"{HERE}/api", HERE]
+    assert path_of(PATH_LINES["extend"]) == [HERE, f"{HERE}/api"]
+    assert path_of(PATH_LINES["pathlib"]) == [HERE, f"{HERE}/api"]
+    assert path_of('__path__.append("api")\n') == []  # relative to the working directory: unknown
+    assert path_of(f"def f():\n    {PATH_LINES['append']}") == []  # not at module level

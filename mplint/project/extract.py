@@ -28,7 +28,7 @@ HERE = "<here>"  # a sys.path entry relative to the file's own folder
 # tf.keras only through imports: their statements are read, not every expression (most files of a project).
 _FACT_TOKENS = re.compile(
     rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
-    rb"|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior|\.compile\(|\.fit\("
+    rb"|__path__|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior|\.compile\(|\.fit\("
 )
 _TRAINING_CALLS = frozenset({"compile", "fit"})
 # TF1 constructs, by canonical prefix: the program is TF1 (G0) unless it also sets a Keras policy.
@@ -74,6 +74,10 @@ class FileFacts:
     main_guard: bool = False  # has `if __name__ == "__main__":`
     top_level_work: bool = False  # calls, loops or `with` blocks at module level
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
+    # A package's own search path where its ``__init__`` extends ``__path__`` (Keras' generated ``api`` folder), in
+    # order, HERE standing for the package folder: ``__path__.append(join(dirname(__file__), "api"))`` gives
+    # [HERE, HERE/api]. Empty: the package folder alone.
+    package_path: list[str] = field(default_factory=list)
     tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
     # Summaries of functions and classes that callers in other modules need: name -> kind ->
@@ -281,6 +285,7 @@ class _Reader(ast.NodeVisitor):
                        and callee.endswith(_TF1_OPTIMIZER_SUFFIX) or callee.startswith(_TF1_PREFIXES[-2:])):
             self.facts.tf1 = True
         self._sys_path(node, callee or "")
+        self._package_path(node, callee or "")
         if isinstance(node.func, ast.Name) and node.func.id in _TPU_NAMES:
             self.facts.tpu_lines.append(node.lineno)
         self.generic_visit(node)
@@ -316,6 +321,22 @@ class _Reader(ast.NodeVisitor):
         entry = _path_value(node.args[-1], self.qualified)
         if entry is not None:
             self.facts.sys_paths.append(entry)
+
+
+    def _package_path(self, node: ast.Call, callee: str) -> None:
+        """``__path__.append(p)``, ``__path__.insert(i, p)``, ``__path__.extend([p, ...])`` at module level."""
+        head, _, method = callee.partition(".")
+        if head != "__path__" or self.function or not node.args or method not in ("append", "insert", "extend"):
+            return
+        values = node.args[-1].elts if method == "extend" and isinstance(node.args[-1], (ast.List, ast.Tuple)) else [node.args[-1]]
+        entries = [_path_value(v, self.qualified) for v in values]
+        if not all(e and (e.startswith(HERE) or e.startswith("/")) for e in entries):
+            return  # a relative entry is relative to the working directory: unknown here
+        path = self.facts.package_path or [HERE]
+        index = _constant(node.args[0]) if method == "insert" and len(node.args) == 2 else len(path)
+        if isinstance(index, int):
+            path[index:index] = entries
+            self.facts.package_path = path
 
 
 def _follow_trained(tree: ast.Module, trains: list[str], made_by: dict[str, str]) -> None:

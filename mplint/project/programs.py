@@ -84,6 +84,9 @@ class ProjectModel:
         self._root_cache: dict[Module, list[str]] = {}
         self._resolved: dict[tuple[Module, int], list] = {}
         self._resolved_from_entry: dict[tuple[Module, int, str], list] = {}
+        # packages whose __init__ extends __path__ (Keras' generated api/ folders): their search paths
+        self._package_paths = {m.folder: self._search_path(m) for m in modules if m.is_package and m.facts.package_path}
+        self._walked: dict[tuple[str, tuple[str, ...]], Module | None] = {}
         for module in modules:
             module.uses = frozenset(module.facts.uses)
         imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
@@ -102,11 +105,41 @@ class ProjectModel:
     # Paths are handled as strings: resolution runs for every import of every program.
     def _module_at(self, folder: str, parts: tuple[str, ...]) -> Module | None:
         """The project module ``parts`` names under ``folder`` (a package wins over a same-named file)."""
+        if self._package_paths and len(parts) > 1:
+            return self._walk(folder, parts)
         base = "/".join((folder, *parts))
         found = self._found.get(base, False)
         if found is False:
             found = self._by_file.get(base + "/__init__.py") or (self._by_file.get(base + ".py") if parts else None)
             self._found[base] = found
+        return found
+
+    def _search_path(self, package: Module) -> list[str]:
+        """Where a package's submodules are found: its folder, or its ``__path__`` as its ``__init__`` extends it."""
+        return [os.path.normpath(package.folder + entry[len(HERE):]) if entry.startswith(HERE) else os.path.normpath(entry)
+                for entry in package.facts.package_path] or [package.folder]
+
+    def _walk(self, folder: str, parts: tuple[str, ...]) -> Module | None:
+        """``_module_at`` as the import system finds it, one part at a time through each package's search path
+        (a folder without ``__init__.py`` is a namespace package: its submodules are under it)."""
+        key = (folder, parts)
+        found = self._walked.get(key, False)
+        if found is False:
+            folders = [folder]
+            for part in parts[:-1]:
+                inner = []
+                for outer in folders:
+                    package = self._by_file.get(f"{outer}/{part}/__init__.py")
+                    if package is not None:  # a regular package ends the search
+                        inner = self._package_paths.get(package.folder, [package.folder])
+                        break
+                    inner.append(f"{outer}/{part}")
+                folders = inner
+            last = parts[-1]
+            found = next((m for outer in folders
+                          for m in (self._by_file.get(f"{outer}/{last}/__init__.py"), self._by_file.get(f"{outer}/{last}.py"))
+                          if m is not None), None)
+            self._walked[key] = found
         return found
 
     def _roots(self, importer: Module) -> list[str]:
@@ -184,8 +217,10 @@ class ProjectModel:
                     yield target, frozenset()
                 elif record.bound == "*":  # the names used or asked of us may be defined there
                     yield target, wanted
-                else:  # `import a.b`: the attributes used here; `from a import b`: b
-                    yield target, module.uses if names is None else names
+                elif names is None:  # `import a.b`: the attributes used here (and, re-exported by a package, asked of it)
+                    yield target, wanted if module.is_package else module.uses
+                else:  # `from a import b`: b
+                    yield target, names
 
     # --- programs ------------------------------------------------------------------------
     def _reach(self, entry: Module) -> Program:
