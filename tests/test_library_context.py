@@ -446,3 +446,60 @@ def test_package_path_facts():
     assert path_of(PATH_LINES["pathlib"]) == [HERE, f"{HERE}/api"]
     assert path_of('__path__.append("api")\n') == []  # relative to the working directory: unknown
     assert path_of(f"def f():\n    {PATH_LINES['append']}") == []  # not at module level
+
+
+# --- re-exports of Keras modules between a package's own modules ------------------------------
+
+SHIM = "from pkg.src.backend.config import keras_3\n\nif keras_3():\n    import keras\nelse:\n    from tensorflow import keras\n"
+STAR_SHIM = ("from pkg.src.backend.config import keras_3\n\nif keras_3():\n    from keras import *  # noqa: F403\n"
+             "else:\n    from tensorflow.keras import *  # noqa: F403\n")
+BACKEND_LAYER = (
+    "from pkg.src.backend import keras\n\n\nclass Block(keras.layers.Layer):\n    def call(self, x, mask):\n"
+    "        return x + (1.0 - keras.ops.cast(mask, x.dtype)) * -1e9\n"
+)
+BACKEND_MASK = (
+    "`-1e9` is outside float16's range (largest finite value 65504): combined with the compute-dtype tensor "
+    "`(1.0 - keras.ops.cast(mask, x.dtype))` it becomes -inf under a float16 policy, and 0 * inf is NaN, so an "
+    "additive mask turns every unmasked score into NaN"
+)
+
+
+@pytest.mark.parametrize("shim", ["pkg/src/backend/__init__.py", "pkg/src/backend/keras.py"])
+@pytest.mark.parametrize("public", [
+    "pkg/backend/__init__.py",  # a public subpackage
+    "pkg/api/backend/__init__.py",  # an api/ folder on the package's __path__
+])
+def test_a_keras_module_reexported_by_a_backend_shim_resolves(tmp_path, monkeypatch, capsys, shim, public):
+    """`import keras` under a version test in a backend shim (or a shim module that star-imports Keras), passed on
+    by the public API as `from pkg.src.backend import keras`: the program's `keras.mixed_precision` is Keras'."""
+    root = write_files(tmp_path, {
+        "requirements.txt": "keras>=3.0\n",
+        "pkg/__init__.py": 'import os\n__path__.append(os.path.join(os.path.dirname(__file__), "api"))\n',
+        "pkg/api/__init__.py": "", "pkg/src/__init__.py": "",
+        "pkg/src/backend/__init__.py": "",
+        "pkg/src/backend/config.py": "def keras_3():\n    return True\n",
+        shim: SHIM if shim.endswith("__init__.py") else STAR_SHIM,
+        public: "from pkg.src.backend import keras as keras\n",
+        "pkg/src/layers.py": BACKEND_LAYER,
+        "train.py": ("from pkg.backend import keras\nfrom pkg.src.layers import Block\n\n"
+                     "keras.mixed_precision.set_global_policy('mixed_float16')\n\n"
+                     "if __name__ == '__main__':\n    print(Block())\n"),
+    })
+    facts = project_facts(root)
+    assert facts["pkg/src/layers.py"].policy_names == {"mixed_float16"}
+    reexports = facts["pkg/src/layers.py"].reexports
+    assert (reexports["pkg.src.backend.keras"], reexports["pkg.backend.keras"]) == ("keras", "keras")
+    assert "pkg/src/backend/__init__.py" in _reached_by(root, "train.py")
+    monkeypatch.chdir(root)
+    assert _lint(capsys, "pkg/src/layers.py") == {"pkg/src/layers.py": [("MP601", 6, 60, BACKEND_MASK)]}
+
+
+def test_reexports_under_a_version_test_keep_the_first_arm():
+    from mplint.project.extract import extract_file_facts
+
+    assert extract_file_facts(SHIM.encode(), "pkg/src/backend/__init__.py", "pkg.src.backend").reexports == {
+        "pkg.src.backend.keras": "keras"}
+    assert extract_file_facts(STAR_SHIM.encode(), "pkg/src/backend/keras.py", "pkg.src.backend.keras").reexports == {
+        "pkg.src.backend.keras": "keras"}
+    inside = "def load():\n    import keras\n    return keras\n"  # a function's import binds no name of the module
+    assert extract_file_facts(inside.encode(), "pkg/m.py", "pkg.m").reexports == {}

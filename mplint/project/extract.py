@@ -450,17 +450,42 @@ def _defined_names(tree: ast.Module) -> list[str]:
     return sorted(names)
 
 
-def _reexports(module_level: list[ImportRecord], module_name: str) -> dict[str, str]:
-    """Module-level imports of Keras that other project modules may import from here."""
+_KERAS_ROOTS = frozenset({"keras", "tf_keras", "tensorflow.keras"})
+
+
+def _module_level_imports(body: list[ast.stmt], conditional: bool = False, out: dict | None = None) -> dict[int, bool]:
+    """Line of each module-level import statement -> whether it sits under an ``if``/``try`` (a version test:
+    ``if keras_3(): import keras``). Imports inside functions and classes bind no name of the module."""
+    out = {} if out is None else out
+    for stmt in body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            out[stmt.lineno] = conditional
+        elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
+            for block in (stmt.body, getattr(stmt, "orelse", []), getattr(stmt, "finalbody", []),
+                          *(h.body for h in getattr(stmt, "handlers", []))):
+                _module_level_imports(block, conditional or not isinstance(stmt, ast.With), out)
+    return out
+
+
+def _reexports(records: list[ImportRecord], module_name: str, conditional: dict[int, bool]) -> dict[str, str]:
+    """Module-level imports of Keras that other project modules may import from here. Under a version test the
+    first arm's binding is kept (``import keras`` before ``from tensorflow import keras``); a backend shim that
+    star-imports Keras (``from keras import *``) stands for Keras itself."""
     out: dict[str, str] = {}
     if not module_name or canonical(module_name) is not None:
         return out
-    for record in module_level:
-        if record.level or record.bound == "*":
+    for record in records:
+        if record.level or record.line not in conditional:
+            continue
+        if record.bound == "*":
+            if record.module in _KERAS_ROOTS:
+                out.setdefault(module_name, record.module)
             continue
         target = f"{record.module}.{record.name}" if record.name else (record.module if record.bound != record.module.split(".")[0] else record.bound)
         if canonical(target) is not None:
-            out[f"{module_name}.{record.bound}"] = target
+            key = f"{module_name}.{record.bound}"
+            if not conditional[record.line] or key not in out:
+                out[key] = target
     return out
 
 
@@ -871,7 +896,6 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     for stmt in tree.body:  # module-level imports first: constants and setters resolve through them
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             reader.visit(stmt)
-    top_imports = len(facts.imports)
     if _FACT_TOKENS.search(source):
         reader.consts = _module_strings(tree, reader)
         for stmt in tree.body:
@@ -884,7 +908,7 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     for stmt in tree.body:
         facts.main_guard |= _is_main_guard(stmt)
         facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)
-    facts.reexports = _reexports(facts.imports[:top_imports], module_name)
+    facts.reexports = _reexports(facts.imports, module_name, _module_level_imports(tree.body))
     facts.uses = sorted(_used_names(tree))
     _summaries(tree, source, facts)
     facts.defines = _defined_names(tree)

@@ -78,7 +78,6 @@ class ProjectModel:
     def __init__(self, modules: list[Module], root: Path, reexports: dict[str, str]):
         self.modules = modules
         self.root = root
-        self.reexports = reexports
         self._by_file = {m.key: m for m in modules}
         self._found: dict[str, Module | None] = {}
         self._root_cache: dict[Module, list[str]] = {}
@@ -89,6 +88,7 @@ class ProjectModel:
         self._walked: dict[tuple[str, tuple[str, ...]], Module | None] = {}
         for module in modules:
             module.uses = frozenset(module.facts.uses)
+        self.reexports = self._reexported_between_modules(reexports) if reexports else reexports
         imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
         for module in modules:
             module.entry = self._is_entry(module, imported)
@@ -221,6 +221,49 @@ class ProjectModel:
                     yield target, wanted if module.is_package else module.uses
                 else:  # `from a import b`: b
                     yield target, names
+
+    # --- re-exports ----------------------------------------------------------------------
+    def _public_names(self) -> dict[Module, str]:
+        """The other dotted name of each module under a folder a package adds to its ``__path__``
+        (``krs/api/backend`` is also ``krs.backend``)."""
+        out: dict[Module, str] = {}
+        folders = [(folder, package) for package in self.modules if package.folder in self._package_paths
+                   for folder in self._package_paths[package.folder] if folder != package.folder]
+        for module in self.modules:
+            for folder, package in folders:
+                if module.key.startswith(folder + "/"):
+                    parts = module.key[len(folder) + 1:].removesuffix(".py").split("/")
+                    out[module] = ".".join([package.name, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+                    break
+        return out
+
+    def _reexported_between_modules(self, reexports: dict[str, str]) -> dict[str, str]:
+        """The files' re-exports of Keras, and those the project's modules pass on from one another
+        (``from pkg.src.backend import keras`` in ``pkg/backend``), under each name a module has."""
+        out = dict(reexports)
+        public = self._public_names()
+        for _ in range(3):  # re-exports of re-exports
+            added = False
+            for module in self.modules:
+                names = [module.name, public[module]] if module in public else [module.name]
+                for index, record in enumerate(module.facts.imports):
+                    if record.bound == "*" or (not record.name and record.bound == record.module.split(".")[0]):
+                        continue  # `import a.b` binds the project's own package a
+                    for target, asked in self._resolve(module, module, index)[:1]:
+                        source = target.name if asked is None else f"{target.name}.{record.name}"
+                        found = out.get(source)
+                        if found is not None:
+                            for key in (f"{name}.{record.bound}" for name in names):
+                                if key not in out:
+                                    out[key] = found
+                                    added = True
+                if module in public:
+                    for key, value in list(out.items()):
+                        if key == module.name or key.startswith(module.name + "."):
+                            out.setdefault(public[module] + key[len(module.name):], value)
+            if not added:
+                break
+        return out
 
     # --- programs ------------------------------------------------------------------------
     def _reach(self, entry: Module) -> Program:
