@@ -355,6 +355,7 @@ def test_show_facts_shows_the_project_of_the_path_and_the_programs_that_reach_it
         "  program fixtures/ngc_tf2_container/train.py (reaches 1 module)\n"
         "    policy mixed_float16 set at fixtures/ngc_tf2_container/train.py:6\n"
         f"    target: {target}\n"
+        "  fixtures/ngc_tf2_container/train.py: not library code: mixed_float16 set at fixtures/ngc_tf2_container/train.py:6\n"
     )
     assert main(["--show-facts", "--no-cache", "fixtures/library_with_tools/kmodels/layers.py"]) == 0
     assert capsys.readouterr().out == (
@@ -363,6 +364,8 @@ def test_show_facts_shows_the_project_of_the_path_and_the_programs_that_reach_it
         "  program fixtures/library_with_tools/tools/convert.py (reaches 4 modules)\n"
         "    policy float32 set at fixtures/library_with_tools/tools/convert.py:10\n"
         "    target: Keras 3 (pyproject.toml pins keras>=3.0)\n"
+        "  fixtures/library_with_tools/kmodels/layers.py: library code of kmodels (users pick the policy); "
+        "fixtures/library_with_tools/tools/convert.py sets float32 but is a tool script of this repository\n"
     )
 
 
@@ -423,9 +426,14 @@ def test_show_facts_shows_the_program_that_reaches_a_module_through_the_api_fold
         "  program fixtures/library_with_api_path/examples/train_mixed.py (reaches 8 modules)\n"
         "    policy mixed_float16 set at fixtures/library_with_api_path/examples/train_mixed.py:10\n"
         "    target: Keras 3 (pyproject.toml pins keras>=3.0)\n"
+        "  fixtures/library_with_api_path/krs/src/layers/attention.py: library code of krs (users pick the policy); "
+        "also mixed_float16 set at fixtures/library_with_api_path/examples/train_mixed.py:10, which reaches this module through "
+        "fixtures/library_with_api_path/krs/api/layers/__init__.py\n"
     )
     assert main(["--show-facts", "--no-cache", "fixtures/library_with_api_path/krs/src/layers/pooling.py"]) == 0
-    assert capsys.readouterr().out.endswith("  no program of this project reaches the files given: library code\n")
+    assert capsys.readouterr().out.endswith(
+        "  no program of this project reaches the files given: library code\n"
+        "  fixtures/library_with_api_path/krs/src/layers/pooling.py: library code of krs (users pick the policy)\n")
 
 
 PATH_LINES = {
@@ -555,3 +563,25 @@ def test_reexports_under_a_version_test_keep_the_first_arm():
         "pkg.src.backend.keras": "keras"}
     inside = "def load():\n    import keras\n    return keras\n"  # a function's import binds no name of the module
     assert extract_file_facts(inside.encode(), "pkg/m.py", "pkg.m").reexports == {}
+
+
+def test_show_facts_says_whether_each_file_given_is_library_code_and_why(library, capsys):
+    assert main(["--show-facts", "--no-cache", "kmodels/heads.py", "tools/convert.py", "benchmarks/bench_head.py"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("project", "    ", "  program", "  target"))]
+    assert lines == [
+        "  benchmarks/bench_head.py: not library code: mixed_float16 set at benchmarks/bench_head.py:10",
+        # a mixed benchmark reaches it: both contexts, as the messages give them
+        "  kmodels/heads.py: library code of kmodels (users pick the policy); tools/convert.py sets float32 but is a "
+        "tool script of this repository; also mixed_float16 set at benchmarks/bench_head.py:10, which imports this module",
+        "  tools/convert.py: not library code: this project's programs run it with float32 set at tools/convert.py:10",
+    ]
+
+
+def test_show_facts_counts_the_library_files_of_many(tmp_path, monkeypatch, capsys):
+    write_files(tmp_path, {"pyproject.toml": '[project]\nname = "kmodels"\n', "kmodels/__init__.py": "",
+                           **{f"kmodels/m{n}.py": "" for n in range(20)}, "tools/run.py": SCRIPT.format(
+                               imports="import kmodels.m0", policy="float32", uses="kmodels.m0")})
+    monkeypatch.chdir(tmp_path)
+    assert main(["--show-facts", "--no-cache", "."]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "  21 of 22 files given: library code of kmodels", "  1 of 22 files given: not library code"]
