@@ -261,7 +261,9 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
             earlier, count = fixed.get(result.path, ([], 0))
             fixed[result.path] = (earlier + [d for d in result.diagnostics if d.fixed], count + result.fixes_applied)
         del report.results[mark:]
-    report.projects.append(summary.reaching({s.display for s in sources if options.only is None or s.path in options.only}))
+    checked = [s for s in sources if options.only is None or s.path in options.only]
+    report.projects.append(summary.reaching({s.display for s in checked}, {
+        s.display: facts[s.path].library_status() for s in checked if s.path in facts}))
     for result in report.results[mark:]:
         earlier, count = fixed.get(result.path, ([], 0))
         if count:

@@ -133,6 +133,9 @@ def test_show_facts_prints_each_program(monkeypatch, capsys):
         "    policy mixed_bfloat16 set at train_tpu.py:11\n"
         "    target: Keras 3 (TF >= 2.16) (requirements.txt pins tensorflow>=2.16)\n"
         "    TPU: train_tpu.py:8, train_tpu.py:9, train_tpu.py:10\n"
+        "  model.py: not library code: mixed_float16 set at train_gpu.py:8, which imports this module\n"
+        "  train_gpu.py: not library code: mixed_float16 set at train_gpu.py:8\n"
+        "  train_tpu.py: not library code: mixed_bfloat16 set at train_tpu.py:11\n"
     )
 
 

@@ -1,7 +1,8 @@
 """``mplint --show-facts``: what mplint believes about each program, the first thing to read when a finding surprises.
 
-It shows the project of each path given (its nearest folder with a project marker) and the programs of that
-project that reach the files given, not every program of the project."""
+It shows the project of each path given (its nearest folder with a project marker), the programs of that
+project that reach the files given, not every program of the project, and whether each file given is library
+code (which distribution publishes it, and why)."""
 
 from __future__ import annotations
 
@@ -33,4 +34,23 @@ def render(report, stream: TextIO) -> None:
             stream.write("  no program of this project reaches the files given: library code\n")
         elif not programs:
             stream.write("  no programs (no notebook, script, __main__ module or test): library code only\n")
+        _library_status(project.library, stream)
+
+
+MAX_FILES_LISTED = 20
+
+
+def _library_status(library: dict[str, str], stream: TextIO) -> None:
+    """Whether each file given is library code, which distribution publishes it and why (as messages say it);
+    for more files than a screen holds, how many are."""
+    if len(library) <= MAX_FILES_LISTED:
+        for path, status in sorted(library.items()):
+            stream.write(f"  {path}: {status}\n")
+        return
+    counts: dict[str, int] = {}
+    for status in library.values():
+        kind = status.split(" (", 1)[0].split(";", 1)[0] if status.startswith("library code") else "not library code"
+        counts[kind] = counts.get(kind, 0) + 1
+    for kind, count in sorted(counts.items()):
+        stream.write(f"  {count} of {len(library)} files given: {kind}\n")
 

@@ -28,7 +28,7 @@ HERE = "<here>"  # a sys.path entry relative to the file's own folder
 # tf.keras only through imports: their statements are read, not every expression (most files of a project).
 _FACT_TOKENS = re.compile(
     rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
-    rb"|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior|\.compile\(|\.fit\("
+    rb"|__path__|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior|\.compile\(|\.fit\("
 )
 _TRAINING_CALLS = frozenset({"compile", "fit"})
 # TF1 constructs, by canonical prefix: the program is TF1 (G0) unless it also sets a Keras policy.
@@ -80,6 +80,10 @@ class FileFacts:
     main_guard: bool = False  # has `if __name__ == "__main__":`
     top_level_work: bool = False  # calls, loops or `with` blocks at module level
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
+    # A package's own search path where its ``__init__`` extends ``__path__`` (Keras' generated ``api`` folder), in
+    # order, HERE standing for the package folder: ``__path__.append(join(dirname(__file__), "api"))`` gives
+    # [HERE, HERE/api]. Empty: the package folder alone.
+    package_path: list[str] = field(default_factory=list)
     tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
     # Summaries of functions and classes that callers in other modules need: name -> kind ->
@@ -287,6 +291,7 @@ class _Reader(ast.NodeVisitor):
                        and callee.endswith(_TF1_OPTIMIZER_SUFFIX) or callee.startswith(_TF1_PREFIXES[-2:])):
             self.facts.tf1 = True
         self._sys_path(node, callee or "")
+        self._package_path(node, callee or "")
         if isinstance(node.func, ast.Name) and node.func.id in _TPU_NAMES:
             self.facts.tpu_lines.append(node.lineno)
         self.generic_visit(node)
@@ -322,6 +327,22 @@ class _Reader(ast.NodeVisitor):
         entry = _path_value(node.args[-1], self.qualified)
         if entry is not None:
             self.facts.sys_paths.append(entry)
+
+
+    def _package_path(self, node: ast.Call, callee: str) -> None:
+        """``__path__.append(p)``, ``__path__.insert(i, p)``, ``__path__.extend([p, ...])`` at module level."""
+        head, _, method = callee.partition(".")
+        if head != "__path__" or self.function or not node.args or method not in ("append", "insert", "extend"):
+            return
+        values = node.args[-1].elts if method == "extend" and isinstance(node.args[-1], (ast.List, ast.Tuple)) else [node.args[-1]]
+        entries = [_path_value(v, self.qualified) for v in values]
+        if not all(e and (e.startswith(HERE) or e.startswith("/")) for e in entries):
+            return  # a relative entry is relative to the working directory: unknown here
+        path = self.facts.package_path or [HERE]
+        index = _constant(node.args[0]) if method == "insert" and len(node.args) == 2 else len(path)
+        if isinstance(index, int):
+            path[index:index] = entries
+            self.facts.package_path = path
 
 
 def _follow_trained(tree: ast.Module, trains: list[str], made_by: dict[str, str]) -> None:
@@ -435,17 +456,42 @@ def _defined_names(tree: ast.Module) -> list[str]:
     return sorted(names)
 
 
-def _reexports(module_level: list[ImportRecord], module_name: str) -> dict[str, str]:
-    """Module-level imports of Keras that other project modules may import from here."""
+_KERAS_ROOTS = frozenset({"keras", "tf_keras", "tensorflow.keras"})
+
+
+def _module_level_imports(body: list[ast.stmt], conditional: bool = False, out: dict | None = None) -> dict[int, bool]:
+    """Line of each module-level import statement -> whether it sits under an ``if``/``try`` (a version test:
+    ``if keras_3(): import keras``). Imports inside functions and classes bind no name of the module."""
+    out = {} if out is None else out
+    for stmt in body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            out[stmt.lineno] = conditional
+        elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
+            for block in (stmt.body, getattr(stmt, "orelse", []), getattr(stmt, "finalbody", []),
+                          *(h.body for h in getattr(stmt, "handlers", []))):
+                _module_level_imports(block, conditional or not isinstance(stmt, ast.With), out)
+    return out
+
+
+def _reexports(records: list[ImportRecord], module_name: str, conditional: dict[int, bool]) -> dict[str, str]:
+    """Module-level imports of Keras that other project modules may import from here. Under a version test the
+    first arm's binding is kept (``import keras`` before ``from tensorflow import keras``); a backend shim that
+    star-imports Keras (``from keras import *``) stands for Keras itself."""
     out: dict[str, str] = {}
     if not module_name or canonical(module_name) is not None:
         return out
-    for record in module_level:
-        if record.level or record.bound == "*":
+    for record in records:
+        if record.level or record.line not in conditional:
+            continue
+        if record.bound == "*":
+            if record.module in _KERAS_ROOTS:
+                out.setdefault(module_name, record.module)
             continue
         target = f"{record.module}.{record.name}" if record.name else (record.module if record.bound != record.module.split(".")[0] else record.bound)
         if canonical(target) is not None:
-            out[f"{module_name}.{record.bound}"] = target
+            key = f"{module_name}.{record.bound}"
+            if not conditional[record.line] or key not in out:
+                out[key] = target
     return out
 
 
@@ -856,7 +902,6 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     for stmt in tree.body:  # module-level imports first: constants and setters resolve through them
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             reader.visit(stmt)
-    top_imports = len(facts.imports)
     if _FACT_TOKENS.search(source):
         reader.consts = _module_strings(tree, reader)
         for stmt in tree.body:
@@ -869,7 +914,7 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     for stmt in tree.body:
         facts.main_guard |= _is_main_guard(stmt)
         facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)
-    facts.reexports = _reexports(facts.imports[:top_imports], module_name)
+    facts.reexports = _reexports(facts.imports, module_name, _module_level_imports(tree.body))
     facts.uses = sorted(_used_names(tree))
     _summaries(tree, source, facts)
     facts.defines = _defined_names(tree)

@@ -158,6 +158,18 @@ class ProjectFacts:
                 return f"{text}; {link.entry} sets {site.policy} but is {kind} of this repository"
         return text
 
+    def library_status(self) -> str:
+        """Whether this is library code and why, for ``--show-facts``: the reason messages give."""
+        mixed = self.describe_policy() if any(p.policy not in ("float32", "float64") for p in self.policies) else ""
+        if self.library_context:  # a mixed program that reaches it adds its own context, as messages say
+            return f"{self.library_reason()}; also {mixed}" if mixed else self.library_reason()
+        if mixed:
+            return f"not library code: {mixed}"
+        float32 = [f"{p.policy} set at {p.path}:{p.line}" for p in self.policies if p.policy in ("float32", "float64")]
+        if float32:
+            return f"not library code: this project's programs run it with {', '.join(float32)}"
+        return "not library code: a program of this project"
+
     def library_note(self) -> str:
         """``; library code of ...`` for the messages of numerics rules: why code no float16 program of the
         project runs is checked at all ("" where a float16 program reaches it: that says why)."""
@@ -209,10 +221,11 @@ class ProjectSummary:
     programs: list[dict]  # {entry, policies: [{policy, path, line}]} of each program that sets a policy
     generation: dict | None  # {value, source} when config or pins decide the target project-wide; None: per program
     reached: dict[str, list[str]] = field(default_factory=dict)  # program entry -> the modules it reaches
+    library: dict[str, str] = field(default_factory=dict)  # file checked -> whether it is library code and why
 
-    def reaching(self, checked: set[str]) -> "ProjectSummary":
-        """The summary of a run that checks ``checked`` (display paths): the programs that reach one of them."""
-        if not self.reached:
-            return self
-        programs = [p for p in self.programs if not checked.isdisjoint(self.reached.get(p["entry"], ()))]
-        return ProjectSummary(self.root, self.files, programs, self.generation, self.reached)
+    def reaching(self, checked: set[str], library: dict[str, str] | None = None) -> "ProjectSummary":
+        """The summary of a run that checks ``checked`` (display paths): the programs that reach one of them,
+        and the library status of each file checked."""
+        programs = [p for p in self.programs if not checked.isdisjoint(self.reached.get(p["entry"], ()))] \
+            if self.reached else self.programs
+        return ProjectSummary(self.root, self.files, programs, self.generation, self.reached, library or {})

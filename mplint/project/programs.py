@@ -78,14 +78,17 @@ class ProjectModel:
     def __init__(self, modules: list[Module], root: Path, reexports: dict[str, str]):
         self.modules = modules
         self.root = root
-        self.reexports = reexports
         self._by_file = {m.key: m for m in modules}
         self._found: dict[str, Module | None] = {}
         self._root_cache: dict[Module, list[str]] = {}
         self._resolved: dict[tuple[Module, int], list] = {}
         self._resolved_from_entry: dict[tuple[Module, int, str], list] = {}
+        # packages whose __init__ extends __path__ (Keras' generated api/ folders): their search paths
+        self._package_paths = {m.folder: self._search_path(m) for m in modules if m.is_package and m.facts.package_path}
+        self._walked: dict[tuple[str, tuple[str, ...]], Module | None] = {}
         for module in modules:
             module.uses = frozenset(module.facts.uses)
+        self.reexports = self._reexported_between_modules(reexports) if reexports else reexports
         imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
         for module in modules:
             module.entry = self._is_entry(module, imported)
@@ -102,11 +105,41 @@ class ProjectModel:
     # Paths are handled as strings: resolution runs for every import of every program.
     def _module_at(self, folder: str, parts: tuple[str, ...]) -> Module | None:
         """The project module ``parts`` names under ``folder`` (a package wins over a same-named file)."""
+        if self._package_paths and len(parts) > 1:
+            return self._walk(folder, parts)
         base = "/".join((folder, *parts))
         found = self._found.get(base, False)
         if found is False:
             found = self._by_file.get(base + "/__init__.py") or (self._by_file.get(base + ".py") if parts else None)
             self._found[base] = found
+        return found
+
+    def _search_path(self, package: Module) -> list[str]:
+        """Where a package's submodules are found: its folder, or its ``__path__`` as its ``__init__`` extends it."""
+        return [os.path.normpath(package.folder + entry[len(HERE):]) if entry.startswith(HERE) else os.path.normpath(entry)
+                for entry in package.facts.package_path] or [package.folder]
+
+    def _walk(self, folder: str, parts: tuple[str, ...]) -> Module | None:
+        """``_module_at`` as the import system finds it, one part at a time through each package's search path
+        (a folder without ``__init__.py`` is a namespace package: its submodules are under it)."""
+        key = (folder, parts)
+        found = self._walked.get(key, False)
+        if found is False:
+            folders = [folder]
+            for part in parts[:-1]:
+                inner = []
+                for outer in folders:
+                    package = self._by_file.get(f"{outer}/{part}/__init__.py")
+                    if package is not None:  # a regular package ends the search
+                        inner = self._package_paths.get(package.folder, [package.folder])
+                        break
+                    inner.append(f"{outer}/{part}")
+                folders = inner
+            last = parts[-1]
+            found = next((m for outer in folders
+                          for m in (self._by_file.get(f"{outer}/{last}/__init__.py"), self._by_file.get(f"{outer}/{last}.py"))
+                          if m is not None), None)
+            self._walked[key] = found
         return found
 
     def _roots(self, importer: Module) -> list[str]:
@@ -184,8 +217,53 @@ class ProjectModel:
                     yield target, frozenset()
                 elif record.bound == "*":  # the names used or asked of us may be defined there
                     yield target, wanted
-                else:  # `import a.b`: the attributes used here; `from a import b`: b
-                    yield target, module.uses if names is None else names
+                elif names is None:  # `import a.b`: the attributes used here (and, re-exported by a package, asked of it)
+                    yield target, wanted if module.is_package else module.uses
+                else:  # `from a import b`: b
+                    yield target, names
+
+    # --- re-exports ----------------------------------------------------------------------
+    def _public_names(self) -> dict[Module, str]:
+        """The other dotted name of each module under a folder a package adds to its ``__path__``
+        (``krs/api/backend`` is also ``krs.backend``)."""
+        out: dict[Module, str] = {}
+        folders = [(folder, package) for package in self.modules if package.folder in self._package_paths
+                   for folder in self._package_paths[package.folder] if folder != package.folder]
+        for module in self.modules:
+            for folder, package in folders:
+                if module.key.startswith(folder + "/"):
+                    parts = module.key[len(folder) + 1:].removesuffix(".py").split("/")
+                    out[module] = ".".join([package.name, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+                    break
+        return out
+
+    def _reexported_between_modules(self, reexports: dict[str, str]) -> dict[str, str]:
+        """The files' re-exports of Keras, and those the project's modules pass on from one another
+        (``from pkg.src.backend import keras`` in ``pkg/backend``), under each name a module has."""
+        out = dict(reexports)
+        public = self._public_names()
+        for _ in range(3):  # re-exports of re-exports
+            added = False
+            for module in self.modules:
+                names = [module.name, public[module]] if module in public else [module.name]
+                for index, record in enumerate(module.facts.imports):
+                    if record.bound == "*" or (not record.name and record.bound == record.module.split(".")[0]):
+                        continue  # `import a.b` binds the project's own package a
+                    for target, asked in self._resolve(module, module, index)[:1]:
+                        source = target.name if asked is None else f"{target.name}.{record.name}"
+                        found = out.get(source)
+                        if found is not None:
+                            for key in (f"{name}.{record.bound}" for name in names):
+                                if key not in out:
+                                    out[key] = found
+                                    added = True
+                if module in public:
+                    for key, value in list(out.items()):
+                        if key == module.name or key.startswith(module.name + "."):
+                            out.setdefault(public[module] + key[len(module.name):], value)
+            if not added:
+                break
+        return out
 
     # --- programs ------------------------------------------------------------------------
     def _reach(self, entry: Module) -> Program:
