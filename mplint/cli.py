@@ -38,7 +38,7 @@ class _Extend(argparse.Action):
 def _check_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mplint",
-        description="Find and fix TensorFlow/Keras mixed-precision bugs.",
+        description="Find and fix TensorFlow/Keras and PyTorch mixed-precision bugs.",
         epilog="Other commands: 'mplint rules', 'mplint explain RULE' (or 'mplint rule RULE', '--all'), 'mplint verify SCRIPT', 'mplint server'. "
         "Exit codes: 0 clean, 1 findings remain, 2 error.",
     )
@@ -425,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = {"check": _run_check, "rules": _run_rules, "explain": _run_explain, "rule": _run_rule,
                 "verify": _run_verify, "server": _run_server}[command](argv)
-        sys.stdout.flush()  # a closed pipe shows here rather than in the interpreter's last flush
+        if not sys.stdout.closed:  # the language server closes standard output when the editor ends it
+            sys.stdout.flush()  # a closed pipe shows here rather than in the interpreter's last flush
         return code
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         if command in ("rules", "explain", "rule") and exc.code == 1:

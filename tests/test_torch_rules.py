@@ -44,7 +44,7 @@ def test_the_nearest_pin_counts_and_a_project_root_stops_the_search(tmp_path):
     (project / "pyproject.toml").write_text('[project]\nname = "tools"\ndependencies = ["numpy"]\n')
     assert not torch_target(project / "run.py").pinned  # its own project does not pin torch
     unpinned = torch_target(project / "run.py")  # any supported torch: not only the newest
-    assert (unpinned.at_least("2.4"), unpinned.admits_from("2.4"), unpinned.label) == (False, True, "torch >= 1.6 (no pin)")
+    assert (unpinned.at_least("2.4"), unpinned.admits_from("2.4"), unpinned.label) == (False, True, "any torch >= 1.6")
 
 
 def test_torch_names_resolve_apart_from_keras():

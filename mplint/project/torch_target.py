@@ -6,8 +6,8 @@ The MPT rules write different code for different torch versions: ``torch.amp.aut
 project around ``path`` with ``packaging``'s requirement parser: ``requirements*.txt`` and
 ``requirements/*.txt``, ``pyproject.toml`` (PEP 621 dependencies and extras, Poetry dependencies) and
 ``setup.cfg`` (``install_requires`` and extras). The search walks up from the file's folder and stops at
-the first folder that pins torch or that is a project root (``pyproject.toml``, ``setup.cfg``,
-``setup.py``, ``.git``): a project that does not pin torch is unpinned, whatever a parent folder says.
+the first folder that pins torch or that is a project root (``config.marked_root``: packaging metadata, pins,
+an mplint config, ``.git``): a project that does not pin torch is unpinned, whatever a parent folder says.
 Unpinned is not "the current torch": it is every supported torch (``SUPPORTED``, from the first with
 ``torch.cuda.amp``), so a fix that writes a newer API is unsafe there.
 
@@ -24,11 +24,11 @@ from typing import Iterable
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
+from mplint.project.config import marked_root
 from mplint.project.pins import pin_sources
 
 # Versions a specifier is tested against (plus the versions it names itself).
 _SAMPLES = tuple(Version(v) for v in [*(f"1.{m}.0" for m in range(14)), *(f"2.{m}.0" for m in range(31))])
-_PROJECT_ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,9 @@ class TorchTarget:
 
     @property
     def label(self) -> str:
-        """The range: "torch 1.9.0a0", "torch >= 1.7", "torch 1.8-2.3", "torch >= 1.6 (no pin)"."""
+        """The range: "torch 1.9.0a0", "torch >= 1.7", "torch 1.8-2.3", "any torch >= 1.6" (unpinned)."""
         if not self.pinned:
-            return f"torch >= {SUPPORTED} (no pin)"
+            return f"any torch >= {SUPPORTED}"
         low, high = self.minimum, self.newest
         if low is None:
             return f"torch <= {_short(high)}" if high is not None else f"torch >= {SUPPORTED}"
@@ -91,7 +91,7 @@ def _target_of_folder(folder: Path) -> TorchTarget:
     pins = list(_torch_requirements(folder))
     if pins:
         return _target(pins)
-    if folder.parent == folder or any((folder / marker).exists() for marker in _PROJECT_ROOT_MARKERS):
+    if folder.parent == folder or marked_root(folder) == folder:
         return UNPINNED
     return _target_of_folder(folder.parent)
 

@@ -68,7 +68,9 @@ def missing_runtime(keras: int, framework: str = "keras") -> str | None:
     """What the instrumented run would fail to import here, as one line saying what to install."""
     if framework == "torch":
         return None if importlib.util.find_spec("torch") else \
-            "mplint verify runs this script with PyTorch, and torch is not installed in this environment"
+            ("mplint verify runs this script with PyTorch, and torch is not installed in this environment: install "
+             "torch (python3 -m pip install torch; for a CPU-only build add "
+             "--index-url https://download.pytorch.org/whl/cpu)")
     needed = ("numpy", "tensorflow", "tf_keras" if keras == 2 else "keras")
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if not missing:
