@@ -87,3 +87,27 @@ def write_files(root, files: dict[str, str]):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return root
+
+
+# A custom loop and a per-layer policy trained with compile(), for the target tests of MP201/MP207.
+KERAS_LOOP = """\
+import tensorflow as tf
+
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="float32")])
+optimizer = tf.keras.optimizers.Adam()
+
+
+def step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+PER_LAYER = """\
+import tensorflow as tf
+
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="mixed_float16"), tf.keras.layers.Dense(1, dtype="float32")])
+model.compile(optimizer=tf.keras.optimizers.Adam(), loss="mse")
+"""

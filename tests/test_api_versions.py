@@ -10,6 +10,7 @@ import pytest
 from packaging.version import Version
 
 from mplint.knowledge.api_versions import KERAS, LOSS_SCALE_OPTIMIZER, TORCH, TORCH_SINCE, keras_holds
+from conftest import KERAS_LOOP, PER_LAYER
 from mplint.testing import lint_code
 
 
@@ -77,27 +78,6 @@ def test_every_replacement_mpt502_writes_is_in_the_table():
 
 # --- every name a Keras fix writes, on the range it is offered for ------------------------------------------------
 
-LOOP = """\
-import tensorflow as tf
-
-tf.keras.mixed_precision.set_global_policy("mixed_float16")
-model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="float32")])
-optimizer = tf.keras.optimizers.Adam()
-
-
-def step(x, y):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(model(x) - y))
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
-
-PER_LAYER = """\
-import tensorflow as tf
-
-model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="mixed_float16"), tf.keras.layers.Dense(1, dtype="float32")])
-model.compile(optimizer=tf.keras.optimizers.Adam(), loss="mse")
-"""
 
 _WRITTEN = re.compile(r"\.(get_scaled_loss|get_unscaled_gradients|scale_loss|dynamic_scale)\(|"
                       r"(mixed_precision|optimizers)\.LossScaleOptimizer\(")
@@ -107,7 +87,7 @@ def _written(text: str) -> set[str]:
     return {m.group(1) or f"{m.group(2)}.LossScaleOptimizer" for m in _WRITTEN.finditer(text)}
 
 
-@pytest.mark.parametrize("rule, code", [("MP201", LOOP), ("MP207", PER_LAYER)])
+@pytest.mark.parametrize("rule, code", [("MP201", KERAS_LOOP), ("MP207", PER_LAYER)])
 @pytest.mark.parametrize("keras, generations", [(2, [2]), (3, [3]), (None, [1, 2, 3])])
 def test_a_safe_keras_fix_writes_only_names_the_whole_range_has(rule, code, keras, generations):
     (diagnostic,) = lint_code(code, keras=keras, select=[rule]).diagnostics

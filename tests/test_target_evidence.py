@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_files
+from conftest import write_files, KERAS_LOOP, PER_LAYER
 
 from mplint.cli import main
 from mplint.knowledge import ngc_images
@@ -230,27 +230,6 @@ def test_env_and_legacy_env_forms_substitute():
     assert dockerfile_image("FROM ${UNSET}\n") == "${UNSET}"
 
 
-KERAS_LOOP = """\
-import tensorflow as tf
-
-tf.keras.mixed_precision.set_global_policy("mixed_float16")
-model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="float32")])
-optimizer = tf.keras.optimizers.Adam()
-
-
-def step(x, y):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(model(x) - y))
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
-
-PER_LAYER = """\
-import tensorflow as tf
-
-model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="mixed_float16"), tf.keras.layers.Dense(1, dtype="float32")])
-model.compile(optimizer=tf.keras.optimizers.Adam(), loss="mse")
-"""
 MP201_HEAD = ("custom training loop under mixed_float16 set at train.py:3: it applies gradients with an optimizer that "
               "is not a LossScaleOptimizer, so small float16 gradients underflow to zero")
 MP207_HEAD = ('layers use dtype="mixed_float16" but the global policy is float32, so compile() adds no '
