@@ -4,8 +4,9 @@
     ``--fix`` the update is the right one.
 (b) MPT202: ``optimizer.step()`` after a scaled backward makes the update ``scale`` times too large;
     after ``--fix`` it is the right one.
-(c) MPT601: ``masked_fill(mask, -1e9)`` on float16 scores raises; after ``--fix`` the output is finite
-    and float32 results are unchanged.
+(c) MPT601: ``masked_fill(mask, -1e9)`` (or ``-1e8``, ``-10000.0 * 1e5``) on float16 scores raises; after
+    ``--fix`` the output is finite under float16 and bfloat16 autocast, and float32 results are bit-identical
+    (the code's own value is kept wherever the dtype holds it, never ``finfo(torch.float32).min``).
 (d) MPT501: the apex O1 fixture, migrated by ``--fix --unsafe-fixes``, trains on CPU (where the
     migrated autocast and GradScaler disable themselves) exactly as the apex script did in float32.
 
@@ -113,12 +114,14 @@ def _attention(source: str):
     return layer, x, mask
 
 
-def test_c_minus_1e9_mask_overflows_float16_and_the_fix_is_finite_and_float32_identical():
-    source = (FIXTURES / "attention.py").read_text()
+@pytest.mark.parametrize("constant", ["-1e9", "-1e8", "-10000.0 * 1e5"])
+def test_c_minus_1e9_mask_overflows_float16_and_the_fix_is_finite_and_float32_identical(constant):
+    source = (FIXTURES / "attention.py").read_text().replace("], -1e9)", f"], {constant})")
     found = lint_code(source, select=["MPT601"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT601", 20, 62)]
     fixed = _fixed(source, "MPT601")
-    assert "masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min)" in fixed
+    assert fixed == source.replace(f"], {constant})", f"], max({constant}, torch.finfo(scores.dtype).min))")
+    assert "torch.float32" not in fixed
 
     layer, x, mask = _attention(source)
     with pytest.raises(RuntimeError, match="overflow"), torch.autocast("cpu", dtype=torch.float16):
@@ -128,9 +131,43 @@ def test_c_minus_1e9_mask_overflows_float16_and_the_fix_is_finite_and_float32_id
     layer, x, mask = _attention(fixed)
     with torch.autocast("cpu", dtype=torch.float16):
         half = layer(x, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        brain = layer(x, mask)
     assert half.dtype == torch.float16 and torch.isfinite(half).all()
+    assert brain.dtype == torch.bfloat16 and torch.isfinite(brain).all()
     assert torch.equal(layer(x, mask), float32_before)
     assert torch.allclose(half.float(), float32_before, atol=2e-2)
+
+
+def test_c_the_kept_value_matters_where_masks_add_up_in_float32():
+    """Code that adds two masks picks -1e9 because finfo(float32).min twice is -inf (a NaN row after softmax):
+    the fixed code keeps -1e9 in float32, so its results are the original's, NaN-free."""
+    source = '''import torch
+from torch import nn
+
+
+class TwoMasks(nn.Module):
+    def forward(self, scores, keys, queries):
+        # -1e9, not finfo(float32).min: the two masks are added and min + min overflows to -inf
+        masked = scores.masked_fill(keys, -1e9)
+        penalty = torch.zeros_like(scores)
+        penalty = penalty.masked_fill(queries, -1e9)
+        return torch.softmax(masked + penalty, dim=-1)
+'''
+    found = lint_code(source, select=["MPT601"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT601", 8, 43), ("MPT601", 10, 48)]
+    fixed = _fixed(source, "MPT601")
+    assert fixed == source.replace("(keys, -1e9)", "(keys, max(-1e9, torch.finfo(scores.dtype).min))").replace(
+        "(queries, -1e9)", "(queries, max(-1e9, torch.finfo(penalty.dtype).min))")
+    # the second sequence of the batch is all padding: both masks cover its whole score matrix
+    lengths = torch.tensor([3, 0])
+    padded = torch.arange(4)[None, :] >= lengths[:, None]
+    scores, keys, queries = torch.randn(2, 4, 4), padded[:, None, :].expand(2, 4, 4), padded[:, :, None].expand(2, 4, 4)
+    before = _run(source)["TwoMasks"]()(scores, keys, queries)
+    after = _run(fixed)["TwoMasks"]()(scores, keys, queries)
+    assert torch.isfinite(before).all() and torch.equal(after, before)
+    float32_limit = source.replace("-1e9)", "torch.finfo(torch.float32).min)")
+    assert torch.isnan(_run(float32_limit)["TwoMasks"]()(scores, keys, queries)).any()  # what writing the limit computes
 
 
 @contextlib.contextmanager
