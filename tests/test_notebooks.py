@@ -214,3 +214,29 @@ def test_fix_in_an_indented_cell_keeps_the_indentation(project):
     cells = [c["source"] for c in json.loads(path.read_text())["cells"]]
     assert cells[3] == '    model = keras.Sequential([\n        layers.Dense(10, activation="softmax", dtype="float32"),\n    ])'
     assert cells[:3] + cells[4:] == IPYTHON_CELLS[:3] + IPYTHON_CELLS[4:]
+
+
+def _notebook(*cells: str) -> str:
+    return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                                  "source": cell.splitlines(keepends=True)} for cell in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+_FLOAT16_TUTORIAL = (
+    "import numpy as np",
+    "# float16 holds integers exactly only up to 2048\nx = np.array(1, dtype=np.float16)\nprint(x + 2048)",
+)
+
+
+def test_float16_tutorial_without_a_mixed_policy_is_not_preprocessing(project, capsys):
+    (project / "float16.ipynb").write_text(_notebook(*_FLOAT16_TUTORIAL))
+    assert main(["--select", "MP401", "--format", "json", "float16.ipynb"]) == 0
+    assert json.loads(capsys.readouterr().out)["diagnostics"] == []
+
+
+def test_float16_preprocessing_under_a_mixed_policy_is_reported(project, capsys):
+    policy = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")'
+    (project / "pipeline.ipynb").write_text(_notebook(policy, *_FLOAT16_TUTORIAL))
+    assert main(["--select", "MP401", "--format", "json", "pipeline.ipynb"]) == 1
+    found = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert [(d["cell"], d["rule"], d["start"]["line"], d["start"]["column"]) for d in found] == [(3, "MP401", 2, 5)]

@@ -46,6 +46,12 @@ class Float16Preprocessing(Rule):
                 return True
         return False
 
+    @classmethod
+    def active_for(cls, facts):
+        # Preprocessing for a mixed-precision model: where no mixed policy governs the code (a tutorial about
+        # float16 itself, a conversion tool, library code no policy-setting program reaches), float16 is the point.
+        return facts.reduced_precision
+
     def visit_Call(self, node: cst.Call) -> None:
         self._passed_dtype(node)
         dtype = self._float16_conversion(node)
