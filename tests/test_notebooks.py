@@ -240,3 +240,21 @@ def test_float16_preprocessing_under_a_mixed_policy_is_reported(project, capsys)
     assert main(["--select", "MP401", "--format", "json", "pipeline.ipynb"]) == 1
     found = json.loads(capsys.readouterr().out)["diagnostics"]
     assert [(d["cell"], d["rule"], d["start"]["line"], d["start"]["column"]) for d in found] == [(3, "MP401", 2, 5)]
+
+
+_DEMO_CELLS = (
+    'import keras\nfrom keras import layers\nkeras.mixed_precision.set_global_policy("mixed_float16")',
+    "inputs = keras.Input(shape=(784,))\nx = layers.Dense(100, activation=\"relu\")(inputs)",
+    '# what not to do: a float16 softmax\noutputs = layers.Dense(10, activation="softmax")(x)\nhidden = layers.Dense(100)(x)',
+    'hidden = layers.Dense(128, activation="relu")(x)\noutputs = layers.Dense(10)(hidden)\n'
+    'outputs = layers.Activation("softmax", dtype="float32")(outputs)\nmodel = keras.Model(inputs, outputs)',
+)
+
+
+def test_demo_layers_a_later_cell_replaces_keep_their_sizes(project, capsys):
+    """The demo softmax holds the class count and the demo ``hidden`` is bound again before any use: only
+    the hidden layer the model uses (cell 2) is reported."""
+    (project / "demo.ipynb").write_text(_notebook(*_DEMO_CELLS))
+    assert main(["--select", "MP301", "--format", "json", "demo.ipynb"]) == 1
+    found = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert [(d["cell"], d["rule"], d["start"]["line"], d["start"]["column"]) for d in found] == [(2, "MP301", 2, 18)]
