@@ -14,7 +14,7 @@ from mplint.analysis.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
 from mplint.analysis.output_dtype import cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in
-from mplint.engine.names import dotted, last_name
+from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 
 # Calls whose results a sum grows from without bound (log-probabilities, exponentials).
@@ -136,16 +136,25 @@ class LossInFloat16(Rule):
         sums a plain function's inputs, whose size its callers decide (box coordinates clipped to [0, 1])."""
         if depth > 3:
             return False
-        for call in self.context.nodes_within(expr, cst.Call):
-            name = last_name(call.func) or ""
-            if name in _UNBOUNDED or name in _FUNCTIONAL_LOSSES or "entropy" in name or "loss" in name.lower():
-                return True
+        if any(self._unbounded_call(call) for call in self.context.nodes_within(expr, cst.Call)):
+            return True
         flow = self.context.analysis(DtypeFlow)
         for name in self.context.nodes_within(expr, cst.Name):
             value = flow.assigned_value(name)
             if value is not None and value is not expr and self._unbounded(value, depth + 1):
                 return True
         return False
+
+    def _unbounded_call(self, call: cst.Call) -> bool:
+        """A TensorFlow, Keras or NumPy log, exponential or loss (by the name the callee resolves to), or a call of
+        something that is no such API and is named for a loss (``compute_loss``, ``self.loss_object``)."""
+        api = self.context.names.kname(call.func)
+        if api is not None and (api.ns in ("tf", "np") or api.is_keras):
+            return api.last in _UNBOUNDED or _loss_function(api) or "entropy" in api.last
+        if api is not None:
+            return False
+        word = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", "")
+        return isinstance(word, str) and ("loss" in word.lower() or "entropy" in word.lower())
 
     def _partners(self, call: cst.BaseExpression) -> list[cst.BaseExpression]:
         """The operands the fixed, float32 result meets in arithmetic (``sum(loss * mask) / normalizer * weight``):
