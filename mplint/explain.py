@@ -46,6 +46,9 @@ def explain(rule: str, console: Console | None = None) -> bool:
         console.print(Markdown("Use instead:"))
         console.print(Syntax(meta.example_fixed, "python", theme="ansi_dark", background_color="default"))
     console.print(Markdown(f"## Fix\n\n{meta.fix}\n\n## Fix safety\n\n{_SAFETY[meta.fix_safety.value]}"))
+    if meta.proofs:
+        console.print(Markdown("## Executed proof\n\nThe fixed code is run, and compared with the original, in:\n\n"
+                               + "\n".join(f"- `{proof}`" for proof in meta.proofs)))
     extra = [f"Applies to: {generations}", f"Kind: {meta.kind}", f"Enabled by default: {'yes' if meta.default_enabled else 'no'}"]
     console.print(Markdown("## Details\n\n" + "\n".join(f"- {e}" for e in extra)))
     if meta.references:
