@@ -4,6 +4,7 @@
     python bench/realworld.py --package trax     # one package (repeatable)
     python bench/realworld.py --update           # record new findings as `unreviewed`
     python bench/realworld.py --json             # machine-readable report
+    python bench/realworld.py --repos --mirror DIR [--paths]   # pinned git repositories (bench/realworld_repos.py)
 
 Each package is a pinned wheel (wheels hold the sources, tests included), or a pinned sdist where the
 project publishes no pure-Python wheel (deepspeed), downloaded once with ``pip download`` into a cache
@@ -23,8 +24,12 @@ snapshot ``bench/realworld/snapshot.yaml``, where every finding has a verdict (t
 ``--update`` adds new findings with verdict ``unreviewed`` and marks vanished ones ``status: vanished``
 (kept, with their verdicts, as the record of what the rules used to report).
 
-Exit codes: 0 every current finding is reviewed; 1 some are unreviewed; 2 a package could not be
-fetched or checked (the others still are).
+With ``--repos`` the check runs on whole git repositories at pinned commits instead (see
+``realworld_repos.py``): findings as above, and every fix ``--fix --unsafe-fixes`` applies with a verdict
+(right/harmful/no-op), recall on planted defects and, with ``--paths``, path independence.
+
+Exit codes: 0 every current finding (and applied fix) is reviewed; 1 some are unreviewed; 2 a package or
+repository could not be fetched or checked (the others still are).
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import realworld_repos as repos  # noqa: E402  (a sibling module of this script)
+
 SNAPSHOT = REPO / "bench" / "realworld" / "snapshot.yaml"
 KERAS_SRC = "keras-src"
 TENSORFLOW, PYTORCH = "tensorflow", "pytorch"
@@ -81,7 +89,6 @@ PACKAGES = [
     Package("dm-sonnet", "2.0.2", "4c2364cc9ed5f1d9754e00e52a59b8b4fb5194c109b66390f33c44a9c5a34b89"),
     Package("tensorflow-similarity", "0.17.1", "da5d27a699a8bc12d6292a01f39c9529d22700d95b8607bdec69c91168718331"),
     Package("tensorflow-model-optimization", "0.8.1", "182e5807ed12768984f9708c6f7dbc090e4678d265fdebdb50ee7e12620ae33a"),
-    Package("keras-hub", "0.32.0", "c0a07ed19b894f5588188afd841659263eb6d3732e21188c82e3e7d3b6de4268"),
     # PyTorch packages (the MPT rules). deepspeed publishes only an sdist.
     Package("timm", "1.0.31", "5bd50f7d0fe6d09bf9285ac2523234a1b7e6bf075c0be3e7aed09139fcb617c7", PYTORCH),
     Package("accelerate", "1.15.0", "97eacca0b73e45cb867dbf8c5d5d4dc32219544300e0c8992c7334dc2ef33cec", PYTORCH),
@@ -96,6 +103,7 @@ PACKAGES = [
 PLATFORM_ARGS = ["--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
                  "--implementation", "cp", "--abi", "cp311", "--abi", "none"]
 PACKAGE_NAMES = [p.name for p in PACKAGES] + [KERAS_SRC]
+REPOSITORY_NAMES = [r.name for r in repos.REPOSITORIES]
 FRAMEWORKS = {**{p.name: p.framework for p in PACKAGES}, KERAS_SRC: TENSORFLOW}
 
 
@@ -277,11 +285,13 @@ def key(finding: dict) -> tuple:
     return finding["package"], finding["path"], finding["rule"], finding["line"], finding["col"]
 
 
+SECTIONS = {"packages": dict, "repositories": dict, "findings": list, "fixes": list, "plants": list,
+            "path_independence": dict}
+
+
 def load_snapshot(path: Path) -> dict:
-    if not path.exists():
-        return {"packages": {}, "findings": []}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return {"packages": data.get("packages") or {}, "findings": data.get("findings") or []}
+    data = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.exists() else {}
+    return {name: data.get(name) or kind() for name, kind in SECTIONS.items()}
 
 
 SNAPSHOT_HEADER = """\
@@ -290,11 +300,19 @@ SNAPSHOT_HEADER = """\
 #   verdict: tp (a maintainer of the package would thank us) | fp | unreviewed;
 #   reason: one line a maintainer would accept (for tp: the real defect);
 #   status: current (reported by the latest --update) | vanished (no longer reported; kept as the record).
+# A repository's findings name it (owner/name) as their package. Beside them:
+#   fixes: every fix `mplint . --fix --unsafe-fixes` applied in a repository, each edit's replaced text and new
+#     text; verdict: right (correct on every version the folder's environment admits) | harmful (breaks the code or
+#     changes what it computes on a version it runs) | no-op | unreviewed; reason: why, with the evidence;
+#   plants: known defects found by reading the code (why: what goes wrong); found when a current finding has the
+#     same package, path, rule and line;
+#   path_independence: per repository, the runs compared with `mplint .` and every file whose findings differed.
 """
 
 
 def write_snapshot(path: Path, snapshot: dict) -> None:
-    snapshot["findings"].sort(key=lambda f: (f["package"], f["path"], f["line"], f["col"], f["rule"]))
+    for name in ("findings", "fixes", "plants"):
+        snapshot[name].sort(key=lambda f: (f["package"], f["path"], f["line"], f.get("col", 0), f["rule"]))
     body = yaml.safe_dump(snapshot, sort_keys=False, allow_unicode=True, width=10_000)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(SNAPSHOT_HEADER + body, encoding="utf-8")
@@ -391,9 +409,8 @@ def vanished_by_verdict(vanished: list[dict]) -> dict[str, list[dict]]:
         ("VANISHED UNREVIEWED", lambda v: v not in ("tp", "fp")))}
 
 
-def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
-    failed = [f"  {run.name}: {run.error}" for run in runs if run.error]
-    out = [f"NOT CHECKED: {len(failed)}", *failed, ""] if failed else []
+def change_sections(comparison: Comparison) -> list[str]:
+    out = []
     sections = {"NEW (need review)": comparison.new, **vanished_by_verdict(comparison.vanished),
                 "REAPPEARED (old verdict applies)": comparison.reappeared}
     for title, items in sections.items():
@@ -402,6 +419,13 @@ def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
     if comparison.changed:
         out += [f"MESSAGE CHANGED (check the reason still holds): {len(comparison.changed)}"]
         out += [f"  {describe(f)}\n    was: {e.get('message')}" for e, f in comparison.changed] + [""]
+    return out
+
+
+def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
+    failed = [f"  {run.name}: {run.error}" for run in runs if run.error]
+    out = [f"NOT CHECKED: {len(failed)}", *failed, ""] if failed else []
+    out += change_sections(comparison)
     package_rows = {r["package"]: r for r in precision_table(comparison.verdicts, "package")}
     empty = {"tp": 0, "fp": 0, "unreviewed": 0, "precision": None}
     rows = [dict(package_rows.get(run.name, empty), package=run.name, version=run.version, files=run.files,
@@ -445,6 +469,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--package", action="append", choices=PACKAGE_NAMES, help="check only this package")
     parser.add_argument("--update", action="store_true", help="write new findings into the snapshot as unreviewed")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--repos", action="store_true", help="check the pinned git repositories instead of packages")
+    parser.add_argument("--repo", action="append", choices=REPOSITORY_NAMES, help="check only this repository")
+    parser.add_argument("--mirror", type=Path, default=None, help="folder of local git copies (<owner+name>/repo, "
+                        "<owner+name>.git or <owner+name>); repositories not there are cloned from --remote")
+    parser.add_argument("--remote", default=repos.DEFAULT_REMOTE, help="clone URL template (default: %(default)s)")
+    parser.add_argument("--paths", action="store_true", help="also lint each top-level folder and a sample of "
+                        "single files and compare their findings with the root run")
+    parser.add_argument("--sample", type=int, default=50, help="single files per repository for --paths")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the --paths sample")
+    parser.add_argument("--recorded", action="store_true", help="with --repos: report the snapshot's last run "
+                        "(findings, fixes, cold times, path differences) without linting anything")
     parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -458,9 +493,81 @@ def warn_version_drift(runs: list[PackageRun], snapshot: dict) -> None:
                   file=sys.stderr)
 
 
+def recorded_run(repo: repos.Repository, snapshot: dict) -> repos.RepoRun:
+    """A repository's last run as the snapshot recorded it (``--recorded``: report without linting)."""
+    entry = snapshot["repositories"].get(repo.name) or {}
+    if entry.get("commit") != repo.commit:
+        return repos.RepoRun(repo.name, repo.commit, error="not recorded at this commit (run with --update)")
+    current = [f for f in snapshot["findings"] if f["package"] == repo.name and f.get("status", "current") == "current"]
+    fixes = [f for f in snapshot["fixes"] if f["package"] == repo.name and f.get("status", "current") == "current"]
+    return repos.RepoRun(repo.name, repo.commit, files=entry["files"], wall_s=entry["cold_s"],
+                         findings=[{k: f[k] for k in ("package", "path", "rule", "line", "col", "message")} for f in current],
+                         fixes=[{k: v for k, v in f.items() if k not in ("verdict", "reason", "status")} for f in fixes])
+
+
+def check_repositories(args: argparse.Namespace, cache: Path) -> int:
+    runs = []
+    recorded_snapshot = load_snapshot(args.snapshot) if args.recorded else None
+    for repo in (r for r in repos.REPOSITORIES if not args.repo or r.name in args.repo):
+        if recorded_snapshot is not None:
+            runs.append(recorded_run(repo, recorded_snapshot))
+            continue
+        print(f"checking {repo.name} ...", file=sys.stderr, flush=True)
+        run = repos.check_repository(repo, cache, args.mirror, args.remote, REPO, args.paths, args.sample, args.seed)
+        if run.skipped:
+            print(f"warning: {repo.name}: {len(run.skipped)} files the git copy lacks were left out: "
+                  f"{', '.join(run.skipped[:5])}{' ...' if len(run.skipped) > 5 else ''}", file=sys.stderr)
+        runs.append(run)
+    checked = {r.name for r in runs if not r.error}
+    findings = [f for r in runs if not r.error for f in r.findings]
+    fixes = [f for r in runs if not r.error for f in r.fixes]
+    snapshot = load_snapshot(args.snapshot)
+    comparison = compare(findings, snapshot["findings"], checked)
+    fix_verdicts, vanished_fixes = repos.compare_fixes(fixes, snapshot["fixes"], checked)
+    plants = [(p, repos.plant_found(p, findings)) for p in snapshot["plants"] if p["package"] in checked]
+    for run in runs:
+        recorded = snapshot["path_independence"].get(run.name) or {}
+        if not args.paths and recorded.get("commit") == run.commit:  # the last --paths run on this commit
+            run.path_checked, run.path_differences = recorded["runs"], recorded["differences"]
+        reviewed_on = (snapshot["repositories"].get(run.name) or {}).get("commit")
+        if reviewed_on not in (None, run.commit):
+            print(f"warning: {run.name} {run.commit[:12]} is checked, the snapshot was reviewed on {reviewed_on[:12]}",
+                  file=sys.stderr)
+    if args.update and not args.recorded:
+        snapshot["findings"] = updated(snapshot["findings"], findings, checked)
+        snapshot["fixes"] = repos.updated_fixes(snapshot["fixes"], fixes, checked)
+        snapshot["repositories"].update({r.name: {"commit": r.commit, "files": r.files, "cold_s": round(r.wall_s, 1)}
+                                         for r in runs if not r.error})
+        if args.paths:
+            snapshot["path_independence"].update({
+                r.name: {"commit": r.commit, "runs": r.path_checked, "sample": args.sample, "seed": args.seed,
+                         "differences": r.path_differences} for r in runs if not r.error})
+        write_snapshot(args.snapshot, snapshot)
+    if args.json:
+        print(json.dumps({
+            "repositories": [{"name": r.name, "commit": r.commit, "files": r.files, "cold_wall_s": round(r.wall_s, 2),
+                              "findings": len(r.findings), "fixes": len(r.fixes), "skipped": r.skipped,
+                              "path_runs": r.path_checked, "path_differences": r.path_differences,
+                              "error": r.error or None} for r in runs],
+            "new": comparison.new, "vanished": comparison.vanished,
+            "fixes_unreviewed": [f for f, v in fix_verdicts if v == "unreviewed"], "fixes_vanished": vanished_fixes,
+            **{f"by_{group}": repos.review_table(comparison.verdicts, fix_verdicts, plants, group)
+               for group in ("package", "rule", "framework")},
+        }, indent=2))
+    else:
+        print("\n".join(change_sections(comparison) + repos.repos_report(runs, comparison.verdicts, fix_verdicts,
+                                                                         plants, vanished_fixes)))
+    if any(r.error for r in runs):
+        return 2
+    unreviewed = [v for _, v in comparison.verdicts + fix_verdicts if v == "unreviewed"]
+    return 1 if unreviewed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cache = (args.cache or default_cache()).expanduser()
+    if args.repos:
+        return check_repositories(args, cache)
     runs = []
     for name in args.package or PACKAGE_NAMES:
         print(f"checking {name} ...", file=sys.stderr, flush=True)

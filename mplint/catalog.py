@@ -51,9 +51,7 @@ class RuleMeta:
     flagged: tuple[Example, ...]
     clean: tuple[Example, ...]
     source: Path
-    # The executed tests that prove the fix (``tests/test_x.py::test_name``): the code runs after the fix and
-    # float32 results are unchanged (tests/test_rule_proofs.py checks that each exists).
-    proofs: tuple[str, ...] = ()
+    proof: tuple[str, ...] = ()  # the tests that execute the fix or the defect (test ids or paths)
 
 
 def catalog_dir() -> Path:
@@ -101,7 +99,7 @@ def _load(path: Path) -> RuleMeta:
             flagged=tuple(_example(e, f"{path}: flagged[{i}]") for i, e in enumerate(examples.get("flagged", ()))),
             clean=tuple(_example(e, f"{path}: clean[{i}]") for i, e in enumerate(examples.get("clean", ()))),
             source=path,
-            proofs=tuple([raw["proof"]] if isinstance(raw.get("proof"), str) else raw.get("proof", ())),
+            proof=tuple(raw.get("proof", ())),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CatalogError(f"{path}: malformed rule file ({exc!r})") from exc

@@ -56,6 +56,10 @@ class Related:
     path: str
     line: int
     message: str
+    cell: int | None = None  # in a notebook: the cell, ``line`` being a line of that cell
+
+    def where(self) -> str:
+        return f"{self.path}:cell {self.cell}:{self.line}" if self.cell is not None else f"{self.path}:{self.line}"
 
 
 @dataclass
@@ -117,7 +121,7 @@ class Diagnostic:
             "start": {"line": self.line, "column": self.column},
             "end": {"line": self.end_line, "column": self.end_column},
             "context": self.context,
-            "related": [{"path": r.path, "line": r.line, "message": r.message} for r in self.related],
+            "related": [{"path": r.path, "cell": r.cell, "line": r.line, "message": r.message} for r in self.related],
             "fix": None
             if self.fix_safety is FixSafety.NONE
             else {

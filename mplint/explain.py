@@ -11,12 +11,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from mplint.catalog import load_catalog
+from mplint.rule_docs import SAFETY as _SAFETY, rule_url
 
-_SAFETY = {
-    "safe": "Safe: keeps float32 behaviour identical; applied by `--fix`.",
-    "unsafe": "Unsafe: may change results or checkpoints; applied only with `--fix --unsafe-fixes`.",
-    "none": "No automatic fix: the message explains the change.",
-}
 
 
 def find(rule: str):
@@ -46,11 +42,18 @@ def explain(rule: str, console: Console | None = None) -> bool:
         console.print(Markdown("Use instead:"))
         console.print(Syntax(meta.example_fixed, "python", theme="ansi_dark", background_color="default"))
     console.print(Markdown(f"## Fix\n\n{meta.fix}\n\n## Fix safety\n\n{_SAFETY[meta.fix_safety.value]}"))
-    if meta.proofs:
-        console.print(Markdown("## Executed proof\n\nThe fixed code is run, and compared with the original, in:\n\n"
-                               + "\n".join(f"- `{proof}`" for proof in meta.proofs)))
     extra = [f"Applies to: {generations}", f"Kind: {meta.kind}", f"Enabled by default: {'yes' if meta.default_enabled else 'no'}"]
     console.print(Markdown("## Details\n\n" + "\n".join(f"- {e}" for e in extra)))
+    if meta.proof:
+        console.print(Markdown("## Proof\n\n" + "\n".join(f"- {p}" for p in meta.proof)))
     if meta.references:
         console.print(Markdown("## References\n\n" + "\n".join(f"- {r}" for r in meta.references)))
+    console.print(f"Documentation: {rule_url(meta.id)}", markup=False, soft_wrap=True)
     return True
+
+
+def explain_all(console: Console | None = None) -> None:
+    """Every rule's page, in ID order (``mplint rule --all``)."""
+    console = console or Console(highlight=False, emoji=False)
+    for meta in load_catalog().values():
+        explain(meta.id, console)

@@ -17,7 +17,7 @@ from mplint.pool import parallel_map
 from mplint.project.build import configured_target, pin_files_digest, facts_key, facts_of, module_facts_of, signature
 from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.project.config import Config, load_config, marked_root
-from mplint.project.discovery import SourcePath, discover, module_name
+from mplint.project.discovery import SourcePath, discover, is_excluded, module_name
 from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
 
@@ -31,6 +31,11 @@ class RunOptions:
     select: list[str] | None = None
     ignore: list[str] = field(default_factory=list)
     extend_select: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] | None = None  # None: the config's
+    extend_per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    exclude: list[str] | None = None  # None: the config's
+    extend_exclude: list[str] = field(default_factory=list)
+    force_exclude: bool | None = None  # None: the config's
     keras: int | None = None
     target: str | None = None  # tf1 | tf2.3 | keras2 | keras3
     policy: str | None = None
@@ -52,6 +57,8 @@ class RunReport:
     projects: list["ProjectSummary"] = field(default_factory=list)  # every project checked, in order
     noqa_added: int = 0  # lines that got a noqa comment (--add-noqa)
     noqa_skipped: int = 0  # findings whose line cannot carry a comment
+    changed_on_disk: list[str] = field(default_factory=list)  # files left unfixed: changed after they were read
+    notices: list[str] = field(default_factory=list)  # worth telling, no error (leftovers of an interrupted run)
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -95,6 +102,20 @@ def _per_file_ignored(config: Config, path: Path) -> set[str]:
     return ignored
 
 
+def with_overrides(config: Config, options: RunOptions) -> Config:
+    """The config with the command line's file settings on top (they win, as Ruff's flags do)."""
+    per_file = dict(config.per_file_ignores if options.per_file_ignores is None else options.per_file_ignores)
+    for glob, rules in options.extend_per_file_ignores.items():
+        per_file[glob] = [*per_file.get(glob, []), *rules]
+    return replace(
+        config,
+        per_file_ignores=per_file,
+        exclude=config.exclude if options.exclude is None else options.exclude,
+        extend_exclude=[*config.extend_exclude, *options.extend_exclude],
+        force_exclude=config.force_exclude if options.force_exclude is None else options.force_exclude,
+    )
+
+
 def run(options: RunOptions) -> RunReport:
     """Check (and fix) the files under ``options.paths``.
 
@@ -104,23 +125,28 @@ def run(options: RunOptions) -> RunReport:
     leaks into another checked in the same run.
     """
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
-    top = load_config([stdin_path] if stdin_path else options.paths, options.config_path)
-    found = discover(options.paths, top.root, top.exclude, top.extend_exclude, top.respect_gitignore)
+    top = with_overrides(load_config([stdin_path] if stdin_path else options.paths, options.config_path), options)
+    found = discover(options.paths, top.root, top.exclude, top.extend_exclude, top.respect_gitignore,
+                     force_exclude=top.force_exclude)
     only = options.only
     if stdin_path is not None:
         found.files = [s for s in found.files if s.path != stdin_path]
-        found.files.append(SourcePath(stdin_path, Path(options.stdin[0]).as_posix()))
-        only = {stdin_path}
+        only = set()
+        if not (top.force_exclude and is_excluded(stdin_path, top.root, top.exclude, top.extend_exclude)):
+            found.files.append(SourcePath(stdin_path, Path(options.stdin[0]).as_posix()))
+            only = {stdin_path}
     project_of = _ProjectOf(top, options.config_path is not None)
     groups: dict[Path, list[SourcePath]] = {}
     for source in found.files:
         groups.setdefault(project_of(source.path), []).append(source)
     report = RunReport([], list(found.errors), top)
+    if stdin_path is None:
+        report.notices += _leftovers(found.files, options)
     progress = _Progress(options.on_progress, sum(1 for s in found.files if only is None or s.path in only))
     for root, given in groups.items():
-        config = top if options.config_path else load_config([root])
+        config = top if options.config_path else with_overrides(load_config([root]), options)
         # Facts never depend on which paths were given: the whole project is read, the given files checked.
-        sources = _whole_project(root, config, given, options.paths, project_of, config is top)
+        sources = _whole_project(root, config, given, options.paths, project_of, config is top or config.root == top.root)
         wanted = {s.path for s in given} if only is None else only & {s.path for s in given}
         _check_until_facts_settle(config, sources, replace(options, only=wanted), report, progress, root)
     report.results.sort(key=lambda r: r.path)
@@ -149,6 +175,20 @@ class _ProjectOf:
                     root = self.cwd if folder.resolve().is_relative_to(self.cwd) else self.top.root
             self.roots[folder] = root
         return root
+
+
+def _leftovers(files: list[SourcePath], options: RunOptions) -> list[str]:
+    """Temporary files an interrupted run left where this run may write: removed when stale (if this run
+    writes), reported either way."""
+    writes = options.write and (options.fix or options.add_noqa)
+    folders = {s.path.parent for s in files}
+    if writes:  # a symlink is written through: its target's folder holds the temporary files
+        folders |= {Path(os.path.realpath(s.path)).parent for s in files}
+    from mplint.fixes.leftovers import leftover_notices
+    from mplint.project.discovery import display_path
+
+    cwd = Path.cwd().resolve()
+    return [f"{display_path(path, cwd)}: {what}" for path, what in leftover_notices(folders, remove=writes)]
 
 
 def _whole_project(root: Path, config: Config, given: list[SourcePath], paths: list[Path], project_of: _ProjectOf,
@@ -303,7 +343,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         if isinstance(data, bytes) and options.write and source.path != stdin_path:
             recheck = lambda new, s=source: _check_file(s, new, replace(check_for(s), fix=False))  # noqa: E731
             result, added, skipped = write_back(source.path, source.display, data, result, recheck,
-                                                options.add_noqa, report.errors)
+                                                options.add_noqa, report.errors, report.changed_on_disk)
             report.noqa_added += added
             report.noqa_skipped += skipped
         report.results.append(result)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mplint.cli import main
+from mplint.testing import copy_tree
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -29,7 +30,6 @@ KERAS2_LOOP_FINDINGS = [("MP502", 7, 37), ("MP502", 8, 23)]
 
 G1_SCRIPT = """\
 from tensorflow.keras.mixed_precision import experimental as mixed_precision
-from mplint.testing import copy_tree
 
 mixed_precision.set_policy("mixed_float16")
 """

@@ -1,21 +1,25 @@
-"""The names fixes write exist where the knowledge table says, checked on the newest end installed here."""
+"""The API table: its newest end checked on the frameworks installed here, and every name a fix writes exists on every
+version of the range the fix is offered for (safe) or the fix is unsafe and says where it holds."""
 
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 from packaging.version import Version
 
-from mplint.knowledge.api_versions import LOSS_SCALE_OPTIMIZER, TORCH_SINCE
+from mplint.knowledge.api_versions import KERAS, LOSS_SCALE_OPTIMIZER, TORCH, TORCH_SINCE, keras_holds
+from mplint.testing import lint_code
 
 
-@pytest.mark.parametrize("name", sorted(TORCH_SINCE))
+@pytest.mark.parametrize("name", sorted(TORCH))
 def test_every_torch_name_exists_in_the_installed_torch(name):
     torch = pytest.importorskip("torch")
-    assert Version(torch.__version__.split("+")[0]) >= Version(TORCH_SINCE[name])
+    assert Version(torch.__version__.split("+")[0]) >= Version(TORCH[name].since)
     module, _, attr = name.rpartition(".")
     assert hasattr(importlib.import_module(module), attr)
+    assert TORCH[name].source
 
 
 @pytest.mark.parametrize("member, generations", sorted(LOSS_SCALE_OPTIMIZER.items()))
@@ -29,7 +33,87 @@ def test_loss_scale_optimizer_members_by_generation(member, generations):
         assert hasattr(optimizer, member) is (generation in generations), (generation, member)
 
 
+def test_module_names_and_constructor_keywords_on_the_installed_generations():
+    keras3 = pytest.importorskip("keras")
+    tf_keras = pytest.importorskip("tf_keras")
+    for generation, keras in ((3, keras3), (2, tf_keras)):
+        for name, row in KERAS.items():
+            if "(" in name or "." not in name:
+                continue
+            module, _, attr = name.rpartition(".")
+            owner = keras
+            for part in module.split("."):
+                owner = getattr(owner, part, None)
+            here = generation in row.generations and (row.tf_until is None or Version(keras.__version__) <= Version(row.tf_until + ".99"))
+            assert (owner is not None and hasattr(owner, attr)) is here, (generation, name)
+        # the keywords both generations accept, and the one only Keras 2 has
+        keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(), initial_scale=256.0, dynamic_growth_steps=10)
+        if generation == 2:
+            keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=128.0)
+        else:
+            with pytest.raises(ValueError, match="no longer supports `dynamic=False`"):
+                keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False)
+            keras.optimizers.SGD(loss_scale_factor=128.0)
+
+
+def test_every_row_cites_a_source():
+    assert all(row.source for row in KERAS.values()) and all(row.source for row in TORCH.values())
+
+
+def test_range_check():
+    assert keras_holds({"mixed_precision.LossScaleOptimizer"}, [2, 3])
+    assert not keras_holds({"mixed_precision.LossScaleOptimizer"}, [1, 2, 3])
+    assert not keras_holds({"scale_loss"}, [2, 3]) and keras_holds({"scale_loss"}, [3])
+    assert keras_holds({"mixed_precision.experimental.set_policy"}, [2], "2.8.0")
+    assert not keras_holds({"mixed_precision.experimental.set_policy"}, [2], "2.9.0")
+    assert not keras_holds({"mixed_precision.experimental.set_policy"}, [2], None)
+
+
 def test_every_replacement_mpt502_writes_is_in_the_table():
     from mplint.checks.mpt502_deprecated_cuda_amp_api import _DEPRECATED
 
     assert {f"torch.amp.{name}" for _, name in _DEPRECATED.values()} <= set(TORCH_SINCE)
+
+
+# --- every name a Keras fix writes, on the range it is offered for ------------------------------------------------
+
+LOOP = """\
+import tensorflow as tf
+
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="float32")])
+optimizer = tf.keras.optimizers.Adam()
+
+
+def step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+PER_LAYER = """\
+import tensorflow as tf
+
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="mixed_float16"), tf.keras.layers.Dense(1, dtype="float32")])
+model.compile(optimizer=tf.keras.optimizers.Adam(), loss="mse")
+"""
+
+_WRITTEN = re.compile(r"\.(get_scaled_loss|get_unscaled_gradients|scale_loss|dynamic_scale)\(|"
+                      r"(mixed_precision|optimizers)\.LossScaleOptimizer\(")
+
+
+def _written(text: str) -> set[str]:
+    return {m.group(1) or f"{m.group(2)}.LossScaleOptimizer" for m in _WRITTEN.finditer(text)}
+
+
+@pytest.mark.parametrize("rule, code", [("MP201", LOOP), ("MP207", PER_LAYER)])
+@pytest.mark.parametrize("keras, generations", [(2, [2]), (3, [3]), (None, [1, 2, 3])])
+def test_a_safe_keras_fix_writes_only_names_the_whole_range_has(rule, code, keras, generations):
+    (diagnostic,) = lint_code(code, keras=keras, select=[rule]).diagnostics
+    fixed = lint_code(code, keras=keras, select=[rule], fix=True, unsafe_fixes=True).fixed_code
+    written = _written(fixed) - _written(code)
+    assert written
+    assert (diagnostic.fix_safety.value == "safe") is keras_holds(written, generations), (written, diagnostic.message)
+    if diagnostic.fix_safety.value != "safe":
+        assert "the fix holds on " in diagnostic.message

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mplint.testing import copy_tree
+
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "keras3_classifier"
 SELECT = ["--select", "MP101,MP102"]
 
@@ -21,7 +23,6 @@ _PROBE = """
 import json
 import numpy as np
 import train
-from mplint.testing import copy_tree
 
 classifier, regressor, scorer = train.main()
 dtype = lambda tensor: train.keras.backend.standardize_dtype(tensor.dtype)

@@ -39,7 +39,7 @@ def test_github_annotations(project, capsys):
     assert main(["--select", "MP101", "--format", "github", "."]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "::error title=MP000 parse-error,file=broken.py,line=1,col=7,endLine=1,endColumn=8::MP000 syntax error: invalid syntax"
-    assert lines[1].startswith("::error title=MP101 float16-softmax-output,file=nb.ipynb,line=3,col=5,endLine=3,endColumn=43::MP101 (cell 4) softmax output")
+    assert lines[1].startswith("::error title=MP101 float16-softmax-output,file=nb.ipynb,line=76,col=10,endLine=76,endColumn=50::MP101 (cell 4:3) softmax output")
     assert lines[2].startswith("::error title=MP101 float16-softmax-output,file=train.py,line=5,col=45,endLine=5,endColumn=83::MP101 softmax output")
     assert len(lines) == 3
 
@@ -53,7 +53,7 @@ def test_sarif_is_valid_sarif_2_1_0(project, capsys):
     results = [(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
                 r["locations"][0]["physicalLocation"]["region"]["startLine"], r.get("properties", {}).get("cell"))
                for r in run["results"]]
-    assert results == [("MP000", "broken.py", 1, None), ("MP101", "nb.ipynb", 3, 4), ("MP101", "train.py", 5, None)]
+    assert results == [("MP000", "broken.py", 1, None), ("MP101", "nb.ipynb", 76, 4), ("MP101", "train.py", 5, None)]
     rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
     assert all(rule_ids[r["ruleIndex"]] == r["ruleId"] for r in run["results"])
     fix = run["results"][2]["fixes"][0]["artifactChanges"][0]["replacements"][0]
@@ -77,21 +77,25 @@ def test_json_document(project, capsys):
     assert doc["tool"] == {"name": "mplint", "version": __version__}
     assert [(d["path"], d["cell"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [
         ("broken.py", None, "MP000", 1), ("nb.ipynb", 4, "MP101", 3), ("train.py", None, "MP101", 5)]
-    assert doc["summary"] == {"files": 3, "diagnostics": 3, "fixable": 2, "fixed": 0, "by_rule": {"MP000": 1, "MP101": 2}}
+    assert doc["summary"] == {"files": 3, "diagnostics": 3, "fixable": 2, "fixed": 0, "changed_on_disk": [],
+                              "by_rule": {"MP000": 1, "MP101": 2}}
     assert set(doc["diagnostics"][2]) == {"path", "cell", "rule", "name", "message", "severity", "start", "end", "fix", "context",
                                               "related"}
     assert doc["diagnostics"][2]["related"] == []
     assert doc["diagnostics"][2]["context"] == {
         "keras_generation": 3, "keras_generation_source": "program train.py imports Keras 3 (`import keras`)",
-        "library": False, "policy": "mixed_float16", "set_at": {"path": "train.py", "line": 4}, "program": "train.py", "via": [],
+        "library": False, "distribution": None, "policy": "mixed_float16", "set_at": {"path": "train.py", "line": 4},
+        "program": "train.py", "via": [],
     }
     assert doc["projects"] == [{
         "root": project.resolve().as_posix(), "files": 3, "keras_generation": None,
         "programs": [
-            {"entry": "nb.ipynb", "policies": [{"policy": "mixed_float16", "path": "nb.ipynb", "line": 6}], "modules": 1, "tpu": [],
-             "keras_generation": {"value": 3, "source": "program nb.ipynb imports Keras 3 (`import keras`)"}},
+            {"entry": "nb.ipynb", "policies": [{"policy": "mixed_float16", "path": "nb.ipynb", "cell": 2, "line": 5}], "modules": 1, "tpu": [],
+             "keras_generation": {"value": 3, "oldest": 3, "label": "Keras 3",
+                                  "source": "program nb.ipynb imports Keras 3 (`import keras`)"}, "torch": None},
             {"entry": "train.py", "policies": [{"policy": "mixed_float16", "path": "train.py", "line": 4}], "modules": 1, "tpu": [],
-             "keras_generation": {"value": 3, "source": "program train.py imports Keras 3 (`import keras`)"}},
+             "keras_generation": {"value": 3, "oldest": 3, "label": "Keras 3",
+                                  "source": "program train.py imports Keras 3 (`import keras`)"}, "torch": None},
         ],
     }]
     assert doc["diagnostics"][2]["fix"]["safety"] == "safe"
@@ -175,6 +179,9 @@ def test_text_output_colours_only_when_asked(project, capsys, monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")
     main(["--select", "MP101", "train.py"])
     assert "\x1b[1mtrain.py:5:45\x1b[0m: \x1b[31;1mMP101\x1b[0m \x1b[36m[*]\x1b[0m " in capsys.readouterr().out
-    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("NO_COLOR", "1")  # FORCE_COLOR still wins, as in Ruff
+    main(["--select", "MP101", "train.py"])
+    assert "\x1b[" in capsys.readouterr().out
+    monkeypatch.delenv("FORCE_COLOR")
     main(["--select", "MP101", "train.py"])
     assert "\x1b[" not in capsys.readouterr().out

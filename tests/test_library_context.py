@@ -295,14 +295,14 @@ def test_epsilons_below_the_smallest_subnormal_before_a_log_or_division_in_libra
 
 def test_show_facts_shows_the_project_of_the_path_and_the_programs_that_reach_it(capsys, monkeypatch):
     monkeypatch.chdir(REPO)
-    assert main(["--show-facts", "--no-cache", "fixtures/ngc_tf2_container"]) == 0
-    image = "Dockerfile (FROM nvcr.io/nvidia/tensorflow:22.03-tf2-py3) pins tensorflow==2.8.0"
+    assert main(["--show-facts", "--no-cache", "fixtures/tf28_container"]) == 0
+    image = "tensorflow/tensorflow:2.8.0-gpu in Dockerfile: TF 2.8"
     assert capsys.readouterr().out == (
-        f"project {(REPO / 'fixtures/ngc_tf2_container').as_posix()} (1 files)\n"
-        f"  target for every program: Keras 2 ({image})\n"
-        "  program fixtures/ngc_tf2_container/train.py (reaches 1 module)\n"
-        "    policy mixed_float16 set at fixtures/ngc_tf2_container/train.py:6\n"
-        f"    target: Keras 2 ({image})\n"
+        f"project {(REPO / 'fixtures/tf28_container').as_posix()} (1 files)\n"
+        f"  target for every program: Keras 2 (TF 2.8) ({image})\n"
+        "  program fixtures/tf28_container/train.py (reaches 1 module)\n"
+        "    policy mixed_float16 set at fixtures/tf28_container/train.py:6\n"
+        f"    target: Keras 2 (TF 2.8) ({image})\n"
     )
     assert main(["--show-facts", "--no-cache", "fixtures/library_with_tools/kmodels/layers.py"]) == 0
     assert capsys.readouterr().out == (

@@ -8,7 +8,7 @@ import pytest
 
 from mplint.diagnostics import FixSafety
 from mplint.runner import RunOptions, run
-from mplint.testing import lint_code
+from mplint.testing import copy_tree, lint_code
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -167,7 +167,6 @@ def test_gan_fix_wraps_the_generator_optimizer_at_its_call_site(tmp_path):
 
 LOOP = """\
 import tensorflow as tf
-from mplint.testing import copy_tree
 {imports}
 {policy}
 optimizer = {optimizer}

@@ -216,6 +216,87 @@ def test_fix_in_an_indented_cell_keeps_the_indentation(project):
     assert cells[:3] + cells[4:] == IPYTHON_CELLS[:3] + IPYTHON_CELLS[4:]
 
 
+# -- positions that land in the .ipynb file -------------------------------------
+
+def _json_line(path: Path, text: str) -> tuple[int, int]:
+    """(1-based line, 1-based column) of the first occurrence of ``text`` in the notebook's JSON text."""
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if text in line:
+            return number, line.index(text) + 1
+    raise AssertionError(text)
+
+
+def test_github_annotation_lands_on_the_json_line_of_the_source_line(project, capsys):
+    path = _copy(project, "train.ipynb")
+    assert main(["--select", "MP101", "--format", "github", "train.ipynb"]) == 1
+    line, column = _json_line(path, SOFTMAX)
+    assert (line, column) == (76, 6)  # the cell's line starts at column 6 (after the JSON string's quote)
+    escaped = len('layers.Dense(10, activation=\\"softmax\\")')
+    assert capsys.readouterr().out == (
+        f"::error title=MP101 float16-softmax-output,file=train.ipynb,line={line},col={column + 4},endLine={line},"
+        f"endColumn={column + 4 + escaped}::MP101 (cell 4:3) softmax output layer computes in reduced precision "
+        "(mixed_float16 set at train.ipynb:cell 2:5): float16 probabilities round to 0 or 1 and the loss becomes "
+        'inf/NaN; give this layer dtype="float32"\n')
+
+
+def test_sarif_points_into_the_json_with_the_cell_in_properties(project, capsys):
+    import jsonschema
+
+    path = _copy(project, "train.ipynb")
+    assert main(["--select", "MP101", "--format", "sarif", "train.ipynb"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.Draft4Validator(json.loads((DATA.parent / "sarif-schema-2.1.0.json").read_text())).validate(doc)
+    [result] = doc["runs"][0]["results"]
+    line, column = _json_line(path, SOFTMAX)
+    assert result["locations"][0]["physicalLocation"]["region"] == {
+        "startLine": line, "startColumn": column + 4, "endLine": line, "endColumn": column + 4 + 40}
+    assert result["properties"] == {"cell": 4, "cellLine": 3, "cellColumn": 5}
+    [policy_site] = result["relatedLocations"]
+    assert policy_site["physicalLocation"]["region"] == {"startLine": _json_line(path, "set_global_policy")[0]}
+    assert policy_site["properties"] == {"cell": 2, "cellLine": 5}
+    assert "fixes" not in result  # a cell's edits are not replacements of the JSON text
+
+
+def test_set_at_and_related_locations_name_the_cell(project, capsys):
+    _copy(project, "train.ipynb")
+    assert main(["--select", "MP101", "--format", "json", "train.ipynb"]) == 1
+    [d] = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert "(mixed_float16 set at train.ipynb:cell 2:5)" in d["message"]
+    assert d["context"]["set_at"] == {"path": "train.ipynb", "cell": 2, "line": 5}
+    assert main(["--show-facts", "train.ipynb"]) == 0
+    assert "    policy mixed_float16 set at train.ipynb:cell 2:5\n" in capsys.readouterr().out
+
+
+def test_related_location_in_the_same_notebook_is_a_cell_line(project, capsys):
+    cells = [
+        "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\nNEG_INF = -1e9\n",
+        "class Attn(keras.layers.Layer):\n    def call(self, scores, mask):\n        return scores + (1.0 - mask) * NEG_INF\n",
+    ]
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
+                          for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (project / "nb.ipynb").write_text(json.dumps(notebook, indent=1))
+    assert main(["--select", "MP601", "--format", "json", "nb.ipynb"]) == 1
+    [d] = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert (d["cell"], d["start"]["line"]) == (2, 3)
+    assert "line 3" not in d["message"] or "cell" in d["message"]
+    assert d["related"] == [{"path": "nb.ipynb", "cell": 1, "line": 3, "message": "the constant's value"}]
+
+
+def test_file_positions_follow_escapes_lists_and_strings():
+    from mplint.engine.notebooks import FilePositions
+
+    raw = ('{\n "cells": [\n  {"source": "a = \\"\\u00e9\\ud83d\\ude00\\"\\nb = 1\\n"},\n'
+           '  {"cell_type": "code", "source": [\n    "x = 1\\n",\n    "  \\"y\\"\\n"\n   ]}\n ]\n}')
+    positions = FilePositions(raw)
+    assert json.loads(raw)["cells"][0]["source"] == 'a = "\u00e9\U0001F600"\nb = 1\n'
+    assert positions.locate(1, 1, 1) == (3, 15)
+    assert positions.locate(1, 1, 7) == (3, 27)  # past the 6-character escape of é
+    assert positions.locate(1, 1, 8) == (3, 39)  # past the surrogate pair: one character
+    assert positions.locate(1, 2, 1) == (3, 43)
+    assert positions.locate(2, 2, 3) == (6, 8)
+    assert positions.locate(2, 9, 1) is None and positions.locate(3, 1, 1) is None
+
+
 def _notebook(*cells: str) -> str:
     return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
                                   "source": cell.splitlines(keepends=True)} for cell in cells],

@@ -27,6 +27,8 @@ def test_wheel_carries_the_rule_catalog(wheel):
     rules = sorted(p.name for p in (REPO / "rules").glob("*.yaml"))
     assert rules and [n for n in rules if f"mplint/catalog/{n}" not in names] == []
     assert "mplint/cli.py" in names and "mplint/engine/notebooks.py" in names
+    pages = sorted(p.name for p in (REPO / "docs" / "rules").glob("*.md"))
+    assert len(pages) == len(rules) + 1 and [n for n in pages if f"mplint/rule_docs/{n}" not in names] == []
     assert not any(n.startswith(("tests/", "rules/")) for n in names)
 
 

@@ -31,7 +31,7 @@ def test_snapshot_entries_are_reviewed_and_well_formed(realworld):
     keys = set()
     for entry in snapshot["findings"]:
         where = realworld.describe(entry)
-        assert entry["package"] in realworld.PACKAGE_NAMES, where
+        assert entry["package"] in realworld.PACKAGE_NAMES + realworld.REPOSITORY_NAMES, where
         assert isinstance(entry["line"], int) and isinstance(entry["col"], int), where
         assert entry["verdict"] in realworld.VERDICTS, where
         assert entry["status"] in realworld.STATUSES, where
@@ -150,3 +150,24 @@ def test_precision_per_framework(realworld):
     rows = {row["framework"]: row for row in realworld.framework_table(verdicts)}
     assert rows["pytorch"]["precision"] == 1.0 and rows["tensorflow"]["precision"] == 0.5
     assert rows["all"]["tp"] == 2 and rows["all"]["fp"] == 1
+
+
+def test_snapshot_fixes_plants_and_repositories_are_well_formed(realworld):
+    snapshot = realworld.load_snapshot(realworld.SNAPSHOT)
+    pinned = {r.name: r.commit for r in realworld.repos.REPOSITORIES}
+    for name, entry in snapshot["repositories"].items():
+        assert entry["commit"] == pinned[name], name
+        assert entry["files"] > 0 and entry["cold_s"] > 0, name
+    keys = set()
+    for fix in snapshot["fixes"]:
+        where = realworld.repos.describe_fix(fix)
+        assert fix["package"] in pinned and fix["verdict"] in realworld.repos.FIX_VERDICTS, where
+        assert fix["edits"] and fix["safety"] in ("safe", "unsafe"), where
+        if fix["verdict"] != "unreviewed":
+            assert fix["reason"].strip() and "\n" not in fix["reason"], where
+        assert realworld.repos.fix_key(fix) not in keys, f"duplicate fix: {where}"
+        keys.add(realworld.repos.fix_key(fix))
+    for plant in snapshot["plants"]:
+        assert plant["package"] in pinned and plant["why"].strip() and isinstance(plant["line"], int), plant
+    for name, record in snapshot["path_independence"].items():
+        assert record["commit"] == pinned[name] and record["runs"] > 0, name

@@ -83,6 +83,16 @@ def test_scale_then_apply_unscales_exactly_once(module):
     assert float(tf.convert_to_tensor(var)) == pytest.approx(1.0 - 3.0)
 
 
+def test_scale_loss_honours_keras3_loss_scale_factor():
+    var = keras.Variable(1.0)
+    opt = keras.optimizers.SGD(learning_rate=1.0, loss_scale_factor=128.0)
+    with tf.GradientTape() as tape:
+        loss = scale_loss(opt, 3.0 * var)
+    assert float(loss) == 384.0
+    apply_gradients(opt, [(tape.gradient(loss, var), var)])
+    assert float(var.numpy()) == -2.0  # 1 - 3: the true gradient, not 128x too small
+
+
 def test_scale_loss_is_identity_without_loss_scale_optimizer():
     opt = keras.optimizers.SGD(1.0)
     var = keras.Variable(1.0)

@@ -118,6 +118,7 @@ async def test_open_diagnose_fix_and_see_it_clear(editor: Editor, root: Path):
     [d] = await editor.diagnostics(uri)
     assert (d.code, d.source, d.severity) == ("MP101", "mplint", types.DiagnosticSeverity.Error)
     assert d.range == types.Range(types.Position(4, 44), types.Position(4, 82))
+    assert d.code_description == types.CodeDescription(href=(REPO / "docs" / "rules" / "MP101.md").as_uri())
     titles = {a.title: a for a in await editor.actions(uri, [d])}
     fix = titles['Fix MP101: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to float32.']
     assert (fix.kind, fix.is_preferred) == (types.CodeActionKind.QuickFix, True)
@@ -127,6 +128,13 @@ async def test_open_diagnose_fix_and_see_it_clear(editor: Editor, root: Path):
         types.VersionedTextDocumentIdentifier(uri=uri, version=2),
         [types.TextDocumentContentChangeWholeDocument(text=fixed)]))
     assert await editor.diagnostics(uri) == []
+
+
+@session
+async def test_the_rule_link_follows_the_docs_url_setting(editor: Editor, root: Path):
+    (root / ".mplint.yaml").write_text("docs-url: https://docs.example.org/mplint\n")
+    [d] = await editor.diagnostics(editor.open(root / "train.py", POLICY + MODEL))
+    assert d.code_description == types.CodeDescription(href="https://docs.example.org/mplint/rules/MP101.md")
 
 
 @session

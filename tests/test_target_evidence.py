@@ -57,10 +57,24 @@ def _facts(capsys, root: Path) -> list[str]:
     "FROM python:3.10 AS docs\nFROM base\n",
     "ARG TAG\nFROM nvcr.io/nvidia/tensorflow:${TAG:-21.02}-tf2-py3\n",
 ])
-def test_substituted_tensorflow_image_is_keras2_and_silences_mp502(tmp_path, capsys, dockerfile):
+def test_substituted_tensorflow2_image_is_any_tf2_and_mp502_stays_unsafe(tmp_path, capsys, dockerfile):
+    # No release notes of an NGC TensorFlow 2 release are in the verified table: the tag says TF 2, nothing more.
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": KERAS2_LOOP})
     assert _facts(capsys, tmp_path) == [
-        "target: Keras 2 (TF 2.4) (nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF 2.4)"]
+        "target: G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.0) "
+        "(nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF >= 2.0)"]
+    code, found = _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path))
+    assert (code, [(rule, line, safety) for rule, line, _, safety in found]) == (1, [("MP502", 7, "unsafe")])
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:22.12-tf1-py3\nFROM ${FROM_IMAGE_NAME}\n",
+    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:22.10-tf1-py3\nFROM $FROM_IMAGE_NAME\n",  # between two rows
+])
+def test_substituted_tensorflow1_image_is_tf_1_15(tmp_path, capsys, dockerfile):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": KERAS2_LOOP})
+    image = dockerfile.split("=", 1)[1].split("\n", 1)[0]
+    assert _facts(capsys, tmp_path) == [f"target: G0 (TF1) (TF 1.15) ({image} in Dockerfile: TF 1.15)"]
     assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
 
 
@@ -89,11 +103,12 @@ def test_unpinned_keras_loop_gets_an_unsafe_mp502_fix_naming_the_range(tmp_path,
     "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:21.03-py3\nFROM ${FROM_IMAGE_NAME}\n",
     "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:21.03-py3\nFROM $FROM_IMAGE_NAME\n",
 ])
-def test_pytorch_image_through_arg_is_torch_1_9_prerelease(tmp_path, capsys, dockerfile):
+def test_pytorch_image_through_arg_is_bounded_by_the_verified_releases(tmp_path, capsys, dockerfile):
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": TORCH_LOOP})
-    assert _facts(capsys, tmp_path)[-1] == "torch: torch 1.9.0a0 (nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.9.0a0)"
+    torch = "torch 1.4.0a0-2.10.0a0"  # between NVIDIA's 20.02 (1.4.0a0) and 25.12 (2.10.0a0)
+    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: {torch})"
     code, found = _run(capsys, "--no-cache", "--select", "MPT201,MPT502", str(tmp_path))
-    assert [(rule, line, safety) for rule, line, _, safety in found] == [("MPT201", 8, "safe")]  # no MPT502 before 2.4
+    assert [(rule, line, safety) for rule, line, _, safety in found] == [("MPT502", 6, "unsafe"), ("MPT201", 8, "safe")]
     main(["--no-cache", "--fix", "--select", "MPT201,MPT502", str(tmp_path)])
     assert (tmp_path / "train.py").read_text() == TORCH_LOOP.replace(
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
@@ -134,7 +149,7 @@ def test_setup_py_values_are_followed(tmp_path, capsys, setup_py, source):
 @pytest.mark.parametrize("pin_file, old, new", [
     ("sub/environment.yml", "dependencies:\n  - tensorflow=2.8\n", "dependencies:\n  - tensorflow=2.16\n"),
     ("sub/requirements.txt", "-r ../deps/base.txt\n", None),
-    ("sub/Dockerfile", "FROM nvcr.io/nvidia/tensorflow:21.02-tf2-py3\n", "FROM tensorflow/tensorflow:2.16.1\n"),
+    ("sub/Dockerfile", "FROM tensorflow/tensorflow:2.8.0-gpu\n", "FROM tensorflow/tensorflow:2.16.1\n"),
 ])
 def test_a_nested_pin_changed_between_cached_runs_changes_the_target(tmp_path, capsys, pin_file, old, new):
     files = {".mplint.yaml": "{}\n", "sub/train.py": KERAS2_LOOP, pin_file: old, "deps/base.txt": "tensorflow==2.8.0\n"}
@@ -169,18 +184,43 @@ def test_a_version_guard_narrows_the_range_and_is_never_rewritten(tmp_path, caps
     assert (tmp_path / "train.py").read_text() == GUARDED
 
 
-@pytest.mark.parametrize("table, release, version", [
-    (ngc_images.TENSORFLOW2, (21, 2), "2.4.0"), (ngc_images.TENSORFLOW2, (21, 5), "2.4.0"),
-    (ngc_images.TENSORFLOW2, (20, 7), "2.2.0"), (ngc_images.PYTORCH, (21, 3), "1.9.0a0"),
-    (ngc_images.PYTORCH, (20, 2), "1.4.0a0"), (ngc_images.PYTORCH, (25, 12), "2.10.0a0"),
+@pytest.mark.parametrize("table, release, bounds, sources", [
+    # the verified rows, each with the page that states it
+    (ngc_images.PYTORCH, (20, 2), ("1.4.0a0", "1.4.0a0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html"]),
+    (ngc_images.PYTORCH, (25, 12), ("2.10.0a0", "2.10.0a0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
+    (ngc_images.TENSORFLOW1, (22, 9), ("1.15.5", "1.15.5"),
+     ["https://github.com/NVIDIA/tensorflow/releases/tag/v1.15.5%2Bnv22.09"]),
+    *((ngc_images.TENSORFLOW1, release, ("1.15.5", "1.15.5"), ["https://github.com/NVIDIA/tensorflow/releases"])
+      for release in ((22, 11), (22, 12), (23, 1), (23, 2), (23, 3))),
+    # a release between verified rows is bounded by them; before the first or after the last, on one side only
+    (ngc_images.PYTORCH, (21, 3), ("1.4.0a0", "2.10.0a0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html",
+      "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
+    (ngc_images.PYTORCH, (19, 3), (None, "1.4.0a0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html"]),
+    (ngc_images.PYTORCH, (26, 2), ("2.10.0a0", None),
+     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
+    (ngc_images.TENSORFLOW1, (22, 10), ("1.15.5", "1.15.5"),
+     ["https://github.com/NVIDIA/tensorflow/releases/tag/v1.15.5%2Bnv22.09", "https://github.com/NVIDIA/tensorflow/releases"]),
 ])
-def test_ngc_release_lookup_cites_the_release_notes(table, release, version):
-    row = ngc_images.shipped(table, release)
-    assert row.version == version
-    kind = "pytorch" if table is ngc_images.PYTORCH else "tensorflow"
-    assert row.source == (f"https://docs.nvidia.com/deeplearning/frameworks/{kind}-release-notes/"
-                          f"rel_{row.since[0]:02d}-{row.since[1]:02d}.html")
-    assert ngc_images.shipped(table, (17, 1)) is None
+def test_ngc_release_lookup_cites_nvidias_pages(table, release, bounds, sources):
+    found = ngc_images.between(table, release)
+    assert ((found.oldest, found.newest), [row.source for row in found.rows]) == (bounds, sources)
+    assert ngc_images.between((), release) == ngc_images.Bounds(None, None, ())
+
+
+@pytest.mark.parametrize("image, torch", [
+    ("nvcr.io/nvidia/pytorch:20.02-py3", "torch 1.4.0a0"),
+    ("nvcr.io/nvidia/pytorch:25.12-py3", "torch 2.10.0a0"),
+    ("nvcr.io/nvidia/pytorch:22.04-py3", "torch 1.4.0a0-2.10.0a0"),
+    ("nvcr.io/nvidia/pytorch:19.10-py3", "torch <= 1.4.0a0"),
+    ("nvcr.io/nvidia/pytorch:26.01-py3", "torch >= 2.10.0a0"),
+])
+def test_pytorch_image_tags_map_to_the_verified_range(tmp_path, capsys, image, torch):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": f"FROM {image}\n", "train.py": TORCH_LOOP})
+    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} ({image} in Dockerfile: {torch})"
 
 
 def test_env_and_legacy_env_forms_substitute():
@@ -188,3 +228,185 @@ def test_env_and_legacy_env_forms_substitute():
     assert dockerfile_image('ENV IMG="nvcr.io/nvidia/pytorch:22.04-py3"\nFROM ${IMG} AS a\nFROM a\n') == \
         "nvcr.io/nvidia/pytorch:22.04-py3"
     assert dockerfile_image("FROM ${UNSET}\n") == "${UNSET}"
+
+
+KERAS_LOOP = """\
+import tensorflow as tf
+
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="float32")])
+optimizer = tf.keras.optimizers.Adam()
+
+
+def step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+PER_LAYER = """\
+import tensorflow as tf
+
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="mixed_float16"), tf.keras.layers.Dense(1, dtype="float32")])
+model.compile(optimizer=tf.keras.optimizers.Adam(), loss="mse")
+"""
+MP201_HEAD = ("custom training loop under mixed_float16 set at train.py:3: it applies gradients with an optimizer that "
+              "is not a LossScaleOptimizer, so small float16 gradients underflow to zero")
+MP207_HEAD = ('layers use dtype="mixed_float16" but the global policy is float32, so compile() adds no '
+              "LossScaleOptimizer: small float16 gradients underflow to zero")
+UNPINNED = ("target G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.1), from no pin, config or Keras import: any "
+            "supported TensorFlow (set `target` or pin tensorflow)")
+
+
+@pytest.mark.parametrize("pins, code, expected, fixed", [
+    # Keras 2 and Keras 3 share the wrapper: safe on that range, in the shared spelling
+    ({"requirements.txt": "tensorflow>=2.6\n"}, PER_LAYER, [("MP207", 4, MP207_HEAD, "safe")],
+     PER_LAYER.replace("optimizer=tf.keras.optimizers.Adam()",
+                       "optimizer=tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())")),
+    # ... but not TF 2.1-2.3, which every supported TensorFlow includes
+    ({}, PER_LAYER, [("MP207", 4, f"{MP207_HEAD} ({UNPINNED}; the fix holds on Keras 2 or Keras 3 only: set the "
+                                  "target or pin TensorFlow to make it safe)", "unsafe")], None),
+    # the scaling calls differ between Keras 2 and Keras 3: the Keras 3 ones hold on part of the range
+    ({"requirements.txt": "tensorflow>=2.6\n"}, KERAS_LOOP, [("MP201", 12, (
+        f"{MP201_HEAD} (target Keras 2 or Keras 3 (TF >= 2.6), from requirements.txt pins tensorflow>=2.6; the fix "
+        "holds on Keras 3 only: set the target or pin TensorFlow to make it safe)"), "unsafe")], None),
+    ({"requirements.txt": "tensorflow==2.15.*\n"}, KERAS_LOOP, [("MP201", 12, MP201_HEAD, "safe")],
+     KERAS_LOOP.replace("optimizer = tf.keras.optimizers.Adam()",
+                        "optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())").replace(
+         "        loss = tf.reduce_mean(tf.square(model(x) - y))\n    grads = tape.gradient(loss, model.trainable_variables)\n",
+         "        loss = tf.reduce_mean(tf.square(model(x) - y))\n        scaled_loss = optimizer.get_scaled_loss(loss)\n"
+         "    grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
+         "    grads = optimizer.get_unscaled_gradients(grads)\n")),
+])
+def test_loss_scale_optimizer_fixes_for_the_range(tmp_path, capsys, monkeypatch, pins, code, expected, fixed):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": code, **pins})
+    monkeypatch.chdir(tmp_path)
+    rule = expected[0][0]
+    assert _run(capsys, "--no-cache", "--select", rule, ".") == (1, expected)
+    main(["--no-cache", "--fix", "--select", rule, "."])
+    assert (tmp_path / "train.py").read_text() == (fixed or code)  # an unsafe fix waits for --unsafe-fixes
+
+
+MPT201_HEAD = ("the loss comes from a float16 autocast region but `backward()` and the optimizer step run without a "
+               "GradScaler: small gradients underflow to zero in float16; scale the loss with ")
+CPU_LOOP = TORCH_LOOP.replace(".cuda()", "").replace("torch.cuda.amp.autocast()",
+                                                      'torch.autocast("cpu", dtype=torch.float16)')
+
+
+@pytest.mark.parametrize("pins, code, advice, scaler", [
+    ({"requirements.txt": "torch>=2.3\n"}, TORCH_LOOP, '`torch.amp.GradScaler("cuda")`', 'torch.amp.GradScaler("cuda")'),
+    ({}, TORCH_LOOP, "`torch.cuda.amp.GradScaler()`", "torch.cuda.amp.GradScaler()"),
+    ({"requirements.txt": "torch>=2.4\n"}, CPU_LOOP, '`torch.amp.GradScaler("cpu")`', 'torch.amp.GradScaler("cpu")'),
+    ({}, CPU_LOOP, "a GradScaler (`torch.amp.GradScaler(device)` from torch 2.3; target any torch >= 1.6: no torch pin)",
+     None),  # no CPU GradScaler before 2.3: no fix
+])
+def test_mpt201_names_the_grad_scaler_its_fix_writes(tmp_path, capsys, pins, code, advice, scaler):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": code, **pins})
+    assert _run(capsys, "--no-cache", "--select", "MPT201", str(tmp_path)) == (
+        1, [("MPT201", 8, MPT201_HEAD + advice, "safe" if scaler else None)])
+    main(["--no-cache", "--fix", "--select", "MPT201", str(tmp_path)])
+    expected = code if scaler is None else code.replace(
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        f"opt = torch.optim.SGD(model.parameters(), lr=0.1)\nscaler = {scaler}\n").replace(
+        "    loss.backward()\n    opt.step()\n", "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
+    assert (tmp_path / "train.py").read_text() == expected
+
+
+KERAS3_CLIP = """\
+import keras
+import tensorflow as tf
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3))
+
+with tf.GradientTape() as tape:
+    scaled_loss = optimizer.scale_loss(tf.reduce_mean(tf.square(y - model(x))))
+grads = tape.gradient(scaled_loss, model.trainable_variables)
+grads, _ = tf.clip_by_global_norm(grads, 1.0)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+KERAS3_DOUBLE_UNSCALE = KERAS3_CLIP.replace("grads, _ = tf.clip_by_global_norm(grads, 1.0)",
+                                            "grads = [g / optimizer.dynamic_scale for g in grads]")
+MP204_MESSAGE = ("gradients are clipped while still multiplied by the loss scale (apply_gradients unscales them only "
+                 "afterwards): the threshold is 32768x too tight")
+MP203_MESSAGE = "apply_gradients already divides the gradients by the loss scale: this second unscale makes updates 32768x too small"
+BOTH = ("target Keras 2 or Keras 3 (TF >= 2.6), from requirements.txt pins tensorflow>=2.6; the fix holds on Keras 3 "
+        "only: set the target or pin TensorFlow to make it safe")
+
+
+@pytest.mark.parametrize("rule, code, head, fixed", [
+    ("MP204", KERAS3_CLIP, MP204_MESSAGE, KERAS3_CLIP.replace("keras.optimizers.Adam(1e-3)",
+                                                             "keras.optimizers.Adam(1e-3, global_clipnorm=1.0)").replace(
+        "grads, _ = tf.clip_by_global_norm(grads, 1.0)\n", "")),
+    ("MP203", KERAS3_DOUBLE_UNSCALE, MP203_MESSAGE, KERAS3_DOUBLE_UNSCALE.replace(
+        "grads = [g / optimizer.dynamic_scale for g in grads]\n", "")),
+])
+@pytest.mark.parametrize("pin, safe", [("tensorflow>=2.16\n", True), ("tensorflow>=2.6\n", False)])
+def test_keras3_unscale_fixes_are_safe_only_on_a_keras3_range(tmp_path, capsys, monkeypatch, rule, code, head, fixed,
+                                                               pin, safe):
+    # Keras 3's apply_gradients unscales and Keras 2's does not: both fixes rest on that.
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": pin, "train.py": code})
+    monkeypatch.chdir(tmp_path)
+    message = head if safe else f"{head} ({BOTH})"
+    assert _run(capsys, "--no-cache", "--select", rule, ".") == (1, [(rule, 10, message, "safe" if safe else "unsafe")])
+    main(["--no-cache", "--fix", "--select", rule, "."])
+    assert (tmp_path / "train.py").read_text() == (fixed if safe else code)
+
+
+G1_POLICY = """\
+from tensorflow.keras.mixed_precision import experimental as mixed_precision
+
+mixed_precision.set_policy("mixed_float16")
+"""
+MP501_HEAD = ("`from tensorflow.keras.mixed_precision import experimental` is the TF 2.1-2.3 experimental API, removed in "
+              "TF 2.9 (ImportError): write `from tensorflow.keras import mixed_precision`; `set_policy` becomes "
+              "`set_global_policy`")
+
+
+@pytest.mark.parametrize("pins, target, safety", [
+    ({}, f"{UNPINNED}; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe",
+     "unsafe"),
+    ({"requirements.txt": "tensorflow>=2.9\n"},
+     "target Keras 2 or Keras 3 (TF >= 2.9), from requirements.txt pins tensorflow>=2.9", "safe"),
+])
+def test_mp501_fix_is_safe_only_where_tf_2_1_to_2_3_is_out_of_the_range(tmp_path, capsys, monkeypatch, pins, target,
+                                                                         safety):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": G1_POLICY, **pins})
+    monkeypatch.chdir(tmp_path)
+    assert _run(capsys, "--no-cache", "--select", "MP501", ".") == (1, [("MP501", 1, f"{MP501_HEAD} ({target})", safety)])
+    main(["--no-cache", "--fix", "--select", "MP501", "."])
+    assert (tmp_path / "train.py").read_text() == (G1_POLICY if safety == "unsafe" else
+                                                   "from tensorflow.keras import mixed_precision\n\n"
+                                                   'mixed_precision.set_global_policy("mixed_float16")\n')
+
+
+UNSCALED_TAPE = """\
+import tensorflow as tf
+
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+
+
+def step(model, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+MP202_HEAD = ("the optimizer is a LossScaleOptimizer, which divides the gradients by the loss scale, but the tape "
+              "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; "
+              "differentiate optimizer.scale_loss(loss)")
+
+
+@pytest.mark.parametrize("pin, safe", [("tensorflow>=2.16\n", True), ("tensorflow>=2.6\n", False)])
+def test_mp202_keras3_scaling_is_safe_only_on_a_keras3_range(tmp_path, capsys, monkeypatch, pin, safe):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": pin, "train.py": UNSCALED_TAPE})
+    monkeypatch.chdir(tmp_path)
+    message = MP202_HEAD if safe else f"{MP202_HEAD} ({BOTH})"
+    assert _run(capsys, "--no-cache", "--select", "MP202", ".") == (1, [("MP202", 10, message, "safe" if safe else "unsafe")])
+    main(["--no-cache", "--fix", "--select", "MP202", "."])
+    assert (tmp_path / "train.py").read_text() == (UNSCALED_TAPE.replace(
+        "        loss = tf.reduce_mean(tf.square(model(x) - y))\n    grads = tape.gradient(loss, ",
+        "        loss = tf.reduce_mean(tf.square(model(x) - y))\n        scaled_loss = optimizer.scale_loss(loss)\n"
+        "    grads = tape.gradient(scaled_loss, ") if safe else UNSCALED_TAPE)

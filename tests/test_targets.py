@@ -24,11 +24,7 @@ def _lint(capsys, *args: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("image,value,tf", [
-    ("nvcr.io/nvidia/tensorflow:20.06-tf1-py3", 0, "TF 1.15"),
-    ("nvcr.io/nvidia/tensorflow:20.06-tf2-py3", 1, "TF 2.2"),
-    ("nvcr.io/nvidia/tensorflow:21.02-tf2-py3", 2, "TF 2.4"),
-    ("nvcr.io/nvidia/tensorflow:22.03-tf2-py3", 2, "TF 2.8"),
-    ("nvcr.io/nvidia/tensorflow:23.10-tf2-py3", 2, "TF 2.13"),
+    ("nvcr.io/nvidia/tensorflow:22.12-tf1-py3", 0, "TF 1.15"),
     ("tensorflow/tensorflow:2.8.0-gpu", 2, "TF 2.8"),
     ("tensorflow/tensorflow:2.3.1-gpu-jupyter", 1, "TF 2.3"),
     ("tensorflow/tensorflow:2.16.1", 3, "TF 2.16"),
@@ -83,12 +79,15 @@ def test_tf1_programs_are_g0_and_draw_no_keras_findings(tmp_path, monkeypatch, c
 
 
 def test_experimental_api_in_a_tf_2_8_container_is_a_deprecation_warning(tmp_path, monkeypatch, capsys):
-    copy_tree(REPO / "fixtures" / "ngc_tf2_container", tmp_path / "p")
+    copy_tree(REPO / "fixtures" / "tf28_container", tmp_path / "p")
     monkeypatch.chdir(tmp_path / "p")
     assert _lint(capsys, ".") == [("train.py", "MP501", "warning", 4, 1)]
-    (tmp_path / "p" / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:20.10-tf2-py3\n")  # TF 2.3: the right API
+    (tmp_path / "p" / "Dockerfile").write_text("FROM tensorflow/tensorflow:2.3.1-gpu\n")  # TF 2.3: the right API
     assert _lint(capsys, ".") == []
-    (tmp_path / "p" / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:22.06-tf2-py3\n")  # TF 2.9: removed
+    (tmp_path / "p" / "Dockerfile").write_text("FROM tensorflow/tensorflow:2.9.1-gpu\n")  # TF 2.9: removed
+    assert _lint(capsys, ".") == [("train.py", "MP501", "error", 4, 1)]
+    # An NGC TensorFlow 2 tag has no verified version: any TF 2, which includes TF >= 2.9
+    (tmp_path / "p" / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:22.03-tf2-py3\n")
     assert _lint(capsys, ".") == [("train.py", "MP501", "error", 4, 1)]
 
 

@@ -76,7 +76,7 @@ def test_no_training_in_the_script_or_its_subprocess_is_an_error(capsys):
     code, out = verify(capsys, FAULTS / "spawns_untrained_child.py", "--timeout", "60")
     assert code == 2
     assert "could not verify spawns_untrained_child.py: the run run nothing-recorded" in out
-    assert "no Keras model was called and no optimizer step ran" in out
+    assert "no Keras model or torch module was called and no optimizer step ran" in out
 
 
 def test_running_out_of_memory_under_memory_limit_is_an_error(capsys):

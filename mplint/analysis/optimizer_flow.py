@@ -813,23 +813,59 @@ def _bindings(small: cst.BaseSmallStatement):
 
 
 def lso_spelling(context: FileContext) -> tuple[str, list[ImportSpec]]:
-    """How this file writes ``LossScaleOptimizer``, and the import it needs for that."""
+    """How this file writes ``LossScaleOptimizer``, and the import it needs for that.
+
+    ``mixed_precision.LossScaleOptimizer`` is the spelling Keras 2 (TF >= 2.4, tf_keras) and Keras 3 share; the
+    Keras 3 ``optimizers.LossScaleOptimizer`` is written only where the range is Keras 3 alone."""
     s = keras_spellings(context)
-    g3 = context.generation == 3
+    g3_only = context.facts.generation.low == 3
     if "lso" in s:
         return s["lso"], []
     if "mixed_precision" in s:
         return f"{s['mixed_precision']}.LossScaleOptimizer", []
     if "keras" in s:
-        sub = "optimizers" if g3 else "mixed_precision"
+        sub = "optimizers" if g3_only else "mixed_precision"
         return f"{s['keras']}.{sub}.LossScaleOptimizer", []
-    if "optimizers" in s and g3:
+    if "optimizers" in s and g3_only:
         return f"{s['optimizers']}.LossScaleOptimizer", []
     if "tf" in s:
         return f"{s['tf']}.keras.mixed_precision.LossScaleOptimizer", []
-    if g3:
+    if g3_only:
         return "keras.optimizers.LossScaleOptimizer", [ImportSpec("keras")]
     return "mixed_precision.LossScaleOptimizer", [ImportSpec("tensorflow.keras", "mixed_precision")]
+
+
+def written_names(spelling: str) -> set[str]:
+    """The table names (``mplint.knowledge.api_versions.KERAS``) a LossScaleOptimizer spelling relies on; the
+    file's own imported name is whatever its environment has."""
+    for name in ("mixed_precision.LossScaleOptimizer", "optimizers.LossScaleOptimizer"):
+        if spelling == name or spelling.endswith("." + name):
+            return {name}
+    return set()
+
+
+def range_note(context: FileContext, names: set[str]) -> str | None:
+    """None when every name exists in every version the target range admits; else what to say: the range, and the
+    versions the fix holds on."""
+    from mplint.knowledge.api_versions import keras_holds
+
+    gen = context.facts.generation
+    admitted = range(gen.low, gen.value + 1)
+    return generations_note(context, {g for g in admitted if keras_holds(names, [g], gen.tf_newest or None)})
+
+
+def generations_note(context: FileContext, holds: set[int]) -> str | None:
+    """None when a fix that is right on the generations ``holds`` is right on the whole target range; else the
+    range and where the fix holds."""
+    gen = context.facts.generation
+    if set(range(gen.low, gen.value + 1)) <= holds:
+        return None
+    where = " or ".join(_GENERATION_NAMES[g] for g in sorted(holds)) or "no version of it"
+    return (f"target {gen.label}, from {gen.source}; the fix holds on {where} only: set the target or pin "
+            "TensorFlow to make it safe")
+
+
+_GENERATION_NAMES = {0: "TF1", 1: "TF 2.1-2.3", 2: "Keras 2", 3: "Keras 3"}
 
 
 def optimizers_get_spelling(context: FileContext) -> str | None:

@@ -8,8 +8,11 @@ from mplint.analysis.optimizer_flow import (
     GradientSiteRule,
     OptimizerFlow,
     describe_when,
+    lso_spelling,
+    range_note,
     scaling_insertion,
     wrap_construction,
+    written_names,
 )
 from mplint.diagnostics import Fix, FixSafety
 
@@ -38,16 +41,26 @@ class MissingLossScaling(GradientSiteRule):
             if dead:
                 message += f" (the `{dead[0]}` branch never runs: this optimizer is never wrapped)"
             fix = None if site.conditional else self._fix(site, site.origin, g3)
+            if fix is not None and fix.safety is FixSafety.UNSAFE:
+                message += f" ({self._note})"
             self.report(site.apply_call, message, fix, related=hits[0].origin.related)
 
     def _fix(self, site, origin, g3: bool) -> Fix | None:
+        """The wrapper in the spelling the whole range has, and the scaling calls of the newest generation: safe
+        where every admitted version has every name written."""
         if origin is None or origin.construction is None:
             return None
         wrapped = wrap_construction(self.context, origin.construction)
         if wrapped is None:
             return None
-        insertion = scaling_insertion(self.context, site, scale=site.scaled_by is None, unscale=not g3 and not site.unscaled)
+        scale, unscale = site.scaled_by is None, not g3 and not site.unscaled
+        insertion = scaling_insertion(self.context, site, scale=scale, unscale=unscale)
         if insertion is None:
             return None
+        names = written_names(lso_spelling(self.context)[0])
+        names |= {"scale_loss" if g3 else "get_scaled_loss"} if scale else set()
+        names |= {"get_unscaled_gradients"} if unscale else set()
+        self._note = range_note(self.context, names)
         new, imports = wrapped
-        return Fix({origin.construction: new, **insertion}, FixSafety.SAFE, imports=imports)
+        return Fix({origin.construction: new, **insertion}, FixSafety.UNSAFE if self._note else FixSafety.SAFE,
+                   imports=imports)

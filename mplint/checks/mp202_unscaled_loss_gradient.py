@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when, scaling_insertion
+from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when, range_note, scaling_insertion
 from mplint.diagnostics import Fix, FixSafety
 
 # Where a generation is known rather than guessed (``Generation.origin``).
@@ -79,7 +79,7 @@ class UnscaledLossGradient(GradientSiteRule):
             "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; differentiate "
             "optimizer.scale_loss(loss)"
         )
-        self.report(site.call, message, self._fix(site, scale=True, unscale=False), related=hits[0].origin.related)
+        self._report_fixed(site.call, message, self._fix(site, scale=True, unscale=False), related=hits[0].origin.related)
 
     def _keras2(self, site, live, wrapped) -> None:
         def manual(p):
@@ -92,22 +92,34 @@ class UnscaledLossGradient(GradientSiteRule):
             when = describe_when(site.paths, unscaled_only)
             message = (f"{self._how(unscaled_only[0])}; {when}the gradients are unscaled but the tape differentiates the "
                        "unscaled loss: updates 32768x too small")
-            self.report(site.call, message, self._fix(site, scale=True, unscale=False),
+            self._report_fixed(site.call, message, self._fix(site, scale=True, unscale=False),
                         related=unscaled_only[0].origin.related)
         elif never:
             when = describe_when(site.paths, never)
             message = (f"{self._how(never[0])}, but {when}the loss is never scaled (get_scaled_loss) so small float16 "
                        "gradients underflow")
-            self.report(site.call, message, self._fix(site, scale=True, unscale=True), related=never[0].origin.related)
+            self._report_fixed(site.call, message, self._fix(site, scale=True, unscale=True), related=never[0].origin.related)
         if too_large:
             when = describe_when(site.paths, too_large)
             message = (f"{self._how(too_large[0])}; {when}the tape differentiates the scaled loss but "
                        "get_unscaled_gradients is never called: updates 32768x too large")
-            self.report(site.apply_call, message, self._fix(site, scale=False, unscale=True),
+            self._report_fixed(site.apply_call, message, self._fix(site, scale=False, unscale=True),
                         related=too_large[0].origin.related)
 
-    def _fix(self, site, scale: bool, unscale: bool) -> Fix | None:
+    def _report_fixed(self, node, message: str, fix: tuple[Fix, str | None] | None, **kwargs) -> None:
+        """A finding whose fix holds on part of the target range only says so."""
+        fix, note = fix or (None, None)
+        self.report(node, message + (f" ({note})" if note else ""), fix, **kwargs)
+
+    def _fix(self, site, scale: bool, unscale: bool) -> tuple[Fix, str | None] | None:
+        """The scaling calls of the newest generation the range admits; unsafe where an admitted one lacks them."""
         if site.conditional:
             return None  # the scaling depends on flags: the message says which path to fix
         insertion = scaling_insertion(self.context, site, scale, unscale)
-        return Fix(insertion, FixSafety.SAFE) if insertion else None
+        if not insertion:
+            return None
+        g3 = self.context.generation == 3
+        names = ({"scale_loss" if g3 else "get_scaled_loss"} if scale else set()) | (
+            {"get_unscaled_gradients"} if unscale and not g3 else set())
+        note = range_note(self.context, names)
+        return Fix(insertion, FixSafety.UNSAFE if note else FixSafety.SAFE), note

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when
+from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when, generations_note
 from mplint.diagnostics import Fix, FixSafety
 
 
@@ -31,13 +31,17 @@ class DoubleUnscale(GradientSiteRule):
                     extra = unscales[1:]
                 for op in extra:
                     found.setdefault(id(op.node), (op, []))[1].append(path)
+            # Keras 3's apply_gradients unscales, Keras 2's does not: where the range admits both, removing the
+            # hand-written unscale is right on Keras 3 only.
+            note = generations_note(self.context, {3}) if g3 else None
             for op, paths in found.values():
                 when = describe_when(site.paths, paths)
-                fix = None if site.conditional else self._fix(op)
-                self.report(op.node, f"{why}: {when}this second unscale makes updates 32768x too small", fix)
+                fix = None if site.conditional else self._fix(op, note)
+                message = f"{why}: {when}this second unscale makes updates 32768x too small"
+                self.report(op.node, message + (f" ({note})" if fix and note else ""), fix)
 
-    def _fix(self, op) -> Fix | None:
+    def _fix(self, op, note: str | None) -> Fix | None:
         # Only a reassignment of the same name can go without renaming its uses.
         if op.stmt is None or len(op.targets) != 1 or op.inputs != frozenset(op.targets):
             return None
-        return Fix({op.stmt: cst.RemovalSentinel.REMOVE}, FixSafety.SAFE)
+        return Fix({op.stmt: cst.RemovalSentinel.REMOVE}, FixSafety.UNSAFE if note else FixSafety.SAFE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, has_gradient_sites
+from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, generations_note, has_gradient_sites
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
 
@@ -44,8 +44,14 @@ class ClipBeforeUnscale(Rule):
             for op, unscale, paths in found.values():
                 when = describe_when(site.paths, paths)
                 if g3:
+                    # global_clipnorm clips what the inner optimizer receives: unscaled on Keras 3, still scaled on
+                    # Keras 2, whose apply_gradients does not unscale.
                     fix = None if site.conditional else self._keras3_fix(site, op)
-                    self.report(op.node, self._message("apply_gradients unscales them only afterwards", when), fix)
+                    note = generations_note(self.context, {3}) if fix else None
+                    if note:
+                        fix = Fix(fix.replacements, FixSafety.UNSAFE, imports=fix.imports)
+                    message = self._message("apply_gradients unscales them only afterwards", when)
+                    self.report(op.node, message + (f" ({note})" if note else ""), fix)
                 else:
                     fix = None if site.conditional else self._keras2_fix(op, unscale)
                     self.report(op.node, self._message("get_unscaled_gradients comes later", when), fix)

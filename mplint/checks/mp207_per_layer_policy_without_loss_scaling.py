@@ -7,8 +7,11 @@ import libcst as cst
 from mplint.analysis.optimizer_flow import (
     OptimizerFlow,
     compile_optimizer,
+    lso_spelling,
     method_name,
+    range_note,
     wrap_construction,
+    written_names,
 )
 from mplint.diagnostics import Fix, FixSafety
 from mplint.project.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
@@ -48,5 +51,8 @@ class PerLayerPolicyWithoutLossScaling(Rule):
         if origin.construction is not None:
             wrapped = wrap_construction(self.context, origin.construction)
             if wrapped is not None:
-                fix = Fix({origin.construction: wrapped[0]}, FixSafety.SAFE, imports=wrapped[1])
+                note = range_note(self.context, written_names(lso_spelling(self.context)[0]))
+                fix = Fix({origin.construction: wrapped[0]}, FixSafety.UNSAFE if note else FixSafety.SAFE,
+                          imports=wrapped[1])
+                message += f" ({note})" if note else ""
         self.report(arg.value, message, fix)

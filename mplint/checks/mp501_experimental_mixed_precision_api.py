@@ -27,7 +27,7 @@ from mplint.analysis.loss_scale_api import (
     read_loss_scale,
     without_arg,
 )
-from mplint.diagnostics import Fix, ImportSpec, Severity
+from mplint.diagnostics import FixSafety, Fix, ImportSpec, Severity
 from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
 
@@ -79,6 +79,10 @@ class ExperimentalMixedPrecisionApi(Rule):
         self.deprecated_only = bool(gen.tf_newest) and Version("2.4") <= Version(gen.tf_newest) < Version("2.9")
         if self.deprecated_only:
             self.target += "; deprecated there, removed in TF 2.9"
+        # The rewrite writes the TF >= 2.4 API; on TF 2.1-2.3 the experimental one is the only one.
+        self.safety = FixSafety.UNSAFE if gen.low <= 1 else FixSafety.SAFE
+        if gen.low <= 1:
+            self.target += "; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe"
 
     # --- imports ---------------------------------------------------------------------------
 
@@ -348,7 +352,8 @@ class ExperimentalMixedPrecisionApi(Rule):
             if item.namespace and waiting and fix is not None:
                 fix = None
                 message += "; fixed once the loss-scale findings in this file are settled by hand"
-            self.report(item.node, f"{message} ({self.target})", Fix(fix, imports=item.imports) if fix else None,
+            self.report(item.node, f"{message} ({self.target})",
+                        Fix(fix, self.safety, imports=item.imports) if fix else None,
                         Severity.WARNING if self.deprecated_only else None)
 
 

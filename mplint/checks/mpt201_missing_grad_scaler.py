@@ -25,7 +25,24 @@ class MissingGradScaler(TorchRule):
             steps = sorted(flow.unscaled_steps.get(id(backward), {}).values(), key=self.context.source_order)
             self.report(backward, "the loss comes from a float16 autocast region but `backward()` and the optimizer step run "
                                   "without a GradScaler: small gradients underflow to zero in float16; scale the loss with "
-                                  "`torch.amp.GradScaler`", self._fix(backward, steps))
+                                  f"{self._advice()}", self._fix(backward, steps))
+
+    def _devices(self) -> set[str]:
+        return {r.device for r in self.context.analysis(TorchAmp.of).regions if r.dtype == FLOAT16 and r.device}
+
+    def _spelling(self, device: str) -> str | None:
+        """The GradScaler every torch of the target range has: ``torch.amp.GradScaler(device)`` from 2.3, before it
+        ``torch.cuda.amp.GradScaler()`` (CUDA only)."""
+        if torch_target(self.context.path).at_least("2.3"):
+            return f'torch.amp.GradScaler("{device}")'
+        return "torch.cuda.amp.GradScaler()" if device == "cuda" else None
+
+    def _advice(self) -> str:
+        devices = self._devices()
+        spelling = self._spelling(devices.pop() if len(devices) == 1 else "cuda") if len(devices) <= 1 else None
+        if spelling is not None:
+            return f"`{spelling}`"
+        return f"a GradScaler (`torch.amp.GradScaler(device)` from torch 2.3; target {torch_target(self.context.path).described})"
 
     def _fix(self, backward: cst.Call, steps: list[cst.Call]) -> Fix | None:
         """``scaler = GradScaler(device)`` after the optimizer's construction, ``scaler.scale(loss).backward()``,
@@ -41,16 +58,11 @@ class MissingGradScaler(TorchRule):
             return None
         optimizer = optimizers.pop()
         construction = self._construction(amp, optimizer)
-        devices = {r.device for r in amp.regions if r.dtype == FLOAT16 and r.device}
+        devices = self._devices()
         if construction is None or len(devices) > 1:
             return None
-        device = devices.pop() if devices else "cuda"
-        target = torch_target(self.context.path)
-        if target.at_least("2.3"):
-            scaler = f'torch.amp.GradScaler("{device}")'
-        elif device == "cuda":
-            scaler = "torch.cuda.amp.GradScaler()"
-        else:
+        scaler = self._spelling(devices.pop() if devices else "cuda")
+        if scaler is None:
             return None
         replacements = {
             construction: cst.FlattenSentinel([construction, cst.parse_statement(f"scaler = {scaler}\n")]),

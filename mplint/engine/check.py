@@ -21,11 +21,13 @@ from libcst.metadata import MetadataWrapper
 
 from mplint.catalog import load_catalog
 from mplint.engine.code_summary import summarize
-from mplint.engine.check_options import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
+from mplint.engine import budget
+from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
 from mplint.engine.context import FileContext
 from mplint.engine.names import last_name
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
 from mplint.fixes.edits import apply_fixes, choose_non_overlapping
+from mplint.fixes.fidelity import keep_untouched
 from mplint.engine.rule import Rule
 from mplint.engine.suppressions import parse_suppressions
 from mplint.engine.walk import walk
@@ -358,7 +360,9 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
     """
     result = FileResult(path, original_source=source)
     if len(source) > MAX_SOURCE_BYTES:
-        if any(admits(rule, source, options.facts) for rule in options.rules):
+        # plain byte triggers only: a regular expression over many megabytes costs seconds per rule
+        if any(not rule.triggers or any(isinstance(t, bytes) and t in source for t in rule.triggers)
+               for rule in options.rules):
             message = f"file too large to check ({len(source) / 2**20:.1f} MiB, limit {MAX_SOURCE_BYTES // 2**20} MiB); skipped"
         elif not isinstance(parse_native(path, source), Diagnostic):
             return result
@@ -377,7 +381,25 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
                                              options.facts.reexports, options.facts.summarized_names))
     if not rules:
         return result
+    nodes = budget.syntax_nodes(tree, budget.MAX_SYNTAX_NODES)
+    if nodes > budget.MAX_SYNTAX_NODES:
+        result.diagnostics.append(_engine_diagnostic(path, OVER_BUDGET, (
+            f"not fully checked: more than {budget.MAX_SYNTAX_NODES:,} syntax nodes (the per-file budget, about "
+            "300 MB); its imports and policies still count for the project, its own findings are not looked for")))
+        return result
     del tree  # CPython's tree (and the summary over it) is not needed while libcst's exists
+    try:
+        with budget.time_limit(budget.MAX_SECONDS):
+            return _check_concrete(path, source, options, module_name, is_package, rules, result)
+    except budget.OverBudget:
+        result = FileResult(path, original_source=source)
+        result.diagnostics.append(_engine_diagnostic(path, OVER_BUDGET, (
+            f"not fully checked: checking took longer than {budget.MAX_SECONDS:g} s (the per-file budget); "
+            "no finding or fix of this file is reported")))
+        return result
+
+
+def _check_concrete(path, source, options, module_name, is_package, rules, result: FileResult) -> FileResult:
     module = parse_concrete(path, source)
     if isinstance(module, Diagnostic):
         result.diagnostics.append(module)
@@ -413,7 +435,7 @@ def _fix(path, source, run: _Run, options, module_name, is_package, result: File
         run = _Run(path, reparsed, options, module_name, is_package, new_source)
     else:
         return _reverted(first, result, f"fixes did not settle after {MAX_FIX_ROUNDS} rounds; the file was left unchanged")
-    final_source = run.wrapper.module.bytes
+    final_source = keep_untouched(source, first.wrapper.module.bytes, run.wrapper.module.bytes)
     try:
         compile(final_source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:

@@ -11,10 +11,11 @@ from mplint.project.facts import ProjectFacts
 if TYPE_CHECKING:
     from mplint.engine.rule import Rule
 
-# The engine's own diagnostics (see rules/MP000.yaml ... MP002.yaml).
+# The engine's own diagnostics (see rules/MP000.yaml ... MP003.yaml).
 PARSE_ERROR = "MP000"
 FIX_REVERTED = "MP001"
 RULE_CRASHED = "MP002"
+OVER_BUDGET = "MP003"
 
 
 @dataclass(frozen=True)

@@ -354,8 +354,10 @@ def to_cell(nb: Notebook, d: Diagnostic) -> Diagnostic:
     for e in d.edits:
         start, end = nb.locate(e.line)[1], nb.locate(e.end_line)[1]
         edits.append(Edit(start, e.column + shift(start), end, e.end_column + shift(end), e.text))
+    related = tuple(replace(r, cell=nb.locate(r.line)[0], line=nb.locate(r.line)[1])
+                    if r.path in ("", d.path) and r.cell is None else r for r in d.related)
     return replace(d, cell=cell, line=line, end_line=end_line, column=d.column + shift(line),
-                   end_column=d.end_column + shift(end_line), edits=tuple(edits))
+                   end_column=d.end_column + shift(end_line), edits=tuple(edits), related=related)
 
 
 def _cell_errors(path: str, nb: Notebook) -> list[Diagnostic]:
@@ -387,3 +389,85 @@ def check_notebook(path: str, data: bytes, check, module_name: str = "", is_pack
         out.diagnostics = [to_cell(nb if d.fixed else fixed_nb, d) for d in result.diagnostics]
     out.diagnostics = _cell_errors(path, nb) + out.diagnostics
     return out
+
+
+# -- positions in the .ipynb file ------------------------------------------------
+
+def _string_offsets(raw: str, quote: int) -> tuple[str, list[int], int]:
+    """The JSON string literal at ``raw[quote] == '"'``: its text, the offset in ``raw`` of each of its characters,
+    and the offset of the closing quote. An escape (``\\n``, ``\\"``, ``\\u00e9``, a surrogate pair) is one
+    character that starts at its backslash."""
+    chars: list[str] = []
+    offsets: list[int] = []
+    i = quote + 1
+    while raw[i] != '"':
+        offsets.append(i)
+        if raw[i] != "\\":
+            chars.append(raw[i])
+            i += 1
+            continue
+        kind = raw[i + 1]
+        if kind != "u":
+            chars.append(json.loads(f'"{raw[i:i + 2]}"'))
+            i += 2
+            continue
+        unit = raw[i:i + 6]
+        if 0xD800 <= int(unit[2:], 16) < 0xDC00 and raw[i + 6:i + 8] == "\\u":
+            unit = raw[i:i + 12]
+        chars.append(json.loads(f'"{unit}"'))
+        i += len(unit)
+    return "".join(chars), offsets, i
+
+
+def source_offsets(raw: str) -> dict[int, tuple[str, list[int]]]:
+    """Cell index (1-based) -> (source text, offset in ``raw`` of each character, plus one past the end)."""
+    found: dict[int, tuple[str, list[int]]] = {}
+    for key, _, value, _ in _members(raw, _ws(raw, 0)):
+        if key != "cells":
+            continue
+        for index, (start, _) in enumerate(_elements(raw, value), start=1):
+            for name, _, v_start, v_end in _members(raw, start):
+                if name != "source":
+                    continue
+                literals = [s for s, _ in _elements(raw, v_start)] if raw[v_start] == "[" else [v_start]
+                text, offsets, end = "", [], v_end
+                for literal in literals:
+                    part, where, end = _string_offsets(raw, literal)
+                    text += part
+                    offsets += where
+                found[index] = (text, offsets + [end])
+    return found
+
+
+class FilePositions:
+    """Positions in a cell (1-based line and code-point column) as positions in the notebook's JSON text, where
+    annotations and code-scanning results must point."""
+
+    def __init__(self, raw: str):
+        self.raw = raw
+        self.cells = source_offsets(raw)
+        self.line_starts = [0] + [i + 1 for i, ch in enumerate(raw) if ch == "\n"]
+
+    def locate(self, cell: int, line: int, column: int) -> tuple[int, int] | None:
+        if cell not in self.cells:
+            return None
+        text, offsets = self.cells[cell]
+        starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+        if not 0 < line <= len(starts):
+            return None
+        index = min(starts[line - 1] + column - 1, len(offsets) - 1)
+        offset = offsets[index]
+        row = bisect.bisect_right(self.line_starts, offset) - 1
+        return row + 1, offset - self.line_starts[row] + 1
+
+
+def file_positions(data: bytes | None) -> FilePositions | None:
+    """The notebook file's position map; None when it is not a readable notebook."""
+    if not data:
+        return None
+    try:
+        raw = data.decode("utf-8").removeprefix("\ufeff")
+        json.loads(raw)
+        return FilePositions(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError, IndexError, KeyError):
+        return None

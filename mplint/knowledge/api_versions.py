@@ -1,36 +1,110 @@
-"""Since which framework version each mixed-precision name a fix may write exists.
+"""Which mixed-precision names exist in which framework versions: the names fixes write, each with where it was checked.
 
-torch: the versions the rule catalog's vocabulary gives (``torch.cuda.amp`` from 1.6, ``torch.autocast`` 1.10,
-``torch.amp.autocast`` 1.12, ``torch.amp.GradScaler`` 2.3, ``torch.amp.custom_fwd/custom_bwd`` 2.4); Keras: the
-generations whose LossScaleOptimizer has the name. ``tests/test_api_versions.py`` checks every entry against the
-frameworks installed here (the newest end of each range) and every fix against the range it is offered for.
+Keras (read from the sources at their release tags, every tag of each span: ``keras-team/keras`` v2.6.0-v2.15.0, the
+``tf.keras`` of TF 2.6-2.15; ``keras-team/tf-keras`` v2.15.0-v2.21.0; ``keras-team/keras`` v3.0.0-v3.15.1; the
+``@keras_export`` names and the ``LossScaleOptimizer`` class of ``mixed_precision/loss_scale_optimizer.py`` /
+``optimizers/loss_scale_optimizer.py``). TF 2.4-2.5 shipped ``tf.keras`` inside TensorFlow: checked in
+``tensorflow/python/keras/mixed_precision/loss_scale_optimizer.py`` of tensorflow/tensorflow at 0029a3c3, a
+pre-2.6 commit whose ``LossScaleOptimizer`` is the non-experimental one (its tag was not available to check against).
+Generations: 1 = TF 2.1-2.3 (``experimental`` only), 2 = Keras 2 (TF 2.4-2.15, tf_keras), 3 = Keras 3.
+
+torch (not read at tags: the repository is too large to fetch; each row cites the report that dates it):
+``torch.autocast`` is missing on 1.9.1 and present from 1.10; ``torch.amp.GradScaler`` is missing on 2.2.1 and
+present from 2.3; ``torch.amp.custom_fwd/custom_bwd`` came with the 2.4 deprecation of the ``torch.cuda.amp`` ones.
+``torch.amp.autocast`` is given from 1.12, the rule catalog's version, which no source here confirmed; a later bound
+than the truth only makes a fix unsafe more often, never wrong.
+
+``tests/test_api_versions.py`` checks the newest end of each row against the frameworks installed here and that every
+name a fix writes is in this table for every version of the range the fix is offered for.
 """
 
 from __future__ import annotations
 
-TORCH_SINCE = {
-    "torch.cuda.amp.autocast": "1.6",
-    "torch.cuda.amp.GradScaler": "1.6",
-    "torch.cuda.amp.custom_fwd": "1.6",
-    "torch.cuda.amp.custom_bwd": "1.6",
-    "torch.autocast": "1.10",
-    "torch.amp.autocast": "1.12",
-    "torch.amp.GradScaler": "2.3",
-    "torch.amp.custom_fwd": "2.4",
-    "torch.amp.custom_bwd": "2.4",
+from typing import NamedTuple
+
+
+class KerasName(NamedTuple):
+    generations: frozenset[int]  # the Keras generations that have it
+    tf_until: str | None  # the last TF minor version that has it, where it was removed inside a generation
+    source: str
+
+
+_K2 = "keras-team/keras v2.6.0-v2.15.0 and keras-team/tf-keras v2.15.0-v2.21.0, keras/mixed_precision/loss_scale_optimizer.py"
+_K2_TF = "tensorflow/tensorflow@0029a3c3 tensorflow/python/keras/mixed_precision/loss_scale_optimizer.py (TF 2.4-2.5); " + _K2
+_K3 = "keras-team/keras v3.0.0-v3.15.1, keras/src/optimizers/loss_scale_optimizer.py"
+
+KERAS = {
+    # LossScaleOptimizer(opt): positional inner optimizer in both generations; Keras 2's second parameter is `dynamic`,
+    # Keras 3's `initial_scale`, so only the one-argument call and the keywords below mean the same in both.
+    "mixed_precision.LossScaleOptimizer": KerasName(frozenset({2, 3}), None, f"{_K2_TF}; {_K3}"),
+    "LossScaleOptimizer(initial_scale=)": KerasName(frozenset({2, 3}), None, f"{_K2_TF}; {_K3}"),
+    "LossScaleOptimizer(dynamic_growth_steps=)": KerasName(frozenset({2, 3}), None, f"{_K2_TF}; {_K3}"),
+    "LossScaleOptimizer(dynamic=)": KerasName(frozenset({2}), None, _K2_TF),
+    "optimizers.LossScaleOptimizer": KerasName(frozenset({3}), None, _K3 + " (@keras_export keras.optimizers.LossScaleOptimizer)"),
+    "mixed_precision.set_global_policy": KerasName(frozenset({2, 3}), None,
+                                                  f"{_K2}; keras-team/keras v3.0.0-v3.15.1 dtype policy module"),
+    "mixed_precision.experimental.LossScaleOptimizer": KerasName(frozenset({1, 2}), "2.8",
+                                                                 "keras-team/keras v2.6.0-v2.8.0; absent from v2.9.0"),
+    "mixed_precision.experimental.set_policy": KerasName(frozenset({1, 2}), "2.8",
+                                                         "keras-team/keras v2.6.0-v2.8.0; absent from v2.9.0"),
+    # LossScaleOptimizer members
+    "get_scaled_loss": KerasName(frozenset({2}), None, _K2_TF),
+    "get_unscaled_gradients": KerasName(frozenset({2}), None, _K2_TF),
+    "loss_scale": KerasName(frozenset({2}), None, _K2_TF),
+    "dynamic_counter": KerasName(frozenset({2}), None, _K2_TF),
+    "scale_loss": KerasName(frozenset({3}), None, _K3),
+    "dynamic_scale": KerasName(frozenset({3}), None, _K3),
+    "step_counter": KerasName(frozenset({3}), None, _K3),
+    # an optimizer's own scaling argument (BaseOptimizer.__init__)
+    "optimizer(loss_scale_factor=)": KerasName(frozenset({3}), None,
+                                               "keras-team/keras v3.0.0-v3.15.1, keras/src/optimizers/base_optimizer.py"),
 }
 
-# LossScaleOptimizer members by Keras generation (2: Keras 2 / tf_keras, 3: Keras 3).
-LOSS_SCALE_OPTIMIZER = {
-    "get_scaled_loss": frozenset({2}),
-    "get_unscaled_gradients": frozenset({2}),
-    "loss_scale": frozenset({2}),
-    "dynamic_counter": frozenset({2}),
-    "scale_loss": frozenset({3}),
-    "dynamic_scale": frozenset({3}),
-    "step_counter": frozenset({3}),
+# The LossScaleOptimizer members above, by generation (the form tests and MP502 read).
+LOSS_SCALE_OPTIMIZER = {name: KERAS[name].generations for name in (
+    "get_scaled_loss", "get_unscaled_gradients", "loss_scale", "dynamic_counter", "scale_loss", "dynamic_scale",
+    "step_counter")}
+
+
+class TorchName(NamedTuple):
+    since: str
+    source: str
+
+
+_AMP_2_4 = ("https://github.com/pytorch/pytorch/pull/126531 (merged 2024-05, the 2.4 deprecation of torch.cuda.amp."
+            "custom_fwd/custom_bwd in favour of torch.amp's); https://pytorch.org/docs/2.4/amp.html")
+
+TORCH = {
+    "torch.cuda.amp.autocast": TorchName("1.6", "the first torch with torch.cuda.amp (mmengine AmpOptimWrapper: "
+                                                "'requires PyTorch >= 1.6'; WongKinYiu/ScaledYOLOv4#22)"),
+    "torch.cuda.amp.GradScaler": TorchName("1.6", "as torch.cuda.amp.autocast"),
+    "torch.cuda.amp.custom_fwd": TorchName("1.6", "as torch.cuda.amp.autocast"),
+    "torch.cuda.amp.custom_bwd": TorchName("1.6", "as torch.cuda.amp.autocast"),
+    "torch.autocast": TorchName("1.10", "huggingface/pytorch-image-models#1712 (absent on 1.9.1); mmengine.runner.amp "
+                                        "('update it to torch.autocast in 1.10.0')"),
+    "torch.amp.autocast": TorchName("1.12", "rule catalog vocabulary; not confirmed here (see the module docstring)"),
+    "torch.amp.GradScaler": TorchName("2.3", "meta-pytorch/tnt#751 (AttributeError: module 'torch.amp' has no "
+                                             "attribute 'GradScaler' on 2.2.1)"),
+    "torch.amp.custom_fwd": TorchName("2.4", _AMP_2_4),
+    "torch.amp.custom_bwd": TorchName("2.4", _AMP_2_4),
 }
+
+TORCH_SINCE = {name: row.since for name, row in TORCH.items()}
 
 
 def torch_since(name: str) -> str:
-    return TORCH_SINCE[name]
+    return TORCH[name].since
+
+
+def keras_holds(names, generations, tf_newest: str | None = None) -> bool:
+    """Whether every name in ``names`` exists in every admitted generation (and, for a name removed inside a
+    generation, on the newest TF the range admits; unknown newest: not)."""
+    from packaging.version import Version
+
+    for name in names:
+        row = KERAS[name]
+        if not set(generations) <= row.generations:
+            return False
+        if row.tf_until and (tf_newest is None or Version(tf_newest).release[:2] > Version(row.tf_until).release[:2]):
+            return False
+    return True

@@ -1,55 +1,68 @@
-"""NVIDIA NGC container releases (``nvcr.io/nvidia/tensorflow:YY.MM-tf2-py3``, ``nvcr.io/nvidia/pytorch:YY.MM-py3``)
-and the framework version each ships, from NVIDIA's container release notes.
+"""NVIDIA NGC container releases (``nvcr.io/nvidia/pytorch:YY.MM-py3``, ``nvcr.io/nvidia/tensorflow:YY.MM-tf1-py3``)
+and the framework version each ships, as NVIDIA's own pages state it.
 
-Each row is the first release ``YY.MM`` that ships a version; later releases ship the same until the next row.
-``source`` is the release-notes page that states it ("container image version YY.MM is based on ..."). PyTorch
-containers ship a pre-release build of main (``1.9.0a0+df837d0``): its API lies between the previous release and
-the named one, so it counts as older than ``1.9.0`` and newer than ``1.8``.
+How the table was verified: every row was read, with its release number and version, in a stored copy of the page
+its ``source`` names (NVIDIA's container release notes, "PyTorch container image version YY.MM is based on ...", and
+NVIDIA's ``NVIDIA/tensorflow`` release page, "NVIDIA TensorFlow release YY.MM is based on TensorFlow 1.15.5"). Rows
+an earlier version of this table carried from memory (every TensorFlow 2 release, and PyTorch 19.03-25.09) are gone:
+the stored release notes of those releases did not show the version. A row is added only with a page that states it.
+
+A tag between two rows is bounded by them (``between``): NVIDIA's containers move forward with their framework, so a
+release ships no older a version than an earlier release and no newer one than a later release. A tag before the
+first row has only an upper bound, after the last only a lower one. The TensorFlow 2 flavour (``YY.MM-tf2-py3``) has
+no verified row: it is TensorFlow 2, any minor version.
+
+PyTorch containers ship a pre-release build of main (``1.4.0a0+a5b4d78``): its API lies between the previous release
+and the named one, so it counts as older than ``1.4.0`` and newer than ``1.3``.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-_TF_NOTES = "https://docs.nvidia.com/deeplearning/frameworks/tensorflow-release-notes/rel_{}.html"
-_PT_NOTES = "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_{}.html"
+_PT_NOTES = "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/"
+_NV_TF1 = "https://github.com/NVIDIA/tensorflow/releases"
 
 
 class Release(NamedTuple):
-    since: tuple[int, int]  # (YY, MM) of the first container release that ships ``version``
-    version: str
-    source: str
+    release: tuple[int, int]  # (YY, MM) of the container release
+    version: str  # the framework version it ships, as the source gives it (local build label dropped)
+    source: str  # the page that says so
 
 
-def _rows(notes: str, rows: list[tuple[str, str]]) -> tuple[Release, ...]:
-    out = []
-    for tag, version in rows:
-        yy, mm = tag.split(".")
-        out.append(Release((int(yy), int(mm)), version, notes.format(f"{yy}-{mm}")))
-    return tuple(out)
+PYTORCH = (
+    Release((20, 2), "1.4.0a0", _PT_NOTES + "rel_20-02.html"),  # "based on PyTorch 1.4.0a0+a5b4d78"
+    Release((25, 12), "2.10.0a0", _PT_NOTES + "rel-25-12.html"),  # "based on 2.10.0a0+b4e4ee81d3"
+)
+
+# The tf1 flavour (``YY.MM-tf1-py3``): NVIDIA's TensorFlow 1.15 builds.
+TENSORFLOW1 = tuple(
+    Release((yy, mm), "1.15.5", f"{_NV_TF1}/tag/v1.15.5%2Bnv{yy}.{mm:02d}" if (yy, mm) == (22, 9) else _NV_TF1)
+    for yy, mm in ((22, 9), (22, 11), (22, 12), (23, 1), (23, 2), (23, 3))
+)
 
 
-# The tf2 flavour (``YY.MM-tf2-py3``); the tf1 flavour ships TensorFlow 1.15 throughout.
-TENSORFLOW2 = _rows(_TF_NOTES, [
-    ("19.10", "2.0.0"), ("20.01", "2.1.0"), ("20.06", "2.2.0"), ("20.09", "2.3.0"), ("20.10", "2.3.1"),
-    ("21.02", "2.4.0"), ("21.06", "2.5.0"), ("21.09", "2.6.0"), ("21.12", "2.7.0"), ("22.03", "2.8.0"),
-    ("22.06", "2.9.1"), ("22.10", "2.10.0"), ("23.01", "2.11.0"), ("23.04", "2.12.0"), ("23.07", "2.13.0"),
-    ("23.11", "2.14.0"), ("24.02", "2.15.0"), ("24.07", "2.16.1"), ("25.01", "2.17.0"),
-])
-TENSORFLOW1 = "1.15.0"
+class Bounds(NamedTuple):
+    """What the table says of one release: the oldest and newest version it may ship (None: no bound that way),
+    and the rows that give them."""
 
-# ``YY.MM-py3`` (``-py2`` before 19.xx).
-PYTORCH = _rows(_PT_NOTES, [
-    ("19.03", "1.1.0a0"), ("19.05", "1.1.0a0"), ("19.09", "1.2.0a0"), ("19.10", "1.3.0a0"), ("20.01", "1.4.0a0"),
-    ("20.03", "1.5.0a0"), ("20.06", "1.6.0a0"), ("20.08", "1.7.0a0"), ("20.11", "1.8.0a0"), ("21.03", "1.9.0a0"),
-    ("21.07", "1.10.0a0"), ("21.11", "1.11.0a0"), ("22.03", "1.12.0a0"), ("22.06", "1.13.0a0"), ("22.12", "1.14.0a0"),
-    ("23.03", "2.0.0a0"), ("23.05", "2.0.0"), ("23.06", "2.1.0a0"), ("23.11", "2.2.0a0"), ("24.02", "2.3.0a0"),
-    ("24.05", "2.4.0a0"), ("24.08", "2.5.0a0"), ("24.11", "2.6.0a0"), ("25.02", "2.7.0a0"), ("25.05", "2.8.0a0"),
-    ("25.09", "2.9.0a0"), ("25.12", "2.10.0a0"),
-])
+    oldest: str | None
+    newest: str | None
+    rows: tuple[Release, ...]
+
+    @property
+    def exact(self) -> bool:
+        return self.oldest is not None and self.oldest == self.newest
 
 
-def shipped(table: tuple[Release, ...], release: tuple[int, int]) -> Release | None:
-    """The row in force at container release ``release`` (None before the table's first)."""
-    found = [row for row in table if row.since <= release]
-    return found[-1] if found else None
+def between(table: tuple[Release, ...], release: tuple[int, int]) -> Bounds:
+    """The versions container release ``release`` may ship: a row's own version, else the versions of the rows
+    around it (an empty table bounds nothing)."""
+    for row in table:
+        if row.release == release:
+            return Bounds(row.version, row.version, (row,))
+    before = [row for row in table if row.release < release]
+    after = [row for row in table if row.release > release]
+    low, high = (before[-1] if before else None), (after[0] if after else None)
+    return Bounds(low.version if low else None, high.version if high else None,
+                  tuple(row for row in (low, high) if row is not None))

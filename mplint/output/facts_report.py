@@ -19,7 +19,8 @@ def render(report, stream: TextIO) -> None:
             stream.write(f"  program {program['entry']} (reaches {count} module{'s' if count != 1 else ''})\n")
             if program["policies"]:
                 for site in program["policies"]:
-                    stream.write(f"    policy {site['policy']} set at {site['path']}:{site['line']}\n")
+                    where = f"cell {site['cell']}:{site['line']}" if site.get("cell") else site["line"]
+                    stream.write(f"    policy {site['policy']} set at {site['path']}:{where}\n")
             else:
                 stream.write("    policy: none set (float32)\n")
             generation = program["keras_generation"]

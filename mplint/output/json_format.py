@@ -26,11 +26,13 @@ def document(report) -> dict:
         "diagnostics": [d.to_dict() for d in remaining],
         "fixed": [d.to_dict() for d in fixed],
         "errors": list(report.errors),
+        "notices": list(report.notices),
         "summary": {
             "files": len(report.results),
             "diagnostics": len(remaining),
             "fixable": sum(1 for d in remaining if d.fixable),
             "fixed": report.fixed_count,
+            "changed_on_disk": list(report.changed_on_disk),
             "by_rule": dict(sorted(Counter(d.rule_id for d in remaining).items())),
         },
     }

@@ -8,7 +8,8 @@ from typing import TextIO
 
 from mplint import __version__
 from mplint.catalog import load_catalog
-from mplint.output.common import sort_key
+from mplint.output.common import FileRegions, sort_key
+from mplint.rule_docs import rule_url
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVELS = {"error": "error", "warning": "warning", "info": "note"}
@@ -18,10 +19,11 @@ def _uri(path: str) -> str:
     return Path(path).as_posix()
 
 
-def _rule(meta) -> dict:
+def _rule(meta, docs_url: str | None) -> dict:
     return {
         "id": meta.id,
         "name": meta.name,
+        "helpUri": rule_url(meta.id, docs_url),
         "shortDescription": {"text": meta.summary},
         "fullDescription": {"text": meta.what},
         "help": {"text": f"{meta.why}\n\nFix ({meta.fix_safety.value}): {meta.fix}"},
@@ -30,8 +32,9 @@ def _rule(meta) -> dict:
     }
 
 
-def _result(d, index: dict[str, int]) -> dict:
-    region = {"startLine": d.line, "startColumn": d.column, "endLine": d.end_line, "endColumn": d.end_column}
+def _result(d, index: dict[str, int], regions: FileRegions) -> dict:
+    line, column, end_line, end_column = regions.region(d)  # in a notebook: the .ipynb file's JSON text
+    region = {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
     result = {
         "ruleId": d.rule_id,
         "ruleIndex": index[d.rule_id],
@@ -40,20 +43,22 @@ def _result(d, index: dict[str, int]) -> dict:
         "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(d.path)}, "region": region}}],
     }
     if d.cell is not None:
-        result["properties"] = {"cell": d.cell}
+        result["properties"] = {"cell": d.cell, "cellLine": d.line, "cellColumn": d.column}
     related = []
     set_at = (d.context or {}).get("set_at")
     if set_at:  # where the policy that makes this a defect is set
         related.append((f"{d.context['policy']} set here" + (f" (program {d.context['program']})" if d.context.get("program") else ""),
-                        set_at["path"], set_at["line"]))
-    related.extend((r.message, r.path, r.line) for r in d.related)  # the other end across a boundary
+                        set_at["path"], set_at.get("cell"), set_at["line"]))
+    related.extend((r.message, r.path or d.path, r.cell, r.line) for r in d.related)  # the other end across a boundary
     if related:
         result["relatedLocations"] = [{
             "id": i,
             "message": {"text": text},
-            "physicalLocation": {"artifactLocation": {"uri": _uri(path)}, "region": {"startLine": line}},
-        } for i, (text, path, line) in enumerate(related, 1)]
-    if d.edits:
+            "physicalLocation": {"artifactLocation": {"uri": _uri(path)},
+                                 "region": {"startLine": regions.point(path, cell, line)[0]}},
+            **({"properties": {"cell": cell, "cellLine": line}} if cell is not None else {}),
+        } for i, (text, path, cell, line) in enumerate(related, 1)]
+    if d.edits and d.cell is None:  # a cell's edits are in cell positions; a replacement in the JSON text would need them escaped
         result["fixes"] = [{
             "description": {"text": f"{d.fix_description} ({d.fix_safety.value} fix)"},
             "artifactChanges": [{
@@ -70,6 +75,7 @@ def _result(d, index: dict[str, int]) -> dict:
 def document(report) -> dict:
     metas = list(load_catalog().values())
     index = {m.id: i for i, m in enumerate(metas)}
+    regions = FileRegions(report)
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",
@@ -78,13 +84,16 @@ def document(report) -> dict:
                 "name": "mplint",
                 "version": __version__,
                 "informationUri": "https://pypi.org/project/mplint/",
-                "rules": [_rule(m) for m in metas],
+                "rules": [_rule(m, report.config.docs_url) for m in metas],
             }},
             "columnKind": "unicodeCodePoints",
-            "results": [_result(d, index) for d in sorted(report.remaining, key=sort_key)],
+            "results": [_result(d, index, regions) for d in sorted(report.remaining, key=sort_key)],
             "invocations": [{
                 "executionSuccessful": not report.errors,
-                "toolExecutionNotifications": [{"level": "error", "message": {"text": e}} for e in report.errors],
+                "toolExecutionNotifications": [
+                    *({"level": "note", "message": {"text": n}} for n in report.notices),
+                    *({"level": "error", "message": {"text": e}} for e in report.errors),
+                ],
             }],
         }],
     }

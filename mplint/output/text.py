@@ -3,7 +3,7 @@
 Written as plain text, never through a markup or emoji renderer: paths, messages and
 source lines are user text, and ``train.py:100:5`` or a folder named ``[bold]`` or
 ``:smile:`` must print as they are. Colour is ANSI codes around whole fields, only for
-a terminal (``NO_COLOR`` turns it off, ``FORCE_COLOR`` on, as rich and most tools do).
+a terminal unless asked (``--color``/``--no-color``, then the environment as Ruff reads it).
 """
 
 from __future__ import annotations
@@ -14,15 +14,23 @@ from typing import TextIO
 
 from mplint.diagnostics import FixSafety
 from mplint.output.common import location, sort_key, source_lines
+from mplint.rule_docs import rule_url
 
 _CODES = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36"}
 
 
-def use_colour(stream, environ=os.environ) -> bool:
-    if environ.get("NO_COLOR"):
-        return False
+def use_colour(stream, environ=os.environ, choice: bool | None = None) -> bool:
+    """``--color``/``--no-color`` first; then as Ruff decides: a non-empty ``FORCE_COLOR`` forces colour,
+    ``CLICOLOR_FORCE`` other than ``0`` too, ``NO_COLOR`` set to anything turns it off, ``CLICOLOR=0`` as
+    well; otherwise colour only at a terminal (not a dumb one)."""
+    if choice is not None:
+        return choice
     if environ.get("FORCE_COLOR"):
         return True
+    if environ.get("CLICOLOR_FORCE", "0") != "0":
+        return True
+    if "NO_COLOR" in environ or environ.get("CLICOLOR") == "0":
+        return False
     return environ.get("TERM") != "dumb" and bool(getattr(stream, "isatty", lambda: False)())
 
 
@@ -58,10 +66,12 @@ def _mark(paint: _Paint, safety: FixSafety) -> str:
     return ""
 
 
-def render(report, stream: TextIO, statistics: bool = False, show_source: bool = True, **_) -> None:
-    paint = _Paint(use_colour(stream))
+def render(report, stream: TextIO, statistics: bool = False, show_source: bool = True, colour: bool | None = None,
+           quiet: bool = False, show_fixes: bool = False, fix_only: bool = False, **_) -> None:
+    """``quiet``: the findings and nothing else; ``fix_only``: what was fixed and nothing else (Ruff's meanings)."""
+    paint = _Paint(use_colour(stream, choice=colour))
     out: list[str] = []
-    remaining = sorted(report.remaining, key=sort_key)
+    remaining = [] if fix_only else sorted(report.remaining, key=sort_key)
     if statistics:
         out += _statistics(paint, remaining)
     else:
@@ -72,12 +82,31 @@ def render(report, stream: TextIO, statistics: bool = False, show_source: bool =
                 out += _frame(paint, source_lines(by_path[d.path], d.cell), d)
             if d.fix_description:
                 out.append(f"  {paint('= help', 'cyan')}: {d.fix_description} ({d.fix_safety.value} fix)")
+            if show_fixes:
+                out.append(f"  {paint('= docs', 'cyan')}: {rule_url(d.rule_id, report.config.docs_url)}")
             if show_source:
                 out.append("")
+    for notice in report.notices:
+        out.append(f"{paint('note', 'cyan', 'bold')}: {notice}")
     for error in report.errors:
         out.append(f"{paint('error', 'red', 'bold')}: {error}")
-    out += _summary(paint, report, remaining)
+    if not quiet:
+        fixes = _fix_summary(report) if show_fixes and report.fixed_count else []
+        summary = _summary(paint, report, remaining, listed=show_fixes, fix_only=fix_only)
+        out += fixes + ([""] if fixes and summary else []) + summary
     stream.write("".join(line + "\n" for line in out))
+
+
+def _fix_summary(report) -> list[str]:
+    """Ruff's enumeration of the fixes applied: per file, how many of each rule."""
+    n = report.fixed_count
+    out = [f"Fixed {n} error{'s' if n != 1 else ''}:"]
+    for result in sorted(report.results, key=lambda r: r.path):
+        counts = Counter((d.rule_id, d.name) for d in result.diagnostics if d.fixed)
+        if counts:
+            out.append(f"- {result.path}:")
+            out += [f"    {count} \u00d7 {rule_id} ({name})" for (rule_id, name), count in sorted(counts.items())]
+    return out
 
 
 def _statistics(paint: _Paint, remaining) -> list[str]:
@@ -95,11 +124,17 @@ def _statistics(paint: _Paint, remaining) -> list[str]:
     return [line(header, ("bold",)), *(line(row) for row in rows)]
 
 
-def _summary(paint: _Paint, report, remaining) -> list[str]:
+def _summary(paint: _Paint, report, remaining, listed: bool = False, fix_only: bool = False) -> list[str]:
     out = []
     fixed = report.fixed_count
-    if fixed:
+    if fixed and not listed:
         out.append(f"Fixed {fixed} error{'s' if fixed != 1 else ''}.")
+    changed = len(report.changed_on_disk)
+    if changed:
+        out.append(f"Left {changed} file{'s' if changed != 1 else ''} unfixed: changed on disk during the run "
+                   "(run mplint again).")
+    if fix_only:
+        return out
     if not remaining:
         if not fixed and not report.errors:
             out.append(paint("All checks passed!", "green"))

@@ -3,6 +3,7 @@ module's facts and the project summary. One implementation for the CLI, the lang
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from mplint.engine.notebooks import Notebook, is_notebook, load as load_notebook
@@ -55,7 +56,13 @@ def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs:
 def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
     source, data = item
     code = python_source(source, data)
-    return None if code is None else extract_file_facts(code, source.display, module_name(source.path)[0])
+    if code is None:
+        return None
+    facts = extract_file_facts(code, source.display, module_name(source.path)[0])
+    if is_notebook(source.path):  # sites are named by cell and line in it, as the notebook shows them
+        nb = load_notebook(data)
+        facts.policies = [replace(p, cell=nb.locate(p.line)[0], cell_line=nb.locate(p.line)[1]) for p in facts.policies]
+    return facts
 
 
 def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts],
@@ -100,7 +107,8 @@ def _program_record(program, facts: ProjectFacts) -> dict:
     """What ``--show-facts`` and the JSON ``projects`` block say of one program."""
     return {
         "entry": program.entry.display,
-        "policies": [{"policy": s.policy, "path": s.path, "line": s.line} for s in program.sites],
+        "policies": [{"policy": s.policy, "path": s.path, "line": s.line} if s.cell is None
+                     else {"policy": s.policy, "path": s.path, "cell": s.cell, "line": s.cell_line} for s in program.sites],
         "keras_generation": _target_record(facts.generation),
         "torch": _torch_record(program),
         "tpu": [f"{path}:{line}" for path, line in sorted(program.tpu_sites)],
@@ -180,7 +188,7 @@ def pin_files_digest(root: Path, sources: list[SourcePath] = ()) -> str:
     root = root.resolve()
     folders = {root}
     for source in sources:
-        folder = source.path.resolve().parent
+        folder = source.path.parent.resolve()  # the folder holding the file, not a link target (links can loop)
         while folder not in folders and folder.is_relative_to(root):
             folders.add(folder)
             folder = folder.parent

@@ -63,7 +63,7 @@ def _diagnostic_to_json(d: Diagnostic) -> dict:
     data["fix_safety"] = d.fix_safety.value
     data["edits"] = [{"line": e.line, "column": e.column, "end_line": e.end_line, "end_column": e.end_column,
                       "text": e.text} for e in d.edits]
-    data["related"] = [[r.path, r.line, r.message] for r in d.related]
+    data["related"] = [[r.path, r.line, r.message, r.cell] for r in d.related]
     return data
 
 

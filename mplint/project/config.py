@@ -33,10 +33,12 @@ class Config:
     exclude: list[str] | None = None
     extend_exclude: list[str] = field(default_factory=list)
     respect_gitignore: bool = True
+    force_exclude: bool = False  # the excludes apply to paths given explicitly too
     keras: int | None = None
     target: str | None = None  # tf1 | tf2.3 | keras2 | keras3
     policy: str | None = None
     unsafe_fixes: bool = False
+    docs_url: str | None = None  # base of the rule pages' URLs ({docs-url}/rules/MP101.md)
     source: Path | None = None  # the file it came from
     root: Path = field(default_factory=Path.cwd)  # project root: config dir, else nearest marker
 
@@ -93,6 +95,14 @@ def _policy(key: str, value, where: str) -> str:
     return value
 
 
+def _url(key: str, value, where: str) -> str:
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str) or urlsplit(value).scheme not in ("http", "https", "file"):
+        raise ConfigError(f"{where}: '{key}' must be an http(s):// or file:// URL, got {value!r}")
+    return value
+
+
 def _per_file(key: str, value, where: str) -> dict[str, list[str]]:
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: '{key}' must be a table of glob = [rules], got {value!r}")
@@ -107,10 +117,12 @@ _KEYS = {
     "exclude": ("exclude", _str_list),
     "extend-exclude": ("extend_exclude", _str_list),
     "respect-gitignore": ("respect_gitignore", _bool),
+    "force-exclude": ("force_exclude", _bool),
     "keras": ("keras", _keras),
     "target": ("target", _target),
     "policy": ("policy", _policy),
     "unsafe-fixes": ("unsafe_fixes", _bool),
+    "docs-url": ("docs_url", _url),
 }
 
 

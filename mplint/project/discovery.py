@@ -79,6 +79,30 @@ def _gitignore(folder: Path) -> "pathspec.PathSpec | None":
     return _spec(text.splitlines())
 
 
+def _matches(excluded, path: Path, root: Path, is_dir: bool) -> bool:
+    """The path (relative to the project root) or its name matches an exclude pattern."""
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        rel = path.name
+    slash = "/" if is_dir else ""
+    return excluded.match_file(rel + slash) or excluded.match_file(path.name + slash)
+
+
+def _excluded_or_inside(excluded, path: Path, root: Path) -> bool:
+    """``path`` or a folder above it (up to the project root) is excluded: what ``--force-exclude`` asks of a given path."""
+    if _matches(excluded, path, root, path.is_dir()):
+        return True
+    return any(_matches(excluded, folder, root, True) for folder in path.parents
+               if folder != root and root in folder.parents)
+
+
+def is_excluded(path: Path, root: Path, exclude: Iterable[str] | None = None, extend_exclude: Iterable[str] = ()) -> bool:
+    """Whether the excludes skip ``path`` even when it is named explicitly (``--force-exclude``)."""
+    excluded = _spec([*(DEFAULT_EXCLUDE if exclude is None else exclude), *extend_exclude])
+    return _excluded_or_inside(excluded, Path(os.path.abspath(path)), root.resolve())
+
+
 def discover(
     paths: list[Path],
     root: Path,
@@ -86,7 +110,10 @@ def discover(
     extend_exclude: Iterable[str] = (),
     respect_gitignore: bool = True,
     suffixes: tuple[str, ...] = SUFFIXES,
+    force_exclude: bool = False,
 ) -> Discovery:
+    """The files under ``paths``. A file or folder named explicitly is checked even when an exclude matches it,
+    unless ``force_exclude`` (then it is skipped silently, as pre-commit hooks need)."""
     cwd = Path.cwd().resolve()
     root = root.resolve()
     excluded = _spec([*(DEFAULT_EXCLUDE if exclude is None else exclude), *extend_exclude])
@@ -94,11 +121,7 @@ def discover(
     errors: list[str] = []
 
     def is_excluded(path: Path, is_dir: bool) -> bool:
-        try:
-            rel = path.relative_to(root).as_posix()
-        except ValueError:
-            rel = path.name
-        return excluded.match_file(rel + ("/" if is_dir else "")) or excluded.match_file(path.name + ("/" if is_dir else ""))
+        return _matches(excluded, path, root, is_dir)
 
     def ignores_above(folder: Path) -> list[tuple[Path, "pathspec.PathSpec"]]:
         """.gitignore files from the project root down to ``folder``."""
@@ -133,6 +156,8 @@ def discover(
         absolute = Path(os.path.abspath(given))
         if not absolute.exists():
             errors.append(f"{given}: no such file or directory")
+            continue
+        if force_exclude and _excluded_or_inside(excluded, absolute, root):
             continue
         if absolute.is_file():
             files.setdefault(absolute, SourcePath(absolute, display_path(absolute, cwd)))

@@ -47,6 +47,12 @@ class PolicySite:
     how: str  # config | global | layer | floatx
     api: str = ""  # the callee as written, import aliases resolved (checked against re-exports later)
     function: str = ""  # the enclosing top-level function or Class.method; "" at module level
+    cell: int | None = None  # in a notebook: the cell, and the line in that cell (``line`` is the joined cells')
+    cell_line: int = 0
+
+    def where(self) -> str:
+        """``path:line`` as users find it: ``guide.ipynb:cell 3:2`` in a notebook."""
+        return f"{self.path}:cell {self.cell}:{self.cell_line}" if self.cell is not None else f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)

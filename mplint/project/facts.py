@@ -167,7 +167,7 @@ class ProjectFacts:
         if site.how == "config":
             return f"policy {site.policy} from the mplint config"
         name = "a policy known only at run time" if site.policy == UNKNOWN_POLICY else site.policy
-        text = f"{name} set at {site.path}:{site.line}"
+        text = f"{name} set at {site.where()}"
         if link is None or (link.entry == self.path and site.path == self.path):
             return text
         if link.entry == self.path:
@@ -190,7 +190,9 @@ class ProjectFacts:
             if site.policy in ("float32", "float64"):
                 continue
             record["policy"] = site.policy
-            record["set_at"] = None if site.how == "config" else {"path": site.path, "line": site.line}
+            record["set_at"] = None if site.how == "config" else (
+                {"path": site.path, "line": site.line} if site.cell is None
+                else {"path": site.path, "cell": site.cell, "line": site.cell_line})
             if link is not None:
                 record["program"] = link.entry
                 record["via"] = list(link.via)

@@ -5,7 +5,7 @@ constraints) with ``packaging``, PEP 621 and Poetry tables with ``tomllib``, the
 ``install_requires`` of the project's own packaging script (a ``setup()`` call, evaluated for
 constants, names and ``+``), setup.cfg, conda environment files, Pipfiles, the ``Requires-Dist`` of an unpacked distribution's
 PKG-INFO/METADATA, and the image of the stage a Dockerfile runs (``ARG``/``ENV`` substituted; NGC
-``YY.MM`` tags mapped through ``mplint.knowledge.ngc_images``, official ``tensorflow/tensorflow:X.Y`` and
+``YY.MM`` tags bounded by the verified releases of ``mplint.knowledge.ngc_images``, official ``tensorflow/tensorflow:X.Y`` and
 ``pytorch/pytorch:X.Y.Z-...``).
 """
 
@@ -268,8 +268,19 @@ def _evaluate(node: ast.AST, names: dict):
     return None
 
 
+def _bounded(package: str, bounds, major: str = "") -> str:
+    """``torch==2.10.0a0`` for a verified release, ``torch>=1.4.0a0,<=2.10.0a0`` between two, the major version
+    (``tensorflow>=1,<2``) or nothing (``torch``) without a bound."""
+    if bounds.exact:
+        return f"{package}=={bounds.oldest}"
+    parts = [f">={bounds.oldest}" if bounds.oldest else f">={major}" if major else "",
+             f"<={bounds.newest}" if bounds.newest else f"<{int(major) + 1}" if major else ""]
+    return package + ",".join(p for p in parts if p)
+
+
 def _image_requirements(image: str) -> list[Requirement]:
-    """What a container image ships, as requirements (``tensorflow==2.8.0``, ``torch==1.9.0a0``)."""
+    """What a container image ships, as requirements (``torch==2.10.0a0``, ``torch>=1.4.0a0,<=2.10.0a0``,
+    ``tensorflow>=2,<3``): NGC tags through the verified table ``mplint.knowledge.ngc_images``."""
     from mplint.knowledge import ngc_images
 
     name, _, tag = image.partition(":")
@@ -277,14 +288,12 @@ def _image_requirements(image: str) -> list[Requirement]:
     ngc = re.match(r"(\d{2})\.(\d{2})(?:-(tf[12]))?-py[23]", tag)
     if name.endswith("nvidia/tensorflow") and ngc:
         release = (int(ngc.group(1)), int(ngc.group(2)))
-        if ngc.group(3) == "tf1" or ngc.group(3) is None and release < (19, 10):
-            specs.append(f"tensorflow=={ngc_images.TENSORFLOW1}" if ngc.group(3) else "tensorflow==1.*")
-        else:
-            row = ngc_images.shipped(ngc_images.TENSORFLOW2, release)
-            specs += [f"tensorflow=={row.version}"] if row else []
+        if ngc.group(3) == "tf1":
+            specs.append(_bounded("tensorflow", ngc_images.between(ngc_images.TENSORFLOW1, release), "1"))
+        elif ngc.group(3) == "tf2":  # no verified row: the flavour says TensorFlow 2
+            specs.append("tensorflow>=2,<3")
     elif name.endswith("nvidia/pytorch") and ngc:
-        row = ngc_images.shipped(ngc_images.PYTORCH, (int(ngc.group(1)), int(ngc.group(2))))
-        specs += [f"torch=={row.version}"] if row else []
+        specs.append(_bounded("torch", ngc_images.between(ngc_images.PYTORCH, (int(ngc.group(1)), int(ngc.group(2))))))
     elif name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
         m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
         specs.append(f"tensorflow=={m.group(1)}" if m and m.group(1).count(".") == 2 else

@@ -54,7 +54,9 @@ class TorchTarget:
         """The range: "torch 1.9.0a0", "torch >= 1.7", "torch 1.8-2.3", "torch >= 1.6 (no pin)"."""
         if not self.pinned:
             return f"torch >= {SUPPORTED} (no pin)"
-        low, high = self.minimum or SUPPORTED, self.newest
+        low, high = self.minimum, self.newest
+        if low is None:
+            return f"torch <= {_short(high)}" if high is not None else f"torch >= {SUPPORTED}"
         if high is None:
             return f"torch >= {_short(low)}"
         return f"torch {_short(low)}" if low == high else f"torch {_short(low)}-{_short(high)}"
@@ -109,9 +111,15 @@ def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
 
 
 def _evidence(req: Requirement, where: str) -> str:
-    """``requirements.txt pins torch>=1.7``; an image: ``nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.9.0a0``."""
-    if " in " in where and len(req.specifier) == 1:
-        return f"{where}: torch {next(iter(req.specifier)).version}"
+    """``requirements.txt pins torch>=1.7``; an image: ``nvcr.io/nvidia/pytorch:25.12-py3 in Dockerfile: torch 2.10.0a0``,
+    between two verified releases ``nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.4.0a0-2.10.0a0``."""
+    if " in " in where and req.specifier:
+        bounds = {s.operator: s.version for s in req.specifier}
+        if "==" in bounds:
+            return f"{where}: torch {bounds['==']}"
+        low, high = bounds.get(">="), bounds.get("<=")
+        return f"{where}: torch {low}-{high}" if low and high else f"{where}: torch >= {low}" if low else \
+            f"{where}: torch <= {high}"
     return f"{where} pins {req}"
 
 

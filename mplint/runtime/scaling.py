@@ -37,10 +37,14 @@ def wrap_optimizer(opt):
 
 
 def scale_loss(opt, loss):
-    """The loss to differentiate: scaled when ``opt`` scales, else ``loss`` itself."""
+    """The loss to differentiate: scaled when ``opt`` scales, else ``loss`` itself.
+
+    Every Keras 3 optimizer scales: a LossScaleOptimizer by its dynamic scale, any other by its
+    ``loss_scale_factor`` (``apply_gradients`` divides by it, so an unscaled loss would make the
+    updates that many times too small)."""
     if is_keras2_loss_scale_optimizer(opt):
         return opt.get_scaled_loss(loss)
-    if is_keras3_loss_scale_optimizer(opt):
+    if generation_of(opt) == 3 and callable(getattr(opt, "scale_loss", None)):
         return opt.scale_loss(loss)
     return loss
 

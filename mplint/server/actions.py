@@ -63,7 +63,7 @@ def noqa_action(buffer: Buffer, part: Part, d: types.Diagnostic, result, codec: 
     from mplint.baseline import add_noqa
 
     data = _data(d)
-    if data is None or data["rule"] in ("MP000", "MP001", "MP002"):
+    if data is None or data["rule"] in ("MP000", "MP001", "MP002", "MP003"):
         return None
     nb = getattr(result, "notebook", None)
     if nb is not None:

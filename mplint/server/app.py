@@ -18,7 +18,7 @@ from pygls.uris import to_fs_path
 
 from mplint import __version__
 from mplint.server import actions, edits
-from mplint.server.documents import Buffer, CheckFailed, Part, check, project_folder
+from mplint.server.documents import Buffer, CheckFailed, Part, check, check_with_config, project_folder
 
 DEBOUNCE_S = 0.3  # a change is checked once typing pauses this long
 WATCHED = ("**/pyproject.toml", "**/.mplint.yaml", "**/.mplint.yml", "**/setup.cfg", "**/setup.py", "**/requirements*.txt")
@@ -82,7 +82,7 @@ class MplintServer(LanguageServer):
         if buffer is None:
             return
         try:
-            result = check(buffer, self.folder(buffer))
+            result, config = check_with_config(buffer, self.folder(buffer))
         except CheckFailed as exc:
             self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"mplint: {exc}"))
             return
@@ -90,7 +90,7 @@ class MplintServer(LanguageServer):
         for d in result.diagnostics:
             part = buffer.part_of(d)
             if part is not None and not d.fixed:
-                found[part.uri].append(edits.to_lsp(self.workspace.position_codec, part.text, d))
+                found[part.uri].append(edits.to_lsp(self.workspace.position_codec, part.text, d, config.docs_url))
         for gone in self.published.get(key, set()) - set(found):
             found[gone] = []
         for part_uri, diagnostics in found.items():

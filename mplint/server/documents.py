@@ -75,6 +75,12 @@ def project_folder(path: Path, workspace_folders: list[Path]) -> Path:
 def check(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
           select: list[str] | None = None) -> FileResult:
     """The buffer checked (and fixed in memory with ``fix``) with its project's configuration and facts."""
+    return check_with_config(buffer, folder, fix=fix, unsafe=unsafe, select=select)[0]
+
+
+def check_with_config(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
+                      select: list[str] | None = None):
+    """``check``'s result and the configuration it was checked with (for the rules' documentation links)."""
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
     from mplint.runner import RunOptions, run
@@ -85,7 +91,7 @@ def check(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | Non
         report = run(options)
     except (ConfigError, CatalogError) as exc:
         raise CheckFailed(str(exc)) from exc
-    return next(r for r in report.results if r.path == buffer.path.as_posix())
+    return next(r for r in report.results if r.path == buffer.path.as_posix()), report.config
 
 
 def fixed_texts(buffer: Buffer, result: FileResult) -> dict[str, str]:

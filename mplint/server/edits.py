@@ -13,6 +13,7 @@ from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
 
 from mplint.diagnostics import Diagnostic, Edit, Related, Severity
+from mplint.rule_docs import rule_url
 
 _SEVERITY = {
     Severity.ERROR: types.DiagnosticSeverity.Error,
@@ -33,13 +34,15 @@ def position(codec: PositionCodec, lines: list[str], line: int, column: int) -> 
     return codec.position_to_client_units(lines, ServerTextPosition(line - 1, max(column - 1, 0)))
 
 
-def to_lsp(codec: PositionCodec, text: str, d: Diagnostic) -> types.Diagnostic:
+def to_lsp(codec: PositionCodec, text: str, d: Diagnostic, docs_url: str | None = None) -> types.Diagnostic:
+    """``docs_url``: the config's base of the rule pages (the rule's page is the diagnostic's code link)."""
     lines = lines_of(text)
     return types.Diagnostic(
         range=types.Range(position(codec, lines, d.line, d.column), position(codec, lines, d.end_line, d.end_column)),
         message=d.message,
         severity=_SEVERITY[d.severity],
         code=d.rule_id,
+        code_description=types.CodeDescription(href=rule_url(d.rule_id, docs_url)),
         source="mplint",
         data={"rule": d.rule_id, "name": d.name, "safety": d.fix_safety.value, "fix": d.fix_description,
               "line": d.line, "column": d.column, "cell": d.cell,

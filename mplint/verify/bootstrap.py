@@ -5,13 +5,15 @@ Installs the sandbox and the import hooks, then runs the user's script as ``__ma
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import random
+import re
 import runpy
 import sys
 import traceback
 
-from mplint.verify import datasets, hooks, recorder, sandbox
+from mplint.verify import datasets, hooks, recorder, sandbox, torch_hooks
 
 
 def install_tensorflow(tf) -> None:
@@ -92,6 +94,23 @@ def _global_policy() -> str | None:
     return None
 
 
+def crash_site(exc: BaseException, script: str) -> dict:
+    """The error in one line and the script line it happened at: the deepest frame of the script, or
+    the line a ``tf.function`` error names in its "in user code" part (deeper than any frame)."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    error = lines[-1] if "in user code:" in text and lines else f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if os.path.abspath(frame.f_code.co_filename) == script:
+            line = lineno
+    for match in re.finditer(r'File "([^"]+)", line (\d+)', text):
+        if os.path.abspath(match[1]) == script:
+            line = int(match[2])
+    return {"error": error.rstrip(": "), "file": os.path.basename(script), "line": line,
+            "source": linecache.getline(script, line).strip() if line else ""}
+
+
 def main(config_path: str) -> None:
     with open(config_path, encoding="utf-8") as fh:
         config = json.load(fh)
@@ -103,7 +122,8 @@ def main(config_path: str) -> None:
     np.random.seed(config["seed"])
     sandbox.install()
     sys.meta_path.insert(0, hooks.PostImportHook(
-        {"tensorflow": install_tensorflow, "keras": install_keras3, "tf_keras": install_keras2}))
+        {"tensorflow": install_tensorflow, "keras": install_keras3, "tf_keras": install_keras2,
+         "torch": torch_hooks.install_torch, "torchvision": torch_hooks.install_torchvision}))
     script = config["script"]
     sys.argv = [script, *config["argv"]]
     sys.path[0] = os.path.dirname(script)
@@ -118,7 +138,8 @@ def main(config_path: str) -> None:
             rec.finish("exited", f"the script exited with status {code if isinstance(code, int) else 1}", 1)
     except BaseException as exc:
         traceback.print_exc()
-        rec.finish("crashed", f"{type(exc).__name__}: {exc}", 1)
+        rec.crash = crash_site(exc, os.path.abspath(script))
+        rec.finish("crashed", rec.crash["error"], 1)
     rec.finish("completed")
 
 

@@ -1,8 +1,16 @@
 """``mplint verify SCRIPT [-- ARGS]``: run a training script briefly, instrumented, and report.
 
-Exit codes: 0 verified (with --fix: the fixed run is no worse and has no MP802/MP803/MP804),
-1 problems found, 2 the script could not be verified (crash, bad arguments, timeout, out of memory,
-nothing recorded).
+With ``--fix`` the original and a copy fixed by ``mplint --fix`` both run, whatever the original
+did: a fixed copy that runs where the original crashed is a verified repair.
+
+Exit codes:
+  0  verified: with --fix, fixes were applied and the fixed copy runs, no worse than the original
+     (or where the original crashed) and without MP802/MP803/MP804; without --fix, the run shows none
+  1  problems: the run (with --fix: the fixed copy) shows MP802/MP803/MP804
+  2  could not verify: the script runs neither before nor after the fixes (crash, bad arguments,
+     timeout, out of memory, nothing recorded), or mplint --fix failed
+  3  worse: the original ran and the fixed copy crashes or has more NaN/Inf, skipped steps or underflow
+  4  nothing fixed: --fix changed nothing and the run is clean, so nothing was verified
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from pathlib import Path
 from mplint.verify import report
 from mplint.verify.runner import RunOptions, RunResult, detect_keras, fix_copy, run_script
 
-EXIT_OK, EXIT_PROBLEMS, EXIT_UNVERIFIED = 0, 1, 2
+EXIT_OK, EXIT_PROBLEMS, EXIT_UNVERIFIED, EXIT_WORSE, EXIT_NOTHING_FIXED = 0, 1, 2, 3, 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,8 +47,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def missing_runtime(keras: int) -> str | None:
+def detect_framework(script: Path) -> str:
+    """"torch" for a script that imports torch and neither TensorFlow nor Keras, else "keras"."""
+    import ast
+
+    try:
+        tree = ast.parse(script.read_text(encoding="utf-8", errors="replace"))
+    except SyntaxError:
+        return "keras"
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return "torch" if "torch" in names and not names & {"tensorflow", "keras", "tf_keras"} else "keras"
+
+
+def missing_runtime(keras: int, framework: str = "keras") -> str | None:
     """What the instrumented run would fail to import here, as one line saying what to install."""
+    if framework == "torch":
+        return None if importlib.util.find_spec("torch") else \
+            "mplint verify runs this script with PyTorch, and torch is not installed in this environment"
     needed = ("numpy", "tensorflow", "tf_keras" if keras == 2 else "keras")
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if not missing:
@@ -73,7 +101,8 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
         return
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False)  # script paths and messages are user text
+    console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False,
+                      width=None if sys.stdout.isatty() else 160)  # script paths and messages are user text
     for item in renderables:
         console.print(item)
     if doc.get("error"):
@@ -95,46 +124,95 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
         console.print(f"{len(events['writes_redirected'])} write(s) outside the scratch directory redirected")
     if doc.get("fixed_rules") is not None:
         console.print(f"fixes applied to the copy: {', '.join(doc['fixed_rules']) or 'none'}")
+    if doc.get("summary"):
+        console.print(doc["summary"], markup=False)
     console.print(doc["verdict"], markup=False)
 
 
-def _verify(args, script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
-    before = run_script("before" if args.fix else "run", script, script_args, options)
-    if not before.ok:
-        return {"error": _failure(before, script), "exit_code": EXIT_UNVERIFIED}, []
+def _describe(run: RunResult) -> str:
+    if run.crash:
+        return report.crash_text(run.crash)
+    return f"{run.status}: {run.detail}" if run.detail else run.status
+
+
+def _document(script: Path, options: RunOptions, runs: list[RunResult], reference: RunResult, fixed_rules,
+              verdict: str, code: int, summary: str | None = None) -> tuple[dict, list]:
+    columns = {run.label: report.metrics(run, reference) for run in runs}
+    columns["float32 reference"] = report.metrics(reference)
+    doc = {"script": str(script), "keras": options.keras, "framework": options.framework, "steps": options.steps,
+           "seed": options.seed,
+           "runs": {label: {"metrics": m.to_dict(), "status": r.status}
+                    for (label, m), r in zip(columns.items(), [*runs, reference])},
+           "events": _events([*runs, reference]), "fixed_rules": fixed_rules, "summary": summary,
+           "verdict": verdict, "exit_code": code}
+    title = f"mplint verify {script.name}: at most {options.steps} steps per training loop, seed {options.seed}"
+    return doc, [report.table(title, columns)]
+
+
+def _verify_run(script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
+    run = run_script("run", script, script_args, options)
+    if not run.ok:
+        return {"error": _failure(run, script), "exit_code": EXIT_UNVERIFIED}, []
     reference = run_script("float32", script, script_args, dataclasses.replace(options, force_policy="float32"))
     if not reference.ok:
         return {"error": _failure(reference, script), "exit_code": EXIT_UNVERIFIED}, []
-    runs = [before]
-    fixed_rules = None
-    if args.fix:
-        with tempfile.TemporaryDirectory(prefix="mplint-fix-") as folder:
-            copy, fixed_rules, error = fix_copy(script, options.keras, Path(folder))
-            if error:
-                failed = RunResult("after", "fix-failed", f"mplint --fix failed: {error}")
-                return {"error": _failure(failed, script), "exit_code": EXIT_UNVERIFIED}, []
-            after = run_script("after", copy, script_args, options)
-        if not after.ok:
-            return {"error": _failure(after, script), "exit_code": EXIT_UNVERIFIED}, []
-        runs.append(after)
-    columns = {run.label: report.metrics(run, reference) for run in runs}
-    columns["float32 reference"] = report.metrics(reference)
-    main = columns[runs[-1].label]
-    problems = report.blocking(main)
-    if args.fix:
-        better = report.no_worse(columns["before"], main)
-        code = EXIT_OK if better and not problems else EXIT_PROBLEMS
-        verdict = ("verified: the fixed script is no worse and shows no MP802/MP803/MP804" if code == EXIT_OK else
-                   f"not verified: the fixed script {'is worse' if not better else 'still shows ' + ', '.join(problems)}")
+    problems = report.blocking(report.metrics(run, reference))
+    code = EXIT_PROBLEMS if problems else EXIT_OK
+    verdict = f"problems: {', '.join(problems)}" if problems else "no MP802/MP803/MP804 in the capped run"
+    return _document(script, options, [run], reference, None, verdict, code)
+
+
+def _verify_fix(script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
+    """Run the original and the fixed copy whatever the original did: a fix that repairs a crash is
+    the one most worth proving."""
+    before = run_script("before", script, script_args, options)
+    with tempfile.TemporaryDirectory(prefix="mplint-fix-") as folder:
+        copy, fixed_rules, error = fix_copy(script, options.keras, Path(folder))
+        if error:
+            failed = RunResult("after", "fix-failed", f"mplint --fix failed: {error}")
+            return {"error": _failure(failed, script), "exit_code": EXIT_UNVERIFIED}, []
+        after = run_script("after", script, script_args, options, text=copy) if fixed_rules else None
+        # the float32 reference runs what runs: the original, else the fixed copy
+        text = copy if after is not None and not before.ok and after.ok else None
+        if before.ok or text is not None:
+            reference = run_script("float32", script, script_args,
+                                   dataclasses.replace(options, force_policy="float32"), text=text)
+    if after is None:
+        if not before.ok:
+            return {"error": _failure(before, script), "exit_code": EXIT_UNVERIFIED}, []
+    elif not before.ok and not after.ok:
+        err = _failure(after, script)
+        err["message"] = (f"could not verify {script.name}: it runs neither before nor after the fixes "
+                          f"({', '.join(fixed_rules)}): before: {_describe(before)}; after: {_describe(after)}")
+        return {"error": err, "exit_code": EXIT_UNVERIFIED}, []
+    if not reference.ok:
+        return {"error": _failure(reference, script), "exit_code": EXIT_UNVERIFIED}, []
+    if after is None:
+        problems = report.blocking(report.metrics(before, reference))
+        code = EXIT_PROBLEMS if problems else EXIT_NOTHING_FIXED
+        verdict = (f"nothing fixed: mplint --fix changed nothing, and the run shows {', '.join(problems)}" if problems
+                   else "nothing to verify: mplint --fix changed nothing (no MP802/MP803/MP804 in the capped run)")
+        return _document(script, options, [before], reference, fixed_rules, verdict, code)
+    runs = [before, after]
+    summary = f"before: {'runs' if before.ok else _describe(before)}; after: {'runs' if after.ok else _describe(after)}"
+    if not after.ok:  # the original ran: the fixes broke it
+        verdict = f"worse: the fixed script no longer runs ({_describe(after)})"
+        return _document(script, options, runs, reference, fixed_rules, verdict, EXIT_WORSE, summary)
+    m_before, m_after = report.metrics(before, reference), report.metrics(after, reference)
+    problems = report.blocking(m_after)
+    if before.ok and not report.no_worse(m_before, m_after):
+        code, verdict = EXIT_WORSE, "worse: the fixed script has more NaN/Inf, skipped steps or underflow than the original"
+    elif problems:
+        code, verdict = EXIT_PROBLEMS, f"not verified: the fixed script still shows {', '.join(problems)}"
+    elif before.ok:
+        code, verdict = EXIT_OK, "verified: the fixed script is no worse and shows no MP802/MP803/MP804"
     else:
-        code = EXIT_PROBLEMS if problems else EXIT_OK
-        verdict = f"problems: {', '.join(problems)}" if problems else "no MP802/MP803/MP804 in the capped run"
-    doc = {"script": str(script), "keras": options.keras, "steps": options.steps, "seed": options.seed,
-           "runs": {label: {"metrics": m.to_dict(), "status": r.status}
-                    for (label, m), r in zip(columns.items(), [*runs, reference])},
-           "events": _events([*runs, reference]), "fixed_rules": fixed_rules, "verdict": verdict, "exit_code": code}
-    title = f"mplint verify {script.name}: {options.steps} capped steps, seed {options.seed}"
-    return doc, [report.table(title, columns)]
+        code, verdict = EXIT_OK, f"verified repair: the original {_describe(before)}; the fixed script runs and shows no MP802/MP803/MP804"
+    return _document(script, options, runs, reference, fixed_rules, verdict, code, summary)
+
+
+def _verify(args, script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
+    return (_verify_fix if args.fix else _verify_run)(script, script_args, options)
 
 
 def _benchmark(args, script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
@@ -195,13 +273,15 @@ def main(argv: list[str]) -> int:
     if args.timeout <= 0:
         print("mplint verify: error: --timeout must be positive", file=sys.stderr)
         return EXIT_UNVERIFIED
-    keras = args.keras or detect_keras(script)
-    missing = missing_runtime(keras)
+    framework = detect_framework(script)
+    keras = args.keras or (3 if framework == "torch" else detect_keras(script))
+    missing = missing_runtime(keras, framework)
     if missing:
         print(f"mplint verify: error: {missing}", file=sys.stderr)
         return EXIT_UNVERIFIED
     options = RunOptions(steps=args.steps, seed=args.seed, timeout=args.timeout, keras=keras,
-                         source_dir=str(script.resolve().parent), memory_limit_mb=args.memory_limit)
+                         source_dir=str(script.resolve().parent), memory_limit_mb=args.memory_limit,
+                         framework=framework)
     doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
     _emit(doc, args.format, renderables)
     return doc["exit_code"]

@@ -98,18 +98,20 @@ def wrap_apply_gradients(original):
         pairs = list(grads_and_vars)
         result, outer = _outermost(lambda: original(self, pairs, *args, **kwargs))
         if outer:
-            after_apply(self, [g for g, _ in pairs])
+            after_apply(self, [g for g, _ in pairs], [v for _, v in pairs])
         return result
 
     return apply_gradients
 
 
 def wrap_apply(original):
-    def apply(self, grads, *args, **kwargs):
+    def apply(self, grads, trainable_variables=None, *args, **kwargs):
         grads = list(grads)
-        result, outer = _outermost(lambda: original(self, grads, *args, **kwargs))
+        result, outer = _outermost(lambda: original(self, grads, trainable_variables, *args, **kwargs))
         if outer:
-            after_apply(self, grads)
+            variables = list(trainable_variables) if trainable_variables is not None else \
+                list(getattr(self, "_trainable_variables", None) or [])
+            after_apply(self, grads, variables)
         return result
 
     return apply
@@ -126,12 +128,32 @@ def wrap_scale_loss(original):
     return scale_loss
 
 
+def _leaves(x) -> list:
+    if isinstance(x, (list, tuple)):
+        return [leaf for v in x for leaf in _leaves(v)]
+    if isinstance(x, dict):
+        return [leaf for v in x.values() for leaf in _leaves(v)]
+    return [x]
+
+
 def wrap_gradient(original):
-    def gradient(self, target, *args, **kwargs):
-        _local.loss = _scaled_losses.get(id(target), (None, target))[1]
-        return original(self, target, *args, **kwargs)
+    def gradient(self, target, sources, *args, **kwargs):
+        loss = _scaled_losses.get(id(target), (None, target))[1]
+        targets = getattr(_local, "targets", [])[-15:]  # the losses differentiated lately, by their variables
+        _local.targets = [*targets, ({id(v) for v in _leaves(sources)}, loss)]
+        return original(self, target, sources, *args, **kwargs)
 
     return gradient
+
+
+def _loss_for(variables) -> object:
+    """The loss whose gradient the optimizer applies: the latest ``tape.gradient`` target taken
+    with respect to these variables (one tape per model in a GAN, or one persistent tape)."""
+    ids = {id(v) for v in variables}
+    for sources, loss in reversed(getattr(_local, "targets", [])):
+        if sources & ids:
+            return loss
+    return None
 
 
 def _loss_scale(opt):
@@ -142,17 +164,24 @@ def _loss_scale(opt):
     return None
 
 
+def _optimizer_label(opt) -> str:
+    inner = getattr(opt, "inner_optimizer", None)
+    return f"{type(opt).__name__}({type(inner).__name__})" if inner is not None else type(opt).__name__
+
+
 def _dense(tf, g):
     return g.values if isinstance(g, tf.IndexedSlices) else g
 
 
-def after_apply(opt, grads) -> None:
+def after_apply(opt, grads, variables) -> None:
     tf = sys.modules["tensorflow"]
-    grads = [_dense(tf, g) for g in grads if g is not None]
-    loss = getattr(_local, "loss", None)
-    _local.loss = None
+    pairs = [(_dense(tf, g), v) for g, v in zip(grads, variables or [None] * len(grads)) if g is not None]
+    grads = [g for g, _ in pairs]
+    loss = _loss_for([v for _, v in pairs if v is not None])
+    model = R().model_of([v for _, v in pairs if v is not None])
     scale = _loss_scale(opt)
-    capture = R().config.get("capture_grads") and R().first_grads is None
+    opt_id, label = id(opt), _optimizer_label(opt)
+    capture = R().config.get("capture_grads") and opt_id not in R().grads_taken
     if not tf.inside_function():
         finite = all(bool(np.all(np.isfinite(np.asarray(g)))) for g in grads)
         try:
@@ -161,7 +190,7 @@ def after_apply(opt, grads) -> None:
             value = None
         scale_value = float(np.asarray(scale)) if scale is not None else None
         captured = [np.asarray(tf.cast(g, tf.float32)) for g in grads] if capture else None
-        R().record_step(value, finite, scale_value, captured)
+        R().record_step(opt_id, label, model, value, finite, scale_value, captured)
         return
     graph = tf.compat.v1.get_default_graph()
     has_loss = loss is not None and getattr(loss, "graph", None) is graph
@@ -175,7 +204,7 @@ def after_apply(opt, grads) -> None:
     ]
 
     def record(finite_value, scale_value, loss_value, *captured):
-        R().record_step(float(loss_value.numpy()) if has_loss else None, bool(finite_value.numpy()),
+        R().record_step(opt_id, label, model, float(loss_value.numpy()) if has_loss else None, bool(finite_value.numpy()),
                         float(scale_value.numpy()) if scale is not None else None,
                         [c.numpy() for c in captured] if captured else None)
         return []
@@ -237,8 +266,6 @@ def _cap_data(arguments, steps, steps_key):
 def wrap_fit(original):
     def fit(self, *args, **kwargs):
         rec = R()
-        if len(rec.steps) >= rec.cap:
-            rec.finish("step-cap")
         bound, arguments = _bind(original, self, args, kwargs)
         arguments["epochs"] = 1
         arguments.pop("initial_epoch", None)
@@ -250,12 +277,16 @@ def wrap_fit(original):
             if len(kept) != len(callbacks):
                 rec.note("notes", "TensorBoard callback removed")
             arguments["callbacks"] = kept
-        _cap_data(arguments, rec.cap - len(rec.steps), "steps_per_epoch")
+        _cap_data(arguments, rec.cap, "steps_per_epoch")
+        if not rec.in_fit:
+            rec.start_loop("fit()")
         rec.in_fit += 1
         try:
             return original(*bound.args, **bound.kwargs)
         finally:
             rec.in_fit -= 1
+            if not rec.in_fit:
+                rec.loop = None  # steps after this fit() are a new loop with its own cap
 
     return fit
 

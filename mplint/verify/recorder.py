@@ -12,13 +12,17 @@ from dataclasses import dataclass, field
 _real_open = open
 
 
+MAX_LOOPS = 4  # training loops run per script: a fit() called once per epoch stops after this many
+
+
 @dataclass
 class Step:
     loss: float | None
     finite_grads: bool
     scale: float | None
     time: float
-    model: str | None
+    model: str | None  # the model whose variables the optimizer updated
+    unit: str  # "<loop label> / <optimizer label>"
 
 
 @dataclass
@@ -36,12 +40,17 @@ class Recorder:
     steps: list = field(default_factory=list)
     models: dict = field(default_factory=dict)  # id(model) -> ModelSeen
     current_model: str | None = None
-    first_grads: list | None = None
     events: dict = field(default_factory=lambda: {"downloads_blocked": [], "writes_redirected": [],
                                                   "datasets_replaced": [], "notes": []})
     in_fit: int = 0
     lock: threading.Lock = field(default_factory=threading.RLock)
     finished: bool = False
+    loop: str | None = None  # the training loop now running; None between loops
+    loops: list = field(default_factory=list)
+    units: dict = field(default_factory=dict)  # "<loop> / <optimizer>" -> {"loop", "optimizer", "first_grads"}
+    optimizer_labels: dict = field(default_factory=dict)  # (loop, id(optimizer)) -> unit key
+    crash: dict | None = None
+    grads_taken: set = field(default_factory=set)  # ids of optimizers whose first gradients are kept
     policy_set: str | None = None
     policy_reader: object = None  # () -> the global policy's name, set by the bootstrap
 
@@ -57,20 +66,69 @@ class Recorder:
         key = str(id(model))
         seen = self.models.get(key)
         if seen is None:
-            seen = self.models[key] = ModelSeen(getattr(model, "name", "model"), type(model).__name__, keras, model)
+            name = getattr(model, "name", None)  # a torch module has none: its class names it
+            seen = self.models[key] = ModelSeen(name if isinstance(name, str) else type(model).__name__,
+                                                type(model).__name__, keras, model)
         seen.output_dtypes.update(dtypes)
         self.current_model = key
 
-    def record_step(self, loss, finite_grads, scale, grads=None) -> None:
-        """One optimizer application. Stops the script for good at the cap outside fit()."""
+    def model_of(self, variables) -> str | None:
+        """The seen model owning most of ``variables`` (an optimizer's update target)."""
+        ids = {id(v) for v in variables}
+        best, overlap = None, 0
+        for key, seen in self.models.items():
+            try:
+                variables = getattr(seen.model, "trainable_variables", None)
+                if variables is None and hasattr(seen.model, "parameters"):  # a torch module
+                    variables = list(seen.model.parameters())
+                owned = sum(1 for v in variables or [] if id(v) in ids)
+            except Exception:  # a model half built
+                continue
+            if owned > overlap:
+                best, overlap = key, owned
+        return best
+
+    def start_loop(self, kind: str) -> str:
+        """A new training loop (``fit()`` or ``custom loop``): it gets its own step cap."""
+        with self.lock:
+            if len(self.loops) >= MAX_LOOPS:
+                self.note("notes", f"stopped before training loop {len(self.loops) + 1} (at most {MAX_LOOPS} are run)")
+                self.finish("step-cap")
+            number = sum(1 for label in self.loops if label.startswith(kind)) + 1
+            self.loop = f"{kind} #{number}"
+            self.loops.append(self.loop)
+            return self.loop
+
+    def unit_of(self, optimizer_id: int, optimizer_label: str) -> str:
+        loop = self.loop or self.start_loop("custom loop")
+        key = (loop, optimizer_id)
+        if key not in self.optimizer_labels:
+            unit = f"{loop} / {optimizer_label}"
+            same = sum(1 for known in self.units.values() if known["loop"] == loop and known["optimizer"] == optimizer_label)
+            unit += f" #{same + 1}" if same else ""  # two optimizers of one class (a GAN's two Adams)
+            self.optimizer_labels[key] = unit
+            self.units[unit] = {"loop": loop, "optimizer": optimizer_label, "first_grads": None,
+                                 "first_update": None}
+        return self.optimizer_labels[key]
+
+    def record_step(self, optimizer_id: int, optimizer_label: str, model: str | None, loss, finite_grads, scale,
+                    grads=None, update: float | None = None) -> None:
+        """One optimizer application. Outside fit(), an optimizer's step past the cap stops the script
+        for good: every optimizer of the loop has then made its capped steps."""
         with self.lock:
             if self.finished:
                 return
-            self.steps.append(Step(loss, bool(finite_grads), scale, time.perf_counter(), self.current_model))
-            if grads is not None and self.first_grads is None:
-                self.first_grads = grads
-            if not self.in_fit and len(self.steps) >= self.cap:
+            unit = self.unit_of(optimizer_id, optimizer_label)
+            done = sum(1 for s in self.steps if s.unit == unit)
+            if not self.in_fit and done >= self.cap:
                 self.finish("step-cap")
+            self.steps.append(Step(loss, bool(finite_grads), scale, time.perf_counter(), model or self.current_model, unit))
+            if grads is not None and self.units[unit]["first_grads"] is None:
+                self.units[unit]["first_grads"] = grads
+                self.grads_taken.add(optimizer_id)
+            if update is not None and self.units[unit]["first_update"] is None:
+                self.units[unit]["first_update"] = update
+                self.grads_taken.add(optimizer_id)
 
     def records(self, status: str, detail: str = "") -> dict:
         from mplint.runtime.model_checks import check_model
@@ -78,8 +136,6 @@ class Recorder:
         models = []
         for key, seen in self.models.items():
             steps = [s for s in self.steps if s.model == key]
-            if not steps and not seen.output_dtypes:
-                continue
             policies: dict[str, int] = {}
             for layer in getattr(seen.model, "layers", []):
                 policy = getattr(getattr(layer, "dtype_policy", None), "name", None) or str(getattr(layer, "dtype", ""))
@@ -89,19 +145,30 @@ class Recorder:
             except Exception as exc:  # a model check must never hide the run's records
                 static = [{"rule": "", "name": "", "message": f"check_model failed: {exc}", "layer": None}]
             models.append({
-                "name": seen.name, "class": seen.cls, "keras": seen.keras,
+                "key": key, "name": seen.name, "class": seen.cls, "keras": seen.keras,
                 "output_dtypes": sorted(seen.output_dtypes), "layer_policies": policies,
-                "losses": [s.loss for s in steps], "finite_grads": [s.finite_grads for s in steps],
-                "loss_scale": [s.scale for s in steps], "step_times": [s.time for s in steps],
-                "model_findings": static,
+                "trained_steps": len(steps), "model_findings": static,
+                "parameter_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in seen.model.parameters()})
+                if seen.keras == 0 else [],
             })
-        models.sort(key=lambda m: -len(m["losses"]))
+        names = {m["key"]: m["name"] for m in models}
+        units = []
+        for unit, info in self.units.items():
+            steps = [s for s in self.steps if s.unit == unit]
+            trained = [s.model for s in steps if s.model is not None]
+            model = max(set(trained), key=trained.count) if trained else None
+            units.append({
+                "unit": unit, "loop": info["loop"], "optimizer": info["optimizer"], "model": names.get(model),
+                "model_key": model, "losses": [s.loss for s in steps], "finite_grads": [s.finite_grads for s in steps],
+                "loss_scale": [s.scale for s in steps], "step_times": [s.time for s in steps],
+                "first_update": info["first_update"],
+            })
         try:
             policy = self.policy_set or (self.policy_reader() if self.policy_reader else None)
         except Exception:
             policy = None
         return {"status": status, "detail": detail, "policy": policy, "steps": len(self.steps), "cap": self.cap,
-                "models": models, "events": self.events}
+                "models": models, "units": units, "loops": self.loops, "crash": self.crash, "events": self.events}
 
     def finish(self, status: str, detail: str = "", exit_code: int = 0) -> None:
         """Write the records and end the process: nothing in the script can catch this."""
@@ -114,10 +181,11 @@ class Recorder:
         with _real_open(out + ".tmp", "w", encoding="utf-8") as fh:
             json.dump(data, fh, default=str)
         os.replace(out + ".tmp", out)
-        if self.first_grads is not None:
+        arrays = {f"u{k}_{i}": g for k, info in enumerate(self.units.values()) for i, g in enumerate(info["first_grads"] or [])}
+        if arrays:
             import numpy as np
 
-            np.savez(self.config["records"] + ".grads.npz", *self.first_grads)
+            np.savez(self.config["records"] + ".grads.npz", **arrays)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -28,6 +28,7 @@ class RunOptions:
     keras: int = 3
     source_dir: str | None = None  # the original script's folder, for sibling imports of a copy
     memory_limit_mb: int | None = None  # address-space cap (RLIMIT_AS) of the instrumented process
+    framework: str = "keras"  # or "torch"
 
 
 @dataclass
@@ -36,7 +37,7 @@ class RunResult:
     status: str  # completed, step-cap, exited, crashed, out-of-memory, timeout, nothing-recorded, internal-error
     detail: str = ""
     records: dict = field(default_factory=dict)
-    first_grads: list | None = None
+    first_grads: dict = field(default_factory=dict)  # unit index -> its first step's gradients
     stderr_tail: str = ""
 
     @property
@@ -44,9 +45,8 @@ class RunResult:
         return self.status in OK_STATUSES
 
     @property
-    def model(self) -> dict | None:
-        models = self.records.get("models") or []
-        return models[0] if models else None
+    def crash(self) -> dict | None:
+        return self.records.get("crash")
 
 
 def detect_keras(script: Path) -> int:
@@ -69,18 +69,59 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(kept[-lines:])
 
 
-def run_script(label: str, script: Path, argv: list[str], options: RunOptions) -> RunResult:
+def run_script(label: str, script: Path, argv: list[str], options: RunOptions, text: Path | None = None) -> RunResult:
+    """Run ``script`` (or, with ``text``, that file under the script's name: a fixed copy) in a scratch
+    copy of the script's folder, so that its sibling files are read at the same relative paths and
+    whatever it writes there changes the copy only."""
     scratch = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
     try:
-        return _run_in(scratch, label, script.resolve(), argv, options)
+        return _run_in(scratch, label, script.resolve(), argv, options, text)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: RunOptions) -> RunResult:
+# Not copied with the script's folder: version control, caches and environments.
+COPY_IGNORED = (".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "node_modules", ".tox", ".mypy_cache",
+                ".pytest_cache", ".ipynb_checkpoints")
+COPY_BUDGET_BYTES = 1 << 30
+COPY_BUDGET_FILES = 20000
+
+
+def copy_folder(source: Path, work: Path) -> list[str]:
+    """Copy ``source`` into ``work`` within the byte and file budgets; returns what was left out."""
+    left_out: list[str] = []
+    budget = {"bytes": COPY_BUDGET_BYTES, "files": COPY_BUDGET_FILES}
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n in COPY_IGNORED}
+        for name in sorted(set(names) - skipped):
+            path = os.path.join(folder, name)
+            if os.path.isdir(path):
+                continue
+            size = os.path.getsize(path) if os.path.exists(path) else 0
+            if size > budget["bytes"] or budget["files"] <= 0:
+                skipped.add(name)
+                left_out.append(os.path.relpath(path, source))
+                continue
+            budget["bytes"] -= size
+            budget["files"] -= 1
+        return skipped
+
+    try:
+        shutil.copytree(source, work, ignore=ignore, ignore_dangling_symlinks=True, dirs_exist_ok=True)
+    except shutil.Error as exc:  # unreadable files, symlink loops: run with what was copied
+        left_out.extend(str(args[0]) for args in exc.args[0] if isinstance(args, tuple))
+    return left_out
+
+
+def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: RunOptions,
+            text: Path | None) -> RunResult:
     work, tmp = scratch / "work", scratch / "tmp"
-    work.mkdir()
+    left_out = copy_folder(script.parent, work)
     tmp.mkdir()
+    script = work / script.name
+    if text is not None:
+        shutil.copyfile(text, script)
     records = scratch / "records.json"
     config = {
         "script": str(script), "argv": argv, "steps": options.steps, "seed": options.seed,
@@ -105,16 +146,23 @@ def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: R
         return RunResult(label, "crashed", f"the instrumented process died (status {returncode})",
                          stderr_tail=_tail(stderr))
     data = json.loads(records.read_text(encoding="utf-8"))
+    if left_out:
+        data.setdefault("events", {}).setdefault("notes", []).append(
+            f"not copied into the scratch folder (budget or unreadable): {', '.join(left_out[:5])}"
+            + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""))
     result = RunResult(label, data["status"], data.get("detail", ""), data, stderr_tail=_tail(stderr))
     grads = Path(str(records) + ".grads.npz")
     if grads.exists():
         import numpy as np
 
         with np.load(grads) as npz:
-            result.first_grads = [npz[f"arr_{i}"] for i in range(len(npz.files))]
-    if result.ok and not data.get("models") and not data.get("steps"):
+            for name in npz.files:  # u<unit>_<index>
+                unit, index = map(int, name[1:].split("_"))
+                result.first_grads.setdefault(unit, {})[index] = npz[name]
+        result.first_grads = {u: [g[i] for i in sorted(g)] for u, g in result.first_grads.items()}
+    if result.ok and not any(m.get("output_dtypes") for m in data.get("models", [])) and not data.get("steps"):
         result.status = "nothing-recorded"
-        result.detail = "the script ran but no Keras model was called and no optimizer step ran"
+        result.detail = "the script ran but no Keras model or torch module was called and no optimizer step ran"
     return result
 
 
@@ -179,7 +227,7 @@ def fix_copy(script: Path, keras: int, folder: Path) -> tuple[Path, list[str], s
     if proc.returncode not in (0, 1):
         return copy, [], _tail(proc.stderr or proc.stdout) or f"mplint --fix exited with status {proc.returncode}"
     try:
-        fixed = [d["rule"] for d in json.loads(proc.stdout).get("fixed", [])]
+        fixed = list(dict.fromkeys(d["rule"] for d in json.loads(proc.stdout).get("fixed", [])))
     except (json.JSONDecodeError, AttributeError):
         fixed = []
     return copy, fixed, None

@@ -1,0 +1,184 @@
+"""Patches applied to PyTorch as the script imports it: optimizer steps counted by the global
+step hooks, ``GradScaler`` steps with their scale and skipped (inf/NaN) steps, the loss of each
+``backward()``, top-level modules' output dtypes by forward hooks, autocast/GradScaler turned
+off for the float32 reference, and dataset/hub downloads blocked."""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+
+from mplint.verify import recorder, sandbox
+from mplint.verify.hooks import patch_function
+
+_local = threading.local()
+_scaled: dict = {}  # id(scaled loss) -> loss: report the loss the user wrote
+
+
+def R() -> recorder.Recorder:
+    return recorder.RECORDER
+
+
+def _params(optimizer) -> list:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _finite(torch, tensors) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+def _loss_value(loss) -> float | None:
+    try:
+        return float(loss.detach().float().mean())
+    except Exception:  # noqa: BLE001 - a loss of an odd type is not recorded
+        return None
+
+
+def _pre_step(optimizer, args, kwargs) -> None:
+    """Before the update: the first step's gradients (underflow) and weights (update size)."""
+    import torch
+
+    params = [p for p in _params(optimizer) if p.grad is not None]
+    _local.grads_finite = _finite(torch, [p.grad for p in params])
+    first = id(optimizer) not in R().grads_taken
+    _local.before = [p.detach().float().clone() for p in params] if first else None
+    _local.grads = [p.grad.detach().float().numpy().copy() for p in params] \
+        if first and R().config.get("capture_grads") else None
+
+
+def _post_step(optimizer, args, kwargs) -> None:
+    import torch
+
+    before = getattr(_local, "before", None)
+    update = None
+    if before is not None:
+        params = [p for p in _params(optimizer) if p.grad is not None]
+        update = math.sqrt(sum(float(((p.detach().float() - b) ** 2).sum()) for p, b in zip(params, before)))
+    _local.before = None
+    if getattr(_local, "scaler_depth", 0):  # recorded by GradScaler.step, which knows the scale
+        _local.update = update
+        return
+    _record(optimizer, getattr(_local, "grads_finite", True), None, update)
+
+
+def _record(optimizer, finite: bool, scale, update) -> None:
+    rec = R()
+    model = rec.model_of(_params(optimizer))
+    loss = getattr(_local, "loss", None)
+    grads, _local.grads = getattr(_local, "grads", None), None
+    rec.record_step(id(optimizer), type(optimizer).__name__, model, loss, finite, scale, grads, update=update)
+
+
+def wrap_scaler_step(original):
+    def step(self, optimizer, *args, **kwargs):
+        _local.scaler_depth = getattr(_local, "scaler_depth", 0) + 1
+        _local.update = None
+        _local.grads_finite = True
+        try:
+            result = original(self, optimizer, *args, **kwargs)
+        finally:
+            _local.scaler_depth -= 1
+        if not self.is_enabled():
+            _record(optimizer, _local.grads_finite, None, _local.update)
+            return result
+        found_inf = sum(float(v) for v in self._found_inf_per_device(optimizer).values())
+        _record(optimizer, found_inf == 0, float(self.get_scale()), _local.update)
+        return result
+
+    return step
+
+
+def wrap_scaler_scale(original):
+    def scale(self, outputs):
+        scaled = original(self, outputs)
+        if len(_scaled) > 64:
+            _scaled.clear()
+        _scaled[id(scaled)] = outputs
+        return scaled
+
+    return scale
+
+
+def wrap_backward(original):
+    def backward(self, *args, **kwargs):
+        _local.loss = _loss_value(_scaled.get(id(self), self))
+        return original(self, *args, **kwargs)
+
+    return backward
+
+
+def _forward_pre(module, args) -> None:
+    _local.depth = getattr(_local, "depth", 0) + 1
+
+
+def _forward_post(module, args, output) -> None:
+    _local.depth = getattr(_local, "depth", 1) - 1
+    if _local.depth or not any(True for _ in module.parameters()):  # nested layers and loss modules
+        return
+    import torch
+
+    flat = output if isinstance(output, (list, tuple)) else output.values() if isinstance(output, dict) else [output]
+    R().see_model(module, 0, {str(t.dtype).replace("torch.", "") for t in flat if isinstance(t, torch.Tensor)})
+
+
+def wrap_autocast_init(original):
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if R().config.get("force_policy") == "float32":
+            R().policy_set = "float32"
+            if self._enabled:
+                R().note("notes", "autocast turned off for the float32 reference")
+            self._enabled = False
+        elif self._enabled:
+            R().policy_set = f"autocast {str(self.fast_dtype).replace('torch.', '')}"
+
+    return __init__
+
+
+def wrap_scaler_init(original):
+    def __init__(self, *args, **kwargs):
+        if R().config.get("force_policy") == "float32":
+            kwargs["enabled"] = False
+        original(self, *args, **kwargs)
+
+    return __init__
+
+
+def blocked_download(what: str):
+    def make(original):
+        @functools.wraps(original)
+        def blocked(*args, **kwargs):
+            target = kwargs.get("url") or kwargs.get("repo_or_dir") or (args[0] if args else "?")
+            R().note("downloads_blocked", f"{what}({target})")
+            raise sandbox.DownloadBlocked(
+                f"mplint verify: {what} of {target} blocked: the run is offline; give the script local or "
+                "synthetic data (e.g. torch.randn tensors in a TensorDataset)")
+
+        return blocked
+
+    return make
+
+
+def install_torch(torch) -> None:
+    from torch.optim import optimizer
+
+    torch.manual_seed(R().config["seed"])
+    optimizer.register_optimizer_step_pre_hook(_pre_step)
+    optimizer.register_optimizer_step_post_hook(_post_step)
+    torch.nn.modules.module.register_module_forward_pre_hook(_forward_pre)
+    torch.nn.modules.module.register_module_forward_hook(_forward_post)
+    torch.Tensor.backward = wrap_backward(torch.Tensor.backward)
+    scaler_cls = torch.amp.GradScaler
+    scaler_cls.step = wrap_scaler_step(scaler_cls.step)
+    scaler_cls.scale = wrap_scaler_scale(scaler_cls.scale)
+    scaler_cls.__init__ = wrap_scaler_init(scaler_cls.__init__)
+    torch.autocast.__init__ = wrap_autocast_init(torch.autocast.__init__)
+    for name in ("load", "load_state_dict_from_url", "download_url_to_file"):
+        patch_function("torch.hub", name, blocked_download(f"torch.hub.{name}"), "torch")
+
+
+def install_torchvision(torchvision) -> None:
+    for name in ("download_url", "download_and_extract_archive", "download_file_from_google_drive"):
+        patch_function("torchvision.datasets.utils", name, blocked_download(f"torchvision dataset download {name}"),
+                       "torchvision")

@@ -1,0 +1,76 @@
+"""``mplint verify`` on PyTorch scripts (CPU, float16 autocast, ``GradScaler("cpu")``): real subprocesses."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from mplint.verify.cli import main  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "verify"
+
+
+def verify_json(capsys, *argv):
+    code = main([*map(str, argv), "--format", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_clip_before_unscale_update_is_65536x_too_small_then_right(capsys):
+    code, doc = verify_json(capsys, FIXTURES / "torch_clip_before_unscale.py", "--fix", "--steps", "4")
+    assert code == 0
+    assert doc["framework"] == "torch"
+    assert doc["fixed_rules"] == ["MPT204"]
+    before, after = (doc["runs"][r]["metrics"] for r in ("before", "after"))
+    (b,), (a,) = before["units"], after["units"]
+    assert (b["unit"], b["model"], b["steps"], a["steps"]) == ("custom loop #1 / SGD", "Sequential", 4, 4)
+    assert round(math.log2(1 / b["update_ratio"])) == 16  # 65536x too small
+    assert abs(a["update_ratio"] - 1.0) < 0.02
+    assert b["scale_history"] == a["scale_history"] == [65536.0] * 4
+    assert [f["rule"] for f in before["findings"]] == ["MPT204"]
+    assert after["findings"] == []
+    assert before["policy"] == "autocast float16"
+    assert doc["runs"]["float32 reference"]["metrics"]["policy"] == "float32"
+    assert doc["summary"] == "before: runs; after: runs"
+    assert doc["verdict"] == "verified: the fixed script is no worse and shows no MP802/MP803/MP804"
+
+
+def test_masked_fill_overflow_crash_is_repaired_by_the_fix(capsys):
+    code, doc = verify_json(capsys, FIXTURES / "torch_masked_fill.py", "--fix", "--steps", "3")
+    assert code == 0
+    assert "MPT601" in doc["fixed_rules"]
+    before, after = (doc["runs"][r]["metrics"] for r in ("before", "after"))
+    assert before["crash"] == {"error": "RuntimeError: value cannot be converted to type c10::Half without overflow",
+                               "file": "torch_masked_fill.py", "line": 17,
+                               "source": "scores = scores.masked_fill(mask, -1e9)"}
+    assert (after["steps"], after["non_finite_steps"]) == (3, 0)
+    assert after["model_outputs"] == {"Attention": ["float16"]}
+    assert doc["verdict"].startswith("verified repair: the original crashed with RuntimeError")
+
+
+def test_gradscaler_skipped_steps_and_non_finite_loss_are_counted(capsys, tmp_path):
+    script = tmp_path / "overflow.py"
+    script.write_text(
+        "import torch\nmodel = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scaler = torch.amp.GradScaler('cpu')\n"
+        "for i in range(100):\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        loss = (model(torch.full((8, 4), 300.0)) ** 2).mean()\n"
+        "    opt.zero_grad()\n    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
+    code, doc = verify_json(capsys, script, "--steps", "3")
+    (unit,) = doc["runs"]["run"]["metrics"]["units"]
+    assert unit["steps"] == 3
+    assert unit["skipped_steps"] == 3  # every scaled gradient overflows float16: the scaler skips the step
+    assert unit["scale_history"] == [65536.0, 32768.0, 16384.0]  # the scale each step used
+    assert code == 1 and doc["verdict"] == "problems: MP803"
+
+
+def test_torch_hub_download_is_blocked_with_a_clear_message(capsys, tmp_path):
+    script = tmp_path / "hub.py"
+    script.write_text("import torch\ntorch.hub.load('pytorch/vision', 'resnet18')\n")
+    code = main([str(script)])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "DownloadBlocked: mplint verify: torch.hub.load of pytorch/vision blocked: the run is offline" in out
