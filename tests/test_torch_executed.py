@@ -9,6 +9,9 @@
     (the code's own value is kept wherever the dtype holds it, never ``finfo(torch.float32).min``).
 (d) MPT501: the apex O1 fixture, migrated by ``--fix --unsafe-fixes``, trains on CPU (where the
     migrated autocast and GradScaler disable themselves) exactly as the apex script did in float32.
+(e) MPT203: a second ``unscale_`` before ``step`` raises; after ``--fix`` the loop runs and updates as the loop
+    written right does.
+(f) MPT205: ``backward()`` inside the autocast region; after ``--fix`` (moved out) the weights are the same.
 
 CPU autocast runs float16 (``torch.autocast("cpu", dtype=torch.float16)``) and ``torch.amp.GradScaler("cpu")``
 scales as on a GPU. Ratios and equalities are asserted, never timings.
@@ -168,6 +171,30 @@ class TwoMasks(nn.Module):
     assert torch.isfinite(before).all() and torch.equal(after, before)
     float32_limit = source.replace("-1e9)", "torch.finfo(torch.float32).min)")
     assert torch.isnan(_run(float32_limit)["TwoMasks"]()(scores, keys, queries)).any()  # what writing the limit computes
+
+
+def test_e_a_second_unscale_raises_and_the_fix_trains_like_the_right_loop():
+    clip = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01)"
+    head = ("scaler.scale(loss).backward()", "scaler.unscale_(optimizer)", clip)
+    buggy = _SCRIPT.format(step=_step(*head, "scaler.unscale_(optimizer)", "scaler.step(optimizer)", "scaler.update()"))
+    right = _SCRIPT.format(step=_step(*head, "scaler.step(optimizer)", "scaler.update()"))
+    found = lint_code(buggy, select=["MPT203"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT203", 19, 5)]
+    fixed = _fixed(buggy, "MPT203")
+    assert fixed == right
+    with pytest.raises(RuntimeError, match=r"unscale_\(\) has already been called"):
+        _run(buggy)
+    assert all(map(torch.equal, _run(fixed)["weights"], _run(right)["weights"]))
+
+
+def test_f_backward_moved_out_of_autocast_computes_the_same_weights():
+    inside = _SCRIPT.format(step=_step("    scaler.scale(loss).backward()", "    scaler.step(optimizer)", "    scaler.update()"))
+    right = _SCRIPT.format(step=_step("scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"))
+    found = lint_code(inside, select=["MPT205"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT205", 16, 9)]
+    fixed = _fixed(inside, "MPT205")
+    assert fixed == right
+    assert all(map(torch.equal, _run(fixed)["weights"], _run(inside)["weights"]))
 
 
 @contextlib.contextmanager
