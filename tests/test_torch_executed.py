@@ -12,6 +12,7 @@
 (e) MPT203: a second ``unscale_`` before ``step`` raises; after ``--fix`` the loop runs and updates as the loop
     written right does.
 (f) MPT205: ``backward()`` inside the autocast region; after ``--fix`` (moved out) the weights are the same.
+(g) MPT206: a GradScaler under bfloat16 autocast; after ``--fix`` (plain backward and step) the weights are the same.
 
 CPU autocast runs float16 (``torch.autocast("cpu", dtype=torch.float16)``) and ``torch.amp.GradScaler("cpu")``
 scales as on a GPU. Ratios and equalities are asserted, never timings.
@@ -195,6 +196,17 @@ def test_f_backward_moved_out_of_autocast_computes_the_same_weights():
     fixed = _fixed(inside, "MPT205")
     assert fixed == right
     assert all(map(torch.equal, _run(fixed)["weights"], _run(inside)["weights"]))
+
+
+def test_g_grad_scaler_removed_under_bfloat16_computes_the_same_weights():
+    bfloat16 = _SCRIPT.replace("dtype=torch.float16", "dtype=torch.bfloat16")
+    scaled = bfloat16.format(step=_step("scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"))
+    right = bfloat16.replace('scaler = torch.amp.GradScaler("cpu")\n', "").format(step=_step("loss.backward()", "optimizer.step()"))
+    found = lint_code(scaled, select=["MPT206"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT206", 6, 10)]
+    fixed = _fixed(scaled, "MPT206")
+    assert fixed == right
+    assert all(map(torch.equal, _run(fixed)["weights"], _run(scaled)["weights"]))
 
 
 @contextlib.contextmanager
