@@ -11,13 +11,6 @@ from mplint.testing import lint_code
 
 CHECKS = Path(__file__).resolve().parent.parent / "mplint" / "checks"
 
-# Comparisons still to move onto resolved names: each mixes API names with the project's own function names
-# (builders, converters, loss helpers), which only a summary of the project can tell apart.
-KNOWN = {
-    ("mp103_loss_in_float16.py", "_unbounded"),
-    ("mp401_float16_preprocessing.py", "_passed_dtype"),
-    ("mp701_policy_after_model_build.py", "describe"),
-}
 
 
 def short_name_comparisons(source: str) -> list[tuple[str, int]]:
@@ -51,10 +44,9 @@ def test_the_inspection_sees_a_short_name_comparison():
 
 
 def test_no_check_compares_a_written_short_name_with_an_api_name():
-    found = {(path.name, function) for path in sorted(CHECKS.glob("*.py"))
-             for function, _ in short_name_comparisons(path.read_text())}
-    assert found - KNOWN == set()
-    assert KNOWN - found == set(), "a known case was fixed: take it off KNOWN"
+    found = [(path.name, function, line) for path in sorted(CHECKS.glob("*.py"))
+             for function, line in short_name_comparisons(path.read_text())]
+    assert found == []
 
 
 _POLICY = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n\n'
@@ -75,3 +67,36 @@ def test_mp205_finds_an_aliased_loss_scale_optimizer():
     found = lint_code(code, select=["MP205"]).diagnostics
     assert [(d.rule_id, d.line, d.column, d.message.split(":")[0]) for d in found] == [
         ("MP205", 5, 40, "LossScaleOptimizer(dynamic=False)")]
+
+
+def test_mp103_knows_an_aliased_log_softmax_by_its_resolved_name():
+    code = ("import tensorflow as tf\nfrom tensorflow.nn import log_softmax as normalize\n\n\ndef token_loss(logits):\n"
+            "    log_probs = normalize(tf.cast(logits, tf.float16))\n    loss = tf.reduce_sum(log_probs)\n    return loss\n")
+    found = lint_code(code, select=["MP103"], policy="mixed_float16").diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MP103", 7, 12)]
+    assert found[0].message.startswith("this loss squares, exponentiates or sums the compute-dtype `log_probs`")
+    fixed = lint_code(code, select=["MP103"], policy="mixed_float16", fix=True).fixed_code
+    assert fixed == code.replace("tf.reduce_sum(log_probs)", "tf.reduce_sum(tf.cast(log_probs, tf.float32))")
+
+
+def test_mp401_finds_a_converting_function_imported_under_another_name():
+    prep = ("import tensorflow as tf\n\n\ndef normalize_image(image, dtype=tf.float32):\n"
+            "    image = tf.image.convert_image_dtype(image, dtype)\n    return (image - 0.5) / 0.25\n")
+    code = ("import tensorflow as tf\nfrom prep import normalize_image as norm\n\n\ndef parse(image, label):\n"
+            "    return norm(image, dtype=tf.float16), label\n")
+    found = lint_code(code, select=["MP401"], policy="mixed_float16", files={"prep.py": prep}).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MP401", 6, 30)]
+    assert found[0].message.startswith("`normalize_image` converts its data to this dtype at prep.py:5 and then computes")
+    fixed = lint_code(code, select=["MP401"], policy="mixed_float16", files={"prep.py": prep}, fix=True).fixed_code
+    assert fixed == code.replace("dtype=tf.float16", "dtype=tf.float32")
+
+
+def test_mp701_knows_load_model_by_its_resolved_name_not_a_local_function_so_named():
+    aliased = ('import keras\nfrom keras.models import load_model as restore\n\nbase = restore("base.keras")\n'
+               'keras.mixed_precision.set_global_policy("mixed_float16")\n')
+    found = lint_code(aliased, select=["MP701"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MP701", 5, 1)]
+    assert found[0].message.startswith("the policy is set after `load_model(...)` at line 4 created layers")
+    local = ('import json\nimport keras\n\n\ndef load_model(path):\n    with open(path) as f:\n        return json.load(f)\n\n\n'
+             'settings = load_model("settings.json")\nkeras.mixed_precision.set_global_policy("mixed_float16")\n')
+    assert lint_code(local, select=["MP701"]).diagnostics == []

@@ -295,3 +295,47 @@ def test_file_positions_follow_escapes_lists_and_strings():
     assert positions.locate(1, 2, 1) == (3, 43)
     assert positions.locate(2, 2, 3) == (6, 8)
     assert positions.locate(2, 9, 1) is None and positions.locate(3, 1, 1) is None
+
+
+def _notebook(*cells: str) -> str:
+    return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                                  "source": cell.splitlines(keepends=True)} for cell in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+_FLOAT16_TUTORIAL = (
+    "import numpy as np",
+    "# float16 holds integers exactly only up to 2048\nx = np.array(1, dtype=np.float16)\nprint(x + 2048)",
+)
+
+
+def test_float16_tutorial_without_a_mixed_policy_is_not_preprocessing(project, capsys):
+    (project / "float16.ipynb").write_text(_notebook(*_FLOAT16_TUTORIAL))
+    assert main(["--select", "MP401", "--format", "json", "float16.ipynb"]) == 0
+    assert json.loads(capsys.readouterr().out)["diagnostics"] == []
+
+
+def test_float16_preprocessing_under_a_mixed_policy_is_reported(project, capsys):
+    policy = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")'
+    (project / "pipeline.ipynb").write_text(_notebook(policy, *_FLOAT16_TUTORIAL))
+    assert main(["--select", "MP401", "--format", "json", "pipeline.ipynb"]) == 1
+    found = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert [(d["cell"], d["rule"], d["start"]["line"], d["start"]["column"]) for d in found] == [(3, "MP401", 2, 5)]
+
+
+_DEMO_CELLS = (
+    'import keras\nfrom keras import layers\nkeras.mixed_precision.set_global_policy("mixed_float16")',
+    "inputs = keras.Input(shape=(784,))\nx = layers.Dense(100, activation=\"relu\")(inputs)",
+    '# what not to do: a float16 softmax\noutputs = layers.Dense(10, activation="softmax")(x)\nhidden = layers.Dense(100)(x)',
+    'hidden = layers.Dense(128, activation="relu")(x)\noutputs = layers.Dense(10)(hidden)\n'
+    'outputs = layers.Activation("softmax", dtype="float32")(outputs)\nmodel = keras.Model(inputs, outputs)',
+)
+
+
+def test_demo_layers_a_later_cell_replaces_keep_their_sizes(project, capsys):
+    """The demo softmax holds the class count and the demo ``hidden`` is bound again before any use: only
+    the hidden layer the model uses (cell 2) is reported."""
+    (project / "demo.ipynb").write_text(_notebook(*_DEMO_CELLS))
+    assert main(["--select", "MP301", "--format", "json", "demo.ipynb"]) == 1
+    found = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert [(d["cell"], d["rule"], d["start"]["line"], d["start"]["column"]) for d in found] == [(2, "MP301", 2, 18)]

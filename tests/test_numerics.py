@@ -358,3 +358,78 @@ def test_loss_reduction_summaries():
         "reconstruction_loss": ["x@0,x_hat@1", -1, "tf.reduce_sum(tf.square(x - x_hat))", 4, 12],
         "kl_loss": ["mean@0,log_var@1", -1, "ops.mean(1 + log_var - ops.square(mean) - ops.exp(log_var))", 6, 19],
     }
+
+
+# A layer that adds a squared-error loss divided by a normalizer in the compute dtype: under mixed_float16 the
+# sum overflows (errors of 300 square to 90000 > 65504); a fix that casts only the error makes a float32 sum
+# divided by a float16 tensor, which TensorFlow refuses ("x and y must have the same dtype").
+_NORMALIZED_LOSSES = {
+    "tf_keras": (
+        "import tensorflow as tf\nimport tf_keras as keras\n\n\n"
+        "class SquaredError(keras.layers.Layer):\n"
+        "    def call(self, predictions, targets):\n"
+        "        normalizer = tf.cast(tf.shape(predictions)[0], predictions.dtype)\n"
+        "        error = predictions - targets\n"
+        "        loss = tf.reduce_sum(error ** 2) / normalizer\n"
+        "        self.add_loss(loss)\n"
+        "        return predictions\n",
+        "tf.reduce_sum(error ** 2) / normalizer",
+        "tf.reduce_sum(tf.cast(error, tf.float32) ** 2) / tf.cast(normalizer, tf.float32)",
+        "tf.reduce_sum(tf.cast(error, tf.float32) ** 2) / normalizer",
+    ),
+    "keras": (
+        "import keras\nfrom keras import ops\n\n\n"
+        "class SquaredError(keras.layers.Layer):\n"
+        "    def call(self, predictions, targets):\n"
+        "        normalizer = ops.cast(ops.shape(predictions)[0], predictions.dtype)\n"
+        "        error = predictions - targets\n"
+        "        loss = ops.sum(error ** 2) / normalizer\n"
+        "        self.add_loss(loss)\n"
+        "        return predictions\n",
+        "ops.sum(error ** 2) / normalizer",
+        'ops.sum(ops.cast(error, "float32") ** 2) / ops.cast(normalizer, "float32")',
+        'ops.sum(ops.cast(error, "float32") ** 2) / normalizer',
+    ),
+}
+
+
+def _normalized_losses(folder: Path, keras_module: str, sources: dict[str, str]) -> dict[tuple[str, str], str]:
+    """Each source's loss, as "dtype value" or "TypeError", under mixed_float16 and float32 (one process)."""
+    for name, source in sources.items():
+        (folder / f"{name}.py").write_text(source, encoding="utf-8")
+    probe = (
+        f"import importlib, numpy as np, {keras_module} as keras\n"
+        "predictions = np.array([[300.0, 1.0], [2.0, 3.5]], 'float32')\n"
+        f"for name in {list(sources)!r}:\n"
+        "    for policy in ('mixed_float16', 'float32'):\n"
+        "        keras.mixed_precision.set_global_policy(policy)\n"
+        "        layer = importlib.import_module(name).SquaredError()\n"
+        "        try:\n"
+        "            layer(predictions, np.zeros((2, 2), 'float32'))\n"
+        "            loss = layer.losses[0]\n"
+        "            print(name, policy, getattr(loss.dtype, 'name', loss.dtype), repr(float(np.asarray(loss))))\n"
+        "        except TypeError as error:\n"
+        "            print(name, policy, 'TypeError', 'same dtype' in str(error))\n"
+    )
+    lines = _run_probe(folder, probe).splitlines()
+    return {(name, policy): rest for name, policy, rest in (line.split(" ", 2) for line in lines)}
+
+
+@pytest.mark.parametrize("keras_module", list(_NORMALIZED_LOSSES))
+def test_mp103_fix_casts_the_operands_the_float32_loss_meets(tmp_path, keras_module):
+    """Executed on CPU with Keras 2 (tf_keras) and Keras 3: the fixed loss is finite float32 under
+    mixed_float16 and bit-identical under float32; casting the error alone raises TypeError."""
+    pytest.importorskip("tensorflow")
+    pytest.importorskip(keras_module)
+    source, before, after, error_only = _NORMALIZED_LOSSES[keras_module]
+    found = lint_code(source, select=["MP103"], policy="mixed_float16").diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MP103", 9, 16)]
+    fixed = lint_code(source, select=["MP103"], policy="mixed_float16", fix=True).fixed_code
+    assert fixed == source.replace(before, after)
+
+    losses = _normalized_losses(tmp_path, keras_module, {
+        "original": source, "error_only": source.replace(before, error_only), "fixed": fixed})
+    assert losses[("original", "mixed_float16")] == "float16 inf"
+    assert losses[("error_only", "mixed_float16")] == "TypeError True"
+    assert losses[("fixed", "mixed_float16")] == f"float32 {(300.0 ** 2 + 1 + 4 + 3.5 ** 2) / 2!r}"
+    assert losses[("fixed", "float32")] == losses[("original", "float32")] == losses[("fixed", "mixed_float16")]

@@ -34,7 +34,7 @@ def test_a_page_has_every_section_and_its_code_parses():
     page = rule_docs.page(load_catalog()["MP101"])
     headings = [line for line in page.splitlines() if line.startswith("#")]
     assert headings == ["# MP101 `float16-softmax-output`", "## What it does", "## Why is this bad?", "## Example",
-                        "## Fix", "## Fix safety", "## Details", "## References"]
+                        "## Fix", "## Fix safety", "## Proof", "## Details", "## References"]
     assert "Safe: keeps float32 behaviour identical; applied by `--fix`." in page
     for meta in load_catalog().values():
         for code in (meta.example, meta.example_fixed):

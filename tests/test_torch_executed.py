@@ -4,10 +4,15 @@
     ``--fix`` the update is the right one.
 (b) MPT202: ``optimizer.step()`` after a scaled backward makes the update ``scale`` times too large;
     after ``--fix`` it is the right one.
-(c) MPT601: ``masked_fill(mask, -1e9)`` on float16 scores raises; after ``--fix`` the output is finite
-    and float32 results are unchanged.
+(c) MPT601: ``masked_fill(mask, -1e9)`` (or ``-1e8``, ``-10000.0 * 1e5``) on float16 scores raises; after
+    ``--fix`` the output is finite under float16 and bfloat16 autocast, and float32 results are bit-identical
+    (the code's own value is kept wherever the dtype holds it, never ``finfo(torch.float32).min``).
 (d) MPT501: the apex O1 fixture, migrated by ``--fix --unsafe-fixes``, trains on CPU (where the
     migrated autocast and GradScaler disable themselves) exactly as the apex script did in float32.
+(e) MPT203: a second ``unscale_`` before ``step`` raises; after ``--fix`` the loop runs and updates as the loop
+    written right does.
+(f) MPT205: ``backward()`` inside the autocast region; after ``--fix`` (moved out) the weights are the same.
+(g) MPT206: a GradScaler under bfloat16 autocast; after ``--fix`` (plain backward and step) the weights are the same.
 
 CPU autocast runs float16 (``torch.autocast("cpu", dtype=torch.float16)``) and ``torch.amp.GradScaler("cpu")``
 scales as on a GPU. Ratios and equalities are asserted, never timings.
@@ -113,12 +118,14 @@ def _attention(source: str):
     return layer, x, mask
 
 
-def test_c_minus_1e9_mask_overflows_float16_and_the_fix_is_finite_and_float32_identical():
-    source = (FIXTURES / "attention.py").read_text()
+@pytest.mark.parametrize("constant", ["-1e9", "-1e8", "-10000.0 * 1e5"])
+def test_c_minus_1e9_mask_overflows_float16_and_the_fix_is_finite_and_float32_identical(constant):
+    source = (FIXTURES / "attention.py").read_text().replace("], -1e9)", f"], {constant})")
     found = lint_code(source, select=["MPT601"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT601", 20, 62)]
     fixed = _fixed(source, "MPT601")
-    assert "masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min)" in fixed
+    assert fixed == source.replace(f"], {constant})", f"], max({constant}, torch.finfo(scores.dtype).min))")
+    assert "torch.float32" not in fixed
 
     layer, x, mask = _attention(source)
     with pytest.raises(RuntimeError, match="overflow"), torch.autocast("cpu", dtype=torch.float16):
@@ -128,9 +135,78 @@ def test_c_minus_1e9_mask_overflows_float16_and_the_fix_is_finite_and_float32_id
     layer, x, mask = _attention(fixed)
     with torch.autocast("cpu", dtype=torch.float16):
         half = layer(x, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        brain = layer(x, mask)
     assert half.dtype == torch.float16 and torch.isfinite(half).all()
+    assert brain.dtype == torch.bfloat16 and torch.isfinite(brain).all()
     assert torch.equal(layer(x, mask), float32_before)
     assert torch.allclose(half.float(), float32_before, atol=2e-2)
+
+
+def test_c_the_kept_value_matters_where_masks_add_up_in_float32():
+    """Code that adds two masks picks -1e9 because finfo(float32).min twice is -inf (a NaN row after softmax):
+    the fixed code keeps -1e9 in float32, so its results are the original's, NaN-free."""
+    source = '''import torch
+from torch import nn
+
+
+class TwoMasks(nn.Module):
+    def forward(self, scores, keys, queries):
+        # -1e9, not finfo(float32).min: the two masks are added and min + min overflows to -inf
+        masked = scores.masked_fill(keys, -1e9)
+        penalty = torch.zeros_like(scores)
+        penalty = penalty.masked_fill(queries, -1e9)
+        return torch.softmax(masked + penalty, dim=-1)
+'''
+    found = lint_code(source, select=["MPT601"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT601", 8, 43), ("MPT601", 10, 48)]
+    fixed = _fixed(source, "MPT601")
+    assert fixed == source.replace("(keys, -1e9)", "(keys, max(-1e9, torch.finfo(scores.dtype).min))").replace(
+        "(queries, -1e9)", "(queries, max(-1e9, torch.finfo(penalty.dtype).min))")
+    # the second sequence of the batch is all padding: both masks cover its whole score matrix
+    lengths = torch.tensor([3, 0])
+    padded = torch.arange(4)[None, :] >= lengths[:, None]
+    scores, keys, queries = torch.randn(2, 4, 4), padded[:, None, :].expand(2, 4, 4), padded[:, :, None].expand(2, 4, 4)
+    before = _run(source)["TwoMasks"]()(scores, keys, queries)
+    after = _run(fixed)["TwoMasks"]()(scores, keys, queries)
+    assert torch.isfinite(before).all() and torch.equal(after, before)
+    float32_limit = source.replace("-1e9)", "torch.finfo(torch.float32).min)")
+    assert torch.isnan(_run(float32_limit)["TwoMasks"]()(scores, keys, queries)).any()  # what writing the limit computes
+
+
+def test_e_a_second_unscale_raises_and_the_fix_trains_like_the_right_loop():
+    clip = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01)"
+    head = ("scaler.scale(loss).backward()", "scaler.unscale_(optimizer)", clip)
+    buggy = _SCRIPT.format(step=_step(*head, "scaler.unscale_(optimizer)", "scaler.step(optimizer)", "scaler.update()"))
+    right = _SCRIPT.format(step=_step(*head, "scaler.step(optimizer)", "scaler.update()"))
+    found = lint_code(buggy, select=["MPT203"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT203", 19, 5)]
+    fixed = _fixed(buggy, "MPT203")
+    assert fixed == right
+    with pytest.raises(RuntimeError, match=r"unscale_\(\) has already been called"):
+        _run(buggy)
+    assert all(map(torch.equal, _run(fixed)["weights"], _run(right)["weights"]))
+
+
+def test_f_backward_moved_out_of_autocast_computes_the_same_weights():
+    inside = _SCRIPT.format(step=_step("    scaler.scale(loss).backward()", "    scaler.step(optimizer)", "    scaler.update()"))
+    right = _SCRIPT.format(step=_step("scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"))
+    found = lint_code(inside, select=["MPT205"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT205", 16, 9)]
+    fixed = _fixed(inside, "MPT205")
+    assert fixed == right
+    assert all(map(torch.equal, _run(fixed)["weights"], _run(inside)["weights"]))
+
+
+def test_g_grad_scaler_removed_under_bfloat16_computes_the_same_weights():
+    bfloat16 = _SCRIPT.replace("dtype=torch.float16", "dtype=torch.bfloat16")
+    scaled = bfloat16.format(step=_step("scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"))
+    right = bfloat16.replace('scaler = torch.amp.GradScaler("cpu")\n', "").format(step=_step("loss.backward()", "optimizer.step()"))
+    found = lint_code(scaled, select=["MPT206"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT206", 6, 10)]
+    fixed = _fixed(scaled, "MPT206")
+    assert fixed == right
+    assert all(map(torch.equal, _run(fixed)["weights"], _run(scaled)["weights"]))
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import libcst as cst
 
 from mplint.analysis.call_args import argument, keyword_value
 from mplint.analysis.constants import Constant, evaluate_int, may_be_unaligned, only_used_where
+from mplint.analysis.discarded_results import discarded
 from mplint.analysis.model_outputs import is_output_layer
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
@@ -48,6 +49,7 @@ _WRAPPERS = ("layers.Bidirectional", "layers.TimeDistributed")
 _CLASS_WORDS = frozenset(
     "class classes cls label labels tag tags category categories target targets action actions outputs".split()
 )
+_PROBABILITIES = frozenset({"softmax", "sigmoid", "log_softmax"})
 MIN_SIZE = 8  # below this a size is semantic (scores, coordinates, channels) and too small to matter
 
 
@@ -100,11 +102,22 @@ def _produces_output(context: FileContext, call: cst.Call) -> bool:
     return False
 
 
+def _probability_head(context: FileContext, call: cst.Call) -> bool:
+    """``Dense(10, activation="softmax")``: a layer that outputs probabilities has a class count for its size."""
+    activation = argument(call, 1, "activation")
+    if isinstance(activation, cst.SimpleString):
+        return activation.evaluated_value in _PROBABILITIES
+    found = context.names.kname(activation) if activation is not None else None
+    return found is not None and found.last in _PROBABILITIES
+
+
 def _layer_sizes(context: FileContext, call: cst.Call) -> list[SizeArg]:
     names = context.names
     layer = names.callee(call, [*SIZED_LAYERS, ATTENTION])
     if layer is None or _computes_in_float32(context, call) or _produces_output(context, call):
         return []
+    if layer.path == "layers.Dense" and _probability_head(context, call) or discarded(context, call):
+        return []  # a class count, or a layer whose result reaches nothing (a demo a later cell replaces)
     out = []
     if layer.path == ATTENTION:
         heads, key_dim = argument(call, 0, "num_heads"), argument(call, 1, "key_dim")

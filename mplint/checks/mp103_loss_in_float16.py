@@ -8,17 +8,19 @@ import re
 import libcst as cst
 
 from mplint.analysis.call_args import argument
+from mplint.analysis.constants import literal_number
 from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, flow_units, may_carry
 from mplint.analysis.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
 from mplint.analysis.output_dtype import cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in
-from mplint.engine.names import dotted, last_name
+from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 
 # Calls whose results a sum grows from without bound (log-probabilities, exponentials).
 _UNBOUNDED = frozenset({"log", "log_softmax", "log_sigmoid", "exp", "softplus", "logsumexp", "reduce_logsumexp"})
 _MAYBE_LOSS = re.compile(r"(^|\.)(losses|reduce_mean|reduce_sum|mean|sum)(\.|$)")
+_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide)
 _LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"})
 # The functions of keras.losses and tf.keras.losses (Keras 2 and 3) that compute a loss.
 _FUNCTIONAL_LOSSES = frozenset({
@@ -101,7 +103,7 @@ class LossInFloat16(Rule):
         fix = None
         if not unknown:
             replacements, imports = {}, []
-            for value, _ in carriers:
+            for value in (*(v for v, _ in carriers), *self._partners(call)):
                 replacements[value], needed = cast_call(self.context, value, self.context.generation == 3)
                 imports.extend(needed)
             fix = Fix(replacements, FixSafety.SAFE, imports=imports)
@@ -125,7 +127,7 @@ class LossInFloat16(Rule):
             call,
             f"this loss squares, exponentiates or sums the compute-dtype `{self._code(risky)}`: under mixed_float16 "
             "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32" + self.context.facts.library_note(),
-            self._cast_fix(call, [risky], self._partner(call)),
+            self._cast_fix(call, [risky], self._partners(call)),
         )
 
     def _unbounded(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
@@ -134,10 +136,8 @@ class LossInFloat16(Rule):
         sums a plain function's inputs, whose size its callers decide (box coordinates clipped to [0, 1])."""
         if depth > 3:
             return False
-        for call in self.context.nodes_within(expr, cst.Call):
-            name = last_name(call.func) or ""
-            if name in _UNBOUNDED or name in _FUNCTIONAL_LOSSES or "entropy" in name or "loss" in name.lower():
-                return True
+        if any(self._unbounded_call(call) for call in self.context.nodes_within(expr, cst.Call)):
+            return True
         flow = self.context.analysis(DtypeFlow)
         for name in self.context.nodes_within(expr, cst.Name):
             value = flow.assigned_value(name)
@@ -145,16 +145,33 @@ class LossInFloat16(Rule):
                 return True
         return False
 
-    def _partner(self, call: cst.Call) -> cst.BaseExpression | None:
-        """The compute-dtype operand next to a reduction the fix makes float32 (``sum(loss * mask) /
-        sum(mask)``): the fix casts it too, since float32 and float16 operands do not mix."""
-        parent = self.context.parent(call)
-        if not isinstance(parent, cst.BinaryOperation):
-            return None
-        other = parent.right if parent.left is call else parent.left
-        if isinstance(other, cst.Call) and self._is_compute(other) and not self._growing_operand(other.args[0].value if other.args else other):
-            return other
-        return None
+    def _unbounded_call(self, call: cst.Call) -> bool:
+        """A TensorFlow, Keras or NumPy log, exponential or loss (by the name the callee resolves to), or a call of
+        something that is no such API and is named for a loss (``compute_loss``, ``self.loss_object``)."""
+        api = self.context.names.kname(call.func)
+        if api is not None and (api.ns in ("tf", "np") or api.is_keras):
+            return api.last in _UNBOUNDED or _loss_function(api) or "entropy" in api.last
+        if api is not None:
+            return False
+        word = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", "")
+        return isinstance(word, str) and ("loss" in word.lower() or "entropy" in word.lower())
+
+    def _partners(self, call: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The operands the fixed, float32 result meets in arithmetic (``sum(loss * mask) / normalizer * weight``):
+        TensorFlow does not mix float32 and float16 tensors (``x and y must have the same dtype``), so the fix casts
+        each of them to float32 too; a no-op where they already are float32, as in a float32 run. Number literals
+        take the tensor's dtype and operands already cast to float32 stay as they are, as do reductions this rule
+        reports itself (their own fix makes them float32)."""
+        flow = self.context.analysis(DtypeFlow)
+        partners, node = [], call
+        while isinstance(parent := self.context.parent(node), cst.BinaryOperation) \
+                and isinstance(parent.operator, _ARITHMETIC):
+            other = parent.right if parent.left is node else parent.left
+            reported = isinstance(other, cst.Call) and other.args and self._growing_operand(other.args[0].value)
+            if literal_number(other) is None and flow.classify(other) is not FLOAT32 and not reported:
+                partners.append(other)
+            node = parent
+        return partners
 
     def _is_loss(self, call: cst.Call) -> bool:
         """Whether the reduction computes a loss rather than a value of the forward pass.
@@ -241,15 +258,15 @@ class LossInFloat16(Rule):
             f"`{self._code(call.func)}` computes in the dtype of its predictions, here the compute dtype of "
             f"`{self._code(risky[-1])}`: under mixed_float16 the loss overflows to inf above 65504; cast the "
             "predictions to float32 first (loss objects such as `MeanSquaredError()` do this themselves)" + self.context.facts.library_note(),
-            self._cast_fix(call, risky),
+            self._cast_fix(call, risky, self._partners(call)),
         )
 
     def _is_compute(self, node: cst.BaseExpression) -> bool:
         return isinstance(self.context.analysis(DtypeFlow).classify(node), Carrier)
 
-    def _cast_fix(self, call: cst.Call, values, partner: cst.BaseExpression | None = None) -> Fix | None:
-        """Wrap ``values`` (and the ``partner`` operand of ``call``) in a float32 cast spelled through
-        the namespace of ``call``."""
+    def _cast_fix(self, call: cst.Call, values, partners=()) -> Fix | None:
+        """Wrap ``values`` (and the ``partners`` the result of ``call`` meets) in a float32 cast spelled
+        through the namespace of ``call``."""
         spelled = dotted(call.func) or ""
         kname = self.context.names.kname(call.func)
         if "." not in spelled or kname is None:
@@ -263,9 +280,7 @@ class LossInFloat16(Rule):
             template = f'{root}.ops.cast({{}}, "float32")'
         else:
             return None
-        replacements = {v: cst.parse_expression(template.format(self._unparenthesized(v))) for v in values}
-        if partner is not None:
-            replacements[partner] = cst.parse_expression(template.format(self._unparenthesized(partner)))
+        replacements = {v: cst.parse_expression(template.format(self._unparenthesized(v))) for v in (*values, *partners)}
         return Fix(replacements, FixSafety.SAFE)
 
     def _unparenthesized(self, node: cst.BaseExpression) -> str:

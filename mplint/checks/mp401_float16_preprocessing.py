@@ -10,7 +10,6 @@ from mplint.analysis.call_args import argument
 from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
-from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
@@ -22,7 +21,7 @@ _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide,
 class Float16Preprocessing(Rule):
     id = "MP401"
     triggers = (b"float16", b"half")
-    _by_last_name: dict[str, list[tuple]] | None = None
+    _summaries_by_name: dict[str, list[tuple]] | None = None
 
     @classmethod
     def candidate(cls, code) -> bool:
@@ -46,6 +45,12 @@ class Float16Preprocessing(Rule):
                 return True
         return False
 
+    @classmethod
+    def active_for(cls, facts):
+        # Preprocessing for a mixed-precision model: where no mixed policy governs the code (a tutorial about
+        # float16 itself, a conversion tool, library code no policy-setting program reaches), float16 is the point.
+        return facts.reduced_precision
+
     def visit_Call(self, node: cst.Call) -> None:
         self._passed_dtype(node)
         dtype = self._float16_conversion(node)
@@ -65,14 +70,13 @@ class Float16Preprocessing(Rule):
     def _passed_dtype(self, call: cst.Call) -> None:
         """``processor.normalize_image(image, dtype=tf.float16 if amp else tf.float32)`` where the project's
         function converts to that parameter's dtype and then computes with the result (``summaries``)."""
-        func = call.func
-        last = last_name(func)
-        if last is None or last in _CONVERTERS or last not in self._converting_functions():
-            return  # conversions themselves are ``_float16_conversion``'s
-        found = self._converting_function(func, last)
-        if found is None or self.context.analysis(DtypeFlow).in_layer_class(call):
+        if not self.context.facts.summaries_of("conversion_dtype"):
             return
-        param, index, _default, path, line = found
+        found = self._converting_function(call.func)
+        if found is None or self._float16_conversion(call) is not None \
+                or self.context.analysis(DtypeFlow).in_layer_class(call):
+            return  # conversions themselves are ``_float16_conversion``'s
+        name, (param, index, _default, path, line) = found
         passed = argument(call, index if index >= 0 else None, param)
         arms = [passed.body, passed.orelse] if isinstance(passed, cst.IfExp) else [passed]
         for dtype in arms:
@@ -83,31 +87,35 @@ class Float16Preprocessing(Rule):
                     else {dtype: _as_float32(dtype)}
                 self.report(
                     dtype,
-                    f"`{last}` converts its data to this dtype at {path}:{line} and then computes with it: float16 "
+                    f"`{name}` converts its data to this dtype at {path}:{line} and then computes with it: float16 "
                     "arithmetic is slow on CPUs, where input pipelines run, and rounds integers above 2048; pass "
                     "float32 (Keras casts model inputs to the compute dtype)",
                     Fix(edit, FixSafety.SAFE),
-                    related=(Related(path, line, f"`{last}` converts to its `{param}` here, then computes"),),
+                    related=(Related(path, line, f"`{name}` converts to its `{param}` here, then computes"),),
                 )
 
-    def _converting_functions(self) -> dict[str, list[tuple]]:
-        """Last name -> the project's functions and methods that convert to a parameter's dtype, then compute."""
-        if self._by_last_name is None:
-            self._by_last_name = {}
+    def _by_name(self) -> dict[str, list[tuple]]:
+        """Function or method name -> the project's functions and methods of that name that convert to a
+        parameter's dtype, then compute: a method called on an object is known by its name alone (no types)."""
+        if self._summaries_by_name is None:
+            self._summaries_by_name = {}
             for name, entry in self.context.facts.summaries_of("conversion_dtype").items():
-                self._by_last_name.setdefault(name.rsplit(".", 1)[-1], []).append((name, entry))
-        return self._by_last_name
+                self._summaries_by_name.setdefault(name.rsplit(".", 1)[-1], []).append(entry)
+        return self._summaries_by_name
 
-    def _converting_function(self, func: cst.BaseExpression, last: str) -> tuple | None:
-        """The function called: by its qualified name, or for a method call on an object (``processor.normalize_image``)
-        the project's one method of that name."""
-        entries = self._converting_functions()[last]
-        qualified = self.context.names.project_paths(func)
-        exact = next((entry for name, entry in entries if name in qualified), None)
-        if exact is not None or not isinstance(func, cst.Attribute):
-            return exact
-        distinct = {entry[3:]: entry for _, entry in entries}  # re-exports of one definition count once
-        return next(iter(distinct.values())) if len(distinct) == 1 else None
+    def _converting_function(self, func: cst.BaseExpression) -> tuple[str, tuple] | None:
+        """The function called and its summary: by the qualified name the callee resolves to, or for a method
+        call on an object (``processor.normalize_image``) the project's one method of that name."""
+        summaries = self.context.facts.summaries_of("conversion_dtype")
+        if not self.context.names.could_be(func, self._by_name()):
+            return None  # cheap textual reject: not a project function's name, nor an import alias of one
+        exact = next((name for name in sorted(self.context.names.project_paths(func)) if name in summaries), None)
+        if exact is not None:
+            return exact.rsplit(".", 1)[-1], summaries[exact]
+        if not isinstance(func, cst.Attribute):
+            return None
+        distinct = {entry[3:]: entry for entry in self._by_name().get(func.attr.value, ())}  # re-exports count once
+        return (func.attr.value, next(iter(distinct.values()))) if len(distinct) == 1 else None
 
     def _float16_conversion(self, call: cst.Call) -> cst.BaseExpression | None:
         """The dtype argument of a conversion to float16, else None."""

@@ -19,7 +19,7 @@ _NOT_MODEL_LAYERS = frozenset({
     "Input", "InputLayer", "InputSpec", "TextVectorization", "StringLookup", "IntegerLookup", "Normalization",
     "Discretization", "Hashing", "CategoryEncoding",
 })
-_LOADERS = frozenset({"load_model", "from_pretrained", "model_from_json", "model_from_config", "clone_model"})
+_KERAS_LOADERS = frozenset({"load_model", "model_from_json", "model_from_config", "clone_model"})
 _BUILDER = re.compile(
     r"^(build|create|make|get|load|construct|init)_?\w*?(model|net|network|encoder|decoder|classifier|backbone)s?$",
     re.IGNORECASE,
@@ -83,16 +83,27 @@ class Constructions:
                 k.path.startswith(("layers.", "applications.")) and k.last[:1].isupper() and k.last not in _NOT_MODEL_LAYERS
             ):
                 return f"`{k.path}(...)`"
-        last = last_name(func)
-        if last is None:
-            return None
-        if last in _LOADERS:
-            return f"`{last}(...)`"
-        if isinstance(func, cst.Name) and (self._local_builder(last) or self._local_layer_class(last, frozenset())):
-            return f"`{last}(...)`"
-        if _BUILDER.match(last) and (not isinstance(func, cst.Name) or last not in self.functions):
-            return f"`{last}(...)`"
+        if k is not None and k.is_keras and k.last in _KERAS_LOADERS or self._hub_loader(func):
+            return f"`{k.last if k is not None and k.is_keras else 'from_pretrained'}(...)`"
+        local = self._local_name(func)
+        if local is not None and (self._local_builder(local) or self._local_layer_class(local, frozenset())):
+            return f"`{local}(...)`"
+        # A builder of another module or object, known only by its name (``build_model``, ``self.create_encoder``).
+        written = last_name(func)
+        if written is not None and local is None and _BUILDER.match(written):
+            return f"`{written}(...)`"
         return None
+
+    def _local_name(self, func: cst.BaseExpression) -> str | None:
+        """The name of a function or class this file defines that ``func`` calls (a plain name no import binds)."""
+        if not isinstance(func, cst.Name) or func.value in self.context.names.bindings.imports:
+            return None
+        return func.value if func.value in self.functions or func.value in self.classes else None
+
+    def _hub_loader(self, func: cst.BaseExpression) -> bool:
+        """``TFAutoModel.from_pretrained``: a class of Hugging Face transformers that loads a model."""
+        return any(path.startswith("transformers.") and path.endswith(".from_pretrained")
+                   for path in self.context.names.project_paths(func))
 
     def _local_builder(self, name: str) -> bool:
         function = self.functions.get(name)

@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from mplint.analysis.constants import number_literal, signed
+from mplint.analysis.constants import literal_number, number_literal, signed
 from mplint.analysis.torch_amp import FLOAT16, TorchAmp, TorchRule, float32_cast, half_names, is_half_cast
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
@@ -60,7 +60,7 @@ class TorchFloat16OverflowConstant(TorchRule):
         if abs(value) > FLOAT16_MAX:
             message = (f"`{shown}` is outside float16's range (largest finite value 65504) and `{self.code(tensor)}` is float16 "
                        f"{why}: masked_fill raises 'value cannot be converted to type at::Half without overflow', arithmetic "
-                       "gives inf and NaN; use `torch.finfo(x.dtype).min`")
+                       "gives inf and NaN; bound it by the tensor's dtype (`torch.finfo(x.dtype).min`)")
         else:
             message = (f"`{shown}` flushes to 0 in float16 (smallest subnormal 6e-8) and `{self.code(tensor)}` is float16 "
                        f"{why}: the epsilon vanishes and log/division give inf or NaN")
@@ -70,10 +70,12 @@ class TorchFloat16OverflowConstant(TorchRule):
         return signed(node, self._atom)
 
     def _atom(self, node: cst.BaseExpression) -> float | None:
-        """A number literal, or a float32/float64 limit (``torch.finfo(torch.float32).min``)."""
+        """A number literal, a product of them (``-10000.0 * 1e5``), or a float32/float64 limit (``torch.finfo(torch.float32).min``)."""
         number = number_literal(node)
         if number is not None:
             return number
+        if isinstance(node, cst.BinaryOperation):
+            return _literal_value(node)
         if isinstance(node, cst.Attribute) and node.attr.value in ("min", "max") and isinstance(node.value, cst.Call):
             finfo = node.value
             if self.context.names.torch_api(finfo.func, {"finfo"}) is None or not finfo.args:
@@ -87,7 +89,7 @@ class TorchFloat16OverflowConstant(TorchRule):
         """Why ``tensor`` can be float16 here, or None. Arithmetic counts only on tensors cast to float16 (a
         number under autocast may be a Python float); masks also under autocast, and large mask values in
         any module method (library code runs under whatever precision its users pick)."""
-        if float32_cast(tensor) or isinstance(tensor, (cst.Integer, cst.Float, cst.SimpleString)):
+        if float32_cast(tensor) or isinstance(tensor, cst.SimpleString) or _literal_value(tensor) is not None:
             return None
         amp = self.context.analysis(TorchAmp.of)
         scope = self.context.enclosing(tensor, cst.FunctionDef) or self.context.module
@@ -120,12 +122,28 @@ class TorchFloat16OverflowConstant(TorchRule):
             parent = self.context.parent(constant)
             if isinstance(parent, cst.BinaryOperation):
                 return None  # ``(1 - mask) * -1e9``: the replacement would change float32 sums of masks
-            new = f"torch.finfo({dtype}).{'min' if value < 0 else 'max'}"
+            limit = f"torch.finfo({dtype}).{'min' if value < 0 else 'max'}"
+            if _literal_value(constant) is None:
+                new = limit  # the code meant the dtype's own limit: float32's limit on float32, float16's on float16
+            else:
+                # The code's own value wherever the dtype holds it (float32, bfloat16: bit-identical results, and
+                # no finfo(float32).min the code may have avoided on purpose), float16's limit where it does not.
+                new = f"{'max' if value < 0 else 'min'}({self.code(constant)}, {limit})"
         else:
             if not isinstance(self.context.parent(constant), cst.BinaryOperation) or value < 0 or math.isclose(value, 0.0):
                 return None
             new = f"(6.104e-05 if {dtype} == torch.float16 else {self.code(constant)})"
         return Fix({constant: cst.parse_expression(new)}, FixSafety.SAFE, imports=[ImportSpec("torch")])
+
+
+def _literal_value(node: cst.BaseExpression) -> float | None:
+    """A number literal under unary signs, or a sum or product of such (``-10000.0 * 1e5``)."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract, cst.Multiply)):
+        left, right = _literal_value(node.left), _literal_value(node.right)
+        if left is None or right is None:
+            return None
+        return {cst.Add: left + right, cst.Subtract: left - right, cst.Multiply: left * right}[type(node.operator)]
+    return literal_number(node)
 
 
 def _beyond(value: float) -> bool:
