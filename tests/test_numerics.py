@@ -253,7 +253,7 @@ def test_an_epsilon_in_a_loss_of_another_module_meets_the_float16_probabilities_
         "`focal_loss` computes `probs + 1e-8` (detection/losses.py:7) on this compute-dtype value, float16 under a "
         "float16 policy: `1e-8` flushes to 0 in float16")
     assert diagnostic["fix"] is None  # casting the argument would change the dtype the loss returns
-    assert diagnostic["related"] == [{"path": "detection/losses.py", "line": 7, "message": "`probs + 1e-8`"}]
+    assert diagnostic["related"] == [{"path": "detection/losses.py", "cell": None, "line": 7, "message": "`probs + 1e-8`"}]
     sarif = json.loads(_mplint(folder, "--format", "sarif", "--no-cache", "--select", "MP601").stdout)
     [result] = sarif["runs"][0]["results"]
     assert [(r["physicalLocation"]["artifactLocation"]["uri"], r["physicalLocation"]["region"]["startLine"])

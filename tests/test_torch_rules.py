@@ -76,8 +76,9 @@ def test_the_families_stay_apart_on_the_fixtures(tmp_path):
     report = run(RunOptions([tmp_path / "fixtures"], cache=False, jobs=1, select=["MP"]))
     torch_files = {d.path for d in report.diagnostics if d.rule_id.startswith("MPT")}
     keras_files = {d.path for d in report.diagnostics if not d.rule_id.startswith("MPT") and d.rule_id[2] != "0"}
-    assert torch_files and all("fixtures/torch/" in p for p in torch_files)
-    assert keras_files and not any("fixtures/torch/" in p for p in keras_files)
+    torch_fixtures = ("fixtures/torch/", "fixtures/verify/torch_")  # the PyTorch projects and verify scripts
+    assert torch_files and all(any(t in p for t in torch_fixtures) for p in torch_files)
+    assert keras_files and not any(any(t in p for t in torch_fixtures) for p in keras_files)
 
 
 def test_the_torch_fixtures_report_exactly():
