@@ -324,8 +324,10 @@ def updated_fixes(recorded: list[dict], fixes: list[dict], repos: set[str]) -> l
     for entry in recorded:
         k = fix_key(entry)
         if entry["package"] in repos:
-            entry = dict(entry, status="current" if k in now else "vanished")
-            now.pop(k, None)
+            current = now.pop(k, None)
+            entry = dict(entry, status="current" if current else "vanished")
+            if current:  # same edits, same verdict; the label and message are today's
+                entry.update(safety=current["safety"], message=current["message"], applied=current["applied"])
         result.append(entry)
     return result + [dict(f, verdict="unreviewed", reason="", status="current") for f in now.values()]
 

@@ -228,3 +228,10 @@ def test_pinned_repositories_are_distinct_commits_and_not_reserved(repos):
     names = [r.name for r in repos.REPOSITORIES]
     assert len(names) == len(set(names)) >= 12 and not reserved & set(names)
     assert all(re.fullmatch(r"[0-9a-f]{40}", r.commit) for r in repos.REPOSITORIES)
+
+
+def test_a_kept_fix_verdict_records_todays_safety_and_message(repos):
+    recorded = [fix(verdict="harmful", reason="r", status="current")]
+    now = [dict(fix(), safety="unsafe", message="now unsafe: the fix holds on Keras 3 only")]
+    [entry] = repos.updated_fixes(recorded, now, {"o/r"})
+    assert (entry["verdict"], entry["safety"], entry["message"]) == ("harmful", "unsafe", "now unsafe: the fix holds on Keras 3 only")
