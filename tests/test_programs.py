@@ -231,11 +231,11 @@ def test_a_builder_parameter_that_makes_a_float16_softmax_output_is_reported_at_
     ])
     main(["--format", "json", "--no-cache", "--select", "MP101", "."])
     activation, dtype = json.loads(capsys.readouterr().out)["diagnostics"]
-    assert activation["related"] == [{"path": "vision_models/classifier.py", "line": 14,
+    assert activation["related"] == [{"path": "vision_models/classifier.py", "cell": None, "line": 14,
                                       "message": "`ImageClassifier` builds its output layer from `activation` here"}]
     assert dtype["message"].startswith("`build_mlp` builds a softmax output layer at vision_models/mlp.py:11 whose dtype "
                                        "is its `dtype` parameter, left at its default None: it computes in reduced precision")
-    assert dtype["related"] == [{"path": "vision_models/mlp.py", "line": 11,
+    assert dtype["related"] == [{"path": "vision_models/mlp.py", "cell": None, "line": 11,
                                  "message": "`build_mlp` gives its softmax layer `dtype=dtype` here"}]
     # the build_mlp call is fixed where the program makes it; the library is not touched
     assert main(["--no-cache", "--select", "MP101", "--fix", "."]) == 1

@@ -163,3 +163,30 @@ def test_compatibility_shims_are_left_alone(tmp_path, monkeypatch, capsys):
     })
     monkeypatch.chdir(tmp_path)
     assert [r[1:4:2] for r in _lint(capsys, "--select", "MP501,MP502", ".")] == [("MP501", 17)]
+
+
+def test_library_code_that_imports_tf_keras_is_keras_2_whatever_tensorflow_is_pinned(tmp_path, monkeypatch, capsys):
+    """A TensorFlow pin says what ``tf.keras`` is; tf_keras is Keras 2 on every TensorFlow (the tf-keras
+    repository pins tf-nightly, and its own Keras 2 code must not get Keras 3 rewrites)."""
+    write_files(tmp_path, {
+        "requirements.txt": "tf-nightly\n",
+        "setup.py": "from setuptools import setup\nsetup(name='legacy_lib', packages=['legacy_lib'])\n",
+        "legacy_lib/__init__.py": "",
+        "legacy_lib/train.py": (
+            "import tensorflow as tf\n"
+            "from tf_keras.mixed_precision import loss_scale_optimizer\n\n\n"
+            "def step(optimizer, model, x, y):\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+            "        scaled = optimizer.get_scaled_loss(loss)\n"
+            "    grads = optimizer.get_unscaled_gradients(tape.gradient(scaled, model.trainable_variables))\n"
+            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        ),
+        "legacy_lib/new.py": "import tensorflow as tf\nlayer = tf.keras.layers.Dense(4)\n",
+    })
+    facts = project_facts(tmp_path)
+    assert (facts["legacy_lib/train.py"].generation.value, facts["legacy_lib/train.py"].generation.source) == (
+        2, "module legacy_lib/train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")
+    assert facts["legacy_lib/new.py"].generation.value == 3  # tf.keras on a TF nightly is Keras 3
+    monkeypatch.chdir(tmp_path)
+    assert _lint(capsys, "--select", "MP502", ".") == []

@@ -392,19 +392,26 @@ def _generation(module: Module, programs: list[Program], memo: dict, pins: PinFi
         return configured
     if not programs:  # library code: the pins above it, else what the project as a whole imports
         pinned = pins.target_for(module.path.parent) if pins else None
-        return pinned or from_imports(project_imports, project_legacy, "the project") or DEFAULT
+        own = from_imports(module.facts.keras_imports, module.facts.legacy_keras_env, f"module {module.display}")
+        return _tf_keras_chosen(pinned, own) or from_imports(project_imports, project_legacy, "the project") or DEFAULT
     found = []
     for program in programs:
         if program not in memo:
             whose = f"program {program.entry.display}"
             pinned = pins.target_for(program.entry.path.parent) if pins else None
             own = from_imports(program.keras_imports, program.legacy_keras_env, whose, program.tf1 and not program.sites)
-            if pinned is not None and pinned.value == 3 and pinned.origin == "pin-tensorflow" and own and own.value == 2:
-                pinned = None  # tf_keras on TF >= 2.16 is Keras 2: the program chose it
-            memo[program] = pinned or own or DEFAULT
+            memo[program] = _tf_keras_chosen(pinned, own) or own or DEFAULT
         found.append(memo[program])
     # The oldest wins a disagreement: the newer API's fixes (scale_loss) crash on an older Keras, not the reverse.
     return min(found, key=lambda g: g.value)
+
+
+def _tf_keras_chosen(pinned: Generation | None, own: Generation | None) -> Generation | None:
+    """The pinned target, unless the code chose tf_keras: a TensorFlow pin says what ``tf.keras`` is, but
+    tf_keras (or TF_USE_LEGACY_KERAS=1) is Keras 2 on every TensorFlow that has it."""
+    if pinned is not None and pinned.origin == "pin-tensorflow" and own is not None and own.value == 2:
+        return own
+    return pinned
 
 
 def in_memory_facts(files: dict[str, bytes], keras: int | None = None, policy: str | None = None) -> dict[str, ProjectFacts]:
