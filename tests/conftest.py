@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
 from pathlib import Path
 
 import libcst as cst
@@ -111,3 +113,14 @@ import tensorflow as tf
 model = tf.keras.Sequential([tf.keras.layers.Dense(8, dtype="mixed_float16"), tf.keras.layers.Dense(1, dtype="float32")])
 model.compile(optimizer=tf.keras.optimizers.Adam(), loss="mse")
 """
+
+
+# bench/realworld.py loaded as a module, for the tests of the real-world check.
+@pytest.fixture(scope="module")
+def realworld():
+    spec = importlib.util.spec_from_file_location("realworld", REPO / "bench" / "realworld.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["realworld"] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["realworld"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -16,14 +15,6 @@ SCALER = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
 AUTOCAST = "import torch\n\nwith torch.cuda.amp.autocast():\n    pass\n"
 
 
-@pytest.fixture(scope="module")
-def realworld():
-    spec = importlib.util.spec_from_file_location("realworld", REPO / "bench" / "realworld.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["realworld"] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["realworld"]
 
 
 @pytest.fixture(scope="module")

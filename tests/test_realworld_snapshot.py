@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,14 +9,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def realworld():
-    spec = importlib.util.spec_from_file_location("realworld", REPO / "bench" / "realworld.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["realworld"] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["realworld"]
 
 
 def finding(path="a.py", rule="MP101", line=1, col=1, message="m", **extra):
