@@ -67,15 +67,29 @@ def test_substituted_tensorflow2_image_is_any_tf2_and_mp502_stays_unsafe(tmp_pat
     assert (code, [(rule, line, safety) for rule, line, _, safety in found]) == (1, [("MP502", 7, "unsafe")])
 
 
-@pytest.mark.parametrize("dockerfile", [
-    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:22.12-tf1-py3\nFROM ${FROM_IMAGE_NAME}\n",
-    "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:22.10-tf1-py3\nFROM $FROM_IMAGE_NAME\n",  # between two rows
+@pytest.mark.parametrize("image, tf", [
+    ("nvcr.io/nvidia/tensorflow:22.12-tf1-py3", "TF 1.15"),
+    ("nvcr.io/nvidia/tensorflow:22.10-tf1-py3", "TF 1.15"),  # between two rows
+    ("nvcr.io/nvidia/tensorflow:20.06-tf1-py3", "TF 1.15"),  # NVIDIA's blog: 20.06 is TensorFlow 1.15.2
+    ("nvcr.io/nvidia/tensorflow:21.02-tf1-py3", "TF 1.15"),  # between 20.06 (1.15.2) and 22.09 (1.15.5)
+    # the unflavoured images before the tf1/tf2 split were TensorFlow 1
+    ("nvcr.io/nvidia/tensorflow:18.07-py3", "TF 1.8"),  # "18.07 is based on TensorFlow 1.8.0"
+    ("nvcr.io/nvidia/tensorflow:19.10-py3", "TF 1.10-1.15"),  # between 18.10 (1.10.0) and 20.06 (1.15.2)
 ])
-def test_substituted_tensorflow1_image_is_tf_1_15(tmp_path, capsys, dockerfile):
+def test_substituted_tensorflow1_image_is_its_verified_tf1_range(tmp_path, capsys, image, tf):
+    dockerfile = f"ARG FROM_IMAGE_NAME={image}\nFROM ${{FROM_IMAGE_NAME}}\n"
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": KERAS2_LOOP})
-    image = dockerfile.split("=", 1)[1].split("\n", 1)[0]
-    assert _facts(capsys, tmp_path) == [f"target: G0 (TF1) (TF 1.15) ({image} in Dockerfile: TF 1.15)"]
+    assert _facts(capsys, tmp_path) == [f"target: G0 (TF1) ({tf}) ({image} in Dockerfile: {tf})"]
     assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
+
+
+def test_unflavoured_tensorflow_tag_after_the_split_is_no_evidence(tmp_path, capsys):
+    # From 20.03 NVIDIA's notes name only -tf1-py3 and -tf2-py3 images: a plain 20.07-py3 says nothing of the version.
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": KERAS2_LOOP,
+                           "Dockerfile": "FROM nvcr.io/nvidia/tensorflow:20.07-py3\n"})
+    assert _facts(capsys, tmp_path) == [
+        "target: G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.1) (no pin, config or Keras import: any supported "
+        "TensorFlow (set `target` or pin tensorflow))"]
 
 
 def test_keras3_image_in_the_stage_that_runs_makes_mp502_fix_safe(tmp_path, capsys):
@@ -105,15 +119,30 @@ def test_unpinned_keras_loop_gets_an_unsafe_mp502_fix_naming_the_range(tmp_path,
 ])
 def test_pytorch_image_through_arg_is_bounded_by_the_verified_releases(tmp_path, capsys, dockerfile):
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": TORCH_LOOP})
-    torch = "torch 1.4.0a0-2.10.0a0"  # between NVIDIA's 20.02 (1.4.0a0) and 25.12 (2.10.0a0)
+    torch = "torch 1.8.0a0-1.10.0a0"  # between NVIDIA's 20.12 (1.8.0a0+1606899) and 21.09 (1.10.0a0+3fd9dcf)
     assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: {torch})"
     code, found = _run(capsys, "--no-cache", "--select", "MPT201,MPT502", str(tmp_path))
-    assert [(rule, line, safety) for rule, line, _, safety in found] == [("MPT502", 6, "unsafe"), ("MPT201", 8, "safe")]
+    # torch.cuda.amp.autocast is deprecated from 2.4 only, which the range does not reach: no MPT502
+    assert [(rule, line, safety) for rule, line, _, safety in found] == [("MPT201", 8, "safe")]
     main(["--no-cache", "--fix", "--select", "MPT201,MPT502", str(tmp_path)])
     assert (tmp_path / "train.py").read_text() == TORCH_LOOP.replace(
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nscaler = torch.cuda.amp.GradScaler()\n").replace(
         "    loss.backward()\n    opt.step()\n", "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
+
+
+@pytest.mark.parametrize("form", ["${FROM_IMAGE_NAME}", "$FROM_IMAGE_NAME"])
+def test_pytorch_24_01_through_arg_is_bounded_by_22_11_and_25_12(tmp_path, capsys, form):
+    # 24.01's own notes are not stored: the range runs from 22.11 (1.13.0a0+936e930) to 25.12 (2.10.0a0+b4e4ee81d3)
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": TORCH_LOOP,
+                           "Dockerfile": f"ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:24.01-py3\nFROM {form}\n"})
+    torch = "torch 1.13.0a0-2.10.0a0"
+    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:24.01-py3 in Dockerfile: {torch})"
+    code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    # the range reaches 2.4, and torch.amp.autocast("cuda") exists on all of it: the fix is safe
+    assert (code, found) == (1, [("MPT502", 6, '`torch.cuda.amp.autocast` is deprecated since torch 2.4 (FutureWarning): '
+                                  'write `torch.amp.autocast("cuda")` (target torch 1.13.0a0-2.10.0a0, from '
+                                  'nvcr.io/nvidia/pytorch:24.01-py3 in Dockerfile: torch 1.13.0a0-2.10.0a0)', "safe")])
 
 
 @pytest.mark.parametrize("files", [
@@ -184,26 +213,47 @@ def test_a_version_guard_narrows_the_range_and_is_never_rewritten(tmp_path, caps
     assert (tmp_path / "train.py").read_text() == GUARDED
 
 
+PT = "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/"
+TF = "https://docs.nvidia.com/deeplearning/dgx/tensorflow-release-notes/"
+NV_TF1 = "https://github.com/NVIDIA/tensorflow/releases"
+TF_BLOG = "https://developer.nvidia.com/blog/accelerating-tensorflow-on-a100-gpus/"
+
+
 @pytest.mark.parametrize("table, release, bounds, sources", [
     # the verified rows, each with the page that states it
-    (ngc_images.PYTORCH, (20, 2), ("1.4.0a0", "1.4.0a0"),
-     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html"]),
-    (ngc_images.PYTORCH, (25, 12), ("2.10.0a0", "2.10.0a0"),
-     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
-    (ngc_images.TENSORFLOW1, (22, 9), ("1.15.5", "1.15.5"),
-     ["https://github.com/NVIDIA/tensorflow/releases/tag/v1.15.5%2Bnv22.09"]),
-    *((ngc_images.TENSORFLOW1, release, ("1.15.5", "1.15.5"), ["https://github.com/NVIDIA/tensorflow/releases"])
+    (ngc_images.PYTORCH, (19, 6), ("1.1.0", "1.1.0"), [PT + "rel_19-06.html"]),
+    (ngc_images.PYTORCH, (19, 8), ("1.2.0a0", "1.2.0a0"), [PT + "rel_20-12.html"]),
+    (ngc_images.PYTORCH, (19, 9), ("1.2.0", "1.2.0"), [PT + "rel_20-12.html"]),
+    (ngc_images.PYTORCH, (19, 10), ("1.3.0a0", "1.3.0a0"), [PT + "rel_20-12.html"]),
+    (ngc_images.PYTORCH, (20, 2), ("1.4.0a0", "1.4.0a0"), [PT + "rel_20-02.html"]),
+    (ngc_images.PYTORCH, (20, 3), ("1.5.0a0", "1.5.0a0"), [PT + "rel_20-03.html"]),
+    (ngc_images.PYTORCH, (20, 7), ("1.6.0a0", "1.6.0a0"), [PT + "rel_20-12.html"]),
+    (ngc_images.PYTORCH, (20, 10), ("1.7.0a0", "1.7.0a0"), [PT + "rel_20-12.html"]),
+    (ngc_images.PYTORCH, (20, 11), ("1.8.0a0", "1.8.0a0"), [PT + "rel_20-12.html"]),
+    (ngc_images.PYTORCH, (20, 12), ("1.8.0a0", "1.8.0a0"), [PT + "rel_20-12.html"]),
+    (ngc_images.PYTORCH, (21, 9), ("1.10.0a0", "1.10.0a0"), [PT + "rel_21-09.html"]),
+    (ngc_images.PYTORCH, (22, 11), ("1.13.0a0", "1.13.0a0"), [PT + "rel-22-11.html"]),
+    (ngc_images.PYTORCH, (25, 12), ("2.10.0a0", "2.10.0a0"), [PT + "rel-25-12.html"]),
+    (ngc_images.TENSORFLOW1, (18, 5), ("1.7.0", "1.7.0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/tensorflow-release-notes/rel_18.05.html"]),
+    (ngc_images.TENSORFLOW1, (18, 7), ("1.8.0", "1.8.0"), [TF + "rel_18.07.html"]),
+    (ngc_images.TENSORFLOW1, (18, 10), ("1.10.0", "1.10.0"), [TF + "rel_18.10.html"]),
+    (ngc_images.TENSORFLOW1, (20, 6), ("1.15.2", "1.15.2"), [TF_BLOG]),
+    (ngc_images.TENSORFLOW1, (22, 9), ("1.15.5", "1.15.5"), [NV_TF1 + "/tag/v1.15.5%2Bnv22.09"]),
+    *((ngc_images.TENSORFLOW1, release, ("1.15.5", "1.15.5"), [NV_TF1])
       for release in ((22, 11), (22, 12), (23, 1), (23, 2), (23, 3))),
     # a release between verified rows is bounded by them; before the first or after the last, on one side only
-    (ngc_images.PYTORCH, (21, 3), ("1.4.0a0", "2.10.0a0"),
-     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html",
-      "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
-    (ngc_images.PYTORCH, (19, 3), (None, "1.4.0a0"),
-     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel_20-02.html"]),
-    (ngc_images.PYTORCH, (26, 2), ("2.10.0a0", None),
-     ["https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html"]),
-    (ngc_images.TENSORFLOW1, (22, 10), ("1.15.5", "1.15.5"),
-     ["https://github.com/NVIDIA/tensorflow/releases/tag/v1.15.5%2Bnv22.09", "https://github.com/NVIDIA/tensorflow/releases"]),
+    (ngc_images.PYTORCH, (21, 3), ("1.8.0a0", "1.10.0a0"), [PT + "rel_20-12.html", PT + "rel_21-09.html"]),
+    (ngc_images.PYTORCH, (20, 6), ("1.5.0a0", "1.6.0a0"), [PT + "rel_20-03.html", PT + "rel_20-12.html"]),
+    (ngc_images.PYTORCH, (22, 4), ("1.10.0a0", "1.13.0a0"), [PT + "rel_21-09.html", PT + "rel-22-11.html"]),
+    (ngc_images.PYTORCH, (24, 1), ("1.13.0a0", "2.10.0a0"), [PT + "rel-22-11.html", PT + "rel-25-12.html"]),
+    (ngc_images.PYTORCH, (19, 5), (None, "1.1.0"), [PT + "rel_19-06.html"]),
+    (ngc_images.PYTORCH, (26, 2), ("2.10.0a0", None), [PT + "rel-25-12.html"]),
+    (ngc_images.TENSORFLOW1, (19, 10), ("1.10.0", "1.15.2"), [TF + "rel_18.10.html", TF_BLOG]),
+    (ngc_images.TENSORFLOW1, (21, 2), ("1.15.2", "1.15.5"), [TF_BLOG, NV_TF1 + "/tag/v1.15.5%2Bnv22.09"]),
+    (ngc_images.TENSORFLOW1, (22, 10), ("1.15.5", "1.15.5"), [NV_TF1 + "/tag/v1.15.5%2Bnv22.09", NV_TF1]),
+    (ngc_images.TENSORFLOW1, (18, 1), (None, "1.7.0"),
+     ["https://docs.nvidia.com/deeplearning/frameworks/tensorflow-release-notes/rel_18.05.html"]),
 ])
 def test_ngc_release_lookup_cites_nvidias_pages(table, release, bounds, sources):
     found = ngc_images.between(table, release)
@@ -211,16 +261,31 @@ def test_ngc_release_lookup_cites_nvidias_pages(table, release, bounds, sources)
     assert ngc_images.between((), release) == ngc_images.Bounds(None, None, ())
 
 
+def test_ngc_tables_move_forward_with_their_framework():
+    # the bounds rest on each table being ordered by release with versions that never go back
+    from packaging.version import Version
+    for table in (ngc_images.PYTORCH, ngc_images.TENSORFLOW1):
+        assert [row.release for row in table] == sorted({row.release for row in table})
+        assert [Version(row.version) for row in table] == sorted(Version(row.version) for row in table)
+        assert all(row.source.startswith(("https://docs.nvidia.com/", "https://developer.nvidia.com/",
+                                          "https://github.com/NVIDIA/")) for row in table)
+
+
 @pytest.mark.parametrize("image, torch", [
     ("nvcr.io/nvidia/pytorch:20.02-py3", "torch 1.4.0a0"),
     ("nvcr.io/nvidia/pytorch:25.12-py3", "torch 2.10.0a0"),
-    ("nvcr.io/nvidia/pytorch:22.04-py3", "torch 1.4.0a0-2.10.0a0"),
-    ("nvcr.io/nvidia/pytorch:19.10-py3", "torch <= 1.4.0a0"),
+    ("nvcr.io/nvidia/pytorch:19.10-py3", "torch 1.3.0a0"),
+    ("nvcr.io/nvidia/pytorch:20.10-py3", "torch 1.7.0a0"),
+    ("nvcr.io/nvidia/pytorch:21.09-py3", "torch 1.10.0a0"),
+    ("nvcr.io/nvidia/pytorch:22.04-py3", "torch 1.10.0a0-1.13.0a0"),
+    ("nvcr.io/nvidia/pytorch:24.04-py3", "torch 1.13.0a0-2.10.0a0"),
+    ("nvcr.io/nvidia/pytorch:19.05-py3", ("torch <= 1.1", "torch <= 1.1.0")),  # the range drops a release's ".0"
     ("nvcr.io/nvidia/pytorch:26.01-py3", "torch >= 2.10.0a0"),
 ])
 def test_pytorch_image_tags_map_to_the_verified_range(tmp_path, capsys, image, torch):
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": f"FROM {image}\n", "train.py": TORCH_LOOP})
-    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} ({image} in Dockerfile: {torch})"
+    target, evidence = torch if isinstance(torch, tuple) else (torch, torch)
+    assert _facts(capsys, tmp_path)[-1] == f"torch: {target} ({image} in Dockerfile: {evidence})"
 
 
 def test_env_and_legacy_env_forms_substitute():

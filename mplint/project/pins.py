@@ -5,7 +5,8 @@ constraints) with ``packaging``, PEP 621 and Poetry tables with ``tomllib``, the
 ``install_requires`` of the project's own packaging script (a ``setup()`` call, evaluated for
 constants, names and ``+``), setup.cfg, conda environment files, Pipfiles, the ``Requires-Dist`` of an unpacked distribution's
 PKG-INFO/METADATA, and the image of the stage a Dockerfile runs (``ARG``/``ENV`` substituted; NGC
-``YY.MM`` tags bounded by the verified releases of ``mplint.knowledge.ngc_images``, official ``tensorflow/tensorflow:X.Y`` and
+``YY.MM`` tags bounded by the verified releases of ``mplint.knowledge.ngc_images``, the unflavoured TensorFlow
+``YY.MM-py3`` of the TF 1 years included, official ``tensorflow/tensorflow:X.Y`` and
 ``pytorch/pytorch:X.Y.Z-...``).
 """
 
@@ -288,7 +289,7 @@ def _image_requirements(image: str) -> list[Requirement]:
     ngc = re.match(r"(\d{2})\.(\d{2})(?:-(tf[12]))?-py[23]", tag)
     if name.endswith("nvidia/tensorflow") and ngc:
         release = (int(ngc.group(1)), int(ngc.group(2)))
-        if ngc.group(3) == "tf1":
+        if ngc.group(3) == "tf1" or (ngc.group(3) is None and release < ngc_images.FIRST_FLAVOURED_TENSORFLOW):
             specs.append(_bounded("tensorflow", ngc_images.between(ngc_images.TENSORFLOW1, release), "1"))
         elif ngc.group(3) == "tf2":  # no verified row: the flavour says TensorFlow 2
             specs.append("tensorflow>=2,<3")

@@ -112,7 +112,7 @@ def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
 
 def _evidence(req: Requirement, where: str) -> str:
     """``requirements.txt pins torch>=1.7``; an image: ``nvcr.io/nvidia/pytorch:25.12-py3 in Dockerfile: torch 2.10.0a0``,
-    between two verified releases ``nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.4.0a0-2.10.0a0``."""
+    between two verified releases ``nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.8.0a0-1.10.0a0``."""
     if " in " in where and req.specifier:
         bounds = {s.operator: s.version for s in req.specifier}
         if "==" in bounds:
