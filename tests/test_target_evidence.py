@@ -71,7 +71,8 @@ def test_substituted_tensorflow2_image_is_any_tf2_and_mp502_stays_unsafe(tmp_pat
     ("nvcr.io/nvidia/tensorflow:22.12-tf1-py3", "TF 1.15"),
     ("nvcr.io/nvidia/tensorflow:22.10-tf1-py3", "TF 1.15"),  # between two rows
     ("nvcr.io/nvidia/tensorflow:20.06-tf1-py3", "TF 1.15"),  # NVIDIA's blog: 20.06 is TensorFlow 1.15.2
-    ("nvcr.io/nvidia/tensorflow:21.02-tf1-py3", "TF 1.15"),  # between 20.06 (1.15.2) and 22.09 (1.15.5)
+    ("nvcr.io/nvidia/tensorflow:21.02-tf1-py3", "TF 1.15"),  # between 20.06 (1.15.2) and 21.12 (1.15.5)
+    ("nvcr.io/nvidia/tensorflow:22.01-tf1-py3", "TF 1.15"),  # NVIDIA's release tag v1.15.5+nv22.01
     # the unflavoured images before the tf1/tf2 split were TensorFlow 1
     ("nvcr.io/nvidia/tensorflow:18.07-py3", "TF 1.8"),  # "18.07 is based on TensorFlow 1.8.0"
     ("nvcr.io/nvidia/tensorflow:19.10-py3", "TF 1.10-1.15"),  # between 18.10 (1.10.0) and 20.06 (1.15.2)
@@ -239,7 +240,8 @@ TF_BLOG = "https://developer.nvidia.com/blog/accelerating-tensorflow-on-a100-gpu
     (ngc_images.TENSORFLOW1, (18, 7), ("1.8.0", "1.8.0"), [TF + "rel_18.07.html"]),
     (ngc_images.TENSORFLOW1, (18, 10), ("1.10.0", "1.10.0"), [TF + "rel_18.10.html"]),
     (ngc_images.TENSORFLOW1, (20, 6), ("1.15.2", "1.15.2"), [TF_BLOG]),
-    (ngc_images.TENSORFLOW1, (22, 9), ("1.15.5", "1.15.5"), [NV_TF1 + "/tag/v1.15.5%2Bnv22.09"]),
+    *((ngc_images.TENSORFLOW1, (yy, mm), ("1.15.5", "1.15.5"), [NV_TF1 + f"/tag/v1.15.5%2Bnv{yy}.{mm:02d}"])
+      for yy, mm in ((21, 12), (22, 1), (22, 2), (22, 3), (22, 4), (22, 5), (22, 6), (22, 8), (22, 9), (22, 10))),
     *((ngc_images.TENSORFLOW1, release, ("1.15.5", "1.15.5"), [NV_TF1])
       for release in ((22, 11), (22, 12), (23, 1), (23, 2), (23, 3))),
     # a release between verified rows is bounded by them; before the first or after the last, on one side only
@@ -250,8 +252,9 @@ TF_BLOG = "https://developer.nvidia.com/blog/accelerating-tensorflow-on-a100-gpu
     (ngc_images.PYTORCH, (19, 5), (None, "1.1.0"), [PT + "rel_19-06.html"]),
     (ngc_images.PYTORCH, (26, 2), ("2.10.0a0", None), [PT + "rel-25-12.html"]),
     (ngc_images.TENSORFLOW1, (19, 10), ("1.10.0", "1.15.2"), [TF + "rel_18.10.html", TF_BLOG]),
-    (ngc_images.TENSORFLOW1, (21, 2), ("1.15.2", "1.15.5"), [TF_BLOG, NV_TF1 + "/tag/v1.15.5%2Bnv22.09"]),
-    (ngc_images.TENSORFLOW1, (22, 10), ("1.15.5", "1.15.5"), [NV_TF1 + "/tag/v1.15.5%2Bnv22.09", NV_TF1]),
+    (ngc_images.TENSORFLOW1, (21, 2), ("1.15.2", "1.15.5"), [TF_BLOG, NV_TF1 + "/tag/v1.15.5%2Bnv21.12"]),
+    (ngc_images.TENSORFLOW1, (22, 7), ("1.15.5", "1.15.5"),
+     [NV_TF1 + "/tag/v1.15.5%2Bnv22.06", NV_TF1 + "/tag/v1.15.5%2Bnv22.08"]),
     (ngc_images.TENSORFLOW1, (18, 1), (None, "1.7.0"),
      ["https://docs.nvidia.com/deeplearning/frameworks/tensorflow-release-notes/rel_18.05.html"]),
 ])

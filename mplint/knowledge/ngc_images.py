@@ -6,8 +6,8 @@ How the table was verified: every row was read, with its release number and vers
 its ``source`` names, and the comment beside it quotes the sentence. The sources are NVIDIA's container release notes
 ("PyTorch container image version YY.MM is based on ...", "TensorFlow container image version YY.MM is based on
 TensorFlow 1.8.0", and the notes' "NVIDIA PyTorch Container Versions" table, one line per release), NVIDIA's
-``NVIDIA/tensorflow`` release pages ("NVIDIA TensorFlow release YY.MM is based on TensorFlow 1.15.5") and NVIDIA's
-developer blog. Where the stored text was a public verbatim copy of an NVIDIA page (a repository quoting the notes
+``NVIDIA/tensorflow`` release pages ("NVIDIA TensorFlow release YY.MM is based on TensorFlow 1.15.5") and release
+tags (``v1.15.5+nv22.01``, with the version its packaging script names at the tag) and NVIDIA's developer blog. Where the stored text was a public verbatim copy of an NVIDIA page (a repository quoting the notes
 under their address), ``source`` is the NVIDIA page and the comment says so. Releases whose stored pages did not show
 the version are not in the table: every TensorFlow 2 release, and PyTorch 19.11-20.01, 20.06, 21.01-22.10,
 22.12-25.11 among others. A row is added only with a page that states it.
@@ -79,11 +79,17 @@ TENSORFLOW1 = (
     Release((18, 7), "1.8.0", _TF_NOTES + "rel_18.07.html"),
     # "TensorFlow container image version 18.10 is based on TensorFlow 1.10.0."
     Release((18, 10), "1.10.0", _TF_NOTES + "rel_18.10.html"),
-    # "The NVIDIA TensorFlow 1.15.2 from 20.06 release is based on upstream TensorFlow version 1.15.2."
+    # "The NVIDIA TensorFlow 1.15.2 from 20.06 release is based on upstream TensorFlow version 1.15.2." (NVIDIA's
+    # release tag v1.15.2+nv20.06 agrees)
     Release((20, 6), "1.15.2", "https://developer.nvidia.com/blog/accelerating-tensorflow-on-a100-gpus/"),
-    # "NVIDIA TensorFlow release YY.MM is based on TensorFlow 1.15.5."
-    *(Release((yy, mm), "1.15.5", f"{_NV_TF1}/tag/v1.15.5%2Bnv{yy}.{mm:02d}" if (yy, mm) == (22, 9) else _NV_TF1)
-      for yy, mm in ((22, 9), (22, 11), (22, 12), (23, 1), (23, 2), (23, 3))),
+    # NVIDIA's release tags v1.15.5+nvYY.MM in NVIDIA/tensorflow, whose tensorflow/tools/pip_package/setup.py at
+    # the tag reads ``_VERSION = '1.15.5'``
+    *(Release((yy, mm), "1.15.5", f"{_NV_TF1}/tag/v1.15.5%2Bnv{yy}.{mm:02d}")
+      for yy, mm in ((21, 12), (22, 1), (22, 2), (22, 3), (22, 4), (22, 5), (22, 6), (22, 8))),
+    # "NVIDIA TensorFlow release YY.MM is based on TensorFlow 1.15.5." (22.10 from its release tag, as above)
+    *(Release((yy, mm), "1.15.5", f"{_NV_TF1}/tag/v1.15.5%2Bnv{yy}.{mm:02d}" if (yy, mm) in ((22, 9), (22, 10))
+              else _NV_TF1)
+      for yy, mm in ((22, 9), (22, 10), (22, 11), (22, 12), (23, 1), (23, 2), (23, 3))),
 )
 
 # The first release whose notes name only the flavoured TensorFlow images ("Container image 20.03-tf1-py3 and
