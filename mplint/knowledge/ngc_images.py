@@ -7,9 +7,10 @@ its ``source`` names, and the comment beside it quotes the sentence. The sources
 ("PyTorch container image version YY.MM is based on ...", "TensorFlow container image version YY.MM is based on
 TensorFlow 1.8.0", and the notes' "NVIDIA PyTorch Container Versions" table, one line per release), NVIDIA's
 ``NVIDIA/tensorflow`` release pages ("NVIDIA TensorFlow release YY.MM is based on TensorFlow 1.15.5") and release
-tags (``v1.15.5+nv22.01``, with the version its packaging script names at the tag) and NVIDIA's developer blog. Where the stored text was a public verbatim copy of an NVIDIA page (a repository quoting the notes
-under their address), ``source`` is the NVIDIA page and the comment says so. Releases whose stored pages did not show
-the version are not in the table: every TensorFlow 2 release, and PyTorch 19.11-20.01, 20.06, 21.01-22.10,
+tags (``v1.15.5+nv22.01``, with the version its packaging script names at the tag) and NVIDIA's developer blog.
+Where the stored text was a public verbatim copy of an NVIDIA page (a repository quoting the notes under their
+address), ``source`` is the NVIDIA page and the comment says so. Releases whose stored pages did not show the version
+are not in the table: every TensorFlow 2 release, and PyTorch 19.11-20.01, 20.06, 21.01-21.08, 21.10-22.10 and
 22.12-25.11 among others. A row is added only with a page that states it.
 
 A tag between two rows is bounded by them (``between``): NVIDIA's containers move forward with their framework, so a
