@@ -326,3 +326,19 @@ def test_check_model_masked_fill_that_raises_and_half_parameters():
                      "c10::Half without overflow)"]
     half = [(f.rule_id, f.layer) for f in check_model(nn.Linear(16, 16).half(), torch.randn(2, 16).half())]
     assert half == [("MP806", "Linear"), ("MPT101", "weight"), ("MPT101", "bias")]
+
+
+def test_the_documented_pytorch_example_prints_what_the_page_shows():
+    import contextlib
+    import io
+
+    from markdown_it import MarkdownIt
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "runtime.md").read_text().split("## PyTorch", 1)[1]
+    fences = {token.info: token.content for token in MarkdownIt().parse(page) if token.type == "fence"}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(fences["python"], "docs/runtime.md", "exec"), {})
+    assert printed.getvalue() == fences["console"]
