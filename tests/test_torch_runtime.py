@@ -22,7 +22,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from mplint.runtime import torch_precision  # noqa: E402
 from mplint.runtime.policy import Hardware  # noqa: E402
-from mplint.runtime.torch_precision import Scaler, Spelling, check_model, choose  # noqa: E402
+from mplint.runtime.torch_precision import Scaler, Spelling, TorchPrecision, check_model, choose  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -303,6 +303,15 @@ def test_check_model_reports_outputs_sizes_and_constants_under_float16():
     ]
 
 
+def test_check_model_before_torch_2_reports_all_but_the_constants(monkeypatch):
+    simulate(monkeypatch, "1.12.1", "torch.amp.GradScaler")
+    model = Tagger()
+    float16 = TorchPrecision("float16", "cpu", "requested", Hardware("CPU", "CPU"), Spelling("torch.amp.autocast", None), "1.12.1")
+    found = [(f.rule_id, f.layer) for f in check_model(model, *_tokens(), precision=float16)]
+    assert found == [("MP806", "head"), ("MP807", "embed"), ("MP807", "hidden")]  # the -1e9 and 1e-8 not seen
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())  # removed again
+
+
 def test_check_model_clean_model_and_bfloat16():
     assert check_model(Tagger(float32_output=True, fixed=True), *_tokens()) == []
     found = [(f.rule_id, f.layer) for f in check_model(Tagger(), *_tokens(), precision=choose("bfloat16", device="cpu"))]
@@ -342,3 +351,20 @@ def test_the_documented_pytorch_example_prints_what_the_page_shows():
     with contextlib.redirect_stdout(printed):
         exec(compile(fences["python"], "docs/runtime.md", "exec"), {})
     assert printed.getvalue() == fences["console"]
+
+
+def test_check_model_every_output_head_is_a_class_count():
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = nn.Linear(16, 20)
+            self.classes = nn.Linear(20, 10)
+            self.boxes = nn.Linear(20, 12)
+
+        def forward(self, x):
+            h = self.trunk(x).relu()
+            return {"classes": self.classes(h), "boxes": self.boxes(h).float()}
+
+    lines = [f"{f.rule_id} {f.layer}: {f.message}" for f in check_model(TwoHeads(), torch.randn(2, 16))]
+    assert lines == ["MP806 classes: model output is float16",
+                     "MP807 trunk: Linear out_features 20 not a multiple of 8: no Tensor Cores under float16"]

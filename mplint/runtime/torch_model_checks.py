@@ -95,11 +95,15 @@ class _Watch:
             raise _Stop from error
 
 
-def _dispatch_mode(watch):
-    try:
-        from torch.utils._python_dispatch import TorchDispatchMode
-    except ImportError:  # torch before 1.13: no constants, the other checks still run
+def _dispatch_mode(torch, watch):
+    """None before torch 2.0 (earlier dispatch modes were entered another way): no MPT601, the other checks run."""
+    from packaging.version import Version
+
+    from mplint.runtime.torch_precision import torch_version
+
+    if Version(torch_version(torch)) < Version("2.0"):
         return None
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     class ConstantWatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -129,7 +133,7 @@ def check_model(model, *inputs, precision=None, dtype: str = "float16", **kwargs
     for module in model.modules():
         handles.append(module.register_forward_pre_hook(watch.pre))
         handles.append(module.register_forward_hook(watch.post))
-    mode = _dispatch_mode(watch)
+    mode = _dispatch_mode(torch, watch)
     output = None
     try:
         with torch.no_grad(), precision.autocast(), (mode if mode is not None else contextlib.nullcontext()):
