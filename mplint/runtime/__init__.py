@@ -2,7 +2,8 @@
 
 TensorFlow is optional for mplint (the ``runtime`` extra: ``python3 -m pip install ".[runtime]"`` in a clone
 of mplint); it is imported only when
-one of these functions is called.
+one of these functions is called. The PyTorch half is ``mplint.runtime.torch_precision`` (``choose``, ``Scaler``,
+``check_model``); torch too is imported only when they are called.
 """
 
 from mplint.runtime.model_checks import RuntimeFinding, check_model
