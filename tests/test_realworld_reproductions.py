@@ -90,3 +90,56 @@ def test_mp503_unconditional_rewrite_in_a_program_that_may_set_float32_is_an_uns
     fixed = lint_code(code, path="runnable.py", files=files, select=["MP503"], fix=True, unsafe_fixes=True)
     assert fixed.fixed_code == code.replace(
         "        self.optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(self.optimizer)\n", "")
+
+
+# NVIDIA/apex tests/distributed/synced_batchnorm: BatchNorm and SyncBatchNorm made float16 under --fp16, one SGD
+# step each, compared: half precision is what the test exercises.
+APEX_SYNCBN_TEST = '''import torch
+from torch import optim
+
+bn = torch.nn.BatchNorm2d(32).cuda()
+if args.fp16:
+    bn.half()
+out_bn = bn(inp)
+out_bn.backward(grad)
+bn_opt = optim.SGD(bn.parameters(), lr=1.0)
+bn_opt.step()
+'''
+
+
+@pytest.mark.parametrize("path", ["tests/test_groups.py", "tests/two_gpu_unit_test.py"])
+def test_mpt101_half_model_in_a_test_module_is_silent(path):
+    assert lint_code(APEX_SYNCBN_TEST, path=path, select=["MPT101"]).diagnostics == []
+
+
+def test_mpt101_the_same_code_in_a_training_script_is_reported():
+    found = lint_code(APEX_SYNCBN_TEST, path="train_groups.py", select=["MPT101"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
+        "MPT101", 6, 5,
+        "`bn` is made pure float16 and then trained: its weights and their updates are float16, so updates smaller "
+        "than 1/2048 of a weight vanish; keep the model float32 and train under `torch.autocast` with a GradScaler",
+    )]
+
+
+# keras-team/tf-keras mixed_precision_graph_rewrite_test.py: the tests of the rewrite call it, and check that it
+# raises together with a policy the test itself sets.
+REWRITE_TEST = '''import tensorflow as tf
+from tf_keras import mixed_precision
+from tf_keras.optimizers import legacy as optimizer_v2
+
+
+class MixedPrecisionTest(tf.test.TestCase):
+    def test_wrap_optimizer(self):
+        opt = optimizer_v2.SGD(1.0)
+        opt = tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite(opt, 123.0)
+        self.assertIsInstance(opt, mixed_precision.LossScaleOptimizer)
+
+    def test_error_if_policy_is_set(self):
+        mixed_precision.set_global_policy("mixed_float16")
+        with self.assertRaisesRegex(ValueError, "the global Keras dtype Policy has been set"):
+            tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite(optimizer_v2.SGD(1.0))
+'''
+
+
+def test_mp503_tests_of_the_rewrite_itself_are_silent():
+    assert lint_code(REWRITE_TEST, path="mixed_precision_graph_rewrite_test.py", select=["MP503"]).diagnostics == []
