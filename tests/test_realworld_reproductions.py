@@ -143,3 +143,42 @@ class MixedPrecisionTest(tf.test.TestCase):
 
 def test_mp503_tests_of_the_rewrite_itself_are_silent():
     assert lint_code(REWRITE_TEST, path="mixed_precision_graph_rewrite_test.py", select=["MP503"]).diagnostics == []
+
+
+# NVIDIA/apex tests/L0/run_optimizers/test_adam.py: a LeNet whose last Linear (10 classes) is followed by a ReLU.
+LENET = '''import torch
+from torch import nn
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+        self.fc2 = nn.Linear(120, 84)
+        self.relu4 = nn.ReLU()
+        self.fc3 = nn.Linear(84, 10)
+        self.relu5 = nn.ReLU()
+
+    def forward(self, x):
+        y = self.fc2(x)
+        y = self.relu4(y)
+        y = self.fc3(y)
+        y = self.relu5(y)
+        return y
+
+
+with torch.amp.autocast("cuda", enabled=True):
+    Model().cuda()(torch.randn(2, 120, device="cuda")).sum().backward()
+'''
+
+
+def test_mpt301_the_last_linear_before_an_activation_is_the_class_count():
+    found = lint_code(LENET, path="lenet.py", select=["MPT301"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
+        "MPT301", 8, 35,
+        "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16/bfloat16 autocast its matmuls miss "
+        "tensor cores (use 88)",
+    )]
+
+
+def test_mpt301_layer_sizes_of_a_test_module_are_fixtures():
+    assert lint_code(LENET, path="tests/L0/run_optimizers/test_adam.py", select=["MPT301"]).diagnostics == []
