@@ -182,3 +182,72 @@ def test_mpt301_the_last_linear_before_an_activation_is_the_class_count():
 
 def test_mpt301_layer_sizes_of_a_test_module_are_fixtures():
     assert lint_code(LENET, path="tests/L0/run_optimizers/test_adam.py", select=["MPT301"]).diagnostics == []
+
+
+# NVIDIA/apex tests/distributed/amp_master_params: trains under O2, then saves the float16 model and apex's float32
+# master copy for a comparison script. Migrating would save model.parameters() twice.
+APEX_MASTER_PARAMS = '''import torch
+from apex import amp
+
+model = torch.nn.Linear(1024, 16).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+for t in range(500):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+torch.save(list(model.parameters()), "model.pth")
+torch.save(list(amp.master_params(optimizer)), "master.pth")
+'''
+
+
+def test_mpt501_master_params_saved_for_comparison_get_no_migration():
+    out = lint_code(APEX_MASTER_PARAMS, path="amp_master_params.py", select=["MPT501"], fix=True, unsafe_fixes=True)
+    assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [(
+        "MPT501", 6, 20,
+        '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
+        '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`; no '
+        "automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
+        "master copy of an O2 model has no torch.amp counterpart",
+    )]
+    assert not out.written
+
+
+def test_mpt501_master_params_in_a_clip_still_migrate():
+    code = APEX_MASTER_PARAMS.replace(
+        '''    optimizer.step()
+torch.save(list(model.parameters()), "model.pth")
+torch.save(list(amp.master_params(optimizer)), "master.pth")
+''', '''    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+    optimizer.step()
+''')
+    out = lint_code(code, path="train.py", select=["MPT501"], fix=True, unsafe_fixes=True)
+    assert out.fixed_code == '''import torch
+
+model = torch.nn.Linear(1024, 16).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+scaler = torch.cuda.amp.GradScaler()
+for t in range(500):
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+'''
+
+
+# mlcommons/training retired_benchmarks/rnnt/pytorch/inference.py: O3 with no optimizer, after model.eval().
+def test_mpt501_o3_without_an_optimizer_is_inference():
+    code = "import torch\nfrom apex import amp\n\nmodel.eval()\nmodel = amp.initialize(model, opt_level='O3')\n"
+    found = lint_code(code, path="inference.py", select=["MPT501"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
+        "MPT501", 5, 9,
+        '`amp.initialize(model, opt_level="O3")` without an optimizer casts the model to float16 for inference: '
+        "write `model.half()`, which needs no apex; no automatic fix: only opt_level O1/O2 map onto autocast + "
+        "GradScaler",
+    )]
