@@ -3,6 +3,10 @@ wrong: each pins what the rule says there now."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from mplint.testing import lint_code
@@ -309,3 +313,62 @@ def test_mp202_keras2_get_scaled_loss_without_unscale_is_still_reported():
         "compile() wraps the optimizer in a LossScaleOptimizer; when `self.optimizer is not None` is true, the tape "
         "differentiates the scaled loss but get_unscaled_gradients is never called: updates 32768x too large",
     )]
+
+
+# keras-team/keras-rs keras_rs/src/losses/list_mle_loss.py: an epsilon of a Keras 3 Loss subclass, whose __call__
+# converts the predictions to the loss's float32 dtype before `call` sees them.
+LIST_MLE_LOSS = '''import keras
+from keras import ops
+
+
+class ListMLELoss(keras.losses.Loss):
+    def __init__(self, temperature=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.temperature = temperature
+        self._epsilon = 1e-10
+
+    def call(self, y_true, y_pred):
+        logits = ops.divide(y_pred, ops.cast(self.temperature, dtype=y_pred.dtype))
+        cumsum_from_right = ops.flip(ops.cumsum(ops.flip(ops.exp(logits), axis=1), axis=1), axis=1)
+        return -ops.sum(logits - ops.log(cumsum_from_right + self._epsilon), axis=1)
+'''
+EPSILON_VANISHES = (
+    "MP601", 14, 62,
+    "`self._epsilon` (set at line 9: `1e-10`) flushes to 0 in float16 (smallest subnormal 6e-8): combined with the "
+    "compute-dtype tensor `cumsum_from_right` under a float16 policy the epsilon vanishes and a log or division by it "
+    "gives inf or NaN",
+)
+
+
+def test_mp601_a_keras3_loss_computes_in_its_own_float32_dtype():
+    found = lint_code(LIST_MLE_LOSS, path="list_mle_loss.py", select=["MP601"], keras=3, policy="mixed_float16")
+    assert found.diagnostics == []
+
+
+@pytest.mark.parametrize("keras,code", [
+    (2, LIST_MLE_LOSS),  # Keras 2's Loss keeps the predictions' float16
+    (3, LIST_MLE_LOSS.replace("super().__init__(**kwargs)", 'super().__init__(dtype="float16", **kwargs)')),
+])
+def test_mp601_a_loss_that_computes_in_float16_is_still_reported(keras, code):
+    found = lint_code(code, path="list_mle_loss.py", select=["MP601"], keras=keras, policy="mixed_float16")
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found.diagnostics] == [EPSILON_VANISHES]
+
+
+def test_keras3_loss_call_sees_float32_predictions_under_mixed_float16():
+    """The fact the MP601 exemption rests on, executed on the installed Keras 3."""
+    script = '''
+import keras, numpy as np
+keras.mixed_precision.set_global_policy("mixed_float16")
+seen = []
+class L(keras.losses.Loss):
+    def call(self, y_true, y_pred):
+        seen.append(str(y_pred.dtype))
+        return keras.ops.mean(y_pred)
+out = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])(np.ones((1, 4)))
+L()(np.ones((1, 2)), out)
+print(keras.backend.standardize_dtype(out.dtype), seen[0].rsplit("'", 2)[-2] if "'" in seen[0] else seen[0])
+'''
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["float16", "float32"]
