@@ -136,7 +136,7 @@ def test_policy_in_an_imported_file_enables_the_rewrite_fix():
     code = "import tensorflow as tf\nimport policy\nopt = tf.keras.optimizers.Adam()\nopt = tf.train.experimental.enable_mixed_precision_graph_rewrite(opt)\n"
     files = {"policy.py": 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'}
     without = lint_code(code.replace("import policy\n", "import os\n"), select=["MP503"], fix=True, files=files)
-    assert not without.written and [d.line for d in without.diagnostics] == [4]  # policy.py is another program
+    assert not without.written and without.diagnostics == []  # policy.py is another program: no policy here
     fixed = lint_code(code, select=["MP503"], fix=True, files=files)
     assert fixed.fixed_code == "import tensorflow as tf\nimport policy\nopt = tf.keras.optimizers.Adam()\n"
 

@@ -136,6 +136,17 @@ class DtypeFlow:
                 return self.is_layer_class(stmt)
         return False
 
+    def in_keras3_loss(self, node: cst.CSTNode) -> bool:
+        """Inside a ``keras.losses.Loss`` subclass on Keras 3, whose ``__call__`` converts the predictions to the
+        loss's own dtype (floatx, float32, under any mixed policy) unless the class passes another ``dtype``."""
+        cls = self.enclosing_class(node)
+        if cls is None or self.context.generation != 3:
+            return False
+        if not any(k.is_keras and k.path == "losses.Loss" for arg in cls.bases for k in self.context.names.knames(arg.value)):
+            return False
+        return not any(keyword_value(call, "dtype") is not None for call in self.context.nodes_within(cls, cst.Call)
+                       if isinstance(call.func, cst.Attribute) and call.func.attr.value == "__init__")
+
     def in_layer_class(self, node: cst.CSTNode) -> bool:
         cls = self.enclosing_class(node)
         return cls is not None and self.is_layer_class(cls)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when, range_note, scaling_insertion
+from mplint.analysis.optimizer_flow import (
+    GradientSiteRule, OptimizerFlow, describe_when, method_name, range_note, scaling_insertion,
+)
 from mplint.diagnostics import Fix, FixSafety
 
 # Where a generation is known rather than guessed (``Generation.origin``).
@@ -87,7 +89,10 @@ class UnscaledLossGradient(GradientSiteRule):
 
         unscaled_only = [p for p in wrapped if p.scaled_by is None and (p.unscaled or manual(p))]
         never = [p for p in wrapped if p.scaled_by is None and not (p.unscaled or manual(p))]
-        too_large = [p for p in wrapped if p.scaled_by is not None and not p.unscaled and not manual(p)]
+        # `scale_loss` is Keras 3's API (Keras 2's LossScaleOptimizer has none: AttributeError there), and Keras 3's
+        # apply_gradients unscales: a path that scales with it is Keras 3 code, right as written.
+        too_large = [p for p in wrapped if p.scaled_by is not None and not p.unscaled and not manual(p)
+                     and method_name(p.scaled_by) != "scale_loss"]
         if unscaled_only:
             when = describe_when(site.paths, unscaled_only)
             message = (f"{self._how(unscaled_only[0])}; {when}the gradients are unscaled but the tape differentiates the "

@@ -244,7 +244,10 @@ class ExperimentalMixedPrecisionApi(Rule):
             return
         self.handled.add(id(arg.value))
         value = read_loss_scale(self.context, arg.value)
-        head = "`Policy(..., loss_scale=...)` is G1 API (TypeError in Keras 2 and 3)"
+        if self.context.names.callee(call, ["mixed_precision.experimental.Policy"]):
+            head = "`loss_scale=` of the experimental `Policy` is G1 API: the `Policy` of Keras 2 and 3 has none (TypeError)"
+        else:
+            head = "`Policy(..., loss_scale=...)` is G1 API (TypeError in Keras 2 and 3)"
         if value.kind == "dynamic":
             self.items.append(_Item(arg, f"{head}: drop it; compile() adds dynamic loss scaling itself under mixed_float16",
                                     {call: without_arg(call, arg)}))

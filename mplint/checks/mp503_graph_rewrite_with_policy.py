@@ -14,6 +14,7 @@ REWRITE_FUNCTION = "enable_mixed_precision_graph_rewrite"
 AMP_OPTION = "auto_mixed_precision"
 AMP_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
 _DISABLED = frozenset({"0", "false", "False", ""})
+_FLOAT32_POLICIES = frozenset({"float32", "float64"})
 
 
 class GraphRewriteWithPolicy(Rule):
@@ -26,18 +27,27 @@ class GraphRewriteWithPolicy(Rule):
 
     @classmethod
     def active_for(cls, facts):
-        return bool(facts.keras_namespaces) or cls._has_policy(facts)
-
-    @staticmethod
-    def _has_policy(facts) -> bool:
+        # Without a (possibly) mixed Keras policy the rewrite with its own loss scaling is a working setup.
         return bool(facts.policy_names & (MIXED_POLICIES | {UNKNOWN_POLICY}))
 
     def _why(self) -> str:
-        if self._has_policy(self.context.facts):
-            return f"together with the Keras policy ({self.context.facts.describe_policy()}) it raises at run time"
-        return "it does not work with Keras optimizers and is deprecated in TF 2; use the mixed_float16 Keras policy"
+        why = f"together with the Keras policy ({self.context.facts.describe_policy()}) it raises at run time"
+        if self._float32_mode():
+            why += " (the program may also set float32, where deleting the rewrite drops mixed precision: unsafe fix)"
+        return why
+
+    def _float32_mode(self) -> bool:
+        """The program may also run with a float32 policy: a mode where the rewrite is the only mixed precision."""
+        return bool(self.context.facts.policy_names & _FLOAT32_POLICIES)
+
+    def _mode_switch(self, node: cst.CSTNode) -> bool:
+        """A switch under a condition in a program that also has a float32 policy: the rewrite is one mode, the
+        mixed policy another (``--fp16_implementation=graph_rewrite`` builds the model in float32)."""
+        return self._float32_mode() and self.context.enclosing(node, (cst.If, cst.IfExp)) is not None
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self._mode_switch(node):
+            return
         name = dotted(node.func) or ""
         if name.rsplit(".", 1)[-1] == REWRITE_FUNCTION:
             self._report_rewrite(node)
@@ -60,6 +70,8 @@ class GraphRewriteWithPolicy(Rule):
             return
         if target.slice[0].slice.value.evaluated_value != AMP_ENV or not _enabled(assign.value):
             return
+        if self._mode_switch(node):
+            return
         self.report(target, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", self._delete(node))
 
     def _report_rewrite(self, call: cst.Call) -> None:
@@ -72,7 +84,7 @@ class GraphRewriteWithPolicy(Rule):
             elif isinstance(small, cst.Assign) and small.value is call and call.args:
                 optimizer = call.args[0].value
                 target = small.targets[0].target
-                same = m.matches(target, m.Name()) and m.matches(optimizer, m.Name(target.value))
+                same = target.deep_equals(optimizer)  # `opt = rewrite(opt)`, `self.opt = rewrite(self.opt)`
                 fix = self._delete(statement) if same else self._keep_optimizer(small, optimizer)
         self.report(
             call,
@@ -111,11 +123,9 @@ class GraphRewriteWithPolicy(Rule):
     def _keep_optimizer(self, assign: cst.Assign, optimizer: cst.BaseExpression) -> Fix | None:
         return self._fix(assign, assign.with_changes(value=optimizer))
 
-    def _fix(self, old: cst.CSTNode, new) -> Fix | None:
-        # Without a Keras policy, deleting the rewrite would silently drop mixed precision.
-        if not self._has_policy(self.context.facts):
-            return None
-        return Fix({old: new}, FixSafety.SAFE)
+    def _fix(self, old: cst.CSTNode, new) -> Fix:
+        # Where the program may also run with a float32 policy, the rewrite is that mode's only mixed precision.
+        return Fix({old: new}, FixSafety.UNSAFE if self._float32_mode() else FixSafety.SAFE)
 
 
 def _enabled(value: cst.BaseExpression) -> bool:

@@ -153,7 +153,7 @@ class Float16OverflowConstant(Rule):
             return
         flow = self.context.analysis(DtypeFlow)
         carrier = next((c for c in map(flow.classify, others) if isinstance(c, Carrier)), None)
-        if carrier is None or self._not_float16_branch(constant):
+        if carrier is None or self._not_float16_branch(constant) or flow.in_keras3_loss(constant):
             return
         if origin is not None and not (carrier.always_float16 or flow.in_layer_class(constant)):
             # a constant from elsewhere next to a plain function's tensor cast to some input's dtype: whether that

@@ -24,6 +24,15 @@ _SIZES = {
 # layer -> (position, keyword) of the size it takes from the layer before
 _INPUTS = {name: (0, "in_channels" if "Conv" in name else "input_size" if name in ("nn.LSTM", "nn.GRU") else "in_features")
            for name in _SIZES if name not in ("nn.Embedding", "nn.MultiheadAttention")}
+# Layers and functions whose output has their input's shape: what follows the last sized layer to the output.
+_ACTIVATIONS = ("ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
+                "Hardtanh", "Mish")
+_PRESERVING_LAYERS = frozenset({*(f"nn.{a}" for a in _ACTIVATIONS), "nn.Identity",
+                                *(f"nn.Dropout{n}" for n in ("", "1d", "2d", "3d"))})
+_PRESERVING_FUNCTIONS = frozenset({
+    *(f"nn.functional.{f}" for f in ("relu", "relu6", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh",
+                                    "softmax", "log_softmax", "dropout", "mish")),
+    "relu", "sigmoid", "tanh", "softmax", "log_softmax"})
 # Names of sizes and attributes that are a model's output (a class count, a vocabulary, a head).
 _OUTPUT_NAME = re.compile(r"class|label|vocab|target|out(put)?s?$|^n_?out|head|classifier|logit|num_out", re.I)
 
@@ -31,6 +40,10 @@ _OUTPUT_NAME = re.compile(r"class|label|vocab|target|out(put)?s?$|^n_?out|head|c
 class TorchTensorCoreAlignment(TorchRule):
     id = "MPT301"
     triggers = (b"nn.", b"Linear", b"Conv", b"Embedding")
+
+    @classmethod
+    def active_for(cls, facts) -> bool:
+        return not facts.test_module  # a test's layer sizes are fixtures: tensor-core throughput is not what it checks
 
     @classmethod
     def candidate(cls, code) -> bool:
@@ -111,9 +124,59 @@ class TorchTensorCoreAlignment(TorchRule):
         return False
 
     def _returned(self, owner: cst.ClassDef, attribute: str) -> bool:
+        """Whether ``forward`` returns what ``attribute`` computes, directly or through shape-preserving layers
+        (``y = self.fc3(y); y = self.relu5(y); return y``): its size is then the class count."""
+        preserving = self._shape_preserving_attributes(owner)
         for method in owner.body.body:
             if isinstance(method, cst.FunctionDef) and method.name.value == "forward":
+                statements = list(method.body.body)
                 for ret in self.context.nodes_within(method, cst.Return):
-                    if isinstance(ret.value, cst.Call) and dotted(ret.value.func) == attribute:
+                    top = next(a for a in [ret, *self.context.ancestors(ret)] if self.context.parent(a) is method.body)
+                    if self._produced_by(ret.value, statements[:statements.index(top)], attribute, preserving):
                         return True
         return False
+
+    def _produced_by(self, value, before: list, attribute: str, preserving: set[str]) -> bool:
+        """Follow ``value`` back through simple assignments of ``forward``'s body and shape-preserving calls."""
+        for _ in range(len(before) + 8):  # each step consumes an assignment or unwraps a call
+            if isinstance(value, cst.Name):
+                index = _last_assignment(before, value.value)
+                if index is None:
+                    return False
+                before, value = before[:index], _assignment_to(before[index]).value
+            elif isinstance(value, cst.Call) and value.args:
+                name = dotted(value.func)
+                if name == attribute:
+                    return True
+                if name not in preserving and self.context.names.torch_api(value.func, _PRESERVING_FUNCTIONS) is None:
+                    return False
+                value = value.args[0].value
+            else:
+                return isinstance(value, cst.Call) and dotted(value.func) == attribute
+        return False
+
+    def _shape_preserving_attributes(self, owner: cst.ClassDef) -> set[str]:
+        """``self.x`` attributes of the class bound to an activation, dropout or identity layer."""
+        found = set()
+        for assign in self.context.nodes_within(owner, cst.Assign):
+            if isinstance(assign.value, cst.Call) and self.context.names.torch_api(assign.value.func, _PRESERVING_LAYERS):
+                found.update(dotted(t.target) or "" for t in assign.targets)
+        return found - {""}
+
+
+def _assignment_to(statement) -> cst.Assign | None:
+    """``name = value`` as a whole statement line, else None."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        assign = statement.body[0]
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+            return assign
+    return None
+
+
+def _last_assignment(statements: list, name: str) -> int | None:
+    """Index of the last ``name = ...`` statement line in ``statements``."""
+    for index in range(len(statements) - 1, -1, -1):
+        assign = _assignment_to(statements[index])
+        if assign is not None and assign.targets[0].target.value == name:
+            return index
+    return None

@@ -24,6 +24,7 @@ import libcst as cst
 
 from mplint.analysis.call_args import argument
 from mplint.analysis.torch_amp import TorchRule
+from mplint.analysis.torch_loop import CLIP_APIS
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
 from mplint.project.torch_target import torch_target
@@ -88,6 +89,9 @@ class ApexAmp(TorchRule):
             level = self._opt_level(call)
             if level == "O0":
                 return "`amp.initialize(..., opt_level=\"O0\")` is plain float32: delete the call and apex"
+            if level == "O3" and argument(call, 1, "optimizers") is None:
+                return ("`amp.initialize(model, opt_level=\"O3\")` without an optimizer casts the model to float16 for "
+                        "inference: write `model.half()`, which needs no apex")
             if level == "O3":
                 return ("`amp.initialize(..., opt_level=\"O3\")` trains in pure float16: no torch.amp equivalent; keep the model "
                         "float32 and use `torch.autocast` with `torch.amp.GradScaler` (or `.half()` for inference only)")
@@ -233,6 +237,9 @@ class ApexAmp(TorchRule):
 
     def _master_params(self, model: str, replacements: dict) -> None:
         for call in self.calls.get("amp.master_params", []):
+            if not self._clipped(call):
+                raise _NoFix("`amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
+                             "master copy of an O2 model has no torch.amp counterpart")
             optimizer = argument(call, 0, "optimizer")
             line = self.context.enclosing(call, cst.SimpleStatementLine)
             if optimizer is None or line is None or line in replacements:
@@ -240,6 +247,14 @@ class ApexAmp(TorchRule):
             unscale = cst.parse_statement(f"scaler.unscale_({self.code(optimizer)})\n").with_changes(leading_lines=line.leading_lines)
             rewritten = line.deep_replace(call, cst.parse_expression(f"{model}.parameters()"))
             replacements[line] = cst.FlattenSentinel([unscale, rewritten.with_changes(leading_lines=())])
+
+    def _clipped(self, call: cst.Call) -> bool:
+        """``amp.master_params(opt)`` is the parameters argument of a gradient clip, where unscaled model
+        parameters stand in for it."""
+        arg = self.context.parent(call)
+        clip = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
+        return isinstance(clip, cst.Call) and clip.args[0] is arg \
+            and self.context.names.torch_api(clip.func, CLIP_APIS) is not None
 
     def _checkpoints(self, replacements: dict) -> None:
         for path in ("amp.state_dict", "amp.load_state_dict"):
