@@ -26,7 +26,9 @@ class GraphRewriteWithPolicy(Rule):
 
     @classmethod
     def active_for(cls, facts):
-        return bool(facts.keras_namespaces) or cls._has_policy(facts)
+        # Without a Keras policy the rewrite fails only on Keras 3, whose optimizers it does not take: on Keras 2
+        # (TF 2.4-2.15, tf_keras) it wraps the optimizer in a LossScaleOptimizer, a working setup.
+        return cls._has_policy(facts) or bool(facts.keras_namespaces) and facts.generation.admits(3)
 
     @staticmethod
     def _has_policy(facts) -> bool:
@@ -35,7 +37,9 @@ class GraphRewriteWithPolicy(Rule):
     def _why(self) -> str:
         if self._has_policy(self.context.facts):
             return f"together with the Keras policy ({self.context.facts.describe_policy()}) it raises at run time"
-        return "it does not work with Keras optimizers and is deprecated in TF 2; use the mixed_float16 Keras policy"
+        gen = self.context.facts.generation
+        return ("it does not work with Keras 3 optimizers and is deprecated in TF 2; use the mixed_float16 Keras policy "
+                f"(target {gen.label}, from {gen.source})")
 
     def visit_Call(self, node: cst.Call) -> None:
         name = dotted(node.func) or ""
