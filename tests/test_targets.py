@@ -293,3 +293,18 @@ def test_a_tf_keras_program_with_tf1_sessions_is_keras_2_without_pins(tmp_path):
         (0, "program legacy.py uses TF1 (sessions, Estimators, tf.compat.v1 graphs) and sets no Keras policy"),
         (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1"),
     ]
+
+
+@pytest.mark.parametrize("pins, expected", [
+    ({"requirements.txt": "keras>=3\n"}, (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")),
+    ({}, (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")),
+    ({"requirements.txt": "tf-keras~=2.15.0\n"}, (2, "requirements.txt pins tf-keras~=2.15.0 (legacy Keras 2)")),
+])
+def test_a_keras_pin_says_what_import_keras_is_not_what_tf_keras_is(tmp_path, pins, expected):
+    facts = project_facts(write_files(tmp_path, {
+        ".mplint.yaml": "{}\n", **pins,
+        "train.py": "import tf_keras\n\ntf_keras.Sequential().fit()\n",
+        "tf_keras/__init__.py": "", "tf_keras/losses.py": "from . import backend\n",  # unreached, unpinned or not
+    }))
+    assert (facts["train.py"].generation.value, facts["train.py"].generation.source) == expected
+    assert facts["tf_keras/losses.py"].generation.value == 2
