@@ -214,6 +214,63 @@ def test_a_version_guard_narrows_the_range_and_is_never_rewritten(tmp_path, caps
     assert (tmp_path / "train.py").read_text() == GUARDED
 
 
+FEATURE_GUARDED = """\
+import torch
+
+if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+    scaler = torch.amp.GradScaler("cuda")
+else:
+    scaler = torch.cuda.amp.GradScaler()
+
+if not hasattr(torch.amp, "GradScaler"):
+    old_scaler = torch.cuda.amp.GradScaler()
+
+if hasattr(torch.amp, "GradScaler"):
+    new_enough = torch.cuda.amp.GradScaler()
+
+try:
+    from torch.amp import GradScaler
+except ImportError:
+    from torch.cuda.amp import GradScaler
+
+shim_scaler = GradScaler()
+
+try:
+    from torch.amp import custom_fwd
+    fwd = custom_fwd(device_type="cuda")
+except ImportError:
+    fwd = torch.cuda.amp.custom_fwd()
+"""
+
+
+def test_feature_tests_give_each_arm_its_range(tmp_path, capsys):
+    """``hasattr(torch.amp, "GradScaler")`` is true from torch 2.3 on, a ``from torch.amp import custom_fwd`` fails
+    below 2.4: an arm that runs only below 2.4 never warns; the one that runs from 2.3 on does (and is not
+    rewritten); a name the shim binds to torch.amp's class is the new API wherever torch has it."""
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "torch>=2.0\n", "train.py": FEATURE_GUARDED})
+    code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert (code, found) == (1, [("MPT502", 12, '`torch.cuda.amp.GradScaler` is deprecated since torch 2.4 (FutureWarning): '
+                                  'write `torch.amp.GradScaler("cuda")` (target torch >= 2.0, from requirements.txt pins '
+                                  'torch>=2.0); no automatic fix: a version test guards this code', None)])
+    main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MPT502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == FEATURE_GUARDED
+
+
+@pytest.mark.parametrize("test, true, false", [
+    ('hasattr(torch.amp, "GradScaler")', ">=2.3", "<2.3"),
+    ('not hasattr(torch.amp, "custom_fwd")', "<2.4", ">=2.4"),
+    ('hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler")', ">=2.3", None),  # false also where torch.amp lacks
+    ('hasattr(torch.amp, "GradScaler") and hasattr(torch.amp, "custom_fwd")', ">=2.3,>=2.4", "<2.4"),
+    ('hasattr(torch.amp, "GradScaler") or torch.__version__ >= "2.4"', ">=2.3", "<2.3,<2.4"),
+    ('hasattr(opt, "GradScaler")', None, None),
+    ('version.parse(torch.__version__) < version.parse("2.4.0")', "<2.4.0", ">=2.4.0"),
+])
+def test_guard_arms(test, true, false):
+    from mplint.analysis.version_guards import guard_arms
+
+    assert tuple(str(s) if s is not None else None for s in guard_arms(test, "torch")) == (true, false)
+
+
 PT = "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/"
 TF = "https://docs.nvidia.com/deeplearning/dgx/tensorflow-release-notes/"
 NV_TF1 = "https://github.com/NVIDIA/tensorflow/releases"

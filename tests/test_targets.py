@@ -190,3 +190,121 @@ def test_library_code_that_imports_tf_keras_is_keras_2_whatever_tensorflow_is_pi
     assert facts["legacy_lib/new.py"].generation.value == 3  # tf.keras on a TF nightly is Keras 3
     monkeypatch.chdir(tmp_path)
     assert _lint(capsys, "--select", "MP502", ".") == []
+
+
+TF_KERAS_REPOSITORY = {  # the keras-team/tf-keras repository in small: tf-nightly pinned, the package is tf_keras
+    "requirements.txt": "tf-nightly\n",
+    "tf_keras/__init__.py": "",
+    "tf_keras/backend.py": "import tensorflow as tf\n\n\ndef get_session():\n    return tf.compat.v1.Session()\n",
+    "tf_keras/engine/__init__.py": "",
+    "tf_keras/engine/training.py": (
+        "import tensorflow as tf\n\n\nclass Model(tf.Module):\n"
+        "    def fit(self, x, y):\n        return self.train_step((x, y))\n"
+    ),
+    "tf_keras/engine/training_eager_v1.py": (
+        "import tensorflow.compat.v2 as tf\n\nfrom tf_keras import backend\n\n\n"
+        "def train_step(model, x, y):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = model.loss(y, model(x))\n"
+        "        scaled_loss = model.optimizer.get_scaled_loss(loss)\n"
+        "    grads = model.optimizer.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_weights))\n"
+        "    model.optimizer.apply_gradients(zip(grads, model.trainable_weights))\n"
+        "    return backend.get_session()\n"
+    ),
+    "tf_keras/mixed_precision/__init__.py": "",
+    "tf_keras/mixed_precision/model_test.py": (
+        "import tensorflow.compat.v2 as tf\n\nfrom tf_keras import backend\nfrom tf_keras.engine import training_eager_v1\n\n\n"
+        "class ModelTest(tf.test.TestCase):\n"
+        "    def test_loss_scale(self):\n"
+        "        model = backend.get_session()\n"
+        "        training_eager_v1.train_step(model, 1.0, 1.0)\n"
+        "        self.assertEqual(model.optimizer.loss_scale, 2.0)\n"
+        "        self.assertEqual(model.optimizer.dynamic_counter, 1)\n"
+    ),
+    "tf_keras/mixed_precision/graph_rewrite_test.py": (  # the rewrite wraps a Keras 2 optimizer: what it tests
+        "import tensorflow.compat.v2 as tf\n\nfrom tf_keras.optimizers.legacy import gradient_descent\n\n\n"
+        "class GraphRewriteTest(tf.test.TestCase):\n"
+        "    def test_wrap_optimizer(self):\n"
+        "        opt = tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite(gradient_descent.SGD(1.0))\n"
+    ),
+    "tf_keras/models/__init__.py": "",
+    "tf_keras/models/sharpness.py": (  # relative imports only: nothing but the package says tf_keras
+        "import tensorflow.compat.v2 as tf\n\nfrom ..engine.training import Model\n\n\n"
+        "class SharpnessAwareMinimization(Model):\n"
+        "    def train_step(self, data):\n"
+        "        x, y = data\n"
+        "        with tf.GradientTape() as tape:\n"
+        "            loss = self.compiled_loss(y, self(x))\n"
+        "        gradients = tape.gradient(loss, self.trainable_variables)\n"
+        "        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))\n"
+    ),
+}
+
+
+def test_the_tf_keras_package_itself_is_keras_2_on_a_tf_nightly_pin(tmp_path, monkeypatch, capsys):
+    """The tf-keras repository pins tf-nightly (TF >= 2.0: G1 to Keras 3), but its code is Keras 2 by definition.
+    Its tests import tf_keras and reach the TF1 sessions of its backend: tf_keras decides, not the TF1 code (tf_keras
+    runs on TF 2 only). A module that reaches tf_keras only through relative imports is part of the package."""
+    write_files(tmp_path, TF_KERAS_REPOSITORY)
+    facts = project_facts(tmp_path)
+    test_target = "program tf_keras/mixed_precision/model_test.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1"
+    assert {path: (f.generation.low, f.generation.value, f.generation.source) for path, f in facts.items()
+            if path.endswith(("_test.py", "eager_v1.py", "sharpness.py"))} == {
+        "tf_keras/engine/training_eager_v1.py": (2, 2, test_target),
+        "tf_keras/mixed_precision/graph_rewrite_test.py": (2, 2, test_target.replace("model_test", "graph_rewrite_test")),
+        "tf_keras/mixed_precision/model_test.py": (2, 2, test_target),
+        "tf_keras/models/sharpness.py": (2, 2, "module tf_keras/models/sharpness.py is part of the tf_keras package: Keras 2"),
+    }
+    monkeypatch.chdir(tmp_path)
+    assert main(["--show-facts", "--no-cache", "tf_keras/mixed_precision/model_test.py"]) == 0
+    assert capsys.readouterr().out == (
+        f"project {tmp_path.resolve().as_posix()} (10 files)\n"  # no "target for every program": the code decides
+        "  program tf_keras/mixed_precision/model_test.py (reaches 5 modules)\n"
+        "    policy: none set (float32)\n"
+        f"    target: Keras 2 ({test_target})\n"
+        "  tf_keras/mixed_precision/model_test.py: not library code: a program of this project\n"
+    )
+    before = {path: (tmp_path / path).read_text() for path in TF_KERAS_REPOSITORY}
+    assert _lint(capsys, "--select", "ALL", "--fix", "--unsafe-fixes", ".") == []
+    assert {path: (tmp_path / path).read_text() for path in TF_KERAS_REPOSITORY} == before
+    # Read as Keras 3, the same code draws Keras 3 rewrites that break it on tf_keras
+    assert _lint(capsys, "--select", "MP202,MP502,MP503", "--target", "keras3", ".") == [
+        ("tf_keras/engine/training_eager_v1.py", "MP502", "error", 9, 39),
+        ("tf_keras/engine/training_eager_v1.py", "MP502", "error", 10, 29),
+        ("tf_keras/mixed_precision/graph_rewrite_test.py", "MP503", "error", 8, 15),
+        ("tf_keras/mixed_precision/model_test.py", "MP502", "error", 11, 42),
+        ("tf_keras/mixed_precision/model_test.py", "MP502", "error", 12, 42),
+        ("tf_keras/models/sharpness.py", "MP202", "error", 11, 21),
+    ]
+    main(["--no-cache", "--select", "MP503", "--target", "keras3", "--format", "json", "."])
+    assert [d["message"] for d in json.loads(capsys.readouterr().out)["diagnostics"]] == [
+        "`enable_mixed_precision_graph_rewrite` applies TensorFlow's graph rewrite: it does not work with Keras 3 "
+        "optimizers and is deprecated in TF 2; use the mixed_float16 Keras policy (target Keras 3, from --target keras3). "
+        "The rewrite also added loss scaling; compile() adds a LossScaleOptimizer under mixed_float16"]
+
+
+def test_a_tf_keras_program_with_tf1_sessions_is_keras_2_without_pins(tmp_path):
+    facts = project_facts(write_files(tmp_path, {
+        ".mplint.yaml": "{}\n",
+        "train.py": "import tensorflow as tf\nimport tf_keras\n\nsession = tf.compat.v1.Session()\ntf_keras.Sequential().fit()\n",
+        "legacy.py": "import tensorflow as tf\n\nsession = tf.compat.v1.Session()\n",
+    }))
+    assert [(f.generation.value, f.generation.source) for _, f in sorted(facts.items())] == [
+        (0, "program legacy.py uses TF1 (sessions, Estimators, tf.compat.v1 graphs) and sets no Keras policy"),
+        (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1"),
+    ]
+
+
+@pytest.mark.parametrize("pins, expected", [
+    ({"requirements.txt": "keras>=3\n"}, (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")),
+    ({}, (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")),
+    ({"requirements.txt": "tf-keras~=2.15.0\n"}, (2, "requirements.txt pins tf-keras~=2.15.0 (legacy Keras 2)")),
+])
+def test_a_keras_pin_says_what_import_keras_is_not_what_tf_keras_is(tmp_path, pins, expected):
+    facts = project_facts(write_files(tmp_path, {
+        ".mplint.yaml": "{}\n", **pins,
+        "train.py": "import tf_keras\n\ntf_keras.Sequential().fit()\n",
+        "tf_keras/__init__.py": "", "tf_keras/losses.py": "from . import backend\n",  # unreached, unpinned or not
+    }))
+    assert (facts["train.py"].generation.value, facts["train.py"].generation.source) == expected
+    assert facts["tf_keras/losses.py"].generation.value == 2

@@ -77,8 +77,9 @@ class DeprecatedCudaAmpApi(TorchRule):
         return False
 
     def _report(self, node, func, found, call: cst.Call | None) -> None:
-        if self._in_compatibility_branch(node) or branch_admits(self.context, node, "torch", "2.4") is False:
-            return  # code for older torch, or a branch that never runs on torch >= 2.4
+        if self._in_compatibility_branch(node) or branch_admits(self.context, node, "torch", "2.4") is False \
+                or self._bound_to_new_api_too(func):
+            return  # code for older torch, a branch that never runs on torch >= 2.4, or a shim's name
         path, device, name = found
         new = self._new_spelling(call, device, name)
         message = (f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning): write "
@@ -96,6 +97,24 @@ class DeprecatedCudaAmpApi(TorchRule):
             message += f"; the fix holds for torch >= {since} only"
             fix = self._fix(node, func, new, FixSafety.UNSAFE)
         self.report(node, message, fix)
+
+    def _bound_to_new_api_too(self, func: cst.BaseExpression) -> bool:
+        """``GradScaler()`` (or ``amp.GradScaler()``) whose name an import of torch.amp binds too: the shim
+        ``try: from torch.amp import GradScaler`` / ``except ImportError: from torch.cuda.amp import GradScaler``
+        writes the new API wherever torch has it."""
+        while isinstance(func, cst.Attribute):
+            func = func.value
+        scope = self.context.names.scopes.get(func) if isinstance(func, cst.Name) else None
+        if scope is None:
+            return False
+        for assignment in scope[func.value]:
+            statement = getattr(assignment, "node", None)
+            if isinstance(statement, cst.ImportFrom) and statement.module is not None:
+                module = dotted(statement.module) or ""
+                names = () if isinstance(statement.names, cst.ImportStar) else [dotted(a.name) for a in statement.names]
+                if module == "torch.amp" or module.startswith("torch.amp.") or module == "torch" and "amp" in names:
+                    return True
+        return False
 
     def _new_spelling(self, call: cst.Call | None, device: str, name: str) -> cst.BaseExpression | None:
         func = cst.parse_expression(f"torch.amp.{name}")

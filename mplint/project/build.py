@@ -92,10 +92,12 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
         reexports.update(module.facts.reexports)
     model = ProjectModel(modules, root, reexports)
     by_display = module_facts(model, None if configured else pins, policy, configured, published(root))
+    # The root's pins are the target of every program unless some code says otherwise (tf_keras on a TF pin)
+    project_wide = configured or (pinned if all(f.generation == pinned for f in by_display.values()) else None)
     summary = ProjectSummary(
         root, len(modules),
         [_program_record(p, by_display[p.entry.display]) for p in model.programs],
-        _target_record(configured or pinned) if configured or pinned else None,
+        _target_record(project_wide) if project_wide else None,
         {p.entry.display: sorted(m.display for m in p.parents) for p in model.programs},
     )
     if key is not None:

@@ -59,12 +59,13 @@ def from_setting(value: int, where: str) -> Generation:
 
 def from_imports(keras_imports: set[str] | frozenset[str], legacy_env: bool, whose: str = "the code",
                  tf1: bool = False) -> Generation | None:
-    """What a program's own code says: TF1 sessions/Estimators without a Keras policy are TF1, tf_keras or
-    TF_USE_LEGACY_KERAS=1 is Keras 2, `import keras` Keras 3."""
-    if tf1:
-        return Generation(0, f"{whose} uses TF1 (sessions, Estimators, tf.compat.v1 graphs) and sets no Keras policy", "imports")
+    """What a program's own code says: tf_keras or TF_USE_LEGACY_KERAS=1 is Keras 2, TF1 sessions/Estimators
+    without a Keras policy are TF1, `import keras` Keras 3. tf_keras comes first: it exists on TF 2 only, where
+    ``tf.compat.v1`` graphs and sessions run too (tf_keras' own backend has them)."""
     if "tf_keras" in keras_imports or legacy_env:
         return Generation(2, f"{whose} imports tf_keras / sets TF_USE_LEGACY_KERAS=1", "imports")
+    if tf1:
+        return Generation(0, f"{whose} uses TF1 (sessions, Estimators, tf.compat.v1 graphs) and sets no Keras policy", "imports")
     if "keras" in keras_imports:
         return Generation(3, f"{whose} imports Keras 3 (`import keras`)", "imports")
     return None

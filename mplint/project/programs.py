@@ -392,7 +392,9 @@ def _generation(module: Module, programs: list[Program], memo: dict, pins: PinFi
         return configured
     if not programs:  # library code: the pins above it, else what the project as a whole imports
         pinned = pins.target_for(module.path.parent) if pins else None
-        own = from_imports(module.facts.keras_imports, module.facts.legacy_keras_env, f"module {module.display}")
+        whose = f"module {module.display}"
+        own = from_imports(module.facts.keras_imports, module.facts.legacy_keras_env, whose)
+        own = _tf_keras_package(own, whose, module, [module])
         return _tf_keras_chosen(pinned, own) or from_imports(project_imports, project_legacy, "the project") or DEFAULT
     found = []
     for program in programs:
@@ -400,16 +402,30 @@ def _generation(module: Module, programs: list[Program], memo: dict, pins: PinFi
             whose = f"program {program.entry.display}"
             pinned = pins.target_for(program.entry.path.parent) if pins else None
             own = from_imports(program.keras_imports, program.legacy_keras_env, whose, program.tf1 and not program.sites)
+            own = _tf_keras_package(own, whose, program.entry, program.parents)
             memo[program] = _tf_keras_chosen(pinned, own) or own or DEFAULT
         found.append(memo[program])
     # The oldest wins a disagreement: the newer API's fixes (scale_loss) crash on an older Keras, not the reverse.
     return min(found, key=lambda g: g.value)
 
 
+def _tf_keras_package(own: Generation | None, whose: str, entry: Module, modules) -> Generation | None:
+    """Keras 2 where the code is (or runs) the tf_keras package itself, as in the keras-team/tf-keras repository or
+    an unpacked tf-keras wheel: that code is Keras 2 by definition, whatever its imports say (``from . import
+    backend``, ``tensorflow.python`` internals, a TF1 session in its backend)."""
+    if own is not None and own.value == 2:
+        return own
+    ours = [m for m in modules if m.name == "tf_keras" or m.name.startswith("tf_keras.")]
+    if not ours:
+        return own
+    how = "is part of the tf_keras package" if entry in ours else f"runs the tf_keras package ({min(m.display for m in ours)})"
+    return Generation(2, f"{whose} {how}: Keras 2", "imports")
+
+
 def _tf_keras_chosen(pinned: Generation | None, own: Generation | None) -> Generation | None:
-    """The pinned target, unless the code chose tf_keras: a TensorFlow pin says what ``tf.keras`` is, but
-    tf_keras (or TF_USE_LEGACY_KERAS=1) is Keras 2 on every TensorFlow that has it."""
-    if pinned is not None and pinned.origin == "pin-tensorflow" and own is not None and own.value == 2:
+    """The pinned target, unless the code chose tf_keras: a TensorFlow pin says what ``tf.keras`` is and a keras
+    pin what ``import keras`` is, but tf_keras (or TF_USE_LEGACY_KERAS=1) is Keras 2 on every TensorFlow that has it."""
+    if own is not None and own.value == 2 and (pinned is None or pinned.origin in ("pin-tensorflow", "pin-keras")):
         return own
     return pinned
 
