@@ -1,0 +1,255 @@
+"""Safe Keras fixes executed before and after ``--fix`` on both generations they write for: Keras 3 (``keras``) and
+Keras 2 (``tf_keras``), in this process on CPU. Each source is linted and fixed through mplint itself; the test then
+runs the code as written and as fixed and asserts what the rule's fix claims: the same float32 values, the repaired
+update, no crash, the dtype it should have.
+
+Loss scales are powers of two, so scaling and unscaling are exact in float32: where a fix claims to keep float32
+behaviour, weights are compared with ``==`` under the float32 policy, and with a tolerance under mixed_float16.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tensorflow
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+tf_keras = pytest.importorskip("tf_keras")
+
+from mplint.diagnostics import FixSafety  # noqa: E402
+from mplint.testing import lint_code  # noqa: E402
+
+SCALE = 2.0**15  # both generations' initial dynamic loss scale
+KERAS = {3: keras, 2: tf_keras}
+
+
+@pytest.fixture(autouse=True)
+def _float32_afterwards():
+    """Policies and floatx are process-wide: every test leaves both Keras at float32."""
+    yield
+    for module in KERAS.values():
+        module.mixed_precision.set_global_policy("float32")
+        module.backend.set_floatx("float32")
+
+
+def _fixed(code: str, rule: str, generation: int | None, expect: list[tuple[int, int]], **kwargs) -> str:
+    """The code after ``--fix`` (safe fixes only), having found ``rule`` at ``expect`` (line, column) first."""
+    found = lint_code(code, keras=generation, select=[rule], **kwargs).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [(rule, *where) for where in expect]
+    assert [d.fix_safety for d in found] == [FixSafety.SAFE] * len(found)
+    result = lint_code(code, keras=generation, select=[rule], fix=True, **kwargs)
+    assert result.diagnostics == []
+    return result.fixed_code
+
+
+def _run(code: str, **names) -> dict:
+    namespace = {"__name__": "__main__", **names}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(code, "<script>", "exec"), namespace)
+    return namespace
+
+
+def _update(namespace: dict) -> np.ndarray:
+    return np.concatenate([np.ravel(np.asarray(u, dtype="float64")) for u in namespace["update"]])
+
+
+# One step of a small regression model; {keras} is `keras` or `tf_keras`, {policy} the global policy,
+# {optimizer} the optimizer's construction and {body} the step's gradient handling.
+_LOOP = '''import numpy as np
+import tensorflow as tf
+{imports}
+
+{keras}.mixed_precision.set_global_policy("{policy}")
+{keras}.utils.set_random_seed(0)
+model = {keras}.Sequential([{keras}.Input((4,)), {keras}.layers.Dense(8, activation="relu"),
+                            {keras}.layers.Dense(1, dtype="float32")])
+optimizer = {optimizer}
+x = np.random.RandomState(0).randn(16, 4).astype("float32")
+y = 0.5 * x.sum(axis=1, keepdims=True)
+start = [v.numpy().copy() for v in model.trainable_variables]
+{setup}
+
+def step():
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(y - model(x)))
+{body}
+
+
+step()
+update = [v.numpy() - s for s, v in zip(start, model.trainable_variables)]
+'''
+
+
+def _loop(generation: int, optimizer: str, *body: str, policy: str = "mixed_float16", setup: str = "") -> str:
+    name = "keras" if generation == 3 else "tf_keras"
+    return _LOOP.format(imports=f"import {name}", keras=name, policy=policy, setup=setup,
+                        optimizer=optimizer.format(keras=name),
+                        body="\n".join(f"    {line}".rstrip() for line in "\n".join(body).format(keras=name).splitlines()))
+
+
+_K3_LSO = "{keras}.optimizers.LossScaleOptimizer({keras}.optimizers.SGD(0.01))"
+_K2_LSO = "{keras}.mixed_precision.LossScaleOptimizer({keras}.optimizers.SGD(0.01))"
+_APPLY = "optimizer.apply_gradients(zip(grads, model.trainable_variables))"
+
+
+def _float32(code: str) -> str:
+    return code.replace('set_global_policy("mixed_float16")', 'set_global_policy("float32")')
+
+
+# MP203 ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+def test_mp203_removed_second_unscale_restores_the_update(generation):
+    """Keras 3: a hand division by dynamic_scale before apply_gradients (which divides again) makes the update
+    1/32768 of the right one; Keras 2: get_unscaled_gradients then a hand division. The fix removes the extra
+    division; the fixed loop then updates exactly as a plain float32 optimizer does under the float32 policy, and as
+    the float32 update (within float16 noise) under mixed_float16."""
+    cases = {
+        3: (_K3_LSO, ["    scaled_loss = optimizer.scale_loss(loss)",
+                      "grads = tape.gradient(scaled_loss, model.trainable_variables)"],
+            "grads = [g / optimizer.dynamic_scale for g in grads]", (21, 13)),
+        2: (_K2_LSO, ["    scaled_loss = optimizer.get_scaled_loss(loss)",
+                      "grads = tape.gradient(scaled_loss, model.trainable_variables)",
+                      "grads = optimizer.get_unscaled_gradients(grads)"],
+            "grads = [g / optimizer.loss_scale for g in grads]", (21, 13)),
+    }
+    lso, head, division, where = cases[generation]
+    setup = "optimizer.build(model.trainable_variables)  # dynamic_scale exists once built\n" if generation == 3 else ""
+    buggy = _loop(generation, lso, *head, division, _APPLY, setup=setup)
+    fixed = _fixed(buggy, "MP203", generation, [where])
+    assert fixed == _loop(generation, lso, *head, _APPLY, setup=setup)
+    plain = _loop(generation, "{keras}.optimizers.SGD(0.01)", "grads = tape.gradient(loss, model.trainable_variables)",
+                  _APPLY, policy="float32")
+    reference = _update(_run(plain))
+    assert np.array_equal(_update(_run(_float32(fixed))), reference)
+    before, after = _update(_run(buggy)), _update(_run(fixed))
+    assert np.linalg.norm(before) / np.linalg.norm(reference) == pytest.approx(1 / SCALE, rel=0.05)
+    assert np.linalg.norm(after - reference) / np.linalg.norm(reference) < 0.01
+
+
+# MP204 ---------------------------------------------------------------------------------------------------------
+
+_CLIP = "grads, _ = tf.clip_by_global_norm(grads, 0.1)"
+_K2_LSO_LR1 = _K2_LSO.replace("0.01", "1.0")
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+def test_mp204_clip_after_unscaling_restores_the_clipped_update(generation):
+    """A global-norm clip on still-scaled gradients clips 32768x harder than written. Keras 2's fix moves the clip
+    after get_unscaled_gradients; Keras 3's passes global_clipnorm= to the inner optimizer, which clips what
+    apply_gradients has unscaled. Either way the fixed step is the float32 loop that clips the real gradients:
+    update norm lr * 0.1 (lr 1 keeps the buggy update above float32's rounding of the weights), equal to it under the float32 policy."""
+    scaled = "grads = tape.gradient(scaled_loss, model.trainable_variables)"
+    cases = {
+        3: ("{keras}.optimizers.LossScaleOptimizer({keras}.optimizers.SGD(1.0))",
+            ["    scaled_loss = optimizer.scale_loss(loss)", scaled, _CLIP, _APPLY], (20, 16),
+            ("{keras}.optimizers.LossScaleOptimizer({keras}.optimizers.SGD(1.0, global_clipnorm=0.1))",
+             ["    scaled_loss = optimizer.scale_loss(loss)", scaled, _APPLY])),
+        2: (_K2_LSO_LR1, ["    scaled_loss = optimizer.get_scaled_loss(loss)", scaled, _CLIP,
+                      "grads = optimizer.get_unscaled_gradients(grads)", _APPLY], (20, 16),
+            (_K2_LSO_LR1, ["    scaled_loss = optimizer.get_scaled_loss(loss)", scaled,
+                       "grads = optimizer.get_unscaled_gradients(grads)", _CLIP, _APPLY])),
+    }
+    lso, body, where, (fixed_lso, fixed_body) = cases[generation]
+    buggy = _loop(generation, lso, *body)
+    fixed = _fixed(buggy, "MP204", generation, [where])
+    assert fixed == _loop(generation, fixed_lso, *fixed_body)
+    plain = _loop(generation, "{keras}.optimizers.SGD(1.0)", "grads = tape.gradient(loss, model.trainable_variables)",
+                  _CLIP, _APPLY, policy="float32")
+    reference = _update(_run(plain))
+    assert np.linalg.norm(reference) == pytest.approx(1.0 * 0.1, rel=1e-4)  # the clip is active
+    np.testing.assert_allclose(_update(_run(_float32(fixed))), reference, rtol=1e-5, atol=1e-9)
+    before, after = _update(_run(buggy)), _update(_run(fixed))
+    assert np.linalg.norm(before) / np.linalg.norm(reference) == pytest.approx(1 / SCALE, rel=0.1)  # float32 rounding of tiny updates
+    assert np.linalg.norm(after - reference) / np.linalg.norm(reference) < 0.01
+
+
+# MP206 ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+def test_mp206_loss_scaling_removed_under_bfloat16_computes_the_same_weights(generation):
+    """Under mixed_bfloat16 the wrapper and scaling calls only multiply and divide by a power of two, which bfloat16
+    (float32's exponent range) holds exactly: without them the steps compute the very same weights."""
+    cases = {
+        3: (_K3_LSO, ["    scaled_loss = optimizer.scale_loss(loss)",
+                      "grads = tape.gradient(scaled_loss, model.trainable_variables)", _APPLY],
+            [(9, 13), (18, 23)], ["    scaled_loss = loss", "grads = tape.gradient(scaled_loss, model.trainable_variables)", _APPLY]),
+        2: (_K2_LSO, ["    scaled_loss = optimizer.get_scaled_loss(loss)",
+                      "grads = tape.gradient(scaled_loss, model.trainable_variables)",
+                      "grads = optimizer.get_unscaled_gradients(grads)", _APPLY],
+            [(9, 13), (18, 23), (20, 13)],
+            ["    scaled_loss = loss", "grads = tape.gradient(scaled_loss, model.trainable_variables)", _APPLY]),
+    }
+    lso, body, where, fixed_body = cases[generation]
+    buggy = _loop(generation, lso, *body, policy="mixed_bfloat16")
+    fixed = _fixed(buggy, "MP206", generation, where)
+    assert fixed == _loop(generation, "{keras}.optimizers.SGD(0.01)", *fixed_body, policy="mixed_bfloat16")
+    before, after = _update(_run(buggy)), _update(_run(fixed))
+    assert np.abs(before).max() > 0
+    assert np.array_equal(after, before)
+    as_float32 = {code: code.replace('"mixed_bfloat16"', '"float32"') for code in (buggy, fixed)}
+    assert np.array_equal(_update(_run(as_float32[fixed])), _update(_run(as_float32[buggy])))
+
+
+# MP207 ---------------------------------------------------------------------------------------------------------
+
+# One fit() step of a model whose hidden layer alone is mixed_float16; the loss is small enough that the float16
+# gradients of the hidden activations underflow to zero without loss scaling.
+_PER_LAYER = '''import numpy as np
+import tensorflow as tf
+import {keras}
+
+{keras}.utils.set_random_seed(0)
+inputs = {keras}.Input((4,))
+hidden = {keras}.layers.Dense(8, activation="relu", dtype="mixed_float16")(inputs)
+model = {keras}.Model(inputs, {keras}.layers.Dense(1)(hidden))
+
+
+def tiny_mse(y, p):
+    return 1e-8 * tf.reduce_mean(tf.square(y - p))
+
+
+{compile}
+x = np.random.RandomState(0).randn(16, 4).astype("float32")
+start = [v.numpy().copy() for v in model.trainable_variables]
+model.fit(x, x.sum(axis=1, keepdims=True), batch_size=16, epochs=1, verbose=0)
+update = [v.numpy() - s for s, v in zip(start, model.trainable_variables)]
+'''
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+def test_mp207_loss_scale_optimizer_wrapped_for_per_layer_float16_recovers_the_underflowing_update(generation):
+    """Per-layer mixed_float16 under a float32 global policy: compile() adds no loss scaling, the hidden kernel's
+    gradients underflow and SGD leaves it exactly where it was (a learning rate of 1e4 makes the float32 update of
+    this tiny loss visible). After the fix (inline in compile() on Keras 3, an optimizer name on Keras 2) it moves as
+    the float32 model's does, and with the layer back in float32 the fixed program computes the float32 model's
+    weights exactly."""
+    cases = {
+        3: ('model.compile(optimizer=keras.optimizers.SGD(1e4), loss=tiny_mse)', (15, 25),
+            'model.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e4)), loss=tiny_mse)'),
+        2: ('optimizer = tf_keras.optimizers.SGD(1e4)\nmodel.compile(optimizer, loss=tiny_mse)', (16, 15),
+            'optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(1e4))\n'
+            'model.compile(optimizer, loss=tiny_mse)'),
+    }
+    compile_, where, fixed_compile = cases[generation]
+    name = "keras" if generation == 3 else "tf_keras"
+    buggy = _PER_LAYER.format(keras=name, compile=compile_)
+    fixed = _fixed(buggy, "MP207", generation, [where])
+    assert fixed == _PER_LAYER.format(keras=name, compile=fixed_compile)
+    reference = _run(buggy.replace('dtype="mixed_float16"', 'dtype="float32"'))["update"]
+    before, after = _run(buggy)["update"], _run(fixed)
+    assert isinstance(after["model"].optimizer, KERAS[generation].mixed_precision.LossScaleOptimizer)
+    after = after["update"]
+    hidden_kernel = 0
+    assert np.abs(reference[hidden_kernel]).max() > 1e-5  # float32 moves it
+    assert not before[hidden_kernel].any()  # underflowed: not one element moved
+    np.testing.assert_allclose(after[hidden_kernel], reference[hidden_kernel], rtol=0.05, atol=1e-6)
+    as_float32 = _run(fixed.replace('dtype="mixed_float16"', 'dtype="float32"'))["update"]
+    assert all(map(np.array_equal, as_float32, reference))
