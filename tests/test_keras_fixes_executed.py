@@ -27,13 +27,22 @@ SCALE = 2.0**15  # both generations' initial dynamic loss scale
 KERAS = {3: keras, 2: tf_keras}
 
 
-@pytest.fixture(autouse=True)
-def _float32_afterwards():
-    """Policies and floatx are process-wide: every test leaves both Keras at float32."""
-    yield
+def _fresh_policies():
+    """Both Keras as a new process has them: floatx float32 and no global policy set, so a policy follows floatx."""
+    from keras.src.backend.common import global_state  # Keras 3 has no public way to unset its global policy
+
     for module in KERAS.values():
-        module.mixed_precision.set_global_policy("float32")
         module.backend.set_floatx("float32")
+    global_state.set_global_attribute("dtype_policy", None)
+    tf_keras.mixed_precision.set_global_policy(None)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_policies_around_each_test():
+    """Policies and floatx are process-wide: each test starts and leaves them as a new process has them."""
+    _fresh_policies()
+    yield
+    _fresh_policies()
 
 
 def _fixed(code: str, rule: str, generation: int | None, expect: list[tuple[int, int]], **kwargs) -> str:
@@ -253,3 +262,61 @@ def test_mp207_loss_scale_optimizer_wrapped_for_per_layer_float16_recovers_the_u
     np.testing.assert_allclose(after[hidden_kernel], reference[hidden_kernel], rtol=0.05, atol=1e-6)
     as_float32 = _run(fixed.replace('dtype="mixed_float16"', 'dtype="float32"'))["update"]
     assert all(map(np.array_equal, as_float32, reference))
+
+
+# MP602 ---------------------------------------------------------------------------------------------------------
+
+# One fit() step of a small model in float16 (by {setup} or the layers' {dtype}); weights are read as float64.
+_FLOAT16 = '''import numpy as np
+import {keras}
+
+{keras}.utils.set_random_seed(0)
+{setup}
+model = {keras}.Sequential([{keras}.Input((4,)), {keras}.layers.Dense(8, activation="relu"{dtype}),
+                            {keras}.layers.Dense(1{dtype})])
+model.compile(optimizer={keras}.optimizers.SGD(1e-4), loss="mse")
+x = 0.5 * np.random.RandomState(0).randn(16, 4).astype("float32")
+start = [v.numpy().astype("float64") for v in model.trainable_variables]
+model.fit(x, 0.1 * x.sum(axis=1, keepdims=True), batch_size=16, epochs=1, verbose=0)
+update = [v.numpy().astype("float64") - s for s, v in zip(start, model.trainable_variables)]
+variables = {{str(v.dtype).replace("<dtype: '", "").strip("'>") for v in model.trainable_variables}}
+outputs = str(model(x[:2]).dtype)
+'''
+
+_SET_FLOATX = {3: 'keras.config.set_floatx("float16")', 2: 'tf_keras.backend.set_floatx("float16")'}
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+@pytest.mark.parametrize("form", ["layer-dtype", "global-policy", "set-floatx"])
+def test_mp602_mixed_float16_keeps_float32_variables_and_the_small_updates(generation, form):
+    """float16 layers, policy or floatx store the weights in float16, where an SGD step of 1e-4 mostly rounds away;
+    after the fix (dtype="mixed_float16", the "mixed_float16" policy, set_global_policy("mixed_float16") for
+    set_floatx) the variables are float32, the computation float16, and the step is the float32 model's to float16
+    noise. Under the global policy compile() adds dynamic loss scaling, which skips a step whose scaled gradients
+    overflow (larger targets than these do on the first step): the data keep this step finite."""
+    name = "keras" if generation == 3 else "tf_keras"
+    if form == "layer-dtype":
+        buggy = _FLOAT16.format(keras=name, setup="", dtype=', dtype="float16"')
+        where = [(n, line.index('"float16"') + 1) for n, line in enumerate(buggy.splitlines(), 1) if '"float16"' in line]
+        right = _FLOAT16.format(keras=name, setup="", dtype=', dtype="mixed_float16"')
+    elif form == "global-policy":
+        buggy = _FLOAT16.format(keras=name, setup=f'{name}.mixed_precision.set_global_policy("float16")', dtype="")
+        where = [(5, len(name) + 36)]
+        right = _FLOAT16.format(keras=name, setup=f'{name}.mixed_precision.set_global_policy("mixed_float16")', dtype="")
+    else:
+        buggy = _FLOAT16.format(keras=name, setup=_SET_FLOATX[generation], dtype="")
+        where = [(5, 1)]
+        right = _FLOAT16.format(keras=name, setup=f'{name}.mixed_precision.set_global_policy("mixed_float16")', dtype="")
+    fixed = _fixed(buggy, "MP602", generation, where)
+    assert fixed == right
+    reference = _run(_FLOAT16.format(keras=name, setup="", dtype=""))
+    _fresh_policies()
+    before = _run(buggy)
+    _fresh_policies()
+    after = _run(fixed)
+    assert (before["variables"], after["variables"], reference["variables"]) == ({"float16"}, {"float32"}, {"float32"})
+    assert "float16" in after["outputs"]  # still computed in float16
+    ref, lost, kept = (_update(ns) for ns in (reference, before, after))
+    assert np.count_nonzero(kept) == np.count_nonzero(ref) == ref.size
+    assert np.count_nonzero(lost) < 0.5 * ref.size  # most of the float16 weights did not move at all
+    assert np.linalg.norm(kept - ref) / np.linalg.norm(ref) < 0.02
