@@ -320,3 +320,162 @@ def test_mp602_mixed_float16_keeps_float32_variables_and_the_small_updates(gener
     assert np.count_nonzero(kept) == np.count_nonzero(ref) == ref.size
     assert np.count_nonzero(lost) < 0.5 * ref.size  # most of the float16 weights did not move at all
     assert np.linalg.norm(kept - ref) / np.linalg.norm(ref) < 0.02
+
+
+# MP503 ---------------------------------------------------------------------------------------------------------
+
+_REWRITE = '''import numpy as np
+import tensorflow as tf
+import {keras}
+
+{keras}.mixed_precision.set_global_policy("mixed_float16")
+{keras}.utils.set_random_seed(0)
+base = {keras}.optimizers.SGD(0.01)
+optimizer = tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite(base)
+model = {keras}.Sequential([{keras}.Input((4,)), {keras}.layers.Dense(8, activation="relu"),
+                            {keras}.layers.Dense(1, dtype="float32")])
+model.compile(optimizer=optimizer, loss="mse")
+x = 0.5 * np.random.RandomState(0).randn(16, 4).astype("float32")
+start = [v.numpy().copy() for v in model.trainable_variables]
+history = model.fit(x, 0.1 * x.sum(axis=1, keepdims=True), batch_size=16, epochs=2, verbose=0)
+update = [v.numpy() - s for s, v in zip(start, model.trainable_variables)]
+'''
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+def test_mp503_graph_rewrite_deleted_keeps_the_optimizer_and_compile_adds_loss_scaling(generation):
+    """TF 2.21 refuses the graph rewrite next to a mixed policy (Keras 2) or of a Keras 3 optimizer: the program
+    raises. After the fix the optimizer is the one constructed, compile() wraps it in a LossScaleOptimizer under
+    mixed_float16 (the loss scaling the rewrite promised), and fit() trains to a finite loss."""
+    name = "keras" if generation == 3 else "tf_keras"
+    buggy = _REWRITE.format(keras=name)
+    fixed = _fixed(buggy, "MP503", generation, [(8, 13)])
+    assert fixed == buggy.replace("tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite(base)", "base")
+    with pytest.raises(ValueError, match="mixed precision policy" if generation == 2 else "must be an instance"):
+        _run(buggy)
+    _fresh_policies()
+    after = _run(fixed)
+    assert isinstance(after["model"].optimizer, KERAS[generation].mixed_precision.LossScaleOptimizer)
+    assert after["model"].optimizer.inner_optimizer is after["base"]
+    assert all(np.isfinite(after["history"].history["loss"])) and np.abs(_update(after)).max() > 0
+
+
+def test_mp503_deleted_switches_leave_other_grappler_options_and_no_environment_variable(monkeypatch):
+    """The environment variable and the auto_mixed_precision option are removed; another option of the same call
+    stays set."""
+    monkeypatch.delenv("TF_ENABLE_AUTO_MIXED_PRECISION", raising=False)
+    saved = tf.config.optimizer.get_experimental_options()
+    source = '''import os
+
+import keras
+import tensorflow as tf
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"
+tf.config.optimizer.set_experimental_options({"layout_optimizer": False, "auto_mixed_precision": True})
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
+'''
+    fixed = _fixed(source, "MP503", 3, [(7, 1), (8, 74)])
+    assert fixed == source.replace('os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"\n', "").replace(
+        ', "auto_mixed_precision": True', "")
+    try:
+        _run(source)
+        assert os.environ.pop("TF_ENABLE_AUTO_MIXED_PRECISION") == "1"
+        assert tf.config.optimizer.get_experimental_options()["auto_mixed_precision"] is True
+        tf.config.optimizer.set_experimental_options({"auto_mixed_precision": False, "layout_optimizer": True})
+        _run(fixed)
+        assert "TF_ENABLE_AUTO_MIXED_PRECISION" not in os.environ
+        options = tf.config.optimizer.get_experimental_options()
+        assert options.get("auto_mixed_precision") is False and options["layout_optimizer"] is False
+    finally:
+        tf.config.optimizer.set_experimental_options({"auto_mixed_precision": False, "layout_optimizer": True, **saved})
+
+
+# MP303 ---------------------------------------------------------------------------------------------------------
+
+_TPU_OR_GPU = '''import tensorflow as tf
+import {keras}
+
+try:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.distribute.TPUStrategy(resolver)
+except ValueError:
+    strategy = tf.distribute.get_strategy()
+
+{keras}.mixed_precision.set_global_policy("mixed_float16")
+policy = {keras}.mixed_precision.global_policy().name
+'''
+
+_CONFIGURE = '''import tensorflow as tf
+from {keras} import mixed_precision
+
+
+def configure(strategy, optimizer):
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        mixed_precision.set_global_policy('mixed_float16')
+        optimizer = mixed_precision.LossScaleOptimizer(optimizer)
+    else:
+        mixed_precision.set_global_policy('mixed_float16')
+        optimizer = mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
+'''
+
+
+@pytest.fixture
+def tpu(monkeypatch):
+    """A TPU as far as the code can tell without one: the resolver and the system calls answer, and the strategy is
+    a real TPUStrategy (isinstance holds) that is never connected. ``tpu(False)`` makes the resolver raise, as it
+    does where no TPU is configured."""
+    monkeypatch.setattr(tf.config, "experimental_connect_to_cluster", lambda resolver: None)
+    monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system", lambda resolver: None)
+    monkeypatch.setattr(tf.distribute.TPUStrategy, "__init__", lambda self, resolver: None)
+
+    def present(available: bool) -> None:
+        def resolver():
+            if not available:
+                raise ValueError("no TPU")
+            return object()
+        monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", resolver)
+
+    return present
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+def test_mp303_tpu_path_gets_mixed_bfloat16_and_the_gpu_path_keeps_mixed_float16(generation, tpu):
+    """The choice written by strategy, and the literal and wrapper rewritten inside a TPU branch: on the TPU path
+    the policy becomes mixed_bfloat16 (and the optimizer is no longer wrapped), on the other path everything is
+    as the code wrote it, and a model trains under the policy chosen."""
+    name = "keras" if generation == 3 else "tf_keras"
+    source = _TPU_OR_GPU.format(keras=name)
+    fixed = _fixed(source, "MP303", generation, [(12, 1)])
+    assert fixed == source.replace('set_global_policy("mixed_float16")', 'set_global_policy("mixed_bfloat16" if '
+                                   'isinstance(strategy, tf.distribute.TPUStrategy) else "mixed_float16")')
+    policies = {}
+    for available in (True, False):
+        tpu(available)
+        for version, code in (("before", source), ("after", fixed)):
+            _fresh_policies()
+            policies[available, version] = _run(code)["policy"]
+    assert policies == {(True, "before"): "mixed_float16", (True, "after"): "mixed_bfloat16",
+                        (False, "before"): "mixed_float16", (False, "after"): "mixed_float16"}
+
+    configure = _CONFIGURE.format(keras=name)
+    fixed = _fixed(configure, "MP303", generation, [(7, 9)], files={"train.py": (
+        "import tensorflow as tf\nfrom example import configure\n\nstrategy = tf.distribute.get_strategy()\n"
+        f"optimizer = configure(strategy, tf.keras.optimizers.Adam())\n")})
+    assert fixed == configure.replace(
+        "        mixed_precision.set_global_policy('mixed_float16')\n        optimizer = mixed_precision.LossScaleOptimizer(optimizer)\n    else",
+        "        mixed_precision.set_global_policy('mixed_bfloat16')\n        optimizer = optimizer\n    else")
+    keras_ = KERAS[generation]
+    for strategy, policy, wrapped in ((tf.distribute.TPUStrategy(None), "mixed_bfloat16", False),
+                                      (tf.distribute.get_strategy(), "mixed_float16", True)):
+        _fresh_policies()
+        optimizer = _run(fixed)["configure"](strategy, keras_.optimizers.SGD(0.01))
+        assert keras_.mixed_precision.global_policy().name == policy
+        assert isinstance(optimizer, keras_.mixed_precision.LossScaleOptimizer) is wrapped
+        model = keras_.Sequential([keras_.Input((4,)), keras_.layers.Dense(8), keras_.layers.Dense(1, dtype="float32")])
+        model.compile(optimizer=optimizer, loss="mse")
+        loss = model.fit(np.ones((8, 4), "float32"), np.ones((8, 1), "float32"), verbose=0).history["loss"]
+        assert np.isfinite(loss).all() and model.layers[0].compute_dtype == policy.removeprefix("mixed_")
