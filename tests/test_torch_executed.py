@@ -13,6 +13,11 @@
     written right does.
 (f) MPT205: ``backward()`` inside the autocast region; after ``--fix`` (moved out) the weights are the same.
 (g) MPT206: a GradScaler under bfloat16 autocast; after ``--fix`` (plain backward and step) the weights are the same.
+(h) MPT103: a loss and an exp on float16 logits outside autocast; after ``--fix`` (``.float()``) the loss is what
+    float16 autocast computes, bit for bit, and the exp no longer overflows.
+(i) MPT201: float16 autocast without a GradScaler flushes small gradients to zero; after ``--fix`` they are the
+    float32 ones (CPU region), and a CUDA region's scaler disables itself on CPU with the same weights.
+(j) MPT502: the torch.amp spellings configure and compute what the deprecated ones did, without their FutureWarning.
 
 CPU autocast runs float16 (``torch.autocast("cpu", dtype=torch.float16)``) and ``torch.amp.GradScaler("cpu")``
 scales as on a GPU. Ratios and equalities are asserted, never timings.
@@ -21,6 +26,7 @@ scales as on a GPU. Ratios and equalities are asserted, never timings.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import types
 import warnings
@@ -250,3 +256,177 @@ def test_d_migrated_apex_script_trains_like_the_float32_original():
         assert torch.equal(before_param, after_param)
     # the scaler's state replaces apex's (empty here: a CUDA GradScaler disables itself without CUDA)
     assert after["checkpoint"]["amp"] == after["scaler"].state_dict() == {}
+
+
+def test_h_float_before_a_loss_outside_autocast_computes_what_autocast_computes():
+    """A cross-entropy over 5000 classes and an exp on float16 logits, outside autocast: the fix's ``.float()``
+    keeps the values and moves the computation to float32, which is what float16 autocast does for cross_entropy
+    (bit for bit); exp no longer overflows, and the loss still backpropagates into the model."""
+    source = '''import torch
+import torch.nn.functional as F
+
+
+def loss_fn(model, x, y):
+    logits = model(x).half()
+    return F.cross_entropy(logits, y), torch.exp(logits).sum()
+'''
+    found = lint_code(source, select=["MPT103"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT103", 7, 28), ("MPT103", 7, 50)]
+    fixed = _fixed(source, "MPT103")
+    assert fixed == source.replace("(logits, y)", "(logits.float(), y)").replace("exp(logits)", "exp(logits.float())")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 5000)
+    x, y = 4 * torch.randn(8, 64), torch.randint(0, 5000, (8,))
+    loss_before, exp_before = _run(source)["loss_fn"](model, x, y)
+    loss_after, exp_after = _run(fixed)["loss_fn"](model, x, y)
+    half, cross_entropy = model(x).half(), torch.nn.functional.cross_entropy
+    with torch.autocast("cpu", dtype=torch.float16):
+        autocast_loss = cross_entropy(half, y)
+    assert (loss_before.dtype, loss_after.dtype, autocast_loss.dtype) == (torch.float16, torch.float32, torch.float32)
+    assert torch.equal(loss_after, autocast_loss)
+    exact = cross_entropy(half.double(), y)
+    assert abs(loss_after.double() - exact) < abs(loss_before.double() - exact)
+    assert torch.isinf(exp_before) and torch.isfinite(exp_after)
+    assert exp_after.item() == pytest.approx(torch.exp(half.double()).sum().item(), rel=1e-6)
+    loss_after.backward()
+    assert torch.isfinite(model.weight.grad).all() and model.weight.grad.abs().sum() > 0
+
+
+# One SGD step with a tiny loss under an autocast region and no GradScaler; REGION is the autocast call.
+_UNSCALED = '''import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 16)
+y = torch.randn(64, 4)
+
+
+def train_step():
+    optimizer.zero_grad()
+    with {region}:
+        loss = 1e-6 * torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+
+
+train_step()
+grads = [p.grad.clone() for p in model.parameters()]
+weights = [p.detach() for p in model.parameters()]
+'''
+
+
+def _with_scaler(source: str, construction: str) -> str:
+    return source.replace("lr=0.1)\n", f"lr=0.1)\n{construction}\n").replace(
+        "    loss.backward()\n    optimizer.step()\n",
+        "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n")
+
+
+def test_i_grad_scaler_added_to_float16_autocast_recovers_the_underflowing_gradients():
+    """CPU float16 autocast (torch >= 2.3 pinned, so ``torch.amp.GradScaler("cpu")``): without a scaler the
+    float16 backward flushes this loss's gradients to zero in every layer below the output; after the fix they are
+    the float32 gradients. A CUDA region gets ``torch.amp.GradScaler("cuda")`` (``torch.cuda.amp.GradScaler()``
+    where the range starts before 2.3): on a machine without CUDA both disable themselves with autocast, and the
+    fixed step computes the original's weights exactly."""
+    cpu = _UNSCALED.format(region='torch.autocast("cpu", dtype=torch.float16)')
+    found = lint_code(cpu, select=["MPT201"], files={"requirements.txt": "torch>=2.3\n"}).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT201", 14, 5)]
+    fixed = _fixed(cpu, "MPT201", files={"requirements.txt": "torch>=2.3\n"})
+    assert fixed == _with_scaler(cpu, 'scaler = torch.amp.GradScaler("cpu")')
+    float32 = _run(_UNSCALED.format(region="torch.autocast(\"cpu\", enabled=False)"))["grads"]
+    before, after = _run(cpu)["grads"], _run(fixed)["grads"]
+    first_kernel = 0
+    assert float32[first_kernel].abs().max() > 0
+    assert not before[first_kernel].any()  # underflowed in the float16 backward
+    for right, recovered in zip(float32, after):  # float16 rounding of the scaled gradients: under 1%
+        assert ((recovered - right).norm() / right.norm()).item() < 1e-2
+
+    assert not torch.cuda.is_available()
+    cuda = _UNSCALED.format(region='torch.autocast("cuda")')
+    for pins, construction in [("torch>=2.3\n", 'scaler = torch.amp.GradScaler("cuda")'),
+                               ("torch>=2.0,<2.2\n", "scaler = torch.cuda.amp.GradScaler()")]:
+        fixed = _fixed(cuda, "MPT201", files={"requirements.txt": pins})
+        assert fixed == _with_scaler(cuda, construction)
+        assert all(map(torch.equal, _run(fixed)["weights"], _run(cuda)["weights"]))
+
+
+def _run_recording(code: str) -> tuple[dict, list[str]]:
+    namespace: dict = {"__name__": "__main__"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(code, "<script>", "exec"), namespace)
+        namespace["result"] = namespace["run"]()
+    return namespace, [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+
+
+def test_j_torch_amp_spellings_behave_as_the_deprecated_ones_without_their_warning():
+    """torch 2.13 on CPU: the rewritten autocast (positional enabled/dtype become keywords), GradScaler and
+    custom_fwd/custom_bwd configure exactly what the torch.cuda.amp / torch.cpu.amp spellings configured, compute
+    the same values and gradients under CPU autocast, and emit no FutureWarning. Older torch is not executed here:
+    the names and parameters written were read in the torch wheels' sources (torch.amp.autocast(device_type, dtype,
+    enabled, cache_enabled) in 1.12, torch.amp.GradScaler(device, ..., enabled) in 2.3, torch.amp.custom_fwd(fwd, *,
+    device_type, cast_inputs) and custom_bwd(bwd, *, device_type) in 2.4), the first versions the fix is safe from."""
+    imported = '''import torch
+from torch.cuda.amp import GradScaler, autocast
+
+scaler = GradScaler(enabled=True)
+
+
+def run():
+    with autocast(True, torch.float16) as region:
+        return region
+'''
+    pins = {"requirements.txt": "torch>=2.4\n"}
+    found = lint_code(imported, select=["MPT502"], files=pins).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT502", 4, 10), ("MPT502", 8, 10)]
+    fixed = _fixed(imported, "MPT502", files=pins)
+    assert fixed == imported.replace("from torch.cuda.amp import GradScaler, autocast\n", "").replace(
+        "GradScaler(enabled=True)", 'torch.amp.GradScaler("cuda", enabled=True)').replace(
+        "autocast(True, torch.float16)", 'torch.amp.autocast("cuda", enabled=True, dtype=torch.float16)')
+    (before, old_warnings), (after, new_warnings) = _run_recording(imported), _run_recording(fixed)
+    assert old_warnings and new_warnings == []
+    config = ("device", "fast_dtype", "_cache_enabled")  # _enabled: off on both, CUDA being absent
+    assert [getattr(before["result"], name) for name in config] == [getattr(after["result"], name) for name in config]
+    assert [before["result"].device, before["result"].fast_dtype] == ["cuda", torch.float16]
+    assert vars(before["scaler"]) == vars(after["scaler"])  # the deprecated class builds the new one's state
+    # what cannot run without CUDA: every argument of the old spellings is a parameter of the new ones, by name
+    old_scaler, new_scaler = (inspect.signature(c).parameters for c in (torch.cuda.amp.GradScaler, torch.amp.GradScaler))
+    assert list(new_scaler) == ["device", *old_scaler]
+    old_region, new_region = (inspect.signature(c).parameters for c in (torch.cuda.amp.autocast, torch.amp.autocast))
+    assert list(old_region) == ["enabled", "dtype", "cache_enabled"] and set(old_region) < set(new_region)
+    assert before["scaler"]._device == "cuda"
+
+    functions = '''import torch
+
+
+class Scale(torch.autograd.Function):
+    @staticmethod
+    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    @torch.cuda.amp.custom_bwd
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def run():
+    x = torch.linspace(-3, 3, 12, requires_grad=True)
+    with torch.cpu.amp.autocast():
+        y = torch.nn.functional.linear(x[None, :], torch.eye(12))
+        out = Scale.apply(y)
+    out.sum().backward()
+    return out, x.grad
+'''
+    found = lint_code(functions, select=["MPT502"], files=pins).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT502", 6, 6), ("MPT502", 11, 6), ("MPT502", 18, 10)]
+    fixed = _fixed(functions, "MPT502", files=pins)
+    assert fixed == functions.replace("torch.cuda.amp.custom_fwd(cast_inputs", 'torch.amp.custom_fwd(device_type="cuda", cast_inputs').replace(
+        "@torch.cuda.amp.custom_bwd", '@torch.amp.custom_bwd(device_type="cuda")').replace(
+        "torch.cpu.amp.autocast()", 'torch.amp.autocast("cpu")')
+    (before, old_warnings), (after, new_warnings) = _run_recording(functions), _run_recording(fixed)
+    assert old_warnings and new_warnings == []
+    (out_before, grad_before), (out_after, grad_after) = before["result"], after["result"]
+    assert out_before.dtype == out_after.dtype == torch.bfloat16  # CPU autocast ran the linear in bfloat16
+    assert torch.equal(out_after, out_before) and torch.equal(grad_after, grad_before)

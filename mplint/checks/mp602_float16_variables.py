@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
+from mplint.analysis.optimizer_flow import generations_note
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
@@ -19,6 +20,9 @@ _INFERENCE_MARKERS = ("predict(", "load_model", "saved_model", "TFLite", "tflite
 _SETTERS = frozenset(path.rsplit(".", 1)[-1] for path in (*_POLICY_CALLS, *_FLOATX_CALLS))
 _MODULE_FOR = {"keras": "keras", "tf.keras": "tensorflow.keras", "tf_keras": "tf_keras"}
 _MIXED = '"mixed_float16"'
+# A layer's dtype="mixed_float16" and set_global_policy hold from TF 2.4: TF 2.1-2.3's Layer reads a dtype string
+# through tf.as_dtype (TypeError; base_layer.py of the 2.1.0-2.3.0 wheels) and has only experimental.set_policy.
+_HOLDS = {2, 3}
 
 
 class Float16Variables(Rule):
@@ -75,14 +79,15 @@ class Float16Variables(Rule):
         if value is None or dtype_spelling(self.context, value) != "float16":
             return
         kname = self.context.names.kname(node.func)
+        note = generations_note(self.context, _HOLDS)
         self.report(
             node,
             '`set_floatx("float16")` makes every variable float16: small updates round away and training stalls; '
-            'use the `mixed_float16` policy, which keeps float32 variables',
-            self._floatx_fix(node, kname.ns if kname else "keras"),
+            'use the `mixed_float16` policy, which keeps float32 variables' + (f" ({note})" if note else ""),
+            self._floatx_fix(node, kname.ns if kname else "keras", FixSafety.UNSAFE if note else FixSafety.SAFE),
         )
 
-    def _floatx_fix(self, node: cst.Call, ns: str) -> Fix:
+    def _floatx_fix(self, node: cst.Call, ns: str, safety: FixSafety) -> Fix:
         """``<keras>.mixed_precision.set_global_policy("mixed_float16")`` spelled like the call it replaces."""
         spelled = dotted(node.func) or ""
         prefix = spelled.rsplit(".", 2)[0] if spelled.count(".") >= 2 else ""
@@ -93,17 +98,18 @@ class Float16Variables(Rule):
             func = "mixed_precision.set_global_policy"
             imports = (ImportSpec(_MODULE_FOR.get(ns, "keras"), "mixed_precision"),)
         replacement = cst.parse_expression(f"{func}({_MIXED})").with_changes(lpar=node.lpar, rpar=node.rpar)
-        return Fix({node: replacement}, FixSafety.SAFE, imports=imports)
+        return Fix({node: replacement}, safety, imports=imports)
 
     def _check_layer(self, node: cst.Call) -> None:
         dtype = next((a for a in node.args if a.keyword is not None and a.keyword.value == "dtype"), None)
         if dtype is None or dtype_spelling(self.context, dtype.value) != "float16" or not self._is_layer(node):
             return
+        note = generations_note(self.context, _HOLDS)
         self.report(
             dtype.value,
             '`dtype="float16"` on a layer stores its weights in float16: small updates round away and training '
-            'stalls; `dtype="mixed_float16"` computes in float16 and keeps float32 weights',
-            Fix({dtype.value: cst.SimpleString(_MIXED)}, FixSafety.SAFE),
+            'stalls; `dtype="mixed_float16"` computes in float16 and keeps float32 weights' + (f" ({note})" if note else ""),
+            Fix({dtype.value: cst.SimpleString(_MIXED)}, FixSafety.UNSAFE if note else FixSafety.SAFE),
         )
 
     def _is_layer(self, node: cst.Call) -> bool:
