@@ -17,7 +17,7 @@ import pytest
 import mplint
 from mplint.verify import cli, isolate
 from mplint.verify.cli import main
-from mplint.verify.runner import isolation_problem, isolation_refusal, remove_tree, writes_outside
+from mplint.verify.runner import isolation_problem, isolation_refusal
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the private view needs Linux namespaces")
 
@@ -182,8 +182,8 @@ def test_no_write_api_of_a_torch_script_reaches_the_users_files(capsys, tmp_path
 
 def isolated(base: Path, command: str, user: tuple[int, int] | None = None):
     """Run ``sh -c command`` through isolate.py in the layout run_script makes, as ``user`` (uid, gid)."""
-    for name in ("scratch", "layers", "root"):
-        (base / name).mkdir(parents=True)
+    base.mkdir()
+    isolate.make_layout(base)
     prefix = []
     if user is not None:
         for path in [base, *base.rglob("*")]:
@@ -203,7 +203,7 @@ def shared_tmp():
     """A temporary folder that other users can reach (pytest's is private to its user)."""
     folder = Path(tempfile.mkdtemp())
     yield folder
-    remove_tree(folder)
+    isolate.remove_layout(folder)
 
 
 @pytest.mark.parametrize("who", ["caller", "unprivileged"])
@@ -228,10 +228,10 @@ def test_isolate_keeps_every_write_in_the_upper_layers(tmp_path, shared_tmp, who
     assert proc.stdout.splitlines() == ["mine", "changed", "made", "mine.txt", "new.txt", "unmount refused"]
     assert snapshot(user) == before
     assert (base / "scratch" / "kept.txt").read_text() == "kept\n"  # the scratch folder is the real one
-    assert sorted(w.replace(str(user), "USER") for w in writes_outside(base / "layers", base / "root")) == [
+    assert sorted(w.replace(str(user), "USER") for w in isolate.writes_outside(base)) == [
         "/top-level.txt", "USER/gone.txt (deleted)", "USER/made", "USER/mine.txt", "USER/new.txt"]
     assert not Path("/top-level.txt").exists()  # "/" holds mounts: its entries are recreated, not overlaid
-    remove_tree(base)
+    isolate.remove_layout(base)
     assert not base.exists()
 
 

@@ -4,8 +4,8 @@ In a new mount namespace (and user namespace, when not root) every writable moun
 overlay whose upper layer lies in ``BASE/layers``, and ``BASE/scratch`` is bound at its own path. The
 command then reads every file where it is, and whatever it writes outside the scratch folder, by any
 API (Python, TensorFlow's C++ file system, HDF5, mmap), lands in an upper layer: the user's files
-cannot change. The mounts end up locked (owned by a namespace the command has no privilege over), so
-the command cannot unmount them. Linux only; where it cannot be had, this exits with status
+cannot change. The command cannot unmount the view: without root it has no privilege left after exec,
+and root loses CAP_SYS_ADMIN (from its bounding set, so for good). Linux only; where it cannot be had, this exits with status
 ``UNAVAILABLE`` after writing the reason to ``BASE/scratch/isolation-error.txt``.
 
 Imports only the standard library and runs before the command starts threads (a requirement of
@@ -18,13 +18,16 @@ import json
 import os
 import platform
 import shutil
+import stat
 import sys
+from pathlib import Path
 
 UNAVAILABLE = 97
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
+PR_CAPBSET_DROP, CAP_SYS_ADMIN = 24, 21
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 # Kernel file systems: bound as they are (no user files live there).
 PSEUDO = {"proc", "sysfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "securityfs", "debugfs", "tracefs",
@@ -220,9 +223,69 @@ def enter(base: str) -> None:
     _Builder(base, unprivileged=uid != 0).build()
     _mount(os.path.join(base, "scratch"), os.path.join(base, "root") + os.path.join(base, "scratch"), None, MS_BIND)
     _pivot(os.path.join(base, "root"), cwd)
-    if uid == 0:  # root keeps its privilege after exec: a namespace it does not own locks the mounts
-        _unshare(CLONE_NEWNS | CLONE_NEWUSER)
-        _map_ids(0, 0)
+    if uid == 0:  # root would keep the privilege to unmount after exec: drop it (and only it)
+        _check(_libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(CAP_SYS_ADMIN), 0, 0, 0),
+               "dropping CAP_SYS_ADMIN")
+
+
+# The parent's side: the layout of BASE, and what the command left in it.
+
+def make_layout(base: Path) -> None:
+    for name in ("scratch", "layers", "root"):
+        (base / name).mkdir()
+
+
+def remove_layout(base: Path) -> None:
+    """Remove ``base``, including the overlays' work directories (mode 000)."""
+    def retry(function, path, _exc):
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+        except OSError:
+            pass
+
+    shutil.rmtree(base, **({"onexc": retry} if sys.version_info >= (3, 12) else {"onerror": retry}))
+
+
+def writes_outside(base: Path) -> list[str]:
+    """What the command run under ``base`` wrote outside its scratch folder, from the overlays' upper
+    layers and the recreated tree: the absolute path of each file written or created (or of each new
+    empty folder), and of each one it deleted."""
+    layers, root = base / "layers", base / "root"
+    try:
+        index = json.loads((layers / "index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    written = []
+    for number, mount in index["overlays"].items():
+        upper = layers / number / "upper"
+        for path in _leaves(upper):
+            info = os.lstat(path)
+            whiteout = stat.S_ISCHR(info.st_mode) and info.st_rdev == 0
+            real = os.path.join(mount, os.path.relpath(path, upper))
+            written.append(f"{real} (deleted)" if whiteout else real)
+    # after the run nothing is mounted under root: what is left there is the recreated tree
+    recreated = index["recreated"]
+    overlaid = {os.path.join(root, m.lstrip("/")) for m in index["overlays"].values()}
+    for path in _leaves(root, skip=overlaid):
+        real = "/" + os.path.relpath(path, root)
+        if real not in recreated or recreated[real] not in (None, os.lstat(path).st_mtime_ns):
+            written.append(real)
+    written.extend(f"{path} (deleted)" for path in recreated if not os.path.lexists(os.path.join(root, path[1:])))
+    return sorted(written)
+
+
+def _leaves(folder: Path, skip=frozenset()) -> list[str]:
+    """Files, links and empty folders under ``folder``, not entering those in ``skip``."""
+    found = []
+    for parent, dirs, files in os.walk(folder):
+        paths = [os.path.join(parent, d) for d in dirs]
+        links = [p for p in paths if os.path.islink(p)]
+        dirs[:] = [os.path.basename(p) for p in paths if p not in skip and p not in links]
+        found.extend([*links, *(os.path.join(parent, name) for name in files)])
+        found.extend(path for d in dirs if not os.listdir(path := os.path.join(parent, d)))
+    return found
 
 
 def main(argv: list[str]) -> None:

@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -78,63 +77,10 @@ def run_script(label: str, script: Path, argv: list[str], options: RunOptions, t
     whatever it writes there changes the copy only."""
     base = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
     try:
-        for name in ("scratch", "layers", "root"):  # the layout isolate.py expects
-            (base / name).mkdir()
+        isolate.make_layout(base)
         return _run_in(base, label, script.resolve(), argv, options, text)
     finally:
-        remove_tree(base)
-
-
-def remove_tree(folder: Path) -> None:
-    """Remove ``folder``, including an overlay's work directory (mode 000)."""
-    def retry(function, path, _exc):
-        try:
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-            function(path)
-        except OSError:
-            pass
-
-    shutil.rmtree(folder, onerror=retry)
-
-
-def writes_outside(layers: Path, root: Path | None = None) -> list[str]:
-    """What the script wrote outside its scratch folder, from the overlays' upper layers and the tree
-    isolate.py recreated at ``root``: the absolute path of each file written or created (or of each new
-    empty folder), and of each one it deleted."""
-    try:
-        index = json.loads((layers / "index.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    written = []
-    for number, mount in index["overlays"].items():
-        upper = layers / number / "upper"
-        for path in _leaves(upper):
-            info = os.lstat(path)
-            whiteout = stat.S_ISCHR(info.st_mode) and info.st_rdev == 0
-            real = os.path.join(mount, os.path.relpath(path, upper))
-            written.append(f"{real} (deleted)" if whiteout else real)
-    if root is not None:  # after the run nothing is mounted there: what is left is the recreated tree
-        recreated = index["recreated"]
-        overlaid = {os.path.join(root, m.lstrip("/")) for m in index["overlays"].values()}
-        for path in _leaves(root, skip=overlaid):
-            real = "/" + os.path.relpath(path, root)
-            if real not in recreated or recreated[real] not in (None, os.lstat(path).st_mtime_ns):
-                written.append(real)
-        written.extend(f"{path} (deleted)" for path in recreated if not os.path.lexists(os.path.join(root, path[1:])))
-    return sorted(written)
-
-
-def _leaves(folder: Path, skip=frozenset()) -> list[str]:
-    """Files, links and empty folders under ``folder``, not entering those in ``skip``."""
-    found = []
-    for parent, dirs, files in os.walk(folder):
-        paths = [os.path.join(parent, d) for d in dirs]
-        links = [p for p in paths if os.path.islink(p)]
-        dirs[:] = [os.path.basename(p) for p in paths if p not in skip and p not in links]
-        found.extend([*links, *(os.path.join(parent, name) for name in files)])
-        found.extend(path for d in dirs if not os.listdir(path := os.path.join(parent, d)))
-    return found
+        isolate.remove_layout(base)
 
 
 # Not copied with the script's folder: version control, caches and environments.
@@ -214,7 +160,7 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
             f"not copied into the scratch folder (budget or unreadable): {', '.join(left_out[:5])}"
             + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""))
     if options.isolated:
-        data.setdefault("events", {})["writes_redirected"] = writes_outside(base / "layers", base / "root")
+        data.setdefault("events", {})["writes_redirected"] = isolate.writes_outside(base)
     result = RunResult(label, data["status"], data.get("detail", ""), data, stderr_tail=_tail(stderr))
     grads = Path(str(records) + ".grads.npz")
     if grads.exists():
@@ -237,8 +183,7 @@ def isolation_problem() -> str | None:
         return isolation_refusal(f"it needs Linux mount namespaces, and this is {sys.platform}")
     base = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
     try:
-        for name in ("scratch", "layers", "root"):
-            (base / name).mkdir()
+        isolate.make_layout(base)
         proc = subprocess.run([sys.executable, "-m", "mplint.verify.isolate", str(base), "--", sys.executable, "-c", ""],
                               cwd=base / "scratch", capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=str(Path(mplint.__file__).parent.parent)))
@@ -249,7 +194,7 @@ def isolation_problem() -> str | None:
             return isolation_refusal(_tail(proc.stderr, 3) or f"exit status {proc.returncode}")
         return None
     finally:
-        remove_tree(base)
+        isolate.remove_layout(base)
 
 
 def isolation_refusal(reason: str) -> str:
