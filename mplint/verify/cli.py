@@ -8,7 +8,8 @@ Exit codes:
      (or where the original crashed) and without MP802/MP803/MP804; without --fix, the run shows none
   1  problems: the run (with --fix: the fixed copy) shows MP802/MP803/MP804
   2  could not verify: the script runs neither before nor after the fixes (crash, bad arguments,
-     timeout, out of memory, nothing recorded), or mplint --fix failed
+     timeout, out of memory, nothing recorded), mplint --fix failed, or the script cannot be given a
+     private view of the file system here (see --no-isolation)
   3  worse: the original ran and the fixed copy crashes or has more NaN/Inf, skipped steps or underflow
   4  nothing fixed: --fix changed nothing and the run is clean, so nothing was verified
 """
