@@ -110,12 +110,27 @@ def test_script_that_writes_files_leaves_the_user_tree_untouched(capsys, tmp_pat
     assert doc["events"]["writes_redirected"] == []  # it ran in a scratch copy of its folder: all writes land there
 
 
-def test_writes_outside_the_scripts_folder_are_redirected(capsys, tmp_path):
+def test_writes_outside_the_scripts_folder_stay_in_the_private_view(capsys, tmp_path):
+    outside = tmp_path / "elsewhere" / "out.txt"
+    outside.parent.mkdir()
+    script = tmp_path / "project" / "train.py"
+    script.parent.mkdir()
+    script.write_text(f"import keras\nopen({str(outside)!r}, 'w').write('x')\nassert open({str(outside)!r}).read() == 'x'\n"
+                      + _TINY_FIT)
+    code, doc = verify_json(capsys, script, "--steps", "2")
+    assert code == 0
+    assert list(outside.parent.iterdir()) == []
+    assert doc["events"]["writes_redirected"] == [str(outside)]
+    code, out = verify(capsys, script, "--steps", "2")
+    assert f"1 write(s) outside the scratch folder kept from your files: {outside}\n" in out
+
+
+def test_without_isolation_python_level_writes_are_redirected(capsys, tmp_path):
     outside = tmp_path / "elsewhere" / "out.txt"
     script = tmp_path / "project" / "train.py"
     script.parent.mkdir()
     script.write_text(f"import keras\nopen({str(outside)!r}, 'w').write('x')\n" + _TINY_FIT)
-    code, doc = verify_json(capsys, script, "--steps", "2")
+    code, doc = verify_json(capsys, script, "--steps", "2", "--no-isolation")
     assert code == 0
     assert not outside.parent.exists()
     assert doc["events"]["writes_redirected"] == [f"{outside} -> redirected{outside}"]

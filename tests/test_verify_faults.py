@@ -2,6 +2,7 @@
 each is "could not verify" with exit status 2, never a pass, and nothing is left running."""
 
 import os
+import re
 import resource
 import time
 from pathlib import Path
@@ -43,9 +44,11 @@ def _gone_within(pid: int, seconds: float) -> bool:
     return True
 
 
-def test_hanging_script_times_out_and_its_whole_process_tree_is_killed(capsys, tmp_path, monkeypatch):
-    pidfile = tmp_path / "helper.pid"
-    monkeypatch.setenv("MPLINT_FAULT_PIDFILE", str(pidfile))
+def _helper_pid(stderr: str) -> int:
+    return int(re.search(r"^helper pid (\d+)$", stderr, re.M)[1])
+
+
+def test_hanging_script_times_out_and_its_whole_process_tree_is_killed(capsys):
     start = time.monotonic()
     code, out = verify(capsys, FAULTS / "hangs.py", "--timeout", "6")
     elapsed = time.monotonic() - start
@@ -53,7 +56,7 @@ def test_hanging_script_times_out_and_its_whole_process_tree_is_killed(capsys, t
     assert "could not verify hangs.py: the run run timeout: no result after 6 s (--timeout)" in out
     assert "verified" not in out.replace("could not verify", "")
     assert elapsed < 20, f"verify took {elapsed:.1f} s with --timeout 6"
-    helper = int(pidfile.read_text())
+    helper = _helper_pid(out)  # from the stderr tail
     try:
         assert _gone_within(helper, 5), f"the script's child {helper} survived the timeout"
     finally:
@@ -61,15 +64,13 @@ def test_hanging_script_times_out_and_its_whole_process_tree_is_killed(capsys, t
             os.kill(helper, 9)
 
 
-def test_timeout_kills_a_child_that_holds_the_output_streams_open(tmp_path, monkeypatch):
+def test_timeout_kills_a_child_that_holds_the_output_streams_open():
     # without killing the process group, waiting for the streams' end would block for the child's 600 s
-    pidfile = tmp_path / "helper.pid"
-    monkeypatch.setenv("MPLINT_FAULT_PIDFILE", str(pidfile))
     start = time.monotonic()
     result = runner.run_script("run", FAULTS / "hangs.py", [], runner.RunOptions(timeout=4))
     assert result.status == "timeout" and not result.ok
     assert time.monotonic() - start < 15
-    assert _gone_within(int(pidfile.read_text()), 5)
+    assert _gone_within(_helper_pid(result.stderr_tail), 5)
 
 
 def test_no_training_in_the_script_or_its_subprocess_is_an_error(capsys):
@@ -87,17 +88,13 @@ def test_running_out_of_memory_under_memory_limit_is_an_error(capsys):
     assert "MemoryError" in out  # the stderr tail
 
 
-def test_memory_limit_is_applied_to_the_script_only(tmp_path, monkeypatch):
+def test_memory_limit_is_applied_to_the_script_only(tmp_path):
     script = tmp_path / "limit.py"
-    script.write_text("import os, resource\n"
-                      "fd = os.open(os.environ['LIMIT_OUT'], os.O_WRONLY | os.O_CREAT, 0o644)\n"
-                      "os.write(fd, str(resource.getrlimit(resource.RLIMIT_AS)[0]).encode())\n")
-    out = tmp_path / "limit.txt"
-    monkeypatch.setenv("LIMIT_OUT", str(out))
+    script.write_text("import resource, sys\nprint(resource.getrlimit(resource.RLIMIT_AS)[0], file=sys.stderr)\n")
     before = resource.getrlimit(resource.RLIMIT_AS)
     result = runner.run_script("run", script, [], runner.RunOptions(timeout=60, memory_limit_mb=2500))
     assert result.status == "nothing-recorded"
-    assert int(out.read_text()) == 2500 * 1024 * 1024
+    assert int(result.stderr_tail) == 2500 * 1024 * 1024
     assert resource.getrlimit(resource.RLIMIT_AS) == before  # the verifying process is not capped
 
 

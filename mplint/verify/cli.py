@@ -8,7 +8,8 @@ Exit codes:
      (or where the original crashed) and without MP802/MP803/MP804; without --fix, the run shows none
   1  problems: the run (with --fix: the fixed copy) shows MP802/MP803/MP804
   2  could not verify: the script runs neither before nor after the fixes (crash, bad arguments,
-     timeout, out of memory, nothing recorded), or mplint --fix failed
+     timeout, out of memory, nothing recorded), mplint --fix failed, or the script cannot be given a
+     private view of the file system here (see --no-isolation)
   3  worse: the original ran and the fixed copy crashes or has more NaN/Inf, skipped steps or underflow
   4  nothing fixed: --fix changed nothing and the run is clean, so nothing was verified
 """
@@ -24,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from mplint.verify import report
-from mplint.verify.runner import RunOptions, RunResult, detect_keras, fix_copy, run_script
+from mplint.verify.runner import RunOptions, RunResult, detect_keras, fix_copy, isolation_problem, run_script
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNVERIFIED, EXIT_WORSE, EXIT_NOTHING_FIXED = 0, 1, 2, 3, 4
 
@@ -44,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
                    "not a pass (default: no cap)")
     p.add_argument("--keras", type=int, choices=(2, 3), help="Keras generation of the script (default: detected)")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="where the system gives no private view of the file system (Linux namespaces), run anyway: "
+                   "only Python-level writes outside the scratch folder are redirected, C-level writers "
+                   "(TensorFlow's file system, HDF5, torch.save, subprocesses) reach your files")
     return p
 
 
@@ -122,8 +127,11 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
         console.print(f"datasets replaced by synthetic data: {', '.join(events['datasets_replaced'])}")
     for blocked in events.get("downloads_blocked", []):
         console.print(f"download blocked: {blocked}", markup=False)
-    if events.get("writes_redirected"):
-        console.print(f"{len(events['writes_redirected'])} write(s) outside the scratch directory redirected")
+    written = events.get("writes_redirected", [])
+    if written:
+        console.print(f"{len(written)} write(s) outside the scratch folder kept from your files: "
+                      f"{', '.join(written[:5])}{f' and {len(written) - 5} more' if len(written) > 5 else ''}",
+                      markup=False)
     if doc.get("fixed_rules") is not None:
         console.print(f"fixes applied to the copy: {', '.join(doc['fixed_rules']) or 'none'}")
     if doc.get("summary"):
@@ -281,9 +289,13 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"mplint verify: error: {missing}", file=sys.stderr)
         return EXIT_UNVERIFIED
+    refusal = None if args.no_isolation else isolation_problem()
+    if refusal:
+        print(f"mplint verify: error: {refusal}", file=sys.stderr)
+        return EXIT_UNVERIFIED
     options = RunOptions(steps=args.steps, seed=args.seed, timeout=args.timeout, keras=keras,
                          source_dir=str(script.resolve().parent), memory_limit_mb=args.memory_limit,
-                         framework=framework)
+                         framework=framework, isolated=not args.no_isolation)
     doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
     _emit(doc, args.format, renderables)
     return doc["exit_code"]

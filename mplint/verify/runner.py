@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mplint
+from mplint.verify import isolate
 
 OK_STATUSES = ("completed", "step-cap")
 
@@ -29,12 +30,13 @@ class RunOptions:
     source_dir: str | None = None  # the original script's folder, for sibling imports of a copy
     memory_limit_mb: int | None = None  # address-space cap (RLIMIT_AS) of the instrumented process
     framework: str = "keras"  # or "torch"
+    isolated: bool = True  # in a private view of the file system (isolate.py); else Python-level redirection
 
 
 @dataclass
 class RunResult:
     label: str
-    status: str  # completed, step-cap, exited, crashed, out-of-memory, timeout, nothing-recorded, internal-error
+    status: str  # completed, step-cap, exited, crashed, out-of-memory, timeout, nothing-recorded, not-isolated
     detail: str = ""
     records: dict = field(default_factory=dict)
     first_grads: dict = field(default_factory=dict)  # unit index -> its first step's gradients
@@ -73,11 +75,12 @@ def run_script(label: str, script: Path, argv: list[str], options: RunOptions, t
     """Run ``script`` (or, with ``text``, that file under the script's name: a fixed copy) in a scratch
     copy of the script's folder, so that its sibling files are read at the same relative paths and
     whatever it writes there changes the copy only."""
-    scratch = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
+    base = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
     try:
-        return _run_in(scratch, label, script.resolve(), argv, options, text)
+        isolate.make_layout(base)
+        return _run_in(base, label, script.resolve(), argv, options, text)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        isolate.remove_layout(base)
 
 
 # Not copied with the script's folder: version control, caches and environments.
@@ -114,8 +117,9 @@ def copy_folder(source: Path, work: Path) -> list[str]:
     return left_out
 
 
-def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: RunOptions,
+def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunOptions,
             text: Path | None) -> RunResult:
+    scratch = base / "scratch"
     work, tmp = scratch / "work", scratch / "tmp"
     left_out = copy_folder(script.parent, work)
     tmp.mkdir()
@@ -126,7 +130,7 @@ def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: R
     config = {
         "script": str(script), "argv": argv, "steps": options.steps, "seed": options.seed,
         "scratch": str(scratch), "records": str(records), "force_policy": options.force_policy,
-        "capture_grads": options.capture_grads, "source_dir": options.source_dir,
+        "capture_grads": options.capture_grads, "source_dir": options.source_dir, "isolated": options.isolated,
     }
     (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(tmp), KERAS_HOME=str(scratch / "keras_home"),
@@ -135,8 +139,13 @@ def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: R
     if options.keras == 2:
         env["TF_USE_LEGACY_KERAS"] = "1"
     command = [sys.executable, "-m", "mplint.verify.bootstrap", str(scratch / "config.json")]
+    if options.isolated:
+        command = [sys.executable, "-m", "mplint.verify.isolate", str(base), "--", *command]
     limit = options.memory_limit_mb
     returncode, stderr, timed_out = _launch(command, work, env, options.timeout, limit, scratch)
+    refusal = scratch / "isolation-error.txt"
+    if options.isolated and returncode == isolate.UNAVAILABLE and refusal.exists():
+        return RunResult(label, "not-isolated", isolation_refusal(refusal.read_text(encoding="utf-8")))
     if timed_out:
         return RunResult(label, "timeout", f"no result after {options.timeout:g} s (--timeout)", stderr_tail=_tail(stderr))
     if limit and _ran_out_of_memory(records, returncode, stderr):
@@ -150,6 +159,8 @@ def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: R
         data.setdefault("events", {}).setdefault("notes", []).append(
             f"not copied into the scratch folder (budget or unreadable): {', '.join(left_out[:5])}"
             + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""))
+    if options.isolated:
+        data.setdefault("events", {})["writes_redirected"] = isolate.writes_outside(base)
     result = RunResult(label, data["status"], data.get("detail", ""), data, stderr_tail=_tail(stderr))
     grads = Path(str(records) + ".grads.npz")
     if grads.exists():
@@ -164,6 +175,32 @@ def _run_in(scratch: Path, label: str, script: Path, argv: list[str], options: R
         result.status = "nothing-recorded"
         result.detail = "the script ran but no Keras model or torch module was called and no optimizer step ran"
     return result
+
+
+def isolation_problem() -> str | None:
+    """Why scripts cannot run in a private view of the file system here, or None when they can."""
+    if sys.platform != "linux":
+        return isolation_refusal(f"it needs Linux mount namespaces, and this is {sys.platform}")
+    base = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
+    try:
+        isolate.make_layout(base)
+        proc = subprocess.run([sys.executable, "-m", "mplint.verify.isolate", str(base), "--", sys.executable, "-c", ""],
+                              cwd=base / "scratch", capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(Path(mplint.__file__).parent.parent)))
+        refusal = base / "scratch" / "isolation-error.txt"
+        if refusal.exists():
+            return isolation_refusal(refusal.read_text(encoding="utf-8"))
+        if proc.returncode != 0:
+            return isolation_refusal(_tail(proc.stderr, 3) or f"exit status {proc.returncode}")
+        return None
+    finally:
+        isolate.remove_layout(base)
+
+
+def isolation_refusal(reason: str) -> str:
+    return (f"the script cannot be given a private view of the file system here ({reason.strip()}), so its "
+            "writes could reach your files; --no-isolation runs it anyway with writes redirected at the Python "
+            "level only (open, os, shutil, Keras and TensorFlow saving), which C-level writers escape")
 
 
 def _ran_out_of_memory(records: Path, returncode: int | None, stderr: str) -> bool:

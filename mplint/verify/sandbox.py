@@ -1,5 +1,6 @@
-"""Keep the script inside its scratch directory: writes elsewhere are redirected there, network
-access is refused (and reported) before anything is sent."""
+"""Network access is refused (and reported) before anything is sent. Without a private view of the
+file system (``--no-isolation``), Python-level writes outside the scratch directory are redirected
+there too; with one (isolate.py) the file system itself keeps them away from the user's files."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _inside(path: str, root: str) -> bool:
 def redirect(path, *, writing: bool = True):
     """Where a write to ``path`` really goes: unchanged inside the scratch directory, else a
     mirror of the absolute path under ``scratch/redirected``. Reads follow earlier redirects."""
-    if isinstance(path, int) or recorder.RECORDER is None:
+    if isinstance(path, int) or recorder.RECORDER is None or recorder.RECORDER.config.get("isolated"):
         return path
     try:
         text = os.fsdecode(os.fspath(path))
@@ -92,6 +93,13 @@ def _getaddrinfo(host, *args, **kwargs):
 
 def install() -> None:
     _real.update(open=builtins.open, connect=socket.socket.connect, getaddrinfo=socket.getaddrinfo)
+    socket.socket.connect = _connect
+    socket.getaddrinfo = _getaddrinfo
+    if not recorder.RECORDER.config.get("isolated"):
+        _install_redirects()
+
+
+def _install_redirects() -> None:
     for name in ("mkdir", "remove", "unlink", "rmdir"):
         _real[name] = getattr(os, name)
         setattr(os, name, _path_wrapper(name))
@@ -103,5 +111,3 @@ def install() -> None:
     _real["rmtree"] = shutil.rmtree
     shutil.rmtree = _path_wrapper("rmtree")
     builtins.open = io.open = _open
-    socket.socket.connect = _connect
-    socket.getaddrinfo = _getaddrinfo
