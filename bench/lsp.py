@@ -225,6 +225,16 @@ ROWS = [("initialize", "initialize (start to answer)"), ("open", "first diagnost
         ("pull_open", "pulled diagnostics, first"), ("pull_edit", "pulled diagnostics after an edit")]
 
 
+def interpreter_floor(repeats: int) -> float:
+    """``python -c pass``: the start of any Python server, in milliseconds."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -235,6 +245,8 @@ def main() -> None:
     from mplint.server.app import DEBOUNCE_S
 
     commands = servers(args.ruff)
+    load_before = os.getloadavg()[0]
+    floor = interpreter_floor(args.repeats)
     figures: dict[str, dict[str, float]] = {}
     counts: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -251,8 +263,10 @@ def main() -> None:
                 figures[name]["edit_after_pause"] = figures[name]["edit"] - DEBOUNCE_S * 1000
             counts[name] = {"diagnostics": figures[name].pop("diagnostics", 0), "pulled": figures[name].pop("pulled", 0)}
     names = list(figures)
+    load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     lines = [f"# Language-server latency ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}. "
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores ({load}), Python {platform.python_version()} "
+             f"(`python -c pass`: {floor:.0f} ms). "
              f"Median of {args.repeats} sessions per server, milliseconds. Servers: "
              + ", ".join(version(c) for c in commands.values()) + ". "
              f"mplint checks an edit after typing pauses {DEBOUNCE_S * 1000:.0f} ms.", "",
@@ -266,7 +280,8 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
     (RESULTS / f"lsp-{stamp}.md").write_text(text)
-    (RESULTS / f"lsp-{stamp}.json").write_text(json.dumps({"figures": figures, "counts": counts}, indent=2))
+    (RESULTS / f"lsp-{stamp}.json").write_text(json.dumps({"figures": figures, "counts": counts, "python_floor_ms": floor,
+                                                                  "load": [load_before, os.getloadavg()[0]]}, indent=2))
     (RESULTS / "lsp-latest.md").write_text(text)
 
 

@@ -49,9 +49,10 @@ class Editor:
         def refresh(params: None) -> None:
             self.refreshes += 1
 
-    async def start(self, pull: bool = False, resolve: bool = False, settings: dict | None = None) -> types.InitializeResult:
+    async def start(self, pull: bool = False, resolve: bool = False, settings: dict | None = None,
+                    encodings: list[str] | None = None) -> types.InitializeResult:
         """``pull``: the editor pulls diagnostics (LSP 3.17); ``resolve``: it resolves code actions' edits;
-        ``settings``: the ``initializationOptions``."""
+        ``settings``: the ``initializationOptions``; ``encodings``: the position encodings it offers."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         await self.client.start_io(sys.executable, "-m", "mplint", "server", env=env, cwd=self.root)
         capabilities = types.ClientCapabilities(
@@ -64,6 +65,7 @@ class Editor:
                     resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"])) if resolve else None),
             notebook_document=types.NotebookDocumentClientCapabilities(
                 synchronization=types.NotebookDocumentSyncClientCapabilities()),
+            general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
         )
         folder = types.WorkspaceFolder(from_fs_path(str(self.root)), "project")
         result = await self.client.initialize_async(types.InitializeParams(
@@ -116,7 +118,7 @@ def session_with(**start):
 
             async def main():
                 editor = Editor(tmp_path)
-                await editor.start(**start)
+                editor.started = await editor.start(**start)
                 try:
                     await test(editor, tmp_path)
                 finally:
@@ -355,3 +357,12 @@ async def test_an_unknown_request_is_method_not_found(editor: Editor, root: Path
     with pytest.raises(JsonRpcMethodNotFound):
         await asyncio.wait_for(editor.client.protocol.send_request_async("textDocument/completion", types.CompletionParams(
             types.TextDocumentIdentifier(from_fs_path(str(root / "a.py"))), types.Position(0, 0))), TIMEOUT)
+
+
+@session_with(encodings=["utf-8"])
+async def test_columns_count_in_the_encoding_the_client_offers(editor: Editor, root: Path):
+    assert editor.started.capabilities.position_encoding == "utf-8"
+    line = 'model = keras.Sequential([layers.Dense(64, name="ü"), layers.Dense(10, activation="softmax")])\n'
+    [d] = await editor.diagnostics(editor.open(root / "train.py", POLICY + line))
+    start = len(line[:line.index("layers.Dense(10")].encode("utf-8"))  # "ü" is two bytes
+    assert (d.code, d.range) == ("MP101", types.Range(types.Position(4, start), types.Position(4, start + 38)))
