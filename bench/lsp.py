@@ -2,6 +2,7 @@
 
     python bench/lsp.py                     # 5 sessions per server
     python bench/lsp.py --repeats 3 --ruff /path/to/ruff
+    git archive <commit> | tar -x -C /tmp/mplint-<commit> && python bench/lsp.py --before /tmp/mplint-<commit>
 
 Both servers get a small project (the ``keras3_classifier`` fixture and a generated ``layers.py`` of
 about 300 lines) and the same client: plain JSON-RPC over standard input and output, no client
@@ -70,6 +71,7 @@ class Client:
         self.started = time.perf_counter()
         self.process = subprocess.Popen(command, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+        self.failed: dict | None = None  # the error of the last request answered with one
         self.inbox: queue.Queue = queue.Queue()
         self.ids = iter(range(1, 1_000_000))
         threading.Thread(target=self._read, daemon=True).start()
@@ -103,6 +105,7 @@ class Client:
         id_ = next(self.ids)
         sent = self.send({"id": id_, "method": method, "params": params})
         at, message = self.wait(lambda m: m.get("id") == id_ and "method" not in m)
+        self.failed = message.get("error")
         return at - sent, message.get("result")
 
     def wait(self, wanted) -> tuple[float, dict]:
@@ -182,6 +185,8 @@ def push_session(command: list[str], root: Path, edits: int) -> dict:
         if diagnostics:
             row["hover"], _ = client.request("textDocument/hover", {"textDocument": {"uri": uri},
                                                                      "position": diagnostics[0]["range"]["start"]})
+            if client.failed:
+                del row["hover"]  # a server without hover
         return row
     finally:
         client.close()
@@ -193,6 +198,8 @@ def pull_session(command: list[str], root: Path) -> dict:
         uri, _, _ = open_file(client, root / "layers.py")
         row = {}
         row["pull_open"], report = client.request("textDocument/diagnostic", {"textDocument": {"uri": uri}})
+        if client.failed:
+            return {}  # a server that cannot be pulled from
         edit(client, uri, 2)
         row["pull_edit"], report = client.request("textDocument/diagnostic", {"textDocument": {"uri": uri}})
         row["pulled"] = len((report or {}).get("items", []))
@@ -201,8 +208,11 @@ def pull_session(command: list[str], root: Path) -> dict:
         client.close()
 
 
-def servers(ruff: str | None) -> dict[str, list[str]]:
+def servers(ruff: str | None, before: Path | None) -> dict[str, list[str]]:
     found = {"mplint": [sys.executable, "-m", "mplint", "server"]}
+    if before:  # another checkout of mplint (e.g. ``git archive <commit> | tar -x -C DIR``), its code first on the path
+        found[before.name] = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(before)!r}); "
+                                          "from mplint.cli import main; sys.exit(main(['server']))"]
     ruff = ruff or shutil.which("ruff")
     if ruff:
         found["ruff"] = [ruff, "server"]
@@ -210,6 +220,8 @@ def servers(ruff: str | None) -> dict[str, list[str]]:
 
 
 def version(command: list[str]) -> str:
+    if command[:2] == [sys.executable, "-c"]:
+        return "mplint from " + command[2].split("'")[1]
     if command[0] == sys.executable:
         sys.path.insert(0, str(REPO))
         from mplint import __version__
@@ -240,11 +252,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--edits", type=int, default=5)
     parser.add_argument("--ruff", help="the ruff binary (default: ruff on PATH)")
+    parser.add_argument("--before", type=Path, help="a folder holding an earlier mplint checkout, timed beside")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from mplint.server.app import DEBOUNCE_S
 
-    commands = servers(args.ruff)
+    commands = servers(args.ruff, args.before)
     load_before = os.getloadavg()[0]
     floor = interpreter_floor(args.repeats)
     figures: dict[str, dict[str, float]] = {}
@@ -259,7 +272,7 @@ def main() -> None:
             keys = {k for s in sessions for k in s}
             figures[name] = {k: statistics.median(s[k] for s in sessions if k in s) * (1 if k in ("diagnostics", "pulled") else 1000)
                              for k in keys}
-            if name == "mplint":
+            if name != "ruff":
                 figures[name]["edit_after_pause"] = figures[name]["edit"] - DEBOUNCE_S * 1000
             counts[name] = {"diagnostics": figures[name].pop("diagnostics", 0), "pulled": figures[name].pop("pulled", 0)}
     names = list(figures)
@@ -267,7 +280,7 @@ def main() -> None:
     lines = [f"# Language-server latency ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores ({load}), Python {platform.python_version()} "
              f"(`python -c pass`: {floor:.0f} ms). "
-             f"Median of {args.repeats} sessions per server, milliseconds. Servers: "
+             f"Median of {args.repeats} sessions per server (servers one after another), milliseconds. Servers: "
              + ", ".join(version(c) for c in commands.values()) + ". "
              f"mplint checks an edit after typing pauses {DEBOUNCE_S * 1000:.0f} ms.", "",
              "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]

@@ -44,21 +44,28 @@ class Editor:
 
         self.registered: list[types.Registration] = []
         self.refreshes = 0  # workspace/diagnostic/refresh requests from the server
+        self.section: dict = {}  # what the editor answers when asked for the "mplint" settings
+
+        @self.client.feature(types.WORKSPACE_CONFIGURATION)
+        def configuration(params: types.ConfigurationParams) -> list:
+            return [self.section if item.section == "mplint" else None for item in params.items]
 
         @self.client.feature(types.WORKSPACE_DIAGNOSTIC_REFRESH)
         def refresh(params: None) -> None:
             self.refreshes += 1
 
     async def start(self, pull: bool = False, resolve: bool = False, settings: dict | None = None,
-                    encodings: list[str] | None = None) -> types.InitializeResult:
+                    encodings: list[str] | None = None, configuration: bool = False) -> types.InitializeResult:
         """``pull``: the editor pulls diagnostics (LSP 3.17); ``resolve``: it resolves code actions' edits;
-        ``settings``: the ``initializationOptions``; ``encodings``: the position encodings it offers."""
+        ``settings``: the ``initializationOptions``; ``encodings``: the position encodings it offers;
+        ``configuration``: the server may ask for its settings (``workspace/configuration``: ``self.section``)."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         await self.client.start_io(sys.executable, "-m", "mplint", "server", env=env, cwd=self.root)
         capabilities = types.ClientCapabilities(
             workspace=types.WorkspaceClientCapabilities(
                 did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True),
-                diagnostics=types.DiagnosticWorkspaceClientCapabilities(refresh_support=True) if pull else None),
+                diagnostics=types.DiagnosticWorkspaceClientCapabilities(refresh_support=True) if pull else None,
+                configuration=configuration),
             text_document=types.TextDocumentClientCapabilities(
                 diagnostic=types.DiagnosticClientCapabilities() if pull else None,
                 code_action=types.CodeActionClientCapabilities(
@@ -366,3 +373,12 @@ async def test_columns_count_in_the_encoding_the_client_offers(editor: Editor, r
     [d] = await editor.diagnostics(editor.open(root / "train.py", POLICY + line))
     start = len(line[:line.index("layers.Dense(10")].encode("utf-8"))  # "ü" is two bytes
     assert (d.code, d.range) == ("MP101", types.Range(types.Position(4, start), types.Position(4, start + 38)))
+
+
+@session_with(configuration=True)
+async def test_settings_the_server_asks_for_when_told_they_changed(editor: Editor, root: Path):
+    uri = editor.open(root / "model.py", POLICY + "hidden = layers.Dense(100)\n" + MODEL)
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP301", "MP101"]
+    editor.section = {"ignore": ["MP3"]}
+    editor.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]
