@@ -17,7 +17,7 @@ library in the way. Each session measures, from the client's side:
 - hover on the first finding, and a pulled ``textDocument/diagnostic`` (a second session in pull mode:
   the first pull after opening, and a pull after an edit).
 
-Each figure is the median over the sessions, in milliseconds. ``ruff`` is looked for on PATH unless
+mplint's code is compiled to bytecode first, as installing it does. Each figure is the median over the sessions, in milliseconds. ``ruff`` is looked for on PATH unless
 given; without it only mplint's column is filled. Results go to bench/results/lsp-*.md and .json.
 """
 
@@ -258,6 +258,10 @@ def main() -> None:
     from mplint.server.app import DEBOUNCE_S
 
     commands = servers(args.ruff, args.before)
+    import compileall
+
+    for code in [REPO / "mplint", *([args.before / "mplint"] if args.before else [])]:
+        compileall.compile_dir(code, quiet=1)  # bytecode, as an installed package has (even with PYTHONDONTWRITEBYTECODE)
     load_before = os.getloadavg()[0]
     floor = interpreter_floor(args.repeats)
     figures: dict[str, dict[str, float]] = {}
