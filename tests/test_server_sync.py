@@ -1,9 +1,13 @@
-"""The language server's bookkeeping of editor documents: column encodings and LSP synchronization."""
+"""The language server's bookkeeping: column encodings, LSP synchronization of editor documents, and the
+project facts its checks keep in memory from one pause in typing to the next."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import mplint.project.build as build
+from mplint.project import cache
+from mplint.server.documents import Buffer, Part, check
 from mplint.server.positions import Codec, choose, lines_of
 from mplint.server.workspace import Workspace
 
@@ -54,3 +58,35 @@ def test_notebook_cells_follow_structure_and_text_changes(tmp_path: Path):
     assert cell(2) not in workspace.texts and workspace.keys() == [notebook]
     workspace.close_notebook(notebook)
     assert workspace.keys() == [] and workspace.texts == {}
+
+
+def test_a_buffer_checked_again_extracts_only_its_own_facts(tmp_path: Path, monkeypatch):
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    (tmp_path / "policy.py").write_text('import keras\n\nkeras.mixed_precision.set_global_policy("mixed_float16")\n')
+    (tmp_path / "model.py").write_text("import policy\n")
+    extracted = []
+    real = build.extract_file_facts
+    monkeypatch.setattr(build, "extract_file_facts", lambda code, display, module: extracted.append(Path(display).name) or real(code, display, module))
+    model = 'import policy\nimport keras\n\nmodel = keras.Sequential([keras.layers.Dense(10, activation="softmax")])\n'
+
+    def codes(text: str) -> list[str]:
+        buffer = Buffer(tmp_path / "model.py", (Part((tmp_path / "model.py").as_uri(), text),))
+        return [d.rule_id for d in check(buffer, tmp_path).diagnostics]
+
+    assert codes(model) == ["MP101"]  # the policy comes from policy.py's facts
+    assert sorted(extracted) == ["model.py", "policy.py"]
+    extracted.clear()
+    assert codes(model.replace("(10,", "(12,")) == ["MP101"]
+    assert extracted == ["model.py"]  # policy.py's facts are the ones the first check found
+    assert not (tmp_path / cache.CACHE_DIR).exists()  # an editor's buffer writes nothing to disk
+
+
+def test_the_memory_a_read_only_store_keeps_is_bounded(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(cache, "SHARED_LIMIT", 2)
+    monkeypatch.setattr(cache, "_SHARED", {})
+    store = cache.ProjectCache(tmp_path, enabled=True, read_only=True)
+    for n in range(3):
+        store.store_facts(f"m{n}.py", "digest", build.extract_file_facts(b"import keras\n", f"m{n}.py", f"m{n}"))
+    again = cache.ProjectCache(tmp_path, enabled=True, read_only=True)  # the next run of the same process
+    assert [again.facts(f"m{n}.py", "digest") is not None for n in range(3)] == [False, True, True]
+    assert cache.ProjectCache(tmp_path, enabled=True).facts("m2.py", "digest") is None  # a writing run reads the disk
