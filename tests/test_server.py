@@ -358,12 +358,17 @@ async def test_editor_settings_apply_without_a_restart(editor: Editor, root: Pat
 
 
 @session
-async def test_an_unknown_request_is_method_not_found(editor: Editor, root: Path):
-    from pygls.exceptions import JsonRpcMethodNotFound
+async def test_an_unknown_request_is_method_not_found_and_a_failing_one_gets_its_error(editor: Editor, root: Path):
+    from pygls.exceptions import JsonRpcInternalError, JsonRpcMethodNotFound
 
+    uri = editor.open(root / "train.py", POLICY + MODEL)
     with pytest.raises(JsonRpcMethodNotFound):
         await asyncio.wait_for(editor.client.protocol.send_request_async("textDocument/completion", types.CompletionParams(
-            types.TextDocumentIdentifier(from_fs_path(str(root / "a.py"))), types.Position(0, 0))), TIMEOUT)
+            types.TextDocumentIdentifier(uri), types.Position(0, 0))), TIMEOUT)
+    broken = types.CodeAction(title="Fix MP101", data={"action": "fix", "uri": uri})  # its diagnostic left out
+    with pytest.raises(JsonRpcInternalError):  # answered on the worker: the error comes back, the editor does not wait
+        await asyncio.wait_for(editor.client.code_action_resolve_async(broken), TIMEOUT)
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]  # and the server goes on
 
 
 @session_with(encodings=["utf-8"])

@@ -66,7 +66,7 @@ class Server:
         self.published: dict[str, set[str]] = {}  # buffer key -> URIs that got diagnostics
         self.pending: dict[str, threading.Timer] = {}
         self.ids = itertools.count(1)
-        self.jobs: queue.Queue[Callable[[], None]] = queue.Queue()
+        self.jobs: queue.Queue[tuple[Callable[[], None], object]] = queue.Queue()
         self.shutting_down = False
         threading.Thread(target=self._work, name="mplint-checks", daemon=True).start()
 
@@ -108,15 +108,17 @@ class Server:
 
     def _work(self) -> None:
         while True:
-            job = self.jobs.get()
+            job, id_ = self.jobs.get()
             try:
                 job()
-            except Exception as exc:
+            except Exception as exc:  # the request it answers gets the error: the editor must not wait forever
                 self.log(f"mplint: {exc!r}")
+                if id_ is not None:
+                    self.rpc.fail(id_, rpc.INTERNAL_ERROR, str(exc))
 
-    def later(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on the worker, after the checks already asked for."""
-        self.jobs.put(job)
+    def later(self, job: Callable[[], None], id_=None) -> None:
+        """Run ``job`` on the worker, after the checks already asked for; ``id_``: the request it answers."""
+        self.jobs.put((job, id_))
 
     def log(self, text: str, kind: int = 1) -> None:
         self.rpc.notify("window/logMessage", {"type": kind, "message": text})
@@ -337,7 +339,7 @@ class Server:
             with self.lock:
                 reply = answer(checked)
             self.rpc.respond(id_, reply)
-        self.later(job)
+        self.later(job, id_)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -394,7 +396,7 @@ class Server:
             with self.lock:
                 offered = listed(checked)
             self.rpc.respond(id_, [a for a in (self.resolved(a) for a in offered) if a.get("edit") is not None])
-        self.later(eager)
+        self.later(eager, id_)
 
     @staticmethod
     def fixable(diagnostics: list[dict], unsafe: bool) -> bool:
@@ -402,7 +404,7 @@ class Server:
                    for d in diagnostics)
 
     def resolve(self, params, id_) -> None:
-        self.later(lambda: self.rpc.respond(id_, self.resolved(params)))
+        self.later(lambda: self.rpc.respond(id_, self.resolved(params)), id_)
 
     def resolved(self, action: dict) -> dict:
         """``action`` with its edit (run on the worker: fixing runs the checker again); without one when none can
