@@ -149,7 +149,8 @@ class Server:
         self.rpc.respond(id_, {"capabilities": capabilities, "serverInfo": {"name": "mplint", "version": __version__}})
 
     def warm(self) -> None:
-        """Import the checker and build the first workspace folder's facts before the first document asks."""
+        """Import the checker and build the first workspace folder's facts before the first document asks;
+        then, after the checks asked for meanwhile, what fixing imports (for the first ``codeAction/resolve``)."""
         from mplint.server.documents import Part, check
 
         folder = self.workspace.folders[0] if self.workspace.folders else None
@@ -158,6 +159,12 @@ class Server:
                 check(Buffer(folder / "untitled.py", (Part("untitled:warm", ""),)), folder, settings=self.settings)
             except CheckFailed:
                 pass  # the first real check reports it
+        self.later(self.warm_fixes)
+
+    @staticmethod
+    def warm_fixes() -> None:
+        import mplint.fixes.edits  # noqa: F401
+        from libcst.codemod.visitors import AddImportsVisitor  # noqa: F401  (imported by fixes that add imports)
 
     def initialized(self, params, id_) -> None:
         if _get(self.capabilities, "workspace", "didChangeWatchedFiles", "dynamicRegistration"):
