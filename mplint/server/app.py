@@ -30,6 +30,7 @@ from mplint.server.positions import Codec, choose
 from mplint.server.workspace import Workspace, fs_path
 
 DEBOUNCE_S = 0.3  # a change is checked once typing pauses this long
+IDLE_S = 1.0  # the worker does what can wait once nothing has been asked of it for this long
 WATCHED = ("**/pyproject.toml", "**/.mplint.yaml", "**/.mplint.yml", "**/setup.cfg", "**/setup.py", "**/requirements*.txt")
 
 
@@ -67,6 +68,7 @@ class Server:
         self.pending: dict[str, threading.Timer] = {}
         self.ids = itertools.count(1)
         self.jobs: queue.Queue[tuple[Callable[[], None], object]] = queue.Queue()
+        self.idle: list[Callable[[], None]] = []  # work for when no check or request has come for IDLE_S
         self.shutting_down = False
         threading.Thread(target=self._work, name="mplint-checks", daemon=True).start()
 
@@ -108,7 +110,10 @@ class Server:
 
     def _work(self) -> None:
         while True:
-            job, id_ = self.jobs.get()
+            try:
+                job, id_ = self.jobs.get(timeout=IDLE_S if self.idle else None)
+            except queue.Empty:  # nothing asked for a while: do what can wait
+                job, id_ = self.idle.pop(0), None
             try:
                 job()
             except Exception as exc:  # the request it answers gets the error: the editor must not wait forever
@@ -150,7 +155,7 @@ class Server:
 
     def warm(self) -> None:
         """Import the checker and build the first workspace folder's facts before the first document asks;
-        then, after the checks asked for meanwhile, what fixing imports (for the first ``codeAction/resolve``)."""
+        then, once the worker is idle, what fixing imports (for the first ``codeAction/resolve``)."""
         from mplint.server.documents import Part, check
 
         folder = self.workspace.folders[0] if self.workspace.folders else None
@@ -159,7 +164,7 @@ class Server:
                 check(Buffer(folder / "untitled.py", (Part("untitled:warm", ""),)), folder, settings=self.settings)
             except CheckFailed:
                 pass  # the first real check reports it
-        self.later(self.warm_fixes)
+        self.idle.append(self.warm_fixes)
 
     @staticmethod
     def warm_fixes() -> None:
