@@ -410,10 +410,8 @@ def _run_server(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="mplint server", description="Run the language server (LSP) on standard input and output.")
     parser.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; standard I/O is the only transport")
     parser.parse_args(argv)
-    try:
-        from mplint.server.app import main as serve
-    except ImportError as exc:
-        return _usage_error(f"the language server needs pygls ({exc}); pip install 'pygls>=2'")
+    from mplint.server.app import main as serve
+
     return serve()
 
 

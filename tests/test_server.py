@@ -43,19 +43,42 @@ class Editor:
             self.registered.extend(params.registrations)
 
         self.registered: list[types.Registration] = []
+        self.refreshes = 0  # workspace/diagnostic/refresh requests from the server
+        self.section: dict = {}  # what the editor answers when asked for the "mplint" settings
 
-    async def start(self) -> None:
+        @self.client.feature(types.WORKSPACE_CONFIGURATION)
+        def configuration(params: types.ConfigurationParams) -> list:
+            return [self.section if item.section == "mplint" else None for item in params.items]
+
+        @self.client.feature(types.WORKSPACE_DIAGNOSTIC_REFRESH)
+        def refresh(params: None) -> None:
+            self.refreshes += 1
+
+    async def start(self, pull: bool = False, resolve: bool = False, settings: dict | None = None,
+                    encodings: list[str] | None = None, configuration: bool = False) -> types.InitializeResult:
+        """``pull``: the editor pulls diagnostics (LSP 3.17); ``resolve``: it resolves code actions' edits;
+        ``settings``: the ``initializationOptions``; ``encodings``: the position encodings it offers;
+        ``configuration``: the server may ask for its settings (``workspace/configuration``: ``self.section``)."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         await self.client.start_io(sys.executable, "-m", "mplint", "server", env=env, cwd=self.root)
         capabilities = types.ClientCapabilities(
             workspace=types.WorkspaceClientCapabilities(
-                did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True)),
+                did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True),
+                diagnostics=types.DiagnosticWorkspaceClientCapabilities(refresh_support=True) if pull else None,
+                configuration=configuration),
+            text_document=types.TextDocumentClientCapabilities(
+                diagnostic=types.DiagnosticClientCapabilities() if pull else None,
+                code_action=types.CodeActionClientCapabilities(
+                    resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"])) if resolve else None),
             notebook_document=types.NotebookDocumentClientCapabilities(
                 synchronization=types.NotebookDocumentSyncClientCapabilities()),
+            general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
         )
         folder = types.WorkspaceFolder(from_fs_path(str(self.root)), "project")
-        await self.client.initialize_async(types.InitializeParams(capabilities=capabilities, workspace_folders=[folder]))
+        result = await self.client.initialize_async(types.InitializeParams(
+            capabilities=capabilities, workspace_folders=[folder], initialization_options=settings))
         self.client.initialized(types.InitializedParams())
+        return result
 
     async def stop(self) -> None:
         await self.client.shutdown_async(None)
@@ -94,21 +117,26 @@ def apply(text: str, text_edits: list[types.TextEdit]) -> str:
     return text
 
 
-def session(test):
-    """Run ``test(editor, root)`` against a started server in a fresh project."""
-    def run(tmp_path):
-        (tmp_path / ".mplint.yaml").write_text("{}\n")
+def session_with(**start):
+    """Run ``test(editor, root)`` against a server started with ``start`` (see ``Editor.start``) in a fresh project."""
+    def decorate(test):
+        def run(tmp_path):
+            (tmp_path / ".mplint.yaml").write_text("{}\n")
 
-        async def main():
-            editor = Editor(tmp_path)
-            await editor.start()
-            try:
-                await test(editor, tmp_path)
-            finally:
-                await editor.stop()
-        asyncio.run(main())
-    run.__name__ = test.__name__
-    return run
+            async def main():
+                editor = Editor(tmp_path)
+                editor.started = await editor.start(**start)
+                try:
+                    await test(editor, tmp_path)
+                finally:
+                    await editor.stop()
+            asyncio.run(main())
+        run.__name__ = test.__name__
+        return run
+    return decorate
+
+
+session = session_with()
 
 
 @session
@@ -212,3 +240,150 @@ async def test_a_finding_across_modules_carries_the_other_end(editor: Editor, ro
     [other] = d.related_information
     assert (other.location.uri, other.location.range.start, other.message) == (
         from_fs_path(str((root / "losses.py").resolve())), types.Position(4, 0), "`probs + 1e-8`")
+
+
+def test_pulled_diagnostics_equal_the_pushed_ones_and_a_configuration_change_asks_for_a_pull(tmp_path):
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    text = POLICY + "hidden = layers.Dense(100)\n" + MODEL
+
+    async def main():
+        pushing = Editor(tmp_path)
+        await pushing.start()
+        try:
+            pushed = await pushing.diagnostics(pushing.open(tmp_path / "model.py", text))
+        finally:
+            await pushing.stop()
+        assert [(d.code, d.range.start.line) for d in pushed] == [("MP301", 4), ("MP101", 5)]
+
+        pulling = Editor(tmp_path)
+        started = await pulling.start(pull=True)
+        try:
+            assert started.capabilities.diagnostic_provider == types.DiagnosticOptions(
+                inter_file_dependencies=True, workspace_diagnostics=False, identifier="mplint")
+            uri = pulling.open(tmp_path / "model.py", text)
+            ask = lambda previous=None: asyncio.wait_for(pulling.client.text_document_diagnostic_async(  # noqa: E731
+                types.DocumentDiagnosticParams(types.TextDocumentIdentifier(uri), previous_result_id=previous)), TIMEOUT)
+            report = await ask()
+            assert (report.kind, list(report.items)) == ("full", pushed)
+            assert pulling.published.empty()  # a client that pulls is not pushed to as well
+            again = await ask(report.result_id)
+            assert (again.kind, again.result_id) == ("unchanged", report.result_id)
+
+            (tmp_path / ".mplint.yaml").write_text("ignore: [MP101]\n")
+            pulling.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
+                [types.FileEvent(from_fs_path(str(tmp_path / ".mplint.yaml")), types.FileChangeType.Changed)]))
+            for _ in range(100):
+                if pulling.refreshes:
+                    break
+                await asyncio.sleep(0.1)
+            assert pulling.refreshes == 1
+            after = await ask(report.result_id)
+            assert (after.kind, [d.code for d in after.items]) == ("full", ["MP301"])
+        finally:
+            await pulling.stop()
+    asyncio.run(main())
+
+
+@session
+async def test_hover_on_a_finding_names_its_rule_and_links_its_page(editor: Editor, root: Path):
+    uri = editor.open(root / "train.py", POLICY + MODEL)
+    [d] = await editor.diagnostics(uri)
+    hover = lambda line, character: asyncio.wait_for(editor.client.text_document_hover_async(  # noqa: E731
+        types.HoverParams(types.TextDocumentIdentifier(uri), types.Position(line, character))), TIMEOUT)
+    found = await hover(4, 60)
+    page = (REPO / "docs" / "rules" / "MP101.md").as_uri()
+    assert found.contents == types.MarkupContent(kind=types.MarkupKind.Markdown, value=(
+        "**MP101** `float16-softmax-output`: A softmax that produces a model output computes in float16/bfloat16."
+        f"\n\n{d.message}\n\n[MP101 documentation]({page})"))
+    assert found.range == d.range
+    assert await hover(0, 3) is None
+
+
+@session_with(resolve=True)
+async def test_actions_come_from_the_last_check_and_their_edits_on_resolve(editor: Editor, root: Path):
+    text = 'from keras.backend import set_floatx\n\nset_floatx("float16")\n'
+    uri = editor.open(root / "setup_policy.py", text)
+    [d] = await editor.diagnostics(uri)
+    offered = await editor.actions(uri, [d])
+    assert [(a.title.split(":")[0], a.kind, a.edit) for a in offered] == [
+        ("Fix MP602", "quickfix", None), ("Suppress MP602 on this line (noqa)", "quickfix", None),
+        ("Fix all mplint findings", "source.fixAll.mplint", None)]
+    resolve = lambda action: asyncio.wait_for(editor.client.code_action_resolve_async(action), TIMEOUT)  # noqa: E731
+    fixed = 'from keras.backend import set_floatx\nfrom keras import mixed_precision\n\nmixed_precision.set_global_policy("mixed_float16")\n'
+    fix, noqa, fix_all = [await resolve(a) for a in offered]
+    assert apply(text, fix.edit.changes[uri]) == fixed
+    assert apply(text, noqa.edit.changes[uri]) == text[:-1] + "  # noqa: MP602\n"
+    assert apply(text, fix_all.edit.changes[uri]) == fixed
+    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangeWholeDocument(text="\n" + text)]))
+    stale = await resolve(offered[0])  # listed for the text before the change: its edit would land a line off
+    assert stale.edit is None
+
+
+@session
+async def test_notebook_fix_all_fixes_every_cell(editor: Editor, root: Path):
+    notebook = from_fs_path(str(root / "train.ipynb"))
+    second = MODEL.replace("model =", "other =")
+    cells = [("cell-1", POLICY), ("cell-2", MODEL), ("cell-3", second)]
+    uris = {name: f"vscode-notebook-cell:{root}/train.ipynb#{name}" for name, _ in cells}
+    editor.client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(uri=notebook, notebook_type="jupyter-notebook", version=1, cells=[
+            types.NotebookCell(kind=types.NotebookCellKind.Code, document=uris[name]) for name, _ in cells]),
+        cell_text_documents=[types.TextDocumentItem(uri=uris[name], language_id="python", version=1, text=text)
+                             for name, text in cells]))
+    published = {}
+    while len(published) < 3:
+        params = await asyncio.wait_for(editor.published.get(), TIMEOUT)
+        published[params.uri] = list(params.diagnostics)
+    assert [[d.code for d in published[uris[name]]] for name, _ in cells] == [[], ["MP101"], ["MP101"]]
+    titles = [a.title for a in await editor.actions(uris["cell-2"], published[uris["cell-2"]])]
+    assert titles[1:] == ["Suppress MP101 on this line (noqa)", "Fix all mplint findings"]  # no notebook-wide action unasked
+    [whole] = await editor.actions(uris["cell-1"], [], only=["notebook.source.fixAll"])
+    assert (whole.title, whole.kind) == ("Fix all mplint findings in the notebook", "notebook.source.fixAll.mplint")
+    assert sorted(whole.edit.changes) == sorted([uris["cell-2"], uris["cell-3"]])
+    assert apply(MODEL, whole.edit.changes[uris["cell-2"]]) == FIXED_MODEL
+    assert apply(second, whole.edit.changes[uris["cell-3"]]) == FIXED_MODEL.replace("model =", "other =")
+
+
+@session_with(settings={"mplint": {"ignore": ["MP101"]}})
+async def test_editor_settings_apply_without_a_restart(editor: Editor, root: Path):
+    uri = editor.open(root / "model.py", POLICY + "hidden = layers.Dense(100)\n" + MODEL)
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP301"]
+    editor.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"mplint": {"select": ["MP101"]}}))
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]
+    editor.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"mplint": {}}))
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP301", "MP101"]
+
+
+@session
+async def test_an_unknown_request_is_method_not_found_and_a_failing_one_gets_its_error(editor: Editor, root: Path):
+    from pygls.exceptions import JsonRpcInternalError, JsonRpcMethodNotFound
+
+    uri = editor.open(root / "train.py", POLICY + MODEL)
+    with pytest.raises(JsonRpcMethodNotFound):
+        await asyncio.wait_for(editor.client.protocol.send_request_async("textDocument/completion", types.CompletionParams(
+            types.TextDocumentIdentifier(uri), types.Position(0, 0))), TIMEOUT)
+    broken = types.CodeAction(title="Fix MP101", data={"action": "fix", "uri": uri})  # its diagnostic left out
+    with pytest.raises(JsonRpcInternalError):  # answered on the worker: the error comes back, the editor does not wait
+        await asyncio.wait_for(editor.client.code_action_resolve_async(broken), TIMEOUT)
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]  # and the server goes on
+
+
+@session_with(encodings=["utf-8"])
+async def test_columns_count_in_the_encoding_the_client_offers(editor: Editor, root: Path):
+    assert editor.started.capabilities.position_encoding == "utf-8"
+    line = 'model = keras.Sequential([layers.Dense(64, name="ü"), layers.Dense(10, activation="softmax")])\n'
+    [d] = await editor.diagnostics(editor.open(root / "train.py", POLICY + line))
+    start = len(line[:line.index("layers.Dense(10")].encode("utf-8"))  # "ü" is two bytes
+    assert (d.code, d.range) == ("MP101", types.Range(types.Position(4, start), types.Position(4, start + 38)))
+
+
+@session_with(configuration=True)
+async def test_settings_the_server_asks_for_when_told_they_changed(editor: Editor, root: Path):
+    uri = editor.open(root / "model.py", POLICY + "hidden = layers.Dense(100)\n" + MODEL)
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP301", "MP101"]
+    editor.section = {"ignore": ["MP3"]}
+    editor.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]

@@ -92,10 +92,14 @@ def _facts_from_json(raw: dict) -> FileFacts:
 
 
 class _Store:
-    """One JSON file of entries keyed by ``path:digest``; only entries seen in this run are kept."""
+    """One JSON file of entries keyed by ``path:digest``; only entries seen in this run are kept.
 
-    def __init__(self, path: Path | None):
+    ``limit``: a store kept in memory across runs (``_shared``) and never saved; it holds at most this many
+    entries, the oldest going first."""
+
+    def __init__(self, path: Path | None, limit: int | None = None):
         self.path = path
+        self.limit = limit
         self.entries: dict[str, object] = {}
         self.live: set[str] = set()
         self.dirty = False
@@ -110,11 +114,17 @@ class _Store:
     def get(self, key: str):
         if self.path is None:
             return None
-        self.live.add(key)
+        if self.limit is None:
+            self.live.add(key)
         return self.entries.get(key)
 
     def put(self, key: str, value) -> None:
         if self.path is not None:
+            if self.limit is not None:
+                self.entries[key] = value
+                while len(self.entries) > self.limit:
+                    del self.entries[next(iter(self.entries))]
+                return
             self.live.add(key)
             if self.entries.get(key) != value:  # a run that changed nothing writes nothing
                 self.entries[key] = value
@@ -172,14 +182,31 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
     )
 
 
+_SHARED: dict[Path, _Store] = {}  # the stores of read-only runs, by file: one process's runs share them
+SHARED_LIMIT = 4096  # entries each shared store keeps (an editor's every version of a file adds some)
+
+
+def _shared(path: Path | None, read_only: bool) -> _Store:
+    """A read-only run's store is loaded once per process and kept in memory: the language server checks a
+    buffer on every pause in typing, and the files it has not changed keep their facts from the last check.
+    Entries are keyed by content digests, so a store read long ago is never wrong, only less complete."""
+    if path is None or not read_only:
+        return _Store(path)
+    store = _SHARED.get(path)
+    if store is None:
+        store = _SHARED[path] = _Store(path, SHARED_LIMIT)
+    return store
+
+
 class ProjectCache:
     def __init__(self, root: Path, enabled: bool, read_only: bool = False):
         """``read_only``: a run that checks an editor's buffer reads what earlier runs stored and writes
-        nothing (its file's content is not on disk, and it sees too few files to keep the others' entries)."""
+        nothing to disk (its file's content is not on disk, and it sees too few files to keep the others'
+        entries); what it finds stays in this process's memory for the next such run."""
         self.folder = root / CACHE_DIR / _FORMAT if enabled else None
         self.read_only = read_only
-        self._facts = _Store(self.folder / "facts.json" if self.folder else None)
-        self._model = _Store(self.folder / "modules.json" if self.folder else None)
+        self._facts = _shared(self.folder / "facts.json" if self.folder else None, read_only)
+        self._model = _shared(self.folder / "modules.json" if self.folder else None, read_only)
         self._results: _Store | None = None
 
     def module_facts(self, key: str):
@@ -219,7 +246,7 @@ class ProjectCache:
         self._facts.put(f"{path}:{digest}", _facts_to_json(facts))
 
     def use_settings(self, key: str) -> None:
-        self._results = _Store(self.folder / f"results-{key}.json" if self.folder else None)
+        self._results = _shared(self.folder / f"results-{key}.json" if self.folder else None, self.read_only)
 
     def result(self, path: str, digest: str) -> list[Diagnostic] | None:
         raw = self._results.get(f"{path}:{digest}") if self._results else None

@@ -1,70 +1,86 @@
-"""Code actions: each finding's fix (unsafe ones say so), fix all, and a ``noqa`` comment.
+"""Code actions: each finding's fix (unsafe ones say so), a ``noqa`` comment, fix all (a file or a cell),
+and fix all over a whole notebook.
 
-A finding's fix is the replacement the rule proposed (carried in the diagnostic's
-``data``), plus the imports the same rule's fix adds: those come from fixing the buffer
-with that rule alone and keeping the changed lines that no finding of the rule touches.
-"Fix all" is ``mplint --fix`` on the buffer (safe fixes, unsafe ones too when the
-configuration asks for them), as the command line would write it.
+Actions are listed from the last check (the diagnostics carry their rule and the finding's own
+edits in ``data``); their edits are made by ``codeAction/resolve`` when the client resolves
+edits (else before answering). A finding's fix also adds the imports the same rule's fix adds (those come from
+fixing the buffer with that rule alone and keeping the changed lines that no finding of the
+rule touches), and "fix all" is ``mplint --fix`` on the buffer (safe fixes, unsafe ones too when
+the configuration asks for them), as the command line would write it.
 """
 
 from __future__ import annotations
 
-from lsprotocol import types
-from pygls.workspace.position_codec import PositionCodec
-
 from mplint.diagnostics import Edit
 from mplint.server import edits
-from mplint.server.documents import Buffer, Part, check, fixed_texts
+from mplint.server.documents import Buffer, Part, Settings, check, fixed_texts
+from mplint.server.positions import Codec
 
-FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.mplint"
-
-
-def _data(d: types.Diagnostic) -> dict | None:
-    return d.data if d.source == "mplint" and isinstance(d.data, dict) and "rule" in d.data else None
-
-
-def _finding_edits(data: dict) -> tuple[Edit, ...]:
-    return tuple(Edit(*e) for e in data.get("edits", ()))
+QUICK_FIX = "quickfix"
+FIX_ALL = "source.fixAll.mplint"
+NOTEBOOK_FIX_ALL = "notebook.source.fixAll.mplint"
+ENGINE_RULES = ("MP000", "MP001", "MP002", "MP003")  # no noqa: they are about the file, not a line
 
 
-def fix_action(buffer: Buffer, part: Part, d: types.Diagnostic, folder, codec: PositionCodec) -> types.CodeAction | None:
+def _data(d: dict) -> dict | None:
+    data = d.get("data")
+    return data if d.get("source") == "mplint" and isinstance(data, dict) and "rule" in data else None
+
+
+def wants(only: list[str] | None, kind: str) -> bool:
+    """Whether a request limited to the kinds ``only`` asks for actions of ``kind`` (a kind covers its sub-kinds).
+    Notebook-wide kinds are only given when asked for by name, as editors expect."""
+    if not only:
+        return not kind.startswith("notebook.")
+    return any(kind == k or kind.startswith(k + ".") for k in only)
+
+
+def fix_action(part: Part, d: dict) -> dict | None:
+    """A finding's fix, its edit left to ``resolve_fix``."""
     data = _data(d)
     if data is None or data["safety"] not in ("safe", "unsafe") or not data.get("edits"):
         return None
     unsafe = data["safety"] == "unsafe"
-    changes = {part.uri: edits.from_edits(codec, part.text, _finding_edits(data))}
-    for uri, added in _imports_for(buffer, data["rule"], unsafe, folder, codec).items():
-        changes[uri] = changes.get(uri, []) + added
     title = f"Fix {data['rule']}: {data['fix'] or data['name']}" + (" (unsafe: may change results)" if unsafe else "")
-    return types.CodeAction(title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[d],
-                            is_preferred=not unsafe, edit=types.WorkspaceEdit(changes=changes))
+    return {"title": title, "kind": QUICK_FIX, "diagnostics": [d], "isPreferred": not unsafe,
+            "data": {"action": "fix", "uri": part.uri}}
 
 
-def _imports_for(buffer: Buffer, rule: str, unsafe: bool, folder, codec: PositionCodec) -> dict[str, list[types.TextEdit]]:
-    """Lines the rule's fix adds that no finding of the rule touches (its imports), per part."""
-    before = check(buffer, folder, select=[rule])
-    after = check(buffer, folder, fix=True, unsafe=unsafe, select=[rule])
+def resolve_fix(buffer: Buffer, part: Part, d: dict, found: list[dict], folder, codec: Codec, settings: Settings) -> dict:
+    """The fix's edit: the finding's own edits, and the lines the rule's fix adds that no finding of the rule in
+    ``found`` (the last check's diagnostics of the buffer) touches: its imports."""
+    data = _data(d)
+    changes = {part.uri: edits.from_edits(codec, part.text, tuple(Edit(*e) for e in data["edits"]))}
     touched: dict[int | None, set[int]] = {}
-    for d in before.diagnostics:
-        for e in d.edits:
-            touched.setdefault(d.cell, set()).update(range(e.line - 1, e.end_line))
-    out = {}
+    for other in found:
+        if other["data"]["rule"] == data["rule"]:
+            for e in other["data"]["edits"]:
+                touched.setdefault(other["data"]["cell"], set()).update(range(e[0] - 1, e[2]))
+    after = check(buffer, folder, fix=True, unsafe=data["safety"] == "unsafe", select=[data["rule"]], settings=settings)
     for uri, text in fixed_texts(buffer, after).items():
-        part = next(p for p in buffer.parts if p.uri == uri)
-        hunks = [h for h in edits.line_hunks(part.text, text)
-                 if not touched.get(part.cell, set()) & set(range(h[0], max(h[1], h[0] + 1)))]
+        other = next(p for p in buffer.parts if p.uri == uri)
+        hunks = [h for h in edits.line_hunks(other.text, text)
+                 if not touched.get(other.cell, set()) & set(range(h[0], max(h[1], h[0] + 1)))]
         if hunks:
-            out[uri] = edits.from_hunks(codec, part.text, hunks)
-    return out
+            changes[uri] = changes.get(uri, []) + edits.from_hunks(codec, other.text, hunks)
+    return {"changes": changes}
 
 
-def noqa_action(buffer: Buffer, part: Part, d: types.Diagnostic, result, codec: PositionCodec) -> types.CodeAction | None:
-    """``# noqa: MPnnn`` on the finding's first line, merged into an existing noqa comment."""
+def noqa_action(part: Part, d: dict) -> dict | None:
+    """A ``noqa`` comment for the finding, its edit left to ``resolve_noqa``."""
+    data = _data(d)
+    if data is None or data["rule"] in ENGINE_RULES:
+        return None
+    return {"title": f"Suppress {data['rule']} on this line (noqa)", "kind": QUICK_FIX, "diagnostics": [d],
+            "data": {"action": "noqa", "uri": part.uri}}
+
+
+def resolve_noqa(part: Part, d: dict, result, codec: Codec) -> dict | None:
+    """``# noqa: MPnnn`` on the finding's first line, merged into an existing noqa comment; ``None`` where the
+    line cannot carry one (inside a string)."""
     from mplint.baseline import add_noqa
 
     data = _data(d)
-    if data is None or data["rule"] in ("MP000", "MP001", "MP002", "MP003"):
-        return None
     nb = getattr(result, "notebook", None)
     if nb is not None:
         new, changed, _ = add_noqa(nb.virtual, {nb.virtual_line(part.cell, data["line"]): {data["rule"]}})
@@ -74,20 +90,19 @@ def noqa_action(buffer: Buffer, part: Part, d: types.Diagnostic, result, codec: 
         text, changed, _ = add_noqa(part.text, {data["line"]: {data["rule"]}})
     if not changed or text is None or text == part.text:
         return None
-    return types.CodeAction(title=f"Suppress {data['rule']} on this line (noqa)", kind=types.CodeActionKind.QuickFix,
-                            diagnostics=[d], edit=types.WorkspaceEdit(changes={part.uri: edits.whole_change(codec, part.text, text)}))
+    return {"changes": {part.uri: edits.whole_change(codec, part.text, text)}}
 
 
-def fix_all_action(buffer: Buffer, folder, codec: PositionCodec, only_part: Part | None = None) -> types.CodeAction | None:
-    result = check(buffer, folder, fix=True)
-    changes = {uri: edits.whole_change(codec, next(p.text for p in buffer.parts if p.uri == uri), text)
-               for uri, text in fixed_texts(buffer, result).items()
-               if only_part is None or uri == only_part.uri}
-    if not changes:
-        return None
-    return types.CodeAction(title="Fix all mplint findings", kind=FIX_ALL, edit=types.WorkspaceEdit(changes=changes))
+def fix_all_action(part: Part, kind: str) -> dict:
+    """Fix all in ``part`` (``FIX_ALL``) or in every cell of its notebook (``NOTEBOOK_FIX_ALL``), edit left to resolve."""
+    title = "Fix all mplint findings" + (" in the notebook" if kind == NOTEBOOK_FIX_ALL else "")
+    return {"title": title, "kind": kind, "data": {"action": "fixAll", "uri": part.uri}}
 
 
-def wants(only: list[str] | None, kind: str) -> bool:
-    """Whether a request limited to the kinds ``only`` asks for actions of ``kind`` (a kind covers its sub-kinds)."""
-    return not only or any(kind == k or kind.startswith(k + ".") for k in only)
+def resolve_fix_all(buffer: Buffer, part: Part, kind: str, folder, codec: Codec, settings: Settings) -> dict | None:
+    """The edit of a fix-all action, ``None`` when there is nothing to fix."""
+    result = check(buffer, folder, fix=True, settings=settings)
+    texts = {p.uri: p.text for p in buffer.parts}
+    changes = {uri: edits.whole_change(codec, texts[uri], text) for uri, text in fixed_texts(buffer, result).items()
+               if kind == NOTEBOOK_FIX_ALL or uri == part.uri}
+    return {"changes": changes} if changes else None

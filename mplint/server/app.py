@@ -1,209 +1,452 @@
-"""``mplint server``: the language server (LSP over standard input and output, with pygls).
+"""``mplint server``: the language server (LSP over standard input and output).
 
-Diagnostics are published when a Python file or a notebook is opened, changed (after a
-short pause in typing) and saved. Configuration is read afresh by every check, so a
-change to pyproject.toml or .mplint.yaml (``workspace/didChangeWatchedFiles``) only has
-to re-check the open documents; so does saving any file, whose policy may govern others.
+It speaks LSP with plain JSON (``rpc``): answering ``initialize`` needs nothing heavy, and the
+checker (libcst, the rules, the project's facts) is imported and warmed on a worker thread
+meanwhile. Every check runs on that one worker, in order; what a check found is kept per
+document, so code actions, hover and pulled diagnostics are answered from the last check
+while the document is unchanged, without running again.
+
+Diagnostics are pushed when a file or notebook is opened, changed (after a short pause in
+typing) and saved, unless the client pulls them (``textDocument/diagnostic``; notebooks are
+pushed either way). Configuration is read afresh by every check, so a change to
+pyproject.toml or .mplint.yaml (``workspace/didChangeWatchedFiles``), to the editor's
+settings (``workspace/didChangeConfiguration``) or a saved file (its policy may govern
+others) only has to check the open documents again.
 """
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
-from urllib.parse import unquote
-
-from lsprotocol import types
-from pygls.lsp.server import LanguageServer
-from pygls.uris import to_fs_path
+import itertools
+import queue
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Callable
 
 from mplint import __version__
-from mplint.server import actions, edits
-from mplint.server.documents import Buffer, CheckFailed, Part, check, check_with_config, project_folder
+from mplint.server import rpc
+from mplint.server.documents import Buffer, CheckFailed, Settings
+from mplint.server.positions import Codec, choose
+from mplint.server.workspace import Workspace, fs_path
 
 DEBOUNCE_S = 0.3  # a change is checked once typing pauses this long
+IDLE_S = 1.0  # the worker does what can wait once nothing has been asked of it for this long
 WATCHED = ("**/pyproject.toml", "**/.mplint.yaml", "**/.mplint.yml", "**/setup.cfg", "**/setup.py", "**/requirements*.txt")
 
 
-class MplintServer(LanguageServer):
-    def __init__(self):
-        super().__init__(
-            "mplint", __version__,
-            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
-            notebook_document_sync=types.NotebookDocumentSyncOptions(
-                notebook_selector=[types.NotebookDocumentFilterWithCells(
-                    cells=[types.NotebookCellLanguage(language="python")], notebook="*")],
-                save=True,
-            ),
-        )
-        self.pending: dict[str, asyncio.TimerHandle] = {}
+@dataclass
+class Checked:
+    """The last check of a buffer: what it was run on, what it found, and those findings in LSP form per URI."""
+
+    id: int
+    buffer: Buffer
+    generation: int  # the server's configuration generation it was checked under
+    result: object  # FileResult
+    config: object  # the project's Config
+    found: dict[str, list[dict]]
+
+
+def _get(mapping, *path, default=None):
+    for name in path:
+        if not isinstance(mapping, dict) or name not in mapping:
+            return default
+        mapping = mapping[name]
+    return mapping
+
+
+class Server:
+    def __init__(self, reader, writer):
+        self.rpc = rpc.Connection(reader, writer)
+        self.lock = threading.RLock()  # the workspace and the last checks, shared with the worker and timers
+        self.codec = Codec()
+        self.workspace = Workspace(self.codec)
+        self.settings = Settings()
+        self.capabilities: dict = {}
+        self.generation = 0  # bumped when configuration may have changed: every check before it is stale
+        self.checked: dict[str, Checked] = {}
         self.published: dict[str, set[str]] = {}  # buffer key -> URIs that got diagnostics
+        self.pending: dict[str, threading.Timer] = {}
+        self.ids = itertools.count(1)
+        self.jobs: queue.Queue[tuple[Callable[[], None], object]] = queue.Queue()
+        self.idle: list[Callable[[], None]] = []  # work for when no check or request has come for IDLE_S
+        self.shutting_down = False
+        threading.Thread(target=self._work, name="mplint-checks", daemon=True).start()
 
-    # -- buffers -------------------------------------------------------------------------------
+    # -- the loop ------------------------------------------------------------------------------
 
-    def buffer(self, uri: str) -> Buffer | None:
-        """The file or notebook an editor URI belongs to (a notebook cell's URI gives its notebook)."""
-        notebook = self.workspace.get_notebook_document(cell_uri=uri) or self.workspace.get_notebook_document(notebook_uri=uri)
-        if notebook is not None:
-            parts = []
-            for index, cell in enumerate(notebook.cells, start=1):
-                document = self.workspace.get_text_document(cell.document)
-                python = cell.kind == types.NotebookCellKind.Code and document.language_id in (None, "python")
-                parts.append(Part(cell.document, document.source, index, python))
-            return Buffer(self.path(notebook.uri, ".ipynb"), tuple(parts))
-        if unquote(uri) not in self.workspace.text_documents:
+    def serve(self) -> int:
+        handlers = {
+            "initialize": self.initialize, "initialized": self.initialized,
+            "shutdown": self.shutdown,
+            "textDocument/didOpen": self.did_open, "textDocument/didChange": self.did_change,
+            "textDocument/didSave": self.did_save, "textDocument/didClose": self.did_close,
+            "notebookDocument/didOpen": self.notebook_open, "notebookDocument/didChange": self.notebook_change,
+            "notebookDocument/didSave": self.did_save, "notebookDocument/didClose": self.notebook_close,
+            "workspace/didChangeWatchedFiles": self.watched_changed,
+            "workspace/didChangeConfiguration": self.configuration_changed,
+            "workspace/didChangeWorkspaceFolders": self.folders_changed,
+            "textDocument/codeAction": self.code_action, "codeAction/resolve": self.resolve,
+            "textDocument/hover": self.hover, "textDocument/diagnostic": self.pull,
+        }
+        while True:
+            message = self.rpc.read()
+            if message is None:
+                return 1
+            method, id_ = message.get("method"), message.get("id")
+            if method is None:
+                self.rpc.answered(message)
+            elif method == "exit":
+                return 0 if self.shutting_down else 1
+            elif method in handlers:
+                try:
+                    with self.lock:
+                        handlers[method](message.get("params"), id_)
+                except Exception as exc:  # a bad message must not end the server
+                    self.log(f"mplint: {method} failed: {exc!r}")
+                    if id_ is not None:
+                        self.rpc.fail(id_, rpc.INTERNAL_ERROR, str(exc))
+            elif id_ is not None:
+                self.rpc.fail(id_, rpc.METHOD_NOT_FOUND, f"unhandled method {method}")
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job, id_ = self.jobs.get(timeout=IDLE_S if self.idle else None)
+            except queue.Empty:  # nothing asked for a while: do what can wait
+                job, id_ = self.idle.pop(0), None
+            try:
+                job()
+            except Exception as exc:  # the request it answers gets the error: the editor must not wait forever
+                self.log(f"mplint: {exc!r}")
+                if id_ is not None:
+                    self.rpc.fail(id_, rpc.INTERNAL_ERROR, str(exc))
+
+    def later(self, job: Callable[[], None], id_=None) -> None:
+        """Run ``job`` on the worker, after the checks already asked for; ``id_``: the request it answers."""
+        self.jobs.put((job, id_))
+
+    def log(self, text: str, kind: int = 1) -> None:
+        self.rpc.notify("window/logMessage", {"type": kind, "message": text})
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def initialize(self, params: dict, id_) -> None:
+        self.capabilities = params.get("capabilities") or {}
+        self.codec.encoding = choose(_get(self.capabilities, "general", "positionEncodings"))
+        folders = [fs_path(f["uri"]) for f in params.get("workspaceFolders") or []]
+        root = params.get("rootUri")
+        if not folders and root:
+            folders = [fs_path(root)]
+        self.workspace.folders = [f for f in folders if f is not None]
+        self.settings = Settings.of(params.get("initializationOptions"))
+        self.later(self.warm)
+        capabilities = {
+            "positionEncoding": self.codec.encoding,
+            "textDocumentSync": {"openClose": True, "change": 2, "save": True},
+            "notebookDocumentSync": {"notebookSelector": [{"notebook": "*", "cells": [{"language": "python"}]}],
+                                     "save": True},
+            "codeActionProvider": {"codeActionKinds": ["quickfix", "source.fixAll.mplint", "notebook.source.fixAll.mplint"],
+                                   "resolveProvider": True},
+            "hoverProvider": True,
+            "diagnosticProvider": {"identifier": "mplint", "interFileDependencies": True, "workspaceDiagnostics": False},
+            "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}},
+        }
+        self.rpc.respond(id_, {"capabilities": capabilities, "serverInfo": {"name": "mplint", "version": __version__}})
+
+    def warm(self) -> None:
+        """Import the checker and build the first workspace folder's facts before the first document asks;
+        then, once the worker is idle, what fixing imports (for the first ``codeAction/resolve``)."""
+        from mplint.server.documents import Part, check
+
+        folder = self.workspace.folders[0] if self.workspace.folders else None
+        if folder is not None and folder.is_dir():
+            try:
+                check(Buffer(folder / "untitled.py", (Part("untitled:warm", ""),)), folder, settings=self.settings)
+            except CheckFailed:
+                pass  # the first real check reports it
+        self.idle.append(self.warm_fixes)
+
+    @staticmethod
+    def warm_fixes() -> None:
+        import mplint.fixes.edits  # noqa: F401
+        from libcst.codemod.visitors import AddImportsVisitor  # noqa: F401  (imported by fixes that add imports)
+
+    def initialized(self, params, id_) -> None:
+        if _get(self.capabilities, "workspace", "didChangeWatchedFiles", "dynamicRegistration"):
+            self.rpc.request("client/registerCapability", {"registrations": [{
+                "id": "mplint-config", "method": "workspace/didChangeWatchedFiles",
+                "registerOptions": {"watchers": [{"globPattern": pattern} for pattern in WATCHED]}}]}, lambda answer: None)
+        if _get(self.capabilities, "workspace", "configuration"):
+            self.fetch_settings()
+
+    def shutdown(self, params, id_) -> None:
+        self.shutting_down = True
+        self.rpc.respond(id_, None)
+
+    # -- documents -----------------------------------------------------------------------------
+
+    @property
+    def pulls(self) -> bool:
+        """Whether the client pulls diagnostics of text documents (then only notebooks are pushed)."""
+        return _get(self.capabilities, "textDocument", "diagnostic") is not None
+
+    def pushed(self, key: str) -> bool:
+        return key in self.workspace.notebooks or not self.pulls
+
+    def did_open(self, params, id_) -> None:
+        self.workspace.open_text(params["textDocument"])
+        if self.pushed(params["textDocument"]["uri"]):
+            self.later(lambda key=params["textDocument"]["uri"]: self.lint(key))
+
+    def did_change(self, params, id_) -> None:
+        uri = params["textDocument"]["uri"]
+        self.workspace.change_text(uri, params["contentChanges"])
+        self.lint_later(self.workspace.key(uri))
+
+    def did_save(self, params, id_) -> None:
+        self.configuration_may_have_changed()  # a saved file's policy may govern the other open files
+
+    def did_close(self, params, id_) -> None:
+        uri = params["textDocument"]["uri"]
+        if uri not in self.workspace.owner:
+            self.workspace.close_text(uri)
+            self.forget(uri)
+
+    def notebook_open(self, params, id_) -> None:
+        self.workspace.open_notebook(params["notebookDocument"], params.get("cellTextDocuments") or [])
+        self.later(lambda key=params["notebookDocument"]["uri"]: self.lint(key))
+
+    def notebook_change(self, params, id_) -> None:
+        uri = params["notebookDocument"]["uri"]
+        self.workspace.change_notebook(uri, params.get("change") or {})
+        self.lint_later(uri)
+
+    def notebook_close(self, params, id_) -> None:
+        uri = params["notebookDocument"]["uri"]
+        self.workspace.close_notebook(uri)
+        self.forget(uri)
+
+    def folders_changed(self, params, id_) -> None:
+        event = params.get("event") or {}
+        gone = {fs_path(f["uri"]) for f in event.get("removed") or []}
+        added = [fs_path(f["uri"]) for f in event.get("added") or []]
+        self.workspace.folders = [f for f in self.workspace.folders if f not in gone] + [f for f in added if f]
+        self.configuration_may_have_changed()
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def watched_changed(self, params, id_) -> None:
+        self.configuration_may_have_changed()
+
+    def configuration_changed(self, params, id_) -> None:
+        settings = (params or {}).get("settings")
+        if isinstance(settings, dict) and settings:
+            self.use_settings(Settings.of(settings))
+        elif _get(self.capabilities, "workspace", "configuration"):
+            self.fetch_settings()  # the client sends nothing in the notification: ask for the section
+
+    def fetch_settings(self) -> None:
+        def answered(message: dict) -> None:
+            result = message.get("result")
+            if isinstance(result, list) and result and isinstance(result[0], dict):
+                with self.lock:
+                    self.use_settings(Settings.of(result[0]))
+
+        self.rpc.request("workspace/configuration", {"items": [{"section": "mplint"}]}, answered)
+
+    def use_settings(self, settings: Settings) -> None:
+        if settings != self.settings:
+            self.settings = settings
+            self.configuration_may_have_changed()
+
+    def configuration_may_have_changed(self) -> None:
+        """Every last check is stale: check the pushed documents again, and ask a pulling client to pull."""
+        self.generation += 1
+        for key in self.workspace.keys():
+            if self.pushed(key):
+                self.later(lambda key=key: self.lint(key))
+        if self.pulls and _get(self.capabilities, "workspace", "diagnostics", "refreshSupport"):
+            self.rpc.request("workspace/diagnostic/refresh", None, lambda answer: None)
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def fresh(self, key: str) -> Checked | None:
+        """The last check of ``key`` if the document and the configuration are as they were then."""
+        checked = self.checked.get(key)
+        if checked is None or checked.generation != self.generation or checked.buffer != self.workspace.buffer(key):
             return None
-        document = self.workspace.get_text_document(uri)
-        return Buffer(self.path(uri, ".py"), (Part(uri, document.source),))
+        return checked
 
-    def path(self, uri: str, suffix: str) -> Path:
-        """The file a URI names; an unsaved buffer (``untitled:``) stands for a new file in the workspace."""
-        path = to_fs_path(uri) if uri.startswith("file:") else None
-        if path is None:
-            root = self.workspace.root_path or "."
-            return Path(root).resolve() / f"untitled{suffix}"
-        return Path(path)
+    def ensure(self, key: str) -> Checked | None:
+        """The buffer's check, run now (on the worker) unless the last one is fresh; ``None`` once it is closed."""
+        from mplint.server import edits
+        from mplint.server.documents import check_with_config, project_folder
 
-    def key(self, uri: str) -> str:
-        notebook = self.workspace.get_notebook_document(cell_uri=uri)
-        return notebook.uri if notebook is not None else uri
-
-    def folder(self, buffer: Buffer) -> Path:
-        folders = [Path(to_fs_path(f.uri)) for f in self.workspace.folders.values()]
-        if not folders and self.workspace.root_path:
-            folders = [Path(self.workspace.root_path)]
-        return project_folder(buffer.path, folders)
-
-    # -- diagnostics ---------------------------------------------------------------------------
-
-    def lint(self, uri: str) -> None:
-        key = self.key(uri)
-        self.pending.pop(key, None)
-        buffer = self.buffer(key)
-        if buffer is None:
-            return
+        with self.lock:
+            checked = self.fresh(key)
+            buffer = self.workspace.buffer(key)
+            generation, settings = self.generation, self.settings
+        if checked is not None or buffer is None:
+            return checked
+        folder = project_folder(buffer.path, self.workspace.folders)
         try:
-            result, config = check_with_config(buffer, self.folder(buffer))
+            result, config = check_with_config(buffer, folder, settings=settings)
         except CheckFailed as exc:
-            self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"mplint: {exc}"))
-            return
-        found: dict[str, list[types.Diagnostic]] = {p.uri: [] for p in buffer.parts}
+            self.rpc.notify("window/showMessage", {"type": 1, "message": f"mplint: {exc}"})
+            return None
+        found: dict[str, list[dict]] = {p.uri: [] for p in buffer.parts}
         for d in result.diagnostics:
             part = buffer.part_of(d)
             if part is not None and not d.fixed:
-                found[part.uri].append(edits.to_lsp(self.workspace.position_codec, part.text, d, config.docs_url))
-        for gone in self.published.get(key, set()) - set(found):
-            found[gone] = []
-        for part_uri, diagnostics in found.items():
-            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(part_uri, diagnostics))
-        self.published[key] = {u for u, ds in found.items() if ds}
+                found[part.uri].append(edits.to_lsp(self.codec, part.text, d, config.docs_url))
+        checked = Checked(next(self.ids), buffer, generation, result, config, found)
+        with self.lock:
+            if key in self.workspace.keys():
+                self.checked[key] = checked
+        return checked
 
-    def lint_later(self, uri: str) -> None:
-        key = self.key(uri)
+    def lint(self, key: str) -> None:
+        with self.lock:
+            self.pending.pop(key, None)
+        checked = self.ensure(key)
+        if checked is None:
+            return
+        with self.lock:
+            if key not in self.workspace.keys():
+                return  # closed while it was checked
+            found = dict(checked.found)
+            for gone in self.published.get(key, set()) - set(found):
+                found[gone] = []
+            self.published[key] = {u for u, ds in found.items() if ds}
+        for uri, diagnostics in found.items():
+            self.rpc.notify("textDocument/publishDiagnostics", {"uri": uri, "diagnostics": diagnostics})
+
+    def lint_later(self, key: str) -> None:
+        if not self.pushed(key):
+            return  # the client pulls when it wants them
         if key in self.pending:
             self.pending[key].cancel()
-        self.pending[key] = asyncio.get_running_loop().call_later(DEBOUNCE_S, self.lint, key)
-
-    def lint_open(self) -> None:
-        for uri in {*self.workspace.notebook_documents, *(u for u in self.workspace.text_documents
-                                                          if self.workspace.get_notebook_document(cell_uri=u) is None)}:
-            self.lint(uri)
+        timer = threading.Timer(DEBOUNCE_S, lambda: self.later(lambda: self.lint(key)))
+        timer.daemon = True
+        self.pending[key] = timer
+        timer.start()
 
     def forget(self, key: str) -> None:
         if key in self.pending:
             self.pending.pop(key).cancel()
+        self.checked.pop(key, None)
         for uri in self.published.pop(key, set()):
-            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, []))
+            self.rpc.notify("textDocument/publishDiagnostics", {"uri": uri, "diagnostics": []})
 
-    # -- code actions --------------------------------------------------------------------------
+    def answer_checked(self, id_, uri: str, answer: Callable[[Checked | None], object]) -> None:
+        """Answer from the last check of ``uri``'s buffer: now if it is fresh, else after checking on the worker."""
+        key = self.workspace.key(uri)
+        checked = self.fresh(key)
+        if checked is not None:
+            self.rpc.respond(id_, answer(checked))
+            return
 
-    def code_actions(self, params: types.CodeActionParams) -> list[types.CodeAction]:
-        uri = params.text_document.uri
-        buffer = self.buffer(self.key(uri))
-        if buffer is None:
-            return []
-        part = next((p for p in buffer.parts if p.uri == uri), None)
-        if part is None or not part.python:
-            return []
-        folder, codec, only = self.folder(buffer), self.workspace.position_codec, params.context.only
-        found: list[types.CodeAction | None] = []
+        def job() -> None:
+            checked = self.ensure(key)
+            with self.lock:
+                reply = answer(checked)
+            self.rpc.respond(id_, reply)
+        self.later(job, id_)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def pull(self, params, id_) -> None:
+        uri, previous = params["textDocument"]["uri"], params.get("previousResultId")
+
+        def answer(checked: Checked | None):
+            if checked is None:
+                return {"kind": "full", "items": []}
+            if previous == str(checked.id):
+                return {"kind": "unchanged", "resultId": previous}
+            return {"kind": "full", "resultId": str(checked.id), "items": checked.found.get(uri, [])}
+        self.answer_checked(id_, uri, answer)
+
+    def hover(self, params, id_) -> None:
+        from mplint.server import hover
+
+        uri, at = params["textDocument"]["uri"], params["position"]
+        self.answer_checked(id_, uri, lambda checked: checked and hover.of(checked.found.get(uri, []), at["line"], at["character"]))
+
+    def code_action(self, params, id_) -> None:
+        from mplint.server import actions
+
+        uri, context = params["textDocument"]["uri"], params.get("context") or {}
+        only = context.get("only")
+        resolves = "edit" in (_get(self.capabilities, "textDocument", "codeAction", "resolveSupport", "properties") or [])
+
+        def listed(checked: Checked | None) -> list[dict]:
+            part = next((p for p in checked.buffer.parts if p.uri == uri), None) if checked else None
+            if part is None or not part.python:
+                return []
+            found: list[dict | None] = []
+            if actions.wants(only, actions.QUICK_FIX):
+                for d in context.get("diagnostics") or []:
+                    found.append(actions.fix_action(part, d))
+                    found.append(actions.noqa_action(part, d))
+            unsafe = self.settings.unsafe_fixes if self.settings.unsafe_fixes is not None else checked.config.unsafe_fixes
+            if actions.wants(only, actions.FIX_ALL) and self.fixable(checked.found.get(uri, []), unsafe):
+                found.append(actions.fix_all_action(part, actions.FIX_ALL))
+            if (actions.wants(only, actions.NOTEBOOK_FIX_ALL) and checked.buffer.is_notebook
+                    and any(self.fixable(ds, unsafe) for ds in checked.found.values())):
+                found.append(actions.fix_all_action(part, actions.NOTEBOOK_FIX_ALL))
+            offered = [a for a in found if a is not None]
+            for a in offered:
+                a["data"]["check"] = checked.id  # resolved against this check only
+            return offered
+
+        if resolves:
+            self.answer_checked(id_, uri, listed)
+            return
+
+        def eager() -> None:  # a client that cannot resolve gets every edit now
+            checked = self.ensure(self.workspace.key(uri))
+            with self.lock:
+                offered = listed(checked)
+            self.rpc.respond(id_, [a for a in (self.resolved(a) for a in offered) if a.get("edit") is not None])
+        self.later(eager, id_)
+
+    @staticmethod
+    def fixable(diagnostics: list[dict], unsafe: bool) -> bool:
+        return any(d["data"]["edits"] and (d["data"]["safety"] == "safe" or (unsafe and d["data"]["safety"] == "unsafe"))
+                   for d in diagnostics)
+
+    def resolve(self, params, id_) -> None:
+        self.later(lambda: self.rpc.respond(id_, self.resolved(params)), id_)
+
+    def resolved(self, action: dict) -> dict:
+        """``action`` with its edit (run on the worker: fixing runs the checker again); without one when none can
+        be made (the document closed or changed so that the action no longer applies)."""
+        from mplint.server import actions
+        from mplint.server.documents import project_folder
+
+        data = action.get("data") or {}
+        if "edit" in action or data.get("action") not in ("fix", "noqa", "fixAll"):
+            return action
+        key = self.workspace.key(data["uri"])
+        checked = self.ensure(key)
+        part = next((p for p in checked.buffer.parts if p.uri == data["uri"]), None) if checked else None
+        if part is None or data.get("check", checked.id) != checked.id:
+            return action  # the document changed since: the client asks again
+        folder = project_folder(checked.buffer.path, self.workspace.folders)
         try:
-            if actions.wants(only, types.CodeActionKind.QuickFix):
-                mine = [d for d in params.context.diagnostics if d.source == "mplint"]
-                result = check(buffer, folder) if mine else None
-                for d in mine:
-                    found.append(actions.fix_action(buffer, part, d, folder, codec))
-                    found.append(actions.noqa_action(buffer, part, d, result, codec))
-            if actions.wants(only, actions.FIX_ALL):
-                found.append(actions.fix_all_action(buffer, folder, codec, part))
+            if data["action"] == "fix":
+                found = [d for ds in checked.found.values() for d in ds]
+                edit = actions.resolve_fix(checked.buffer, part, action["diagnostics"][0], found, folder, self.codec,
+                                           self.settings)
+            elif data["action"] == "noqa":
+                edit = actions.resolve_noqa(part, action["diagnostics"][0], checked.result, self.codec)
+            else:
+                edit = actions.resolve_fix_all(checked.buffer, part, action["kind"], folder, self.codec, self.settings)
         except CheckFailed:
-            return []
-        return [a for a in found if a is not None]
-
-
-SERVER = MplintServer()
-
-
-@SERVER.feature(types.INITIALIZED)
-async def _initialized(server: MplintServer, params: types.InitializedParams) -> None:
-    watched = server.client_capabilities.workspace and server.client_capabilities.workspace.did_change_watched_files
-    if watched and watched.dynamic_registration:
-        options = types.DidChangeWatchedFilesRegistrationOptions(
-            watchers=[types.FileSystemWatcher(glob_pattern=pattern) for pattern in WATCHED])
-        await server.client_register_capability_async(types.RegistrationParams(
-            registrations=[types.Registration("mplint-config", types.WORKSPACE_DID_CHANGE_WATCHED_FILES, options)]))
-
-
-@SERVER.feature(types.TEXT_DOCUMENT_DID_OPEN)
-def _did_open(server: MplintServer, params: types.DidOpenTextDocumentParams) -> None:
-    server.lint(params.text_document.uri)
-
-
-@SERVER.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-def _did_change(server: MplintServer, params: types.DidChangeTextDocumentParams) -> None:
-    server.lint_later(params.text_document.uri)
-
-
-@SERVER.feature(types.TEXT_DOCUMENT_DID_SAVE)
-def _did_save(server: MplintServer, params: types.DidSaveTextDocumentParams) -> None:
-    server.lint_open()  # a saved file's policy may govern the other open files
-
-
-@SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-def _did_close(server: MplintServer, params: types.DidCloseTextDocumentParams) -> None:
-    server.forget(params.text_document.uri)
-
-
-@SERVER.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
-def _notebook_open(server: MplintServer, params: types.DidOpenNotebookDocumentParams) -> None:
-    server.lint(params.notebook_document.uri)
-
-
-@SERVER.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
-def _notebook_change(server: MplintServer, params: types.DidChangeNotebookDocumentParams) -> None:
-    server.lint_later(params.notebook_document.uri)
-
-
-@SERVER.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
-def _notebook_save(server: MplintServer, params: types.DidSaveNotebookDocumentParams) -> None:
-    server.lint_open()
-
-
-@SERVER.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
-def _notebook_close(server: MplintServer, params: types.DidCloseNotebookDocumentParams) -> None:
-    server.forget(params.notebook_document.uri)
-
-
-@SERVER.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
-def _watched_changed(server: MplintServer, params: types.DidChangeWatchedFilesParams) -> None:
-    server.lint_open()  # every check reads the configuration afresh
-
-
-@SERVER.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
-    code_action_kinds=[types.CodeActionKind.QuickFix, actions.FIX_ALL]))
-def _code_action(server: MplintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-    return server.code_actions(params)
+            edit = None
+        return {**action, "edit": edit} if edit is not None else action
 
 
 def main() -> int:
-    SERVER.start_io()
-    return 0
+    server = Server(sys.stdin.buffer, sys.stdout.buffer)
+    return server.serve()

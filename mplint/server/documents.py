@@ -57,6 +57,33 @@ class Buffer:
         return next((p for p in self.parts if p.cell == d.cell), None)
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The editor's settings for mplint (``initializationOptions`` and ``workspace/didChangeConfiguration``),
+    applied over the project's configuration as the command line's flags of the same names are."""
+
+    select: tuple[str, ...] | None = None
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    unsafe_fixes: bool | None = None
+
+    @classmethod
+    def of(cls, raw) -> "Settings":
+        """From the client's JSON: ``{"select": [...], "extendSelect": [...], "ignore": [...], "unsafeFixes": bool}``,
+        alone or under an ``"mplint"`` key; anything else is left at the project's configuration."""
+        if isinstance(raw, dict) and isinstance(raw.get("mplint"), dict):
+            raw = raw["mplint"]
+        raw = raw if isinstance(raw, dict) else {}
+
+        def codes(name):
+            value = raw.get(name)
+            return tuple(str(c) for c in value) if isinstance(value, list) else None
+
+        unsafe = raw.get("unsafeFixes")
+        return cls(codes("select"), codes("extendSelect") or (), codes("ignore") or (),
+                   unsafe if isinstance(unsafe, bool) else None)
+
+
 class CheckFailed(Exception):
     """The configuration or catalog is broken: the message says how (as the CLI's exit 2 would)."""
 
@@ -73,20 +100,23 @@ def project_folder(path: Path, workspace_folders: list[Path]) -> Path:
 
 
 def check(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
-          select: list[str] | None = None) -> FileResult:
+          select: list[str] | None = None, settings: Settings = Settings()) -> FileResult:
     """The buffer checked (and fixed in memory with ``fix``) with its project's configuration and facts."""
-    return check_with_config(buffer, folder, fix=fix, unsafe=unsafe, select=select)[0]
+    return check_with_config(buffer, folder, fix=fix, unsafe=unsafe, select=select, settings=settings)[0]
 
 
 def check_with_config(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
-                      select: list[str] | None = None):
+                      select: list[str] | None = None, settings: Settings = Settings()):
     """``check``'s result and the configuration it was checked with (for the rules' documentation links)."""
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
     from mplint.runner import RunOptions, run
 
-    options = RunOptions(paths=[folder], stdin=(buffer.path, buffer.source()), fix=fix, unsafe_fixes=unsafe,
-                         write=False, select=select, jobs=1)
+    if select is None and settings.select is not None:
+        select = list(settings.select)
+    options = RunOptions(paths=[folder], stdin=(buffer.path, buffer.source()), fix=fix,
+                         unsafe_fixes=settings.unsafe_fixes if unsafe is None else unsafe, write=False, select=select,
+                         extend_select=list(settings.extend_select), ignore=list(settings.ignore), jobs=1)
     try:
         report = run(options)
     except (ConfigError, CatalogError) as exc:
