@@ -115,6 +115,8 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
             console.print(err["stderr_tail"], markup=False)
         return
     for label, run in doc.get("runs", {}).items():  # a --benchmark document has no runs, only findings
+        if run["metrics"].get("autocast_ops"):
+            console.print(f"{label}: ops under autocast (output dtype): {run['metrics']['autocast_ops']}", markup=False)
         for finding in run["metrics"]["findings"]:
             console.print(f"{label}: {finding['rule']} {finding['message']}", markup=False)
     events = doc.get("events", {})

@@ -53,6 +53,14 @@ class Recorder:
     grads_taken: set = field(default_factory=set)  # ids of optimizers whose first gradients are kept
     policy_set: str | None = None
     policy_reader: object = None  # () -> the global policy's name, set by the bootstrap
+    autocast_regions: dict = field(default_factory=dict)  # ((op, dtype, count), ...) -> regions that ran exactly these
+
+    def autocast_region(self, counts) -> None:
+        """The ops one torch autocast region ran, by output dtype (regions alike are counted once)."""
+        if counts:
+            key = tuple(sorted((op, dtype, n) for (op, dtype), n in counts.items()))
+            with self.lock:
+                self.autocast_regions[key] = self.autocast_regions.get(key, 0) + 1
 
     @property
     def cap(self) -> int:
@@ -168,7 +176,9 @@ class Recorder:
         except Exception:
             policy = None
         return {"status": status, "detail": detail, "policy": policy, "steps": len(self.steps), "cap": self.cap,
-                "models": models, "units": units, "loops": self.loops, "crash": self.crash, "events": self.events}
+                "models": models, "units": units, "loops": self.loops, "crash": self.crash, "events": self.events,
+                "autocast_regions": [{"regions": n, "ops": [list(op) for op in key]}
+                                     for key, n in self.autocast_regions.items()]}
 
     def finish(self, status: str, detail: str = "", exit_code: int = 0) -> None:
         """Write the records and end the process: nothing in the script can catch this."""
