@@ -126,3 +126,21 @@ def test_autocast_regions_that_differ_are_added_up():
     assert autocast_ops(regions) == "3 autocast regions in all: addmm x5 float16, _softmax x2 float32"
     assert autocast_ops([{"regions": 1, "ops": [["mm", "bfloat16", 4]]}]) == "each of 1 autocast region: mm x4 bfloat16"
     assert autocast_ops([]) is None
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="torch turns CUDA autocast off only without CUDA")
+def test_cuda_autocast_and_scaler_that_torch_turns_off_on_cpu_are_named(capsys, tmp_path):
+    script = tmp_path / "cuda_only.py"
+    script.write_text(
+        "import torch\nmodel = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+        "for step in range(10):\n"
+        "    with torch.autocast('cuda', dtype=torch.float16):\n"
+        "        loss = model(torch.randn(8, 4)).pow(2).mean()\n"
+        "    optimizer.zero_grad()\n    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n")
+    code = main([str(script), "--steps", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert ("note: GradScaler('cuda') was turned off by torch: no cuda device here, so it did not run\n"
+            "note: autocast(device_type='cuda') was turned off by torch: no cuda device here, so it did not run\n") in out
+    assert "ops under autocast" not in out  # no autocast region ran

@@ -41,7 +41,7 @@ class Recorder:
     models: dict = field(default_factory=dict)  # id(model) -> ModelSeen
     current_model: str | None = None
     events: dict = field(default_factory=lambda: {"downloads_blocked": [], "writes_redirected": [],
-                                                  "datasets_replaced": [], "notes": []})
+                                                  "datasets_replaced": [], "notes": [], "turned_off": []})
     in_fit: int = 0
     lock: threading.Lock = field(default_factory=threading.RLock)
     finished: bool = False

@@ -124,9 +124,27 @@ def _forward_post(module, args, output) -> None:
     R().see_model(module, 0, {str(t.dtype).replace("torch.", "") for t in flat if isinstance(t, torch.Tensor)})
 
 
+def _requested(original, self, args, kwargs) -> bool:
+    """Whether the script asked for ``enabled`` (the default is True)."""
+    import inspect
+
+    try:
+        return bool(inspect.signature(original).bind(self, *args, **kwargs).arguments.get("enabled", True))
+    except TypeError:
+        return True
+
+
+def _turned_off(what: str, device: str) -> None:
+    """torch disables autocast and the GradScaler for a device it does not have, with only a warning:
+    the script's reduced-precision path then does not run at all here."""
+    R().note("turned_off", f"{what} was turned off by torch: no {device} device here, so it did not run")
+
+
 def wrap_autocast_init(original):
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
+        if R().config.get("force_policy") != "float32" and not self._enabled and _requested(original, self, args, kwargs):
+            _turned_off(f"autocast(device_type={self.device!r})", self.device)
         if R().config.get("force_policy") == "float32":
             R().policy_set = "float32"
             if self._enabled:
@@ -199,6 +217,9 @@ def wrap_scaler_init(original):
         if R().config.get("force_policy") == "float32":
             kwargs["enabled"] = False
         original(self, *args, **kwargs)
+        if not self._enabled and _requested(original, self, args, kwargs):
+            device = getattr(self, "_device", "cuda")
+            _turned_off(f"GradScaler({device!r})", device)
 
     return __init__
 
