@@ -77,7 +77,9 @@ class Recorder:
             name = getattr(model, "name", None)  # a torch module has none: its class names it
             seen = self.models[key] = ModelSeen(name if isinstance(name, str) else type(model).__name__,
                                                 type(model).__name__, keras, model)
-        seen.output_dtypes.update(dtypes)
+        # one name per dtype: a Keras model on the torch backend is also a torch module, and its
+        # tensors' dtypes print as "torch.float32"
+        seen.output_dtypes.update(str(d).replace("torch.", "") for d in dtypes)
         self.current_model = key
 
     def model_of(self, variables) -> str | None:

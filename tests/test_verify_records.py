@@ -1,4 +1,4 @@
-"""The one-line error ``mplint verify`` reports for a crashed script."""
+"""What `mplint verify` records and reports from a run: the one-line error of a crash, output dtypes."""
 
 from mplint.verify.bootstrap import crash_site
 
@@ -30,3 +30,12 @@ def test_an_eager_keras_call_error_reports_its_cause(tmp_path):
 def test_a_tf_function_error_without_keras_keeps_its_last_error_line(tmp_path):
     text = 'in user code:\n\n    File "x.py", line 3, in f  *\n        return a / b\n\n    ValueError: shapes differ\n'
     assert crash_site(ValueError(text), str(tmp_path / "x.py"))["error"] == "ValueError: shapes differ"
+
+
+def test_a_torch_dtype_and_a_keras_dtype_name_one_output_dtype():
+    from mplint.verify.recorder import Recorder
+
+    rec, model = Recorder({"steps": 5}), object()
+    rec.see_model(model, 3, {"torch.float32"})  # a Keras 3 model on the torch backend, seen by the Keras hook
+    rec.see_model(model, 0, {"float32", "bfloat16"})  # and by the torch forward hook
+    assert rec.models[str(id(model))].output_dtypes == {"float32", "bfloat16"}
