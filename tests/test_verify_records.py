@@ -39,3 +39,17 @@ def test_a_torch_dtype_and_a_keras_dtype_name_one_output_dtype():
     rec.see_model(model, 3, {"torch.float32"})  # a Keras 3 model on the torch backend, seen by the Keras hook
     rec.see_model(model, 0, {"float32", "bfloat16"})  # and by the torch forward hook
     assert rec.models[str(id(model))].output_dtypes == {"float32", "bfloat16"}
+
+
+def test_a_crash_is_reported_by_its_error_line_without_the_stderr_tail_after_it(tmp_path):
+    from mplint.verify.cli import _failure
+    from mplint.verify.runner import RunResult
+
+    crash = {"error": "AttributeError: module 'keras.backend' has no attribute 'Variable'", "file": "demo.py",
+             "line": 27, "source": ""}
+    run = RunResult("run", "crashed", crash["error"], {"crash": crash},
+                    stderr_tail="Arguments received by MyModel.call():\n  • x=tf.Tensor(shape=(32, 128), dtype=float32)")
+    assert _failure(run, tmp_path / "demo.py")["message"] == (
+        "could not verify demo.py: the run run crashed: AttributeError: module 'keras.backend' has no attribute 'Variable'")
+    exited = RunResult("run", "exited", "the script exited with status 2", {}, stderr_tail="error: --data-dir is required")
+    assert _failure(exited, tmp_path / "demo.py")["message"].endswith("status 2 (error: --data-dir is required)")

@@ -82,7 +82,8 @@ def missing_runtime(keras: int, framework: str = "keras") -> str | None:
 
 def _failure(run: RunResult, script: Path) -> dict:
     lines = [line for line in run.stderr_tail.splitlines() if line.strip() and not line.startswith("script exited")]
-    reason = run.detail + (f" ({lines[-1].strip()})" if lines and lines[-1].strip() not in run.detail else "")
+    # a crash's detail is already its error line; the stderr's last line may be what follows it
+    reason = run.detail + (f" ({lines[-1].strip()})" if lines and not run.crash and lines[-1].strip() not in run.detail else "")
     return {"run": run.label, "status": run.status, "detail": run.detail, "stderr_tail": run.stderr_tail,
             "message": f"could not verify {script.name}: the {run.label} run {run.status}: {reason}"}
 
