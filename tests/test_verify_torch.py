@@ -74,3 +74,73 @@ def test_torch_hub_download_is_blocked_with_a_clear_message(capsys, tmp_path):
     out = capsys.readouterr().out
     assert code == 2
     assert "DownloadBlocked: mplint verify: torch.hub.load of pytorch/vision blocked: the run is offline" in out
+
+
+ATTENTION = '''import torch
+
+torch.manual_seed(0)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+
+
+model = Attention()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(torch.randn(2, 4, 8)).float().pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def test_each_op_under_autocast_is_reported_with_the_dtype_it_ran_in(capsys, tmp_path):
+    script = tmp_path / "attention.py"
+    script.write_text(ATTENTION)
+    code = main([str(script), "--steps", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    # the third region runs before the third optimizer step stops the script; views, detach and
+    # randn (no tensor input) are left out; casts are autocast's own: the Linear's weight, bias and
+    # its float32 input (layer_norm stays float32 under bfloat16 CPU autocast), then .float()
+    assert ("run: ops under autocast (output dtype): each of 3 autocast regions: _to_copy x3 bfloat16, "
+            "bmm x2 bfloat16, _softmax x1 bfloat16, _to_copy x1 float32, addmm x1 bfloat16, mean x1 float32, "
+            "native_layer_norm x1 float32, pow x1 float32\n") in out
+    assert "float32 reference: ops under autocast" not in out  # autocast is off there
+
+
+def test_autocast_regions_that_differ_are_added_up():
+    from mplint.verify.report import autocast_ops
+
+    regions = [{"regions": 2, "ops": [["addmm", "float16", 2], ["_softmax", "float32", 1]]},
+               {"regions": 1, "ops": [["addmm", "float16", 1]]}]
+    assert autocast_ops(regions) == "3 autocast regions in all: addmm x5 float16, _softmax x2 float32"
+    assert autocast_ops([{"regions": 1, "ops": [["mm", "bfloat16", 4]]}]) == "each of 1 autocast region: mm x4 bfloat16"
+    assert autocast_ops([]) is None
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="torch turns CUDA autocast off only without CUDA")
+def test_cuda_autocast_and_scaler_that_torch_turns_off_on_cpu_are_named(capsys, tmp_path):
+    script = tmp_path / "cuda_only.py"
+    script.write_text(
+        "import torch\nmodel = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+        "for step in range(10):\n"
+        "    with torch.autocast('cuda', dtype=torch.float16):\n"
+        "        loss = model(torch.randn(8, 4)).pow(2).mean()\n"
+        "    optimizer.zero_grad()\n    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n")
+    code = main([str(script), "--steps", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert ("note: GradScaler('cuda') was turned off by torch: no cuda device here, so it did not run\n"
+            "note: autocast(device_type='cuda') was turned off by torch: no cuda device here, so it did not run\n") in out
+    assert "ops under autocast" not in out  # no autocast region ran

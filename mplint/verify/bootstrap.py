@@ -94,12 +94,27 @@ def _global_policy() -> str | None:
     return None
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+KERAS_CALL_ERROR = "Exception encountered when calling"  # Keras 3 wraps a layer's error in this line
+ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Blocked)\b:")
+
+
+def _error_line(lines: list[str]) -> str:
+    """The last ``SomeError: message`` line of a ``tf.function`` error (Keras appends the call's
+    arguments after it), else its last line."""
+    return next((line for line in reversed(lines) if ERROR_LINE.match(line)), lines[-1])
+
+
 def crash_site(exc: BaseException, script: str) -> dict:
     """The error in one line and the script line it happened at: the deepest frame of the script, or
     the line a ``tf.function`` error names in its "in user code" part (deeper than any frame)."""
-    text = str(exc)
+    text = ANSI.sub("", str(exc))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    error = lines[-1] if "in user code:" in text and lines else f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    error = _error_line(lines) if "in user code:" in text and lines else f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    if error.split(": ", 1)[-1].startswith(KERAS_CALL_ERROR):  # the cause is on the line after it
+        at = max(i for i, line in enumerate(lines) if KERAS_CALL_ERROR in line)
+        following = lines[at + 1:]
+        error = f"{error.split(': ', 1)[0]}: {following[0]}" if following else error
     line = None
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         if os.path.abspath(frame.f_code.co_filename) == script:

@@ -87,7 +87,8 @@ def missing_runtime(keras: int, framework: str = "keras") -> str | None:
 
 def _failure(run: RunResult, script: Path) -> dict:
     lines = [line for line in run.stderr_tail.splitlines() if line.strip() and not line.startswith("script exited")]
-    reason = run.detail + (f" ({lines[-1].strip()})" if lines and lines[-1].strip() not in run.detail else "")
+    # a crash's detail is already its error line; the stderr's last line may be what follows it
+    reason = run.detail + (f" ({lines[-1].strip()})" if lines and not run.crash and lines[-1].strip() not in run.detail else "")
     return {"run": run.label, "status": run.status, "detail": run.detail, "stderr_tail": run.stderr_tail,
             "message": f"could not verify {script.name}: the {run.label} run {run.status}: {reason}"}
 
@@ -120,11 +121,15 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
             console.print(err["stderr_tail"], markup=False)
         return
     for label, run in doc.get("runs", {}).items():  # a --benchmark document has no runs, only findings
+        if run["metrics"].get("autocast_ops"):
+            console.print(f"{label}: ops under autocast (output dtype): {run['metrics']['autocast_ops']}", markup=False)
         for finding in run["metrics"]["findings"]:
             console.print(f"{label}: {finding['rule']} {finding['message']}", markup=False)
     events = doc.get("events", {})
     if events.get("datasets_replaced"):
         console.print(f"datasets replaced by synthetic data: {', '.join(events['datasets_replaced'])}")
+    for off in events.get("turned_off", []):
+        console.print(f"note: {off}", markup=False)
     for blocked in events.get("downloads_blocked", []):
         console.print(f"download blocked: {blocked}", markup=False)
     written = events.get("writes_redirected", [])

@@ -41,7 +41,7 @@ class Recorder:
     models: dict = field(default_factory=dict)  # id(model) -> ModelSeen
     current_model: str | None = None
     events: dict = field(default_factory=lambda: {"downloads_blocked": [], "writes_redirected": [],
-                                                  "datasets_replaced": [], "notes": []})
+                                                  "datasets_replaced": [], "notes": [], "turned_off": []})
     in_fit: int = 0
     lock: threading.Lock = field(default_factory=threading.RLock)
     finished: bool = False
@@ -53,6 +53,14 @@ class Recorder:
     grads_taken: set = field(default_factory=set)  # ids of optimizers whose first gradients are kept
     policy_set: str | None = None
     policy_reader: object = None  # () -> the global policy's name, set by the bootstrap
+    autocast_regions: dict = field(default_factory=dict)  # ((op, dtype, count), ...) -> regions that ran exactly these
+
+    def autocast_region(self, counts) -> None:
+        """The ops one torch autocast region ran, by output dtype (regions alike are counted once)."""
+        if counts:
+            key = tuple(sorted((op, dtype, n) for (op, dtype), n in counts.items()))
+            with self.lock:
+                self.autocast_regions[key] = self.autocast_regions.get(key, 0) + 1
 
     @property
     def cap(self) -> int:
@@ -69,7 +77,9 @@ class Recorder:
             name = getattr(model, "name", None)  # a torch module has none: its class names it
             seen = self.models[key] = ModelSeen(name if isinstance(name, str) else type(model).__name__,
                                                 type(model).__name__, keras, model)
-        seen.output_dtypes.update(dtypes)
+        # one name per dtype: a Keras model on the torch backend is also a torch module, and its
+        # tensors' dtypes print as "torch.float32"
+        seen.output_dtypes.update(str(d).replace("torch.", "") for d in dtypes)
         self.current_model = key
 
     def model_of(self, variables) -> str | None:
@@ -168,7 +178,9 @@ class Recorder:
         except Exception:
             policy = None
         return {"status": status, "detail": detail, "policy": policy, "steps": len(self.steps), "cap": self.cap,
-                "models": models, "units": units, "loops": self.loops, "crash": self.crash, "events": self.events}
+                "models": models, "units": units, "loops": self.loops, "crash": self.crash, "events": self.events,
+                "autocast_regions": [{"regions": n, "ops": [list(op) for op in key]}
+                                     for key, n in self.autocast_regions.items()]}
 
     def finish(self, status: str, detail: str = "", exit_code: int = 0) -> None:
         """Write the records and end the process: nothing in the script can catch this."""

@@ -54,6 +54,7 @@ class Metrics:
     units: list = field(default_factory=list)  # UnitMetrics
     model_outputs: dict = field(default_factory=dict)  # model name -> output dtypes
     findings: list = field(default_factory=list)  # {"rule", "message"}
+    autocast_ops: str | None = None  # PyTorch: the dtype each op ran in under autocast
 
     @property
     def main(self) -> UnitMetrics | None:
@@ -96,6 +97,7 @@ class Metrics:
             "scale_first": main.scale_first if main else None, "scale_last": main.scale_last if main else None,
             "underflow": main.underflow if main else None, "ms_per_step": self.ms_per_step,
             "units": units, "model_outputs": self.model_outputs, "findings": self.findings,
+            "autocast_ops": self.autocast_ops,
         }
 
 
@@ -140,6 +142,24 @@ def _place(unit: dict, units: list[dict]) -> tuple[str, int]:
     return unit["loop"], [u["unit"] for u in units if u["loop"] == unit["loop"]].index(unit["unit"])
 
 
+def autocast_ops(regions: list[dict]) -> str | None:
+    """One line on the ops torch autocast regions ran and the dtype of each op's output, most
+    frequent first: per region when every region ran the same ops, else added up."""
+    if not regions:
+        return None
+    count = sum(r["regions"] for r in regions)
+    if len(regions) == 1:
+        ops, head = regions[0]["ops"], f"each of {count} autocast region{'s' if count > 1 else ''}"
+    else:
+        totals: dict = {}
+        for region in regions:
+            for op, dtype, n in region["ops"]:
+                totals[(op, dtype)] = totals.get((op, dtype), 0) + n * region["regions"]
+        ops, head = [(op, dtype, n) for (op, dtype), n in totals.items()], f"{count} autocast regions in all"
+    ordered = sorted(ops, key=lambda o: (-o[2], o[0], o[1]))
+    return f"{head}: " + ", ".join(f"{op} x{n} {dtype}" for op, dtype, n in ordered)
+
+
 def metrics(run: RunResult, reference: RunResult | None = None) -> Metrics:
     records = run.records
     units = records.get("units") or []
@@ -147,7 +167,8 @@ def metrics(run: RunResult, reference: RunResult | None = None) -> Metrics:
                  for i, u in enumerate((reference.records.get("units") or []) if reference else [])}
     m = Metrics(policy=records.get("policy"), status=run.status, crash=records.get("crash"),
                 model_outputs={model["name"]: model["output_dtypes"] for model in records.get("models", [])
-                               if model.get("output_dtypes")})
+                               if model.get("output_dtypes")},
+                autocast_ops=autocast_ops(records.get("autocast_regions") or []))
     for index, unit in enumerate(units):
         losses, finite_grads = unit["losses"], unit["finite_grads"]
         scales = [s for s in unit["loss_scale"] if s is not None]

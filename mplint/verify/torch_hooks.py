@@ -1,6 +1,7 @@
 """Patches applied to PyTorch as the script imports it: optimizer steps counted by the global
 step hooks, ``GradScaler`` steps with their scale and skipped (inf/NaN) steps, the loss of each
-``backward()``, top-level modules' output dtypes by forward hooks, autocast/GradScaler turned
+``backward()``, top-level modules' output dtypes by forward hooks, the dtype each op ran in inside
+an autocast region (a ``TorchDispatchMode`` entered with the region), autocast/GradScaler turned
 off for the float32 reference, and dataset/hub downloads blocked."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections import Counter
 
 from mplint.verify import recorder, sandbox
 from mplint.verify.hooks import patch_function
@@ -122,9 +124,27 @@ def _forward_post(module, args, output) -> None:
     R().see_model(module, 0, {str(t.dtype).replace("torch.", "") for t in flat if isinstance(t, torch.Tensor)})
 
 
+def _requested(original, self, args, kwargs) -> bool:
+    """Whether the script asked for ``enabled`` (the default is True)."""
+    import inspect
+
+    try:
+        return bool(inspect.signature(original).bind(self, *args, **kwargs).arguments.get("enabled", True))
+    except TypeError:
+        return True
+
+
+def _turned_off(what: str, device: str) -> None:
+    """torch disables autocast and the GradScaler for a device it does not have, with only a warning:
+    the script's reduced-precision path then does not run at all here."""
+    R().note("turned_off", f"{what} was turned off by torch: no {device} device here, so it did not run")
+
+
 def wrap_autocast_init(original):
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
+        if R().config.get("force_policy") != "float32" and not self._enabled and _requested(original, self, args, kwargs):
+            _turned_off(f"autocast(device_type={self.device!r})", self.device)
         if R().config.get("force_policy") == "float32":
             R().policy_set = "float32"
             if self._enabled:
@@ -136,11 +156,70 @@ def wrap_autocast_init(original):
     return __init__
 
 
+_op_modes: dict = {}  # the dispatch mode class, made once torch is imported
+SKIPPED_OPS = ("detach", "lift_fresh", "_unsafe_view")  # bookkeeping, not computation
+
+
+def _op_mode_class():
+    """A ``TorchDispatchMode`` counting (aten op, output dtype) for the ops below autocast: it sees
+    each op after autocast has cast its inputs, and autocast's casts themselves (``_to_copy``)."""
+    if "cls" not in _op_modes:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        class AutocastOps(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.counts: Counter = Counter()
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = func.overloadpacket.__name__
+                first = out[0] if isinstance(out, (tuple, list)) and out else out
+                dtype = getattr(first, "dtype", None)
+                computed = not func.is_view and name not in SKIPPED_OPS and dtype is not None and dtype.is_floating_point
+                # factories (randn, zeros) take no tensor: autocast does not apply to them
+                if computed and any(isinstance(a, torch.Tensor) for a in tree_leaves((args, kwargs))):
+                    self.counts[(name, str(dtype).replace("torch.", ""))] += 1
+                return out
+
+        _op_modes["cls"] = AutocastOps
+    return _op_modes["cls"]
+
+
+def wrap_autocast_enter(original):
+    def __enter__(self):
+        result = original(self)
+        if self._enabled and R().config.get("force_policy") != "float32":
+            mode = _op_mode_class()()
+            mode.__enter__()
+            self.__dict__.setdefault("_mplint_op_modes", []).append(mode)
+        return result
+
+    return __enter__
+
+
+def wrap_autocast_exit(original):
+    def __exit__(self, *exc):
+        modes = self.__dict__.get("_mplint_op_modes")
+        if modes:
+            mode = modes.pop()
+            mode.__exit__(None, None, None)
+            R().autocast_region(mode.counts)
+        return original(self, *exc)
+
+    return __exit__
+
+
 def wrap_scaler_init(original):
     def __init__(self, *args, **kwargs):
         if R().config.get("force_policy") == "float32":
             kwargs["enabled"] = False
         original(self, *args, **kwargs)
+        if not self._enabled and _requested(original, self, args, kwargs):
+            device = getattr(self, "_device", "cuda")
+            _turned_off(f"GradScaler({device!r})", device)
 
     return __init__
 
@@ -174,6 +253,8 @@ def install_torch(torch) -> None:
     scaler_cls.scale = wrap_scaler_scale(scaler_cls.scale)
     scaler_cls.__init__ = wrap_scaler_init(scaler_cls.__init__)
     torch.autocast.__init__ = wrap_autocast_init(torch.autocast.__init__)
+    torch.autocast.__enter__ = wrap_autocast_enter(torch.autocast.__enter__)
+    torch.autocast.__exit__ = wrap_autocast_exit(torch.autocast.__exit__)
     for name in ("load", "load_state_dict_from_url", "download_url_to_file"):
         patch_function("torch.hub", name, blocked_download(f"torch.hub.{name}"), "torch")
 
