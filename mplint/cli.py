@@ -351,6 +351,18 @@ def rules_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
+def proofs_markdown() -> str:
+    """Each safe fix and the executed tests that prove it (the README's list is this text)."""
+    from mplint.catalog import load_catalog
+    from mplint.diagnostics import FixSafety
+
+    rows = []
+    for meta in load_catalog().values():
+        if meta.fix_safety is FixSafety.SAFE:
+            rows.append(f"- {meta.id}: " + ", ".join(f"`{proof}`" for proof in meta.proof))
+    return "\n".join(rows) + "\n"
+
+
 def _run_rules(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table

@@ -31,6 +31,15 @@ def test_readme_rule_table_matches_the_catalog():
     assert table == rules_markdown()
 
 
+def test_readme_lists_the_proof_of_every_safe_fix():
+    from mplint.cli import proofs_markdown
+
+    readme = (REPO / "README.md").read_text()
+    listed = readme.split("<!-- proofs:start -->\n", 1)[1].split("<!-- proofs:end -->", 1)[0]
+    assert listed == proofs_markdown()
+    assert "- MPT204: `tests/test_torch_executed.py::test_a_clip_before_unscale" in listed
+
+
 def test_readme_quick_start_commands_are_what_ci_runs():
     readme = (REPO / "README.md").read_text()
     commands = re.findall(r"```bash\n(.+?)\n```", readme.split("## Quick start", 1)[1].split("##", 1)[0])
