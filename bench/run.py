@@ -285,6 +285,8 @@ def main() -> None:
     parser.add_argument("--no-peers", action="store_true", help="skip fixit and ruff")
     parser.add_argument("--base-files", type=int, default=250, help="synthetic corpus size at 1x")
     parser.add_argument("--corpora", default="keras_src,synthetic,timm", help="comma-separated: keras_src, synthetic, timm")
+    parser.add_argument("--repo", type=Path, action="append", default=[],
+                        help="a whole repository to add rows for (copied first; repeatable), with its peers in the same run")
     args = parser.parse_args()
     corpora = set(args.corpora.split(","))
     everything = corpora >= {"keras_src", "synthetic", "timm"}
@@ -304,6 +306,10 @@ def main() -> None:
                                  keras, repeats) for j in (1, 2)]
         if "timm" in corpora:
             rows += bench_corpus("timm", copy_timm(root), repeats, not args.no_peers, None)
+        for repo in args.repo:  # copied: the runs write a cache and a --fix copy beside it
+            copy = root / "repos" / repo.resolve().name
+            shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git", ".mplint_cache"))
+            rows += bench_corpus(repo.resolve().name, copy, repeats, not args.no_peers, None)
         for scale in scales if "synthetic" in corpora else ():
             folder = synthetic(root, args.base_files * scale)
             corpus_rows = bench_corpus(f"synthetic {scale}x", folder, repeats, scale == 1 and not args.no_peers, None)

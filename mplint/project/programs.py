@@ -204,8 +204,7 @@ class ProjectModel:
 
     def _edges(self, module: Module, entry: Module, every: bool = False, asked: frozenset[str] | None = None):
         """The imports of ``module`` whose bound names are used (or asked for), resolved."""
-        asked = asked or frozenset()
-        wanted = module.uses | asked
+        wanted = module.uses | asked if asked else module.uses  # no copy of a large set per edge walked
         for index, record in enumerate(module.facts.imports):
             used = every or record.bound == "*" or record.bound in wanted
             if not used and module.is_package:
@@ -279,7 +278,6 @@ class ProjectModel:
                 asked[target] = (before or frozenset()) | wanted
                 program.parents.setdefault(target, module)
                 queue.append((target, wanted if before is None else wanted - before))
-        uses = frozenset().union(*(m.uses for m in program.parents))
         testing = _is_test_module(entry.path)
         program.keras_imports = frozenset().union(*(m.facts.keras_imports for m in program.parents))
         program.legacy_keras_env = any(m.facts.legacy_keras_env for m in program.parents)
@@ -293,7 +291,8 @@ class ProjectModel:
                 if site.function and testing:
                     continue  # set inside a test: it governs that test alone, whose models nobody trains
                 function = site.function.rsplit(".", 1)[-1]
-                if module is entry or not site.function or function in uses:
+                # the union of the reached modules' uses is large (hundreds of modules): asked of them only here
+                if module is entry or not site.function or any(function in m.uses for m in program.parents):
                     program.sites.append(site)
         return program
 
