@@ -10,7 +10,9 @@ import pytest
 
 from conftest import write_files
 
+from mplint.analysis.keras_guards import MODULE_FEATURES
 from mplint.cli import main
+from mplint.knowledge.api_versions import G1, K2, K2_EARLY, K3, eras_label, eras_of
 
 ARMS = """\
 import tensorflow as tf
@@ -56,6 +58,29 @@ def test_each_arm_has_its_range(tmp_path, capsys, test, lines):
                            "train.py": ARMS.format(test=test)})
     code, found = _run(capsys, "--select", "MP502", str(tmp_path))
     assert (code, [(rule, line) for rule, line, _, _ in found]) == (1 if lines else 0, [("MP502", n) for n in lines])
+
+
+IF_EXPRESSION = """\
+def scaled(opt, loss):
+    return opt.get_scaled_loss(loss) if {test} else opt.get_scaled_loss(loss)
+"""
+
+
+@pytest.mark.parametrize("test, arms", [
+    ('hasattr(opt, "get_scaled_loss")', ["else"]),
+    ('hasattr(tf.keras.mixed_precision, "LossScaleOptimizer")', ["body"]),
+    ('hasattr(opt, "apply_gradients")', []),  # unknown: silent
+    ("use_scaling", ["body", "else"]),  # no version test
+])
+def test_conditional_expression_arms(tmp_path, capsys, test, arms):
+    source = IF_EXPRESSION.format(test=test)
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "tensorflow>=2.4\n", "train.py": source})
+    line = source.splitlines()[1]
+    columns = {"body": line.index("get_scaled_loss") + 1, "else": line.rindex("get_scaled_loss") + 1}
+    capsys.readouterr()
+    main(["--format", "json", "--no-cache", "--select", "MP502", str(tmp_path)])
+    found = [(d["start"]["line"], d["start"]["column"]) for d in json.loads(capsys.readouterr().out)["diagnostics"]]
+    assert found == [(2, columns[arm]) for arm in arms]
 
 
 GUARDED_LSO = """\
@@ -158,3 +183,23 @@ def test_mp501_fires_only_in_arms_that_run_past_tf_2_8(tmp_path, capsys):
     assert main(["--no-cache", "--fix", "--select", "MP501", str(tmp_path)]) == 0
     assert (tmp_path / "train.py").read_text() == EXPERIMENTAL_GUARDED.replace(
         "policy = tf.keras.mixed_precision.experimental.Policy", "policy = tf.keras.mixed_precision.Policy")
+
+
+@pytest.mark.parametrize("module, name", [(module, name) for module, names in MODULE_FEATURES.items() for name in names])
+def test_feature_table_matches_the_installed_keras_2_and_3(module, name):
+    """The newest end of each feature-test row: tf_keras is Keras 2 on TF >= 2.9, keras is Keras 3."""
+    import importlib
+
+    for era, package in ((K2, "tf_keras"), (K3, "keras")):
+        pytest.importorskip(package)
+        try:
+            owner = importlib.import_module(f"{package}.{module}")
+        except ImportError:
+            owner = None
+        assert (owner is not None and hasattr(owner, name), package) == (era in MODULE_FEATURES[module][name], package)
+
+
+def test_eras_label_merges_keras_2():
+    assert eras_label({K2_EARLY, K2, K3}) == "Keras 2 or Keras 3"
+    assert eras_label({G1, K2_EARLY}) == "G1 (TF 2.1-2.3) or Keras 2 (TF 2.4-2.8)"
+    assert eras_of({2, 3}, "2.8") == {K2_EARLY, K3}

@@ -4,7 +4,7 @@
 on Keras 2 only (false also where ``opt`` is no LossScaleOptimizer), ``hasattr(keras.optimizers,
 "LossScaleOptimizer")`` on Keras 3 only; ``try: from keras.optimizers import LossScaleOptimizer`` runs the rest of its
 body on Keras 3 and its ``except ImportError`` fallback elsewhere; ``tf.__version__``/``keras.__version__`` comparisons
-are read too. ``not``/``and``/``or`` combine them. A test of any other shape that looks like a version test (the
+are read too, in ``if`` statements and conditional expressions. ``not``/``and``/``or`` combine them. A test of any other shape that looks like a version test (the
 engine's ``in_compatibility_branch``) leaves its arms unknown: the rules stay silent there.
 """
 
@@ -23,7 +23,7 @@ from mplint.knowledge.api_versions import ERAS, G1, K2, K2_EARLY, K3, KERAS, LOS
 ALL = frozenset(ERAS)
 _KERAS_ROOTS = ("tensorflow.keras.", "tensorflow.python.keras.", "keras.")
 # owner module (below the Keras root) -> name -> the eras that have it
-_MODULE_NAMES = {
+MODULE_FEATURES = {
     "mixed_precision": {"experimental": keras_eras("mixed_precision.experimental.LossScaleOptimizer"),
                         "LossScaleOptimizer": keras_eras("mixed_precision.LossScaleOptimizer") - {G1},
                         "set_global_policy": keras_eras("mixed_precision.set_global_policy") - {G1}},
@@ -50,7 +50,7 @@ def keras_branch(context, node: cst.CSTNode) -> Branch | None:
     child = node
     for ancestor in context.ancestors(node):
         arm = None
-        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
             text = context.module.code_for_node(ancestor.test)
             if not any(word in text for word in VERSION_WORDS):
                 child = ancestor
@@ -134,7 +134,7 @@ def _hasattr(context, owner: cst.BaseExpression, name: cst.BaseExpression) -> Ar
     attr = name.evaluated_value
     module = _keras_module(context, owner)
     if module is not None:
-        eras = _MODULE_NAMES.get(module, {}).get(attr)
+        eras = MODULE_FEATURES.get(module, {}).get(attr)
         return (eras, ALL - eras) if eras is not None else (None, None)
     if attr in LOSS_SCALE_OPTIMIZER and attr in KERAS:
         return keras_eras(attr), ALL  # false too wherever the object is no LossScaleOptimizer
@@ -165,7 +165,7 @@ def _imported_eras(module: str, name: str) -> frozenset[str] | None:
     module = module.replace("tf.keras", "tensorflow.keras", 1)
     for root in _KERAS_ROOTS:
         if f"{module}.".startswith(root):
-            return _MODULE_NAMES.get(f"{module}."[len(root):].rstrip("."), {}).get(name)
+            return MODULE_FEATURES.get(f"{module}."[len(root):].rstrip("."), {}).get(name)
     return None
 
 
