@@ -72,6 +72,7 @@ class Finding:
     fix: Fix | None = None
     severity: "Severity | None" = None  # None: the catalog's; a rule lowers it where the target makes it so
     related: tuple[Related, ...] = ()  # "" as path: the finding's own file
+    guards_read: bool = False  # the rule judged the version guards around it itself (no blanket silence there)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from libcst.helpers import get_full_name_for_node
 
 from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword, keyword_arg
+from mplint.analysis.keras_guards import guarded_target
 from mplint.analysis.loss_scale_api import (
     POLICY,
     loss_scale_class,
@@ -30,6 +31,7 @@ from mplint.analysis.loss_scale_api import (
 from mplint.diagnostics import FixSafety, Fix, ImportSpec, Severity
 from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
+from mplint.knowledge.api_versions import G1, K2, K3
 
 # Experimental names and their non-experimental twins (present in Keras 2 and Keras 3).
 _TWINS = {"Policy": "Policy", "set_policy": "set_global_policy", "global_policy": "global_policy",
@@ -72,7 +74,7 @@ class ExperimentalMixedPrecisionApi(Rule):
         super().__init__(context)
         self.items: list[_Item] = []
         self.handled: set[int] = set()  # loss-scale objects already covered by their consumer's finding
-        gen = context.facts.generation
+        self.generation = gen = context.facts.generation
         self.gen = gen.value
         self.target = f"target {gen.label}, from {gen.source}"
         # TF 2.4-2.8 still ship the experimental module (deprecated); 2.9 removed it.
@@ -348,16 +350,30 @@ class ExperimentalMixedPrecisionApi(Rule):
         self.items.append(_Item(node, message, replacements, namespace=True))
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        waiting = any(item.replacements is None and item.blocks and not item.namespace for item in self.items)
-        for item in self.items:
+        # a guarded arm is silent where it never runs past TF 2.8 (an arm written for the experimental API)
+        judged = [(item, guarded_target(self.context, item.node, self.generation, frozenset({K2, K3})))
+                  for item in self.items]
+        judged = [(item, guard) for item, guard in judged if guard is not False]
+        waiting = any(item.replacements is None and item.blocks and not item.namespace for item, _ in judged)
+        for item, guard in judged:
             fix = item.replacements
             message = item.message
             if item.namespace and waiting and fix is not None:
                 fix = None
                 message += "; fixed once the loss-scale findings in this file are settled by hand"
-            self.report(item.node, f"{message} ({self.target})",
-                        Fix(fix, self.safety, imports=item.imports) if fix else None,
-                        Severity.WARNING if self.deprecated_only else None)
+            target, safety, deprecated = self._target(guard)
+            self.report(item.node, f"{message} ({target})", Fix(fix, safety, imports=item.imports) if fix else None,
+                        Severity.WARNING if deprecated else None)
+            self.findings[-1].guards_read = guard is not None
+
+    def _target(self, guard) -> tuple[str, FixSafety, bool]:
+        """The target a finding is for, its fix's safety, and whether the API is only deprecated there: the
+        program's, or inside a version guard the arm's own (the fix writes the TF >= 2.4 names)."""
+        if guard is None:
+            return self.target, self.safety, self.deprecated_only
+        if G1 in guard.eras:
+            return f"{guard.label}; the fix holds on Keras 2 or Keras 3 only", FixSafety.UNSAFE, False
+        return guard.label, FixSafety.SAFE, False
 
 
 def _rename_note(replacements: dict) -> str:

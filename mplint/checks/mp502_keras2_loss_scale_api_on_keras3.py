@@ -15,6 +15,7 @@ import libcst as cst
 
 from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword
+from mplint.analysis.keras_guards import guarded_target
 from mplint.analysis.loss_scale_api import (
     LossScaleOptimizerNames,
     loss_scale_optimizer_call,
@@ -22,6 +23,7 @@ from mplint.analysis.loss_scale_api import (
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
+from mplint.knowledge.api_versions import K3
 
 _METHODS = {"get_scaled_loss", "get_unscaled_gradients"}
 _ATTRIBUTES = {"loss_scale": "dynamic_scale", "dynamic_counter": "step_counter"}
@@ -42,7 +44,7 @@ class Keras2LossScaleApiOnKeras3(Rule):
 
     def __init__(self, context):
         super().__init__(context)
-        gen = context.facts.generation
+        self.gen = gen = context.facts.generation
         self.target = f"target {gen.label}, from {gen.source}"
         # Where the range admits Keras 2 too, the Keras 2 API is right there: the Keras 3 rewrite holds on part of it.
         self.safety = FixSafety.SAFE if gen.low == 3 else FixSafety.UNSAFE
@@ -50,6 +52,22 @@ class Keras2LossScaleApiOnKeras3(Rule):
             self.target += "; the fix holds on Keras 3 only: set the target or pin TensorFlow >= 2.16 to make it safe"
         self._own_methods: set[str] | None = None
         self._bound: dict | None = None
+
+    def report(self, node, message, fix=None, severity=None, related=()) -> None:
+        """Inside a version guard the arm's own range decides: silent where it never runs on Keras 3 (or the guard
+        is unknown), and the fix is safe only where the arm runs on Keras 3 alone."""
+        guard = guarded_target(self.context, node, self.gen, frozenset({K3}))
+        if guard is False:
+            return
+        if guard is not None:
+            target = guard.label
+            if fix is not None:
+                fix.safety = FixSafety.SAFE if guard.eras == {K3} else FixSafety.UNSAFE
+                if guard.eras != {K3}:
+                    target += "; the fix holds on Keras 3 only"
+            message = message.replace(f"({self.target})", f"({target})")
+        super().report(node, message, fix, severity, related)
+        self.findings[-1].guards_read = guard is not None
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         name = node.attr.value

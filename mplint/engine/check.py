@@ -235,8 +235,8 @@ def _frame_path(frame: traceback.FrameSummary) -> str:
     return os.path.relpath(filename, os.path.dirname(package)) if filename.startswith(package + os.sep) else frame.filename
 
 
-_VERSION_WORDS = ("__version__", "version.parse", "LooseVersion", "StrictVersion", "parse_version", "VERSION", "hasattr(")
-_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"})
+VERSION_WORDS = ("__version__", "version.parse", "LooseVersion", "StrictVersion", "parse_version", "VERSION", "hasattr(")
+IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"})
 
 
 def in_compatibility_branch(context: FileContext, node: cst.CSTNode) -> bool:
@@ -248,7 +248,7 @@ def in_compatibility_branch(context: FileContext, node: cst.CSTNode) -> bool:
         if isinstance(ancestor, cst.If):
             # either arm of a version or feature test runs only where its API exists
             test = context.module.code_for_node(ancestor.test)
-            if child is not ancestor.test and any(word in test for word in _VERSION_WORDS):
+            if child is not ancestor.test and any(word in test for word in VERSION_WORDS):
                 return True
         elif isinstance(ancestor, cst.Try):
             catches = {
@@ -256,7 +256,7 @@ def in_compatibility_branch(context: FileContext, node: cst.CSTNode) -> bool:
                 for n in ([h.type] if not isinstance(h.type, cst.Tuple) else [e.value for e in h.type.elements])
                 if isinstance(n, cst.Name)
             } | ({"Exception"} if any(h.type is None for h in ancestor.handlers) else set())
-            if catches & _IMPORT_ERRORS and (child is ancestor.body and ancestor.handlers or child in ancestor.handlers):
+            if catches & IMPORT_ERRORS and (child is ancestor.body and ancestor.handlers or child in ancestor.handlers):
                 return True
         child = ancestor
     return False
@@ -301,7 +301,7 @@ class _Run:
                 line = self.context.position(finding.node).start.line
                 if suppressions.suppressed(visitor.meta, line) or self.expected_to_raise(finding.node):
                     continue
-                if visitor.silent_in_compatibility_branches and in_compatibility_branch(self.context, finding.node):
+                if visitor.silent_in_compatibility_branches and not finding.guards_read and in_compatibility_branch(self.context, finding.node):
                     continue
                 self.findings.append(finding)
         self.findings.sort(key=lambda f: self.span(f.node))

@@ -38,7 +38,8 @@ class Rule:
     summary_triggers: ClassVar[tuple[str, ...]] = ()
     #: Filled from the catalog when the rule is registered.
     meta: ClassVar["RuleMeta"]
-    #: API-generation rules: silent in one arm of a version gate whose other arm has code (a compatibility shim).
+    #: API-generation rules: silent in the arms of a version gate (a compatibility shim), except for findings the
+    #: rule marks ``guards_read`` after judging the arm's own range itself.
     silent_in_compatibility_branches: ClassVar[bool] = False
 
     def __init__(self, context: "FileContext") -> None:

@@ -1,0 +1,193 @@
+"""Keras version guards: the eras (``api_versions.ERAS``) an arm of a feature or version test runs in.
+
+``hasattr(tf.keras.mixed_precision, "experimental")`` is true on TF 2.1-2.8 only, ``hasattr(opt, "get_scaled_loss")``
+on Keras 2 only (false also where ``opt`` is no LossScaleOptimizer), ``hasattr(keras.optimizers,
+"LossScaleOptimizer")`` on Keras 3 only; ``try: from keras.optimizers import LossScaleOptimizer`` runs the rest of its
+body on Keras 3 and its ``except ImportError`` fallback elsewhere; ``tf.__version__``/``keras.__version__`` comparisons
+are read too, in ``if`` statements and conditional expressions. ``not``/``and``/``or`` combine them. A test of any other shape that looks like a version test (the
+engine's ``in_compatibility_branch``) leaves its arms unknown: the rules stay silent there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+from packaging.version import Version
+
+from mplint.analysis.version_guards import guard_arms
+from mplint.engine.check import IMPORT_ERRORS, VERSION_WORDS
+from mplint.engine.names import dotted
+from mplint.knowledge.api_versions import ERAS, G1, K2, K2_EARLY, K3, KERAS, LOSS_SCALE_OPTIMIZER, keras_eras
+
+ALL = frozenset(ERAS)
+_KERAS_ROOTS = ("tensorflow.keras.", "tensorflow.python.keras.", "keras.")
+# owner module (below the Keras root) -> name -> the eras that have it
+MODULE_FEATURES = {
+    "mixed_precision": {"experimental": keras_eras("mixed_precision.experimental.LossScaleOptimizer"),
+                        "LossScaleOptimizer": keras_eras("mixed_precision.LossScaleOptimizer") - {G1},
+                        "set_global_policy": keras_eras("mixed_precision.set_global_policy") - {G1}},
+    "mixed_precision.experimental": {n: keras_eras(f"mixed_precision.experimental.{n}")
+                                     for n in ("LossScaleOptimizer", "set_policy")},
+    "optimizers": {"LossScaleOptimizer": keras_eras("optimizers.LossScaleOptimizer")},
+}
+# the first TF/Keras version of each era, and the last one probed
+_TF_PROBES = {G1: ("2.1", "2.3"), K2_EARLY: ("2.4", "2.8"), K2: ("2.9", "2.15"), K3: ("2.16", "2.99")}
+_KERAS_PROBES = {G1: ("2.3", "2.3"), K2_EARLY: ("2.4", "2.8"), K2: ("2.9", "2.15"), K3: ("3.0", "3.99")}
+
+Arms = tuple[frozenset[str] | None, frozenset[str] | None]  # where true, where false; None: unknown
+
+
+@dataclass(frozen=True)
+class Branch:
+    eras: frozenset[str] | None  # None: some guard around the code has an unknown range
+    tests: tuple[str, ...]  # the guards read, outermost first ("`hasattr(opt, "get_scaled_loss")` (line 4)")
+
+
+def keras_branch(context, node: cst.CSTNode) -> Branch | None:
+    """The eras the guards around ``node`` let it run in; None when no version guard surrounds it."""
+    eras, tests, guarded = ALL, [], False
+    child = node
+    for ancestor in context.ancestors(node):
+        arm = None
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            text = context.module.code_for_node(ancestor.test)
+            if not any(word in text for word in VERSION_WORDS):
+                child = ancestor
+                continue  # no version test: a plain condition
+            true, false = _arms(context, ancestor.test)
+            arm = true if child is ancestor.body else false
+        elif isinstance(ancestor, cst.Try) and (child is ancestor.body and ancestor.handlers or child in ancestor.handlers):
+            if not _catches_import_errors(ancestor):
+                child = ancestor
+                continue
+            text = "try: import ... except ImportError"
+            true, false = _import_arms(context, ancestor)
+            arm = true if child is ancestor.body else false
+        else:
+            child = ancestor
+            continue
+        guarded = True
+        if arm is None:
+            return Branch(None, ())
+        eras &= arm
+        tests.insert(0, f"`{text}` (line {context.position(ancestor).start.line})")
+        child = ancestor
+    return Branch(eras, tuple(tests)) if guarded else None
+
+
+def _catches_import_errors(node: cst.Try) -> bool:
+    caught = set()
+    for handler in node.handlers:
+        types = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+        caught |= {dotted(t) or "" if t is not None else "Exception" for t in types}
+    return bool(caught & IMPORT_ERRORS)
+
+
+def _arms(context, test: cst.BaseExpression) -> Arms:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        true, false = _arms(context, test.expression)
+        return false, true
+    if isinstance(test, cst.BooleanOperation):
+        left, right = _arms(context, test.left), _arms(context, test.right)
+        if isinstance(test.operator, cst.And):  # true where both are, false where either is
+            return _meet(left[0], right[0]), _join(left[1], right[1])
+        return _join(left[0], right[0]), _meet(left[1], right[1])
+    if isinstance(test, cst.Call) and dotted(test.func) == "hasattr" and len(test.args) == 2:
+        return _hasattr(context, test.args[0].value, test.args[1].value)
+    text = context.module.code_for_node(test)
+    for package, probes in (("tf", _TF_PROBES), ("tensorflow", _TF_PROBES), ("keras", _KERAS_PROBES)):
+        true, false = guard_arms(text, package)
+        if true is not None:
+            return _probe(true, probes), _probe(false, probes)
+    if any(word in text for word in VERSION_WORDS):
+        return None, None
+    return ALL, ALL  # a plain condition: no version meaning
+
+
+def _meet(a, b):
+    return None if a is None or b is None else a & b
+
+
+def _join(a, b):
+    return None if a is None or b is None else a | b
+
+
+def _probe(specifier, probes) -> frozenset[str]:
+    return frozenset(e for e, (first, last) in probes.items()
+                     if specifier.contains(Version(first), prereleases=True) or specifier.contains(Version(last), prereleases=True))
+
+
+def _keras_module(context, node: cst.BaseExpression) -> str | None:
+    """The Keras module ``node`` names, below its root (``mixed_precision`` for ``tf.keras.mixed_precision``)."""
+    for name in context.names.qualified(node) | {dotted(node) or ""}:
+        name = name.replace("tf.keras.", "tensorflow.keras.", 1) if name.startswith("tf.keras.") else name
+        for root in _KERAS_ROOTS:
+            if name.startswith(root):
+                return name[len(root):]
+    return None
+
+
+def _hasattr(context, owner: cst.BaseExpression, name: cst.BaseExpression) -> Arms:
+    if not isinstance(name, cst.SimpleString):
+        return None, None
+    attr = name.evaluated_value
+    module = _keras_module(context, owner)
+    if module is not None:
+        eras = MODULE_FEATURES.get(module, {}).get(attr)
+        return (eras, ALL - eras) if eras is not None else (None, None)
+    if attr in LOSS_SCALE_OPTIMIZER and attr in KERAS:
+        return keras_eras(attr), ALL  # false too wherever the object is no LossScaleOptimizer
+    return None, None
+
+
+def _import_arms(context, node: cst.Try) -> Arms:
+    """The body gets past its imports where every imported name exists; the handlers run where one does not."""
+    found = []
+    for statement in node.body.body:
+        for small in getattr(statement, "body", ()):
+            if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
+                    and not isinstance(small.names, cst.ImportStar):
+                module = dotted(small.module) or ""
+                for alias in small.names:
+                    found.append(_imported_eras(module, dotted(alias.name) or ""))
+            elif isinstance(small, cst.Import):
+                found += [_imported_eras(*(dotted(a.name) or "").rsplit(".", 1)) for a in small.names if "." in (dotted(a.name) or "")]
+    if not found or any(eras is None for eras in found):
+        return None, None
+    body = ALL
+    for eras in found:
+        body &= eras
+    return body, ALL - body
+
+
+def _imported_eras(module: str, name: str) -> frozenset[str] | None:
+    module = module.replace("tf.keras", "tensorflow.keras", 1)
+    for root in _KERAS_ROOTS:
+        if f"{module}.".startswith(root):
+            return MODULE_FEATURES.get(f"{module}."[len(root):].rstrip("."), {}).get(name)
+    return None
+
+
+@dataclass(frozen=True)
+class GuardedTarget:
+    eras: frozenset[str]  # the eras of the program's range this arm runs in
+    label: str  # "target Keras 3: the arm of `...` (line 4) within Keras 2 or Keras 3, from ..."
+
+
+def guarded_target(context, node: cst.CSTNode, generation, wrong: frozenset[str]) -> GuardedTarget | bool | None:
+    """For a rule whose finding is right in the eras ``wrong``: None when no guard surrounds ``node`` (the program's
+    target decides), False when the arm never runs where the code is wrong or its guards are unknown (silent),
+    else the arm's own target."""
+    from mplint.knowledge.api_versions import eras_label, eras_of
+
+    branch = keras_branch(context, node)
+    if branch is None:
+        return None
+    if branch.eras is None:
+        return False
+    eras = branch.eras & eras_of(range(generation.low, generation.value + 1), generation.tf_newest or None)
+    if not eras & wrong:
+        return False
+    within = " and ".join(f"the arm of {t}" for t in branch.tests)
+    return GuardedTarget(eras, f"target {eras_label(eras)}: {within}, within {generation.label} from {generation.source}")
