@@ -194,16 +194,62 @@ def test_positions_match_libcsts_position_provider():
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from mplint.engine.context import positions
+    from mplint.engine.lazy_positions import whole_module
 
     sources = sorted((Path(__file__).parent.parent / "fixtures").rglob("*.py"))
     assert sources
     for path in sources:
         wrapper = MetadataWrapper(cst.parse_module(path.read_bytes()))
         expected = wrapper.resolve(PositionProvider)
-        found = positions(wrapper)
+        found = whole_module(wrapper)
         assert len(found) == len(expected) > 0
         assert all(found[node] == expected[node] for node in expected), path
+
+
+def _lazy_positions(source: bytes):
+    import ast
+
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper
+
+    from mplint.engine.lazy_positions import LazyPositions, statement_starts, whole_module
+    from mplint.engine.walk import descendants
+
+    module = cst.parse_module(source)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    parents = {id(node): parent for node, parent, _ in descendants(module) if parent is not None}
+    text = source.decode(module.encoding).lstrip("\ufeff")
+    tree = compile(source, "x.py", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    lazy = LazyPositions(wrapper, lambda: text, statement_starts(tree), lambda n: parents.get(id(n)))
+    nodes = [node for node, _, _ in descendants(module) if node is not module]
+    return lazy, whole_module(wrapper), nodes
+
+
+@pytest.mark.parametrize("source, per_statement", [
+    (b"# header\n\nimport keras\n\n\ndef f(x):\n    return keras.layers.Dense(3)(x)\n    # kept by the block\n# dedented\ny = f(1)\n", True),
+    (b"a = 1; b = (\n  2)\nc = \\\n  3\n\n\n", True),
+    (b'x = 1\r\ny = (\r\n 2)\r\n\r\ndef f():\r\n    return """a\r\nb"""\r\n', True),
+    (b"\xef\xbb\xbfx = 1\nif x:\n    y = 2\nelse:\n\ty = 3\n", True),
+    (b"# c\n\n@ (deco)  # x\n\n@other\nclass A:\n    x = 1\n\ny = 2", True),  # no final newline
+    (b"@(\n  deco\n)\ndef f():\n    pass\n", False),  # the decorator's expression starts a line below its "@"
+    (b"x = 1\n\\\n\ny = 2\n", False),  # a continued blank line
+])
+def test_lazy_positions_are_libcsts_for_every_node(source, per_statement):
+    """Positions computed per top-level statement equal PositionProvider's for the whole module; where a
+    statement's first line cannot be told from CPython's tree, the whole module's are used."""
+    lazy, whole, nodes = _lazy_positions(source)
+    assert nodes
+    assert [lazy[node] for node in nodes] == [whole[node] for node in nodes]
+    assert (lazy._whole is None) is per_statement
+
+
+def test_lazy_positions_place_only_the_statements_asked_about():
+    source = b"import keras\n\n" + b"".join(b"def f%d(x):\n    return keras.layers.Dense(%d)(x)\n\n" % (i, i) for i in range(20))
+    lazy, whole, nodes = _lazy_positions(source)
+    last_call = [n for n in nodes if type(n).__name__ == "Call"][-1]
+    assert lazy[last_call] == whole[last_call]
+    assert (lazy[last_call].start.line, lazy[last_call].start.column) == (61, 11)
+    assert len(lazy._done) == 1 and lazy._whole is None
 
 
 def test_rules_are_not_libcst_visitors_and_say_so():

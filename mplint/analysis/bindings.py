@@ -24,7 +24,11 @@ from mplint.engine.context import FileContext
 from mplint.engine.walk import children
 
 _UNSURE_USES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.ClassDef)
-_UNSURE_BINDINGS = (cst.Match,)
+_UNSURE_BINDINGS = frozenset({cst.Match})
+_BINDING_KINDS = _UNSURE_BINDINGS | {
+    cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.Del,
+    cst.For, cst.WithItem, cst.ExceptHandler, cst.Import, cst.ImportFrom,
+}
 
 
 class _Scope:
@@ -45,9 +49,11 @@ class _Scope:
             self.bind(target.value)
 
 
-def _collect(owner: cst.CSTNode) -> _Scope:
+def _collect(owner: cst.CSTNode, children_of=children) -> _Scope:
+    """The owner's bindings. Node kinds are told by exact type: libcst's node classes have no
+    subclasses, and ``isinstance`` on them goes through ``ABCMeta`` (most of this walk's cost)."""
     scope = _Scope()
-    if isinstance(owner, cst.FunctionDef):
+    if type(owner) is cst.FunctionDef:
         params = owner.params
         for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
             scope.bind(param.name, param)
@@ -60,39 +66,45 @@ def _collect(owner: cst.CSTNode) -> _Scope:
     stack: list[cst.CSTNode] = [body]
     while stack:
         node = stack.pop()
-        if isinstance(node, _UNSURE_BINDINGS):
+        kind = type(node)
+        if kind not in _BINDING_KINDS:
+            stack.extend(children_of(node))
+            continue
+        if kind in _UNSURE_BINDINGS:
             scope.unsure = True  # rare: let the ScopeProvider decide for the whole scope
             return scope
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if kind is cst.FunctionDef or kind is cst.ClassDef:
             scope.bind(node.name, node)
             # Its body is its own scope; decorators, defaults and bases are evaluated here.
-            outer = [*node.decorators, node.params] if isinstance(node, cst.FunctionDef) else [*node.decorators, *node.bases, *node.keywords]
+            outer = [*node.decorators, node.params] if kind is cst.FunctionDef else [*node.decorators, *node.bases, *node.keywords]
             stack.extend(outer)
             continue
-        if isinstance(node, cst.Lambda):
+        if kind is cst.Lambda:
             stack.append(node.params)
             continue
-        if isinstance(node, cst.Assign):
+        if kind is cst.Assign:
             for target in node.targets:
                 scope.bind(target.target)
-        elif isinstance(node, cst.AnnAssign):
+        elif kind is cst.AnnAssign:
             if node.value is None:
                 if isinstance(node.target, cst.Name):
                     scope.unsure_names.add(node.target.value)  # `x: int` declares without binding
             else:
                 scope.bind(node.target)
-        elif isinstance(node, (cst.AugAssign, cst.NamedExpr)):
+        elif kind is cst.AugAssign or kind is cst.NamedExpr:
             scope.bind(node.target)
-        elif isinstance(node, cst.Del):
+        elif kind is cst.Del:
             for target in _del_names(node.target):
                 scope.unsure_names.add(target)
-        elif isinstance(node, cst.For):  # not CompFor: comprehension targets live in their own scope
+        elif kind is cst.For:  # not CompFor: comprehension targets live in their own scope
             scope.bind(node.target)
-        elif isinstance(node, cst.WithItem) and node.asname is not None:
-            scope.bind(node.asname.name)
-        elif isinstance(node, cst.ExceptHandler) and node.name is not None:
-            scope.bind(node.name.name)
-        elif isinstance(node, (cst.Import, cst.ImportFrom)):
+        elif kind is cst.WithItem:
+            if node.asname is not None:
+                scope.bind(node.asname.name)
+        elif kind is cst.ExceptHandler:
+            if node.name is not None:
+                scope.bind(node.name.name)
+        elif kind is cst.Import or kind is cst.ImportFrom:
             if isinstance(node.names, cst.ImportStar):
                 scope.unsure = True
                 return scope
@@ -104,7 +116,7 @@ def _collect(owner: cst.CSTNode) -> _Scope:
                     while isinstance(head, cst.Attribute):
                         head = head.value
                     scope.bind(head, alias)
-        stack.extend(children(node))
+        stack.extend(children_of(node))
     return scope
 
 
@@ -119,7 +131,7 @@ def _del_names(target: cst.BaseExpression):
 def _scope(context: FileContext, owner: cst.CSTNode) -> _Scope:
     table = context.analysis(_Scopes).table
     if id(owner) not in table:
-        table[id(owner)] = _collect(owner)
+        table[id(owner)] = _collect(owner, context.children)
     return table[id(owner)]
 
 

@@ -268,17 +268,21 @@ _ALIGNED = frozenset({ALIGNED})
 _EITHER = frozenset({ALIGNED, UNALIGNED})
 
 
-def may_be_unaligned(code, expr: ast.expr, multiple: int) -> bool:
+def may_be_unaligned(code, expr: ast.expr, multiple: int, names: dict | None = None) -> bool:
     """Pre-filter: could ``evaluate_int`` find an int that is not a multiple of ``multiple`` in ``expr``?
 
     ``code`` is the file's ``CodeSummary``. A superset of ``evaluate``: every binding of a name in
     the file counts (``evaluate`` needs exactly one), and results of ``//``, ``%`` and ``**`` may be
-    anything. Sums and differences of multiples are multiples, and so is a product with one."""
-    return UNALIGNED in _int_kinds(code, expr, multiple, 0)
+    anything. Sums and differences of multiples are multiples, and so is a product with one. ``names``
+    (a dict) may be shared by the calls of one file with one ``multiple``."""
+    return UNALIGNED in _int_kinds(code, expr, multiple, 0, {} if names is None else names)
 
 
-def _int_kinds(code, expr: ast.expr, multiple: int, depth: int) -> frozenset[str]:
-    """Which of ALIGNED/UNALIGNED an int value of ``expr`` can be; empty when it is never a known int."""
+def _int_kinds(code, expr: ast.expr, multiple: int, depth: int, names: dict) -> frozenset[str]:
+    """Which of ALIGNED/UNALIGNED an int value of ``expr`` can be; empty when it is never a known int.
+
+    ``names`` memoises a name's kinds at a depth: a parameter bound in every function of a file
+    (``units``) is read as often as it is bound."""
     if depth > _MAX_DEPTH:
         return _NONE
     kind = type(expr)
@@ -288,15 +292,19 @@ def _int_kinds(code, expr: ast.expr, multiple: int, depth: int) -> frozenset[str
             return _NONE  # floats make the result a float, which no size check accepts
         return frozenset({UNALIGNED if value % multiple else ALIGNED})
     if kind is ast.Name:
-        found: frozenset[str] = _NONE
-        for value in code.simple_bindings.get(expr.id, ()):
-            found |= _int_kinds(code, value, multiple, depth + 1)
+        key = (expr.id, depth)
+        found = names.get(key)
+        if found is None:
+            found = _NONE
+            for value in code.simple_bindings.get(expr.id, ()):
+                found |= _int_kinds(code, value, multiple, depth + 1, names)
+            names[key] = found
         return found
     if kind is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
-        return _int_kinds(code, expr.operand, multiple, depth + 1)
+        return _int_kinds(code, expr.operand, multiple, depth + 1, names)
     if kind is ast.BinOp and type(expr.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Pow):
-        left = _int_kinds(code, expr.left, multiple, depth + 1)
-        right = _int_kinds(code, expr.right, multiple, depth + 1)
+        left = _int_kinds(code, expr.left, multiple, depth + 1, names)
+        right = _int_kinds(code, expr.right, multiple, depth + 1, names)
         if not left or not right:
             return _NONE
         op = type(expr.op)

@@ -166,12 +166,13 @@ def sizes_layers(code: CodeSummary, multiple: int) -> bool:
     a multiple of ``multiple`` (see ``may_be_unaligned``)."""
     if not code.calls_any(*_SIZED_LAYER_NAMES):
         return False
+    names: dict = {}  # what a name can be, shared by every size argument of the file
     for call in code.called:
         for target in code.names_of(call) & _SIZED_LAYER_NAMES:
             positions, keywords = _SIZE_ARGUMENTS[target]
             sizes = [arg for i, arg in enumerate(call.args) if i in positions]
             sizes.extend(k.value for k in call.keywords if k.arg in keywords)
-            if any(may_be_unaligned(code, size, multiple) for size in sizes):
+            if any(may_be_unaligned(code, size, multiple, names) for size in sizes):
                 return True
     return False
 

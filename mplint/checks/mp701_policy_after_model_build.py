@@ -24,7 +24,8 @@ _BUILDER = re.compile(
     r"^(build|create|make|get|load|construct|init)_?\w*?(model|net|network|encoder|decoder|classifier|backbone)s?$",
     re.IGNORECASE,
 )
-_SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
+# Told by exact type (libcst's node classes have no subclasses; isinstance on them goes through ABCMeta).
+_SCOPES = frozenset({cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda})
 
 
 @dataclass
@@ -43,20 +44,21 @@ class _ScopeCalls(cst.CSTVisitor):
         self.classes: dict[str, cst.ClassDef] = {}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, _SCOPES):
+        kind = type(node)
+        if kind in _SCOPES:
             scope = _Scope(node)
             self.scopes.append(scope)
             self.stack.append(scope)
-            if isinstance(node, cst.FunctionDef):
+            if kind is cst.FunctionDef:
                 self.functions.setdefault(node.name.value, node)
-            elif isinstance(node, cst.ClassDef):
+            elif kind is cst.ClassDef:
                 self.classes.setdefault(node.name.value, node)
-        elif isinstance(node, cst.Call):
+        elif kind is cst.Call:
             self.stack[-1].calls.append(node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, _SCOPES):
+        if type(original_node) in _SCOPES:
             self.stack.pop()
 
 
@@ -151,12 +153,16 @@ class PolicyAfterModelBuild(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         built = constructions(self.context)
-        for scope in built.scopes:
-            made = [(c, built.describe(c)) for c in scope.calls]
-            made = [(c, what) for c, what in made if what]
-            for call in scope.calls:
-                if policy_setter(self.context, call) and policy_values(self.context, call.args[0].value) & REDUCED_POLICIES:
-                    self._check(call, made)
+        setters = [[call for call in scope.calls
+                    if policy_setter(self.context, call) and policy_values(self.context, call.args[0].value) & REDUCED_POLICIES]
+                   for scope in built.scopes]
+        last = max((i for i, found in enumerate(setters) if found), default=-1)
+        # What calls create is asked in source order up to the last scope that sets a policy (``describe``
+        # memoises local builders as it meets them); scopes after it are not asked at all.
+        for scope, found in zip(built.scopes[:last + 1], setters):
+            made = [(c, what) for c in scope.calls if (what := built.describe(c))]
+            for call in found:
+                self._check(call, made)
 
     def _check(self, setter: cst.Call, made: list[tuple[cst.Call, str]]) -> None:
         start = self._start(setter)

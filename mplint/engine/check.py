@@ -24,6 +24,7 @@ from mplint.engine.code_summary import summarize
 from mplint.engine import budget
 from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
 from mplint.engine.context import FileContext
+from mplint.engine.lazy_positions import Starts, statement_starts
 from mplint.engine.names import last_name
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
 from mplint.fixes.edits import apply_fixes, choose_non_overlapping
@@ -269,12 +270,12 @@ class _Run:
     """One lint pass over one parsed module."""
 
     def __init__(self, path: str, module: cst.Module, options: CheckOptions, module_name: str, is_package: bool,
-                 source: bytes, rules: list[type[Rule]] | None = None):
+                 source: bytes, rules: list[type[Rule]] | None = None, starts: Starts | None = None):
         self.path = path
         self.options = options
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.context = FileContext(path, self.wrapper, options.facts, module_name, is_package, source,
-                                   frozenset(r.id for r in options.rules))
+                                   frozenset(r.id for r in options.rules), starts)
         self.findings: list[Finding] = []
         self.crashes: list[Diagnostic] = []
         if rules is None:
@@ -387,10 +388,11 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
             f"not fully checked: more than {budget.MAX_SYNTAX_NODES:,} syntax nodes (the per-file budget, about "
             "300 MB); its imports and policies still count for the project, its own findings are not looked for")))
         return result
+    starts = statement_starts(tree)  # where libcst's statements start: positions of only those asked about
     del tree  # CPython's tree (and the summary over it) is not needed while libcst's exists
     try:
         with budget.time_limit(budget.MAX_SECONDS):
-            return _check_concrete(path, source, options, module_name, is_package, rules, result)
+            return _check_concrete(path, source, options, module_name, is_package, rules, result, starts)
     except budget.OverBudget:
         result = FileResult(path, original_source=source)
         result.diagnostics.append(_engine_diagnostic(path, OVER_BUDGET, (
@@ -399,12 +401,13 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         return result
 
 
-def _check_concrete(path, source, options, module_name, is_package, rules, result: FileResult) -> FileResult:
+def _check_concrete(path, source, options, module_name, is_package, rules, result: FileResult,
+                    starts: Starts | None = None) -> FileResult:
     module = parse_concrete(path, source)
     if isinstance(module, Diagnostic):
         result.diagnostics.append(module)
         return result
-    run = _Run(path, module, options, module_name, is_package, source, rules)
+    run = _Run(path, module, options, module_name, is_package, source, rules, starts)
     if not options.fix or not run.fixable():
         result.diagnostics = [run.diagnostic(f) for f in run.findings] + run.crashes
         return result

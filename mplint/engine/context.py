@@ -6,9 +6,10 @@ import bisect
 from typing import Callable, TypeVar
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from mplint.project.facts import ProjectFacts
+from mplint.engine.lazy_positions import LazyPositions, Starts, whole_module
 from mplint.engine.names import NameResolver
 from mplint.engine.walk import children, descendants
 
@@ -20,7 +21,7 @@ class FileContext:
     """One file under check. Metadata is resolved lazily, once, on first use."""
 
     def __init__(self, path: str, wrapper: MetadataWrapper, facts: ProjectFacts, module_name: str, is_package: bool,
-                 source: bytes | None = None, active_rules: frozenset[str] = frozenset()):
+                 source: bytes | None = None, active_rules: frozenset[str] = frozenset(), starts: Starts | None = None):
         self.path = path
         # The rules of this run: a fix may build on another rule's fix that the same --fix applies.
         self.active_rules = active_rules
@@ -33,6 +34,7 @@ class FileContext:
         self._analyses: dict[Callable, object] = {}
         self._parents = None
         self._positions = None
+        self._starts = starts  # CPython's top-level statement lines: positions per statement (``LazyPositions``)
         self._text: str | None = None
         self._summarized: dict | None = None
 
@@ -165,12 +167,8 @@ class FileContext:
 
     def position(self, node: cst.CSTNode):
         if self._positions is None:
-            self._positions = positions(self.wrapper)
+            if self._starts is None:
+                self._positions = whole_module(self.wrapper)
+            else:
+                self._positions = LazyPositions(self.wrapper, lambda: self.text, self._starts, self.parent)
         return self._positions[node]
-
-
-def positions(wrapper: MetadataWrapper):
-    """``wrapper.resolve(PositionProvider)`` at half the cost: ``resolve`` also runs a batched visit
-    of the whole tree for the batchable providers asked for, even when there are none, and this
-    provider is not batchable (its one pass is a code generation)."""
-    return PositionProvider()._gen(wrapper)
