@@ -92,11 +92,14 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
         reexports.update(module.facts.reexports)
     model = ProjectModel(modules, root, reexports)
     by_display = module_facts(model, None if configured else pins, policy, configured, published(root))
+    from mplint.project.torch_target import TorchTargets
+
+    torch = TorchTargets(pins.parsed)  # programs in one folder share its torch pins
     # The root's pins are the target of every program unless some code says otherwise (tf_keras on a TF pin)
     project_wide = configured or (pinned if all(f.generation == pinned for f in by_display.values()) else None)
     summary = ProjectSummary(
         root, len(modules),
-        [_program_record(p, by_display[p.entry.display]) for p in model.programs],
+        [_program_record(p, by_display[p.entry.display], torch) for p in model.programs],
         _target_record(project_wide) if project_wide else None,
         {p.entry.display: sorted(m.display for m in p.parents) for p in model.programs},
     )
@@ -105,14 +108,14 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
     return {m.path: by_display[m.display] for m in modules}, summary
 
 
-def _program_record(program, facts: ProjectFacts) -> dict:
+def _program_record(program, facts: ProjectFacts, torch) -> dict:
     """What ``--show-facts`` and the JSON ``projects`` block say of one program."""
     return {
         "entry": program.entry.display,
         "policies": [{"policy": s.policy, "path": s.path, "line": s.line} if s.cell is None
                      else {"policy": s.policy, "path": s.path, "cell": s.cell, "line": s.cell_line} for s in program.sites],
         "keras_generation": _target_record(facts.generation),
-        "torch": _torch_record(program),
+        "torch": _torch_record(program, torch),
         "tpu": [f"{path}:{line}" for path, line in sorted(program.tpu_sites)],
         "modules": len(program.parents),
     }
@@ -123,13 +126,11 @@ def _target_record(generation: Generation) -> dict:
     return {"value": generation.value, "oldest": generation.low, "label": generation.label, "source": generation.source}
 
 
-def _torch_record(program) -> dict | None:
+def _torch_record(program, torch) -> dict | None:
     """The torch range of a program whose modules import torch (None for the others)."""
     if not any(i.module.split(".")[0] == "torch" for m in program.parents for i in m.facts.imports):
         return None
-    from mplint.project.torch_target import torch_target
-
-    target = torch_target(program.entry.path)
+    target = torch.of(program.entry.path)
     return {"label": target.label, "source": target.source if target.pinned else "no torch pin"}
 
 

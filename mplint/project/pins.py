@@ -62,10 +62,17 @@ def _read(path: Path) -> str:
 
 
 def _requirement(spec: str) -> Requirement | None:
+    return _parsed_requirement(spec.strip())
+
+
+@cache
+def _parsed_requirement(spec: str) -> Requirement | None:
+    """One parse per distinct string: a project's pin files repeat the same lines (``-r`` includes, a
+    requirements file per sub-project). Requirements are never modified after parsing."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
-        return Requirement(spec.strip())
+        return Requirement(spec)
     except InvalidRequirement:
         return None
 
@@ -387,17 +394,25 @@ def _dockerfiles(folder: Path) -> list[Path]:
         return []
 
 
-def pin_sources(folder: Path) -> Iterable[tuple[str, list[Requirement]]]:
-    """(file name, requirements) of each pin source in ``folder``, most specific first."""
+def pin_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str, list[Requirement]]]:
+    """(file name, requirements) of each pin source in ``folder``, most specific first. ``parsed`` keeps
+    each file's requirements for the rest of a run (the same folders are asked for every program)."""
+    parsed = {} if parsed is None else parsed
+
+    def read(path: Path, reader):
+        if path not in parsed:
+            parsed[path] = reader(path)
+        return parsed[path]
+
     for path in _requirement_files(folder):
-        yield path.name if path.parent == folder else f"requirements/{path.name}", _requirements_file(path)
+        yield path.name if path.parent == folder else f"requirements/{path.name}", read(path, _requirements_file)
     for name, reader in _READERS:
         if (folder / name).is_file():
-            yield name, globals()[reader](folder / name)
+            yield name, read(folder / name, globals()[reader])
     for path in _metadata_files(folder):
-        yield path.relative_to(folder).as_posix(), _metadata(path)
+        yield path.relative_to(folder).as_posix(), read(path, _metadata)
     for path in _dockerfiles(folder):
-        image, requirements = _dockerfile(path)
+        image, requirements = read(path, _dockerfile)
         if image:
             yield f"{image} in {path.name}", requirements
 
@@ -492,8 +507,8 @@ def _evidence(req: Requirement, where: str, admits: str = "") -> str:
     return f"{where} pins {req}"
 
 
-def _folder_generation(folder: Path, root: Path) -> Generation | None:
-    for name, reqs in pin_sources(folder):
+def _folder_generation(folder: Path, root: Path, parsed: dict | None = None) -> Generation | None:
+    for name, reqs in pin_sources(folder, parsed):
         image, _, file = name.rpartition(" in ")  # "<image> in Dockerfile": the file is what lies in the folder
         where = (folder / file).relative_to(root).as_posix() if folder.is_relative_to(root) else file
         where = f"{image} in {where}" if image else where
@@ -509,6 +524,7 @@ class PinFinder:
     def __init__(self, root: Path):
         self.root = root.resolve()
         self._folders: dict[Path, Generation | None] = {}
+        self.parsed: dict[Path, object] = {}  # each pin file's requirements, shared with the torch targets of the run
 
     def target_for(self, folder: Path) -> Generation | None:
         folder = Path(folder).resolve()
@@ -518,7 +534,7 @@ class PinFinder:
                 found = self._folders[folder]
                 break
             chain.append(folder)
-            found = _folder_generation(folder, self.root)
+            found = _folder_generation(folder, self.root, self.parsed)
             if found is not None or folder == self.root or not folder.is_relative_to(self.root) or folder.parent == folder:
                 break
             folder = folder.parent

@@ -83,11 +83,14 @@ class ProjectModel:
         self._root_cache: dict[Module, list[str]] = {}
         self._resolved: dict[tuple[Module, int], list] = {}
         self._resolved_from_entry: dict[tuple[Module, int, str], list] = {}
+        self._fallbacks: dict[tuple[Module, str], bool] = {}
+        self._edge_lists: dict[tuple, list] = {}
         # packages whose __init__ extends __path__ (Keras' generated api/ folders): their search paths
         self._package_paths = {m.folder: self._search_path(m) for m in modules if m.is_package and m.facts.package_path}
         self._walked: dict[tuple[str, tuple[str, ...]], Module | None] = {}
         for module in modules:
             module.uses = frozenset(module.facts.uses)
+        self._relevant = self._relevant_names(modules)
         self.reexports = self._reexported_between_modules(reexports) if reexports else reexports
         imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
         for module in modules:
@@ -202,8 +205,39 @@ class ProjectModel:
                 return found
         return []
 
-    def _edges(self, module: Module, entry: Module, every: bool = False, asked: frozenset[str] | None = None):
-        """The imports of ``module`` whose bound names are used (or asked for), resolved."""
+    def _edges(self, module: Module, entry: Module, every: bool = False, asked: frozenset[str] | None = None) -> list:
+        """The imports of ``module`` whose bound names are used (or asked for), resolved: computed once per module,
+        names asked and, where an import falls back to it, entry point folder (every program walk asks again)."""
+        if every:
+            return list(self._edges_of(module, entry, every, asked))
+        key = (module, asked, entry.folder if entry is not module and self._falls_back(module, entry) else None)
+        found = self._edge_lists.get(key)
+        if found is None:
+            found = self._edge_lists[key] = [(target, names & self._relevant[target])
+                                             for target, names in self._edges_of(module, entry, every, asked)]
+        return found
+
+    @staticmethod
+    def _relevant_names(modules: list[Module]) -> dict[Module, frozenset[str]]:
+        """The names asked of each module that can change what a program reaches through it: the names its imports
+        bind and it does not use itself (a used import is followed whatever is asked). A package or a module with
+        a star import passes the names asked of it on: any name an import binds. Other names are dropped from the
+        names asked, so that the program walk does not carry (and compare) every name its modules use."""
+        bound = frozenset(record.bound for m in modules for record in m.facts.imports)
+        return {m: bound if m.is_package or any(r.bound == "*" for r in m.facts.imports)
+                else frozenset(r.bound for r in m.facts.imports) - m.uses for m in modules}
+
+    def _falls_back(self, module: Module, entry: Module) -> bool:
+        """Whether an import of ``module`` that the project does not resolve is found in ``entry``'s folder."""
+        key = (module, entry.folder)
+        found = self._fallbacks.get(key)
+        if found is None:
+            found = self._fallbacks[key] = any(
+                not record.level and not self._resolve(module, module, index) and self._resolve(module, entry, index)
+                for index, record in enumerate(module.facts.imports))
+        return found
+
+    def _edges_of(self, module: Module, entry: Module, every: bool = False, asked: frozenset[str] | None = None):
         wanted = module.uses | asked if asked else module.uses  # no copy of a large set per edge walked
         for index, record in enumerate(module.facts.imports):
             used = every or record.bound == "*" or record.bound in wanted

@@ -80,20 +80,36 @@ UNPINNED = TorchTarget(pinned=False)
 
 def torch_target(path: str | Path) -> TorchTarget:
     """The torch target of the file at ``path`` (relative paths count from the working folder)."""
-    try:
-        folder = Path(path).resolve().parent
-    except (OSError, RuntimeError):
-        return UNPINNED
-    return _target_of_folder(folder)
+    return TorchTargets().of(path)
 
 
-def _target_of_folder(folder: Path) -> TorchTarget:
-    pins = list(_torch_requirements(folder))
-    if pins:
-        return _target(pins)
-    if folder.parent == folder or marked_root(folder) == folder:
-        return UNPINNED
-    return _target_of_folder(folder.parent)
+class TorchTargets:
+    """``torch_target`` for the files of one run: each folder is searched once, and each pin file read once
+    (``parsed`` may be shared with the run's ``PinFinder``)."""
+
+    def __init__(self, parsed: dict | None = None):
+        self._folders: dict[Path, TorchTarget] = {}
+        self._parsed = {} if parsed is None else parsed
+
+    def of(self, path: str | Path) -> TorchTarget:
+        try:
+            folder = Path(path).resolve().parent
+        except (OSError, RuntimeError):
+            return UNPINNED
+        return self._target_of_folder(folder)
+
+    def _target_of_folder(self, folder: Path) -> TorchTarget:
+        found = self._folders.get(folder)
+        if found is None:
+            pins = list(_torch_requirements(folder, self._parsed))
+            if pins:
+                found = _target(pins)
+            elif folder.parent == folder or marked_root(folder) == folder:
+                found = UNPINNED
+            else:
+                found = self._target_of_folder(folder.parent)
+            self._folders[folder] = found
+        return found
 
 
 def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
@@ -133,7 +149,7 @@ def _mentioned(req: Requirement) -> list[Version]:
     return out
 
 
-def _torch_requirements(folder: Path) -> Iterable[tuple[Requirement, str]]:
+def _torch_requirements(folder: Path, parsed: dict | None = None) -> Iterable[tuple[Requirement, str]]:
     """Requirements on torch in ``folder``, read by the same parsers as every other pin (``pins.pin_sources``)."""
-    for where, requirements in pin_sources(folder):
+    for where, requirements in pin_sources(folder, parsed):
         yield from ((r, where) for r in requirements if r.name.lower() == "torch")
