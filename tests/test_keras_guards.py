@@ -203,3 +203,12 @@ def test_eras_label_merges_keras_2():
     assert eras_label({K2_EARLY, K2, K3}) == "Keras 2 or Keras 3"
     assert eras_label({G1, K2_EARLY}) == "G1 (TF 2.1-2.3) or Keras 2 (TF 2.4-2.8)"
     assert eras_of({2, 3}, "2.8") == {K2_EARLY, K3}
+
+
+def test_a_try_whose_body_defines_a_function_is_read_without_crashing(tmp_path, capsys):
+    """A compound statement in a try body (a ``def``) has an indented block, not small statements: no import there
+    makes the try an arm with a known range; the engine's silence in version gates stays (found by the fuzzer: the
+    rule crashed, MP002)."""
+    write_files(tmp_path, {".mplint.yaml": "keras: 3\n", "train.py": (
+        "try:\n    def reset(model):\n        model.optimizer.loss_scale = 2.0 ** 15\nexcept Exception:\n    pass\n")})
+    assert _run(capsys, "--select", "ALL", str(tmp_path)) == (0, [])

@@ -145,7 +145,7 @@ def _import_arms(context, node: cst.Try) -> Arms:
     """The body gets past its imports where every imported name exists; the handlers run where one does not."""
     found = []
     for statement in node.body.body:
-        for small in getattr(statement, "body", ()):
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
                     and not isinstance(small.names, cst.ImportStar):
                 module = dotted(small.module) or ""

@@ -140,7 +140,7 @@ def _import_arms(context, node: cst.Try, package: str) -> Arms:
         return None, None
     since = []
     for statement in node.body.body:
-        for small in getattr(statement, "body", ()):
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.ImportFrom) and small.module is not None and not isinstance(small.names, cst.ImportStar):
                 module = dotted(small.module)
                 since += [TORCH_SINCE[f"{module}.{dotted(a.name)}"] for a in small.names if f"{module}.{dotted(a.name)}" in TORCH_SINCE]
