@@ -108,7 +108,7 @@ def test_check_model_reports_outputs_alignment_and_float16_variables():
         keras.layers.Dense(12, activation="relu", name="hidden"),
         keras.layers.Dense(16, dtype="float16", name="half"),
         keras.layers.Dense(3, activation="softmax", name="probs"),
-    ])
+    ], name="sequential")  # named: Keras numbers unnamed models per process, so other tests' models would show
     found = [(f.rule_id, f.layer) for f in check_model(model)]
     assert found == [
         ("MP806", "probs"),
