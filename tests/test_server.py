@@ -207,10 +207,8 @@ async def test_configuration_change_reaches_open_files(editor: Editor, root: Pat
     assert await editor.diagnostics(uri) == []
 
 
-@session
-async def test_notebook_cells_get_their_own_diagnostics_and_fixes(editor: Editor, root: Path):
-    notebook = from_fs_path(str(root / "train.ipynb"))
-    cells = [("cell-1", "!pip install -q keras\n" + POLICY), ("cell-2", "    " + MODEL), ("cell-3", "model.fit?")]
+async def _open_notebook(editor: Editor, root: Path, notebook: str, cells: list[tuple[str, str]]):
+    """Open ``train.ipynb`` with ``cells`` ((name, text) each); the cells' URIs and the diagnostics pushed for each."""
     uris = {name: f"vscode-notebook-cell:{root}/train.ipynb#{name}" for name, _ in cells}
     editor.client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
         notebook_document=types.NotebookDocument(uri=notebook, notebook_type="jupyter-notebook", version=1, cells=[
@@ -218,9 +216,17 @@ async def test_notebook_cells_get_their_own_diagnostics_and_fixes(editor: Editor
         cell_text_documents=[types.TextDocumentItem(uri=uris[name], language_id="python", version=1, text=text)
                              for name, text in cells]))
     published = {}
-    while len(published) < 3:
+    while len(published) < len(cells):
         params = await asyncio.wait_for(editor.published.get(), TIMEOUT)
         published[params.uri] = list(params.diagnostics)
+    return uris, published
+
+
+@session
+async def test_notebook_cells_get_their_own_diagnostics_and_fixes(editor: Editor, root: Path):
+    notebook = from_fs_path(str(root / "train.ipynb"))
+    cells = [("cell-1", "!pip install -q keras\n" + POLICY), ("cell-2", "    " + MODEL), ("cell-3", "model.fit?")]
+    uris, published = await _open_notebook(editor, root, notebook, cells)
     assert published[uris["cell-1"]] == published[uris["cell-3"]] == []
     [d] = published[uris["cell-2"]]
     assert (d.code, d.range) == ("MP101", types.Range(types.Position(0, 48), types.Position(0, 86)))
@@ -326,16 +332,7 @@ async def test_notebook_fix_all_fixes_every_cell(editor: Editor, root: Path):
     notebook = from_fs_path(str(root / "train.ipynb"))
     second = MODEL.replace("model =", "other =")
     cells = [("cell-1", POLICY), ("cell-2", MODEL), ("cell-3", second)]
-    uris = {name: f"vscode-notebook-cell:{root}/train.ipynb#{name}" for name, _ in cells}
-    editor.client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
-        notebook_document=types.NotebookDocument(uri=notebook, notebook_type="jupyter-notebook", version=1, cells=[
-            types.NotebookCell(kind=types.NotebookCellKind.Code, document=uris[name]) for name, _ in cells]),
-        cell_text_documents=[types.TextDocumentItem(uri=uris[name], language_id="python", version=1, text=text)
-                             for name, text in cells]))
-    published = {}
-    while len(published) < 3:
-        params = await asyncio.wait_for(editor.published.get(), TIMEOUT)
-        published[params.uri] = list(params.diagnostics)
+    uris, published = await _open_notebook(editor, root, notebook, cells)
     assert [[d.code for d in published[uris[name]]] for name, _ in cells] == [[], ["MP101"], ["MP101"]]
     titles = [a.title for a in await editor.actions(uris["cell-2"], published[uris["cell-2"]])]
     assert titles[1:] == ["Suppress MP101 on this line (noqa)", "Fix all mplint findings"]  # no notebook-wide action unasked
