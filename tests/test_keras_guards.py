@@ -212,3 +212,102 @@ def test_a_try_whose_body_defines_a_function_is_read_without_crashing(tmp_path, 
     write_files(tmp_path, {".mplint.yaml": "keras: 3\n", "train.py": (
         "try:\n    def reset(model):\n        model.optimizer.loss_scale = 2.0 ** 15\nexcept Exception:\n    pass\n")})
     assert _run(capsys, "--select", "ALL", str(tmp_path)) == (0, [])
+
+
+EARLY_EXIT = """\
+import tensorflow as tf
+
+opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+
+
+def scaled(loss):
+    if {test}:
+        {exit}
+    return opt.get_scaled_loss(loss)
+"""
+PAST = ("`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use `scale_loss` (target "
+        "{arm}: the code past `if {test}: {keyword}` (line 7), within Keras 2 or Keras 3 (TF >= 2.4) from "
+        "requirements.txt pins tensorflow>=2.4{note})")
+
+
+@pytest.mark.parametrize("test, exit, arm, safety", [
+    # the code past the exit runs where the test is false: Keras 3 alone, so the rewrite is safe there
+    ('not hasattr(tf.keras.optimizers, "LossScaleOptimizer")', "return opt.get_scaled_loss(loss)", "Keras 3", "safe"),
+    ('version.parse(tf.__version__) < version.parse("2.16")', 'raise ImportError("Keras 3 only")', "Keras 3", "safe"),
+    ('hasattr(tf.keras.mixed_precision, "experimental")', "return loss", "Keras 2 (TF >= 2.9 or tf_keras) or Keras 3",
+     "unsafe"),
+    # ... or never on Keras 3: silent
+    ('hasattr(tf.keras.optimizers, "LossScaleOptimizer")', "return opt.scale_loss(loss)", None, None),
+    ('tf.__version__ >= "2.16"', "raise ImportError", None, None),
+])
+def test_code_past_an_early_exit_runs_in_the_false_arm(tmp_path, capsys, test, exit, arm, safety):
+    source = EARLY_EXIT.format(test=test, exit=exit)
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "tensorflow>=2.4\n", "train.py": source})
+    keyword = exit.split()[0].split("(")[0]
+    note = "; the fix holds on Keras 3 only" if safety == "unsafe" else ""
+    expected = [("MP502", 9, PAST.format(arm=arm, test=test, keyword=keyword, note=note), safety)] if arm else []
+    assert _run(capsys, "--select", "MP502", str(tmp_path)) == (1 if arm else 0, expected)
+    main(["--no-cache", "--fix", "--select", "MP502", str(tmp_path)])
+    head, _, _ = source.rpartition("get_scaled_loss")  # line 9 only: the exit's own arm is no Keras 3 code
+    fixed = f"{head}scale_loss(loss)\n"
+    assert (tmp_path / "train.py").read_text() == (fixed if safety == "safe" else source)
+
+
+EARLY_CONTINUE = """\
+import tensorflow as tf
+
+opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+
+
+def scale_all(self, losses):
+    for loss in losses:
+        if hasattr(opt, "get_scaled_loss"):
+            continue
+        if not hasattr(self, "built"):
+            return
+        opt.get_scaled_loss(loss)
+"""
+
+
+def test_early_continue_is_read_and_an_exit_of_unknown_range_is_not_a_guard(tmp_path, capsys):
+    """``hasattr(opt, "get_scaled_loss")`` is false on Keras 3 and on any optimizer that is no LossScaleOptimizer:
+    past its ``continue`` every era remains, so it narrows nothing; ``hasattr(self, "built")`` says nothing of
+    versions: the program's own target decides, as with no guard at all."""
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "tensorflow>=2.16\n", "train.py": EARLY_CONTINUE})
+    assert _run(capsys, "--select", "MP502", str(tmp_path)) == (1, [("MP502", 12, (
+        "`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use `scale_loss` (target "
+        "Keras 3 (TF >= 2.16), from requirements.txt pins tensorflow>=2.16)"), "safe")])
+
+
+EXPERIMENTAL_PAST_EXIT = """\
+import tensorflow as tf
+
+
+def enable():
+    if not hasattr(tf.keras.mixed_precision, "experimental"):
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        return
+    tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+
+
+def enable_late():
+    if hasattr(tf.keras.mixed_precision, "experimental"):
+        return
+    tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+"""
+
+
+def test_mp501_past_an_early_exit(tmp_path, capsys):
+    """Past ``if not hasattr(..., "experimental"): return`` the experimental API exists (TF 2.1-2.8): silent. Past
+    ``if hasattr(..., "experimental"): return`` it never does: a finding, safe on that arm (Keras 2 from TF 2.9, and
+    Keras 3)."""
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "tensorflow>=2.4\n", "train.py": EXPERIMENTAL_PAST_EXIT})
+    code, found = _run(capsys, "--select", "MP501", str(tmp_path))
+    assert (code, found) == (1, [("MP501", 14, (
+        "`tf.keras.mixed_precision.experimental.set_policy` is the TF 2.1-2.3 experimental API, removed in TF 2.9: use "
+        "`tf.keras.mixed_precision.set_global_policy` (target Keras 2 (TF >= 2.9 or tf_keras) or Keras 3: the code "
+        "past `if hasattr(tf.keras.mixed_precision, \"experimental\"): return` (line 12), within Keras 2 or Keras 3 "
+        "(TF >= 2.4) from requirements.txt pins tensorflow>=2.4)"), "safe")])
+    assert main(["--no-cache", "--fix", "--select", "MP501", str(tmp_path)]) == 0
+    head, _, _ = EXPERIMENTAL_PAST_EXIT.rpartition("experimental.set_policy")
+    assert (tmp_path / "train.py").read_text() == f'{head}set_global_policy("mixed_float16")\n'

@@ -514,3 +514,46 @@ def test_mp202_keras3_scaling_is_safe_only_on_a_keras3_range(tmp_path, capsys, m
         "        loss = tf.reduce_mean(tf.square(model(x) - y))\n    grads = tape.gradient(loss, ",
         "        loss = tf.reduce_mean(tf.square(model(x) - y))\n        scaled_loss = optimizer.scale_loss(loss)\n"
         "    grads = tape.gradient(scaled_loss, ") if safe else UNSCALED_TAPE)
+
+
+EARLY_EXITS = """\
+import torch
+from packaging import version
+
+
+def make_scaler():
+    if version.parse(torch.__version__) >= version.parse("2.4.0"):
+        return torch.amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
+def make_new_scaler():
+    if version.parse(torch.__version__) < version.parse("2.4.0"):
+        raise RuntimeError("torch >= 2.4 required")
+    return torch.cuda.amp.GradScaler()
+
+
+def decorate_all(functions):
+    for function in functions:
+        if not hasattr(torch.amp, "custom_fwd"):
+            continue
+        if function is None:
+            return
+        yield torch.cuda.amp.custom_fwd(function)
+"""
+
+
+def test_code_past_an_early_exit_runs_in_the_false_arm(tmp_path, capsys):
+    """Past ``if torch >= 2.4: return`` the code runs below 2.4 only: silent. Past ``if torch < 2.4: raise`` and
+    ``if not hasattr(torch.amp, "custom_fwd"): continue`` it runs from 2.4 on: findings, never rewritten (a version
+    test guards the code); ``if function is None: return`` says nothing of versions."""
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "torch>=2.0\n", "train.py": EARLY_EXITS})
+    code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    guarded = "(target torch >= 2.0, from requirements.txt pins torch>=2.0); no automatic fix: a version test guards this code"
+    assert (code, found) == (1, [
+        ("MPT502", 14, f'`torch.cuda.amp.GradScaler` is deprecated since torch 2.4 (FutureWarning): write '
+                       f'`torch.amp.GradScaler("cuda")` {guarded}', None),
+        ("MPT502", 23, f'`torch.cuda.amp.custom_fwd` is deprecated since torch 2.4 (FutureWarning): write '
+                       f'`torch.amp.custom_fwd` {guarded}', None)])
+    main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MPT502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == EARLY_EXITS

@@ -4,7 +4,8 @@
 on Keras 2 only (false also where ``opt`` is no LossScaleOptimizer), ``hasattr(keras.optimizers,
 "LossScaleOptimizer")`` on Keras 3 only; ``try: from keras.optimizers import LossScaleOptimizer`` runs the rest of its
 body on Keras 3 and its ``except ImportError`` fallback elsewhere; ``tf.__version__``/``keras.__version__`` comparisons
-are read too, in ``if`` statements and conditional expressions. ``not``/``and``/``or`` combine them. A test of any other shape that looks like a version test (the
+are read too, in ``if`` statements and conditional expressions; code past ``if <test>: return`` (``raise``,
+``continue``) runs in the test's false arm. ``not``/``and``/``or`` combine them. A test of any other shape that looks like a version test (the
 engine's ``in_compatibility_branch``) leaves its arms unknown: the rules stay silent there.
 """
 
@@ -17,6 +18,7 @@ from packaging.version import Version
 
 from mplint.analysis.version_guards import guard_arms
 from mplint.engine.check import IMPORT_ERRORS, VERSION_WORDS
+from mplint.engine.early_exits import exits_before
 from mplint.engine.names import dotted
 from mplint.knowledge.api_versions import ERAS, G1, K2, K2_EARLY, K3, KERAS, LOSS_SCALE_OPTIMIZER, keras_eras
 
@@ -41,14 +43,26 @@ Arms = tuple[frozenset[str] | None, frozenset[str] | None]  # where true, where 
 @dataclass(frozen=True)
 class Branch:
     eras: frozenset[str] | None  # None: some guard around the code has an unknown range
-    tests: tuple[str, ...]  # the guards read, outermost first ("`hasattr(opt, "get_scaled_loss")` (line 4)")
+    tests: tuple[str, ...]  # the guards read, outermost first ("the arm of `hasattr(opt, "get_scaled_loss")` (line 4)")
 
 
 def keras_branch(context, node: cst.CSTNode) -> Branch | None:
-    """The eras the guards around ``node`` let it run in; None when no version guard surrounds it."""
+    """The eras the guards around ``node`` let it run in; None when no version guard surrounds it. Code past an
+    early exit (``if <test>: return``, ``raise``, ``continue``) runs in the test's false arm; an early exit whose
+    test has no known range is not read as a guard (``if not hasattr(self, "built"): return``)."""
     eras, tests, guarded = ALL, [], False
     child = node
     for ancestor in context.ancestors(node):
+        if isinstance(ancestor, (cst.Module, cst.IndentedBlock)):
+            for exit_ in exits_before(ancestor, child):
+                text = context.module.code_for_node(exit_.guard.test)
+                false = _arms(context, exit_.guard.test)[1] if any(word in text for word in VERSION_WORDS) else None
+                if false is None or false == ALL:
+                    continue
+                guarded, eras = True, eras & false
+                tests.insert(0, f"the code past `if {text}: {exit_.keyword}` (line {context.position(exit_.guard).start.line})")
+            child = ancestor
+            continue
         arm = None
         if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
             text = context.module.code_for_node(ancestor.test)
@@ -71,7 +85,7 @@ def keras_branch(context, node: cst.CSTNode) -> Branch | None:
         if arm is None:
             return Branch(None, ())
         eras &= arm
-        tests.insert(0, f"`{text}` (line {context.position(ancestor).start.line})")
+        tests.insert(0, f"the arm of `{text}` (line {context.position(ancestor).start.line})")
         child = ancestor
     return Branch(eras, tuple(tests)) if guarded else None
 
@@ -189,5 +203,5 @@ def guarded_target(context, node: cst.CSTNode, generation, wrong: frozenset[str]
     eras = branch.eras & eras_of(range(generation.low, generation.value + 1), generation.tf_newest or None)
     if not eras & wrong:
         return False
-    within = " and ".join(f"the arm of {t}" for t in branch.tests)
+    within = " and ".join(branch.tests)
     return GuardedTarget(eras, f"target {eras_label(eras)}: {within}, within {generation.label} from {generation.source}")

@@ -5,7 +5,8 @@
 and the reversed comparisons. Feature tests of a name the API table dates are guards of that range:
 ``hasattr(torch.amp, "GradScaler")`` runs its body on torch >= 2.3 and its ``else`` below, ``not``/``and``/``or``
 combine them, and ``try: from torch.amp import GradScaler`` runs the rest of its body on torch >= 2.3 and its
-``except ImportError`` fallback below. Tests of any other shape are guards too (``hasattr(opt, ...)``), of
+``except ImportError`` fallback below. Code past an early exit (``if <test>: return``, ``raise``,
+``continue``) runs where the test is false. Tests of any other shape are guards too (``hasattr(opt, ...)``), of
 unknown range.
 """
 
@@ -17,6 +18,7 @@ import functools
 import libcst as cst
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from mplint.engine.early_exits import exits_before
 from mplint.engine.names import dotted
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
@@ -153,23 +155,28 @@ def _import_arms(context, node: cst.Try, package: str) -> Arms:
 
 
 def branch_admits(context, node: cst.CSTNode, package: str, version: str) -> bool | None:
-    """Whether the innermost version test of ``package`` around ``node`` lets it run on some ``package >= version``:
-    False when the arm runs only below it, True when it may run there, None when no such test guards ``node``."""
+    """Whether the version tests of ``package`` around ``node`` (within its function) let it run on some
+    ``package >= version``: False when its arms run only below it, True when they may run there, None when no such
+    test guards ``node``. Code past an early exit (``if <test>: return``, ``raise``, ``continue``) runs in the test's
+    false arm."""
     from packaging.version import Version
 
+    specifiers = []
     child = node
     for ancestor in context.ancestors(node):
-        specifier = None
         if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
             true, false = guard_arms(context.module.code_for_node(ancestor.test), package)
-            specifier = true if child is ancestor.body else false  # the else arm runs where the test is false
+            specifiers.append(true if child is ancestor.body else false)  # the else arm runs where the test is false
         elif isinstance(ancestor, cst.Try) and (child is ancestor.body or child in ancestor.handlers):
             true, false = _import_arms(context, ancestor, package)
-            specifier = true if child is ancestor.body else false
-        if specifier is not None:
-            probes = [Version(version), *(Version(f"{version.split('.')[0]}.{m}") for m in range(int(version.split('.')[1]), 40))]
-            return any(specifier.contains(v, prereleases=True) for v in probes)
+            specifiers.append(true if child is ancestor.body else false)
+        elif isinstance(ancestor, (cst.Module, cst.IndentedBlock)):
+            specifiers += [guard_arms(context.module.code_for_node(e.guard.test), package)[1] for e in exits_before(ancestor, child)]
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            return None
+            break
         child = ancestor
-    return None
+    known = [s for s in specifiers if s is not None]
+    if not known:
+        return None
+    probes = [Version(version), *(Version(f"{version.split('.')[0]}.{m}") for m in range(int(version.split('.')[1]), 40))]
+    return any(all(s.contains(v, prereleases=True) for s in known) for v in probes)

@@ -77,8 +77,8 @@ class DeprecatedCudaAmpApi(TorchRule):
         return False
 
     def _report(self, node, func, found, call: cst.Call | None) -> None:
-        if self._in_compatibility_branch(node) or branch_admits(self.context, node, "torch", "2.4") is False \
-                or self._bound_to_new_api_too(func):
+        admits = branch_admits(self.context, node, "torch", "2.4")
+        if self._in_compatibility_branch(node) or admits is False or self._bound_to_new_api_too(func):
             return  # code for older torch, a branch that never runs on torch >= 2.4, or a shim's name
         path, device, name = found
         new = self._new_spelling(call, device, name)
@@ -89,7 +89,7 @@ class DeprecatedCudaAmpApi(TorchRule):
         fix = None
         from mplint.engine.check import in_compatibility_branch  # the engine's own test of a version gate
 
-        if in_compatibility_branch(self.context, node):
+        if admits is not None or in_compatibility_branch(self.context, node):
             message += "; no automatic fix: a version test guards this code"
         elif new is not None and self.target.at_least(since):
             fix = self._fix(node, func, new, FixSafety.SAFE)
