@@ -557,3 +557,19 @@ def test_code_past_an_early_exit_runs_in_the_false_arm(tmp_path, capsys):
                        f'`torch.amp.custom_fwd` {guarded}', None)])
     main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MPT502", str(tmp_path)])
     assert (tmp_path / "train.py").read_text() == EARLY_EXITS
+
+
+def test_try_imports_lists_what_a_try_body_imports():
+    """One reader of a ``try`` body's imports for both the torch and the Keras tables: absolute ``from`` imports and
+    dotted ``import`` statements; relative and star imports, and imports inside a nested block, are not read."""
+    import libcst as cst
+
+    from mplint.analysis.version_guards import try_imports
+
+    node = cst.parse_statement(
+        "try:\n    from torch.amp import GradScaler, autocast as ac\n    import tensorflow.keras.mixed_precision.experimental\n"
+        "    import torch\n    from .amp import custom_fwd\n    from torch.amp import *\n    x = 1; from keras.optimizers import LossScaleOptimizer\n"
+        "    if ok:\n        from torch.amp import custom_bwd\nexcept ImportError:\n    pass\n")
+    assert list(try_imports(node)) == [("torch.amp", "GradScaler"), ("torch.amp", "autocast"),
+                                       ("tensorflow.keras.mixed_precision", "experimental"),
+                                       ("keras.optimizers", "LossScaleOptimizer")]

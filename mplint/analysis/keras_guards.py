@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 from packaging.version import Version
 
-from mplint.analysis.version_guards import guard_arms
+from mplint.analysis.version_guards import guard_arms, try_imports
 from mplint.engine.check import IMPORT_ERRORS, VERSION_WORDS
 from mplint.engine.early_exits import exits_before
 from mplint.engine.names import dotted
@@ -157,16 +157,7 @@ def _hasattr(context, owner: cst.BaseExpression, name: cst.BaseExpression) -> Ar
 
 def _import_arms(context, node: cst.Try) -> Arms:
     """The body gets past its imports where every imported name exists; the handlers run where one does not."""
-    found = []
-    for statement in node.body.body:
-        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
-            if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
-                    and not isinstance(small.names, cst.ImportStar):
-                module = dotted(small.module) or ""
-                for alias in small.names:
-                    found.append(_imported_eras(module, dotted(alias.name) or ""))
-            elif isinstance(small, cst.Import):
-                found += [_imported_eras(*(dotted(a.name) or "").rsplit(".", 1)) for a in small.names if "." in (dotted(a.name) or "")]
+    found = [_imported_eras(module, name) for module, name in try_imports(node)]
     if not found or any(eras is None for eras in found):
         return None, None
     body = ALL

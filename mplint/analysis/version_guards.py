@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterator
 
 import libcst as cst
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -127,6 +128,20 @@ def _comparison(tree: ast.AST, package: str) -> SpecifierSet | None:
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"})
 
 
+def try_imports(node: cst.Try) -> Iterator[tuple[str, str]]:
+    """``(module, name)`` of each absolute ``from module import name`` (and ``import module.name``) among the small
+    statements of a ``try`` body: the names whose absence sends the ``try`` to its handlers. The torch and Keras
+    readers look them up in their own tables."""
+    for statement in node.body.body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
+                    and not isinstance(small.names, cst.ImportStar):
+                module = dotted(small.module) or ""
+                yield from ((module, dotted(alias.name) or "") for alias in small.names)
+            elif isinstance(small, cst.Import):
+                yield from (tuple((dotted(a.name) or "").rsplit(".", 1)) for a in small.names if "." in (dotted(a.name) or ""))
+
+
 def _import_arms(context, node: cst.Try, package: str) -> Arms:
     """``try: from torch.amp import GradScaler ... except ImportError:``: the rest of the body runs where the
     import succeeds (from the version that has the name), the handlers where it fails."""
@@ -140,12 +155,7 @@ def _import_arms(context, node: cst.Try, package: str) -> Arms:
         caught |= {dotted(t) or "" if t is not None else "Exception" for t in types}  # a bare except catches all
     if not caught & _IMPORT_ERRORS:
         return None, None
-    since = []
-    for statement in node.body.body:
-        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
-            if isinstance(small, cst.ImportFrom) and small.module is not None and not isinstance(small.names, cst.ImportStar):
-                module = dotted(small.module)
-                since += [TORCH_SINCE[f"{module}.{dotted(a.name)}"] for a in small.names if f"{module}.{dotted(a.name)}" in TORCH_SINCE]
+    since = [TORCH_SINCE[f"{module}.{name}"] for module, name in try_imports(node) if f"{module}.{name}" in TORCH_SINCE]
     if not since:
         return None, None
     from packaging.version import Version
