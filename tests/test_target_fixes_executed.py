@@ -165,3 +165,59 @@ def test_keras2_scaling_is_left_alone_on_keras2_and_rewritten_for_keras3(tmp_pat
     fixed = _fix(keras3, "MP502")
     assert "scaled_loss = optimizer.scale_loss(loss)" in fixed and "get_unscaled_gradients" not in fixed
     _trains(_train(keras3, {}))
+
+
+# One file, a loop per generation behind a feature test: Keras 3's arm where tf.keras has
+# optimizers.LossScaleOptimizer, Keras 2's (tf_keras) in the else.
+GUARDED_ARMS = DATA + """\
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+""" + MODEL + """\
+
+if hasattr(tf.keras.optimizers, "LossScaleOptimizer"):
+    optimizer = {k3_opt}
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+{k3_body}
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+else:
+    optimizer = {k2_opt}
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+{k2_body}
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+
+""" + REPORT
+SGD = "tf.keras.optimizers.SGD(0.01)"
+PLAIN_GRADS = "        grads = tape.gradient(loss, model.trainable_variables)"
+K3_CLIPS = ("            scaled_loss = optimizer.scale_loss(loss)\n"
+            "        grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
+            "        grads, _ = tf.clip_by_global_norm(grads, 1.0)")
+K2_CLIPS = ("            scaled_loss = optimizer.get_scaled_loss(loss)\n"
+            "        grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
+            "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+            "        grads = optimizer.get_unscaled_gradients(grads)")
+
+
+@pytest.mark.parametrize("rule, arms, written", [
+    ("MP201", dict(k3_opt=SGD, k2_opt=SGD, k3_body=PLAIN_GRADS, k2_body=PLAIN_GRADS),
+     ["optimizer.scale_loss(loss)", "optimizer.get_scaled_loss(loss)", "optimizer.get_unscaled_gradients(grads)"]),
+    ("MP204", dict(k3_opt=f"tf.keras.optimizers.LossScaleOptimizer({SGD})",
+                   k2_opt=f"tf.keras.mixed_precision.LossScaleOptimizer({SGD})", k3_body=K3_CLIPS, k2_body=K2_CLIPS),
+     ["SGD(0.01, global_clipnorm=1.0)", "get_unscaled_gradients(grads)\n        grads, _ = tf.clip_by_global_norm"]),
+])
+def test_guarded_arms_fixed_for_a_keras2_and_keras3_range_train_on_both(tmp_path, rule, arms, written):
+    """TF >= 2.6 admits both generations; each arm runs on one, so each gets its generation's fix, safe there: the
+    fixed file trains on Keras 3 and, with the same code, under tf_keras."""
+    legacy = _keras_env(KERAS2)
+    script = _project(tmp_path, GUARDED_ARMS.format(**arms), {"requirements.txt": "tensorflow>=2.6\n"})
+    fixed = _fix(script, rule)
+    assert all(text in fixed for text in written), fixed
+    _trains(_train(script, {}))
+    _trains(_train(script, legacy))

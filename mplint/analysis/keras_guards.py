@@ -20,7 +20,9 @@ from mplint.analysis.version_guards import guard_arms, try_imports
 from mplint.engine.check import IMPORT_ERRORS, VERSION_WORDS
 from mplint.engine.early_exits import exits_before
 from mplint.engine.names import dotted
-from mplint.knowledge.api_versions import ERAS, G1, K2, K2_EARLY, K3, KERAS, LOSS_SCALE_OPTIMIZER, keras_eras
+from mplint.knowledge.api_versions import (
+    ERA_GENERATION, ERAS, G1, K2, K2_EARLY, K3, KERAS, LOSS_SCALE_OPTIMIZER, eras_label, eras_of, keras_eras,
+)
 
 ALL = frozenset(ERAS)
 _KERAS_ROOTS = ("tensorflow.keras.", "tensorflow.python.keras.", "keras.")
@@ -88,6 +90,15 @@ def keras_branch(context, node: cst.CSTNode) -> Branch | None:
         tests.insert(0, f"the arm of `{text}` (line {context.position(ancestor).start.line})")
         child = ancestor
     return Branch(eras, tuple(tests)) if guarded else None
+
+
+def test_arms(context, test: cst.BaseExpression) -> Arms | None:
+    """The eras where a version or feature test may be true and those where it may be false; None for a test that
+    is no version test, or whose range is unknown."""
+    if not any(word in context.module.code_for_node(test) for word in VERSION_WORDS):
+        return None
+    true, false = _arms(context, test)
+    return None if true is None or false is None else (true, false)
 
 
 def _catches_import_errors(node: cst.Try) -> bool:
@@ -184,8 +195,6 @@ def guarded_target(context, node: cst.CSTNode, generation, wrong: frozenset[str]
     """For a rule whose finding is right in the eras ``wrong``: None when no guard surrounds ``node`` (the program's
     target decides), False when the arm never runs where the code is wrong or its guards are unknown (silent),
     else the arm's own target."""
-    from mplint.knowledge.api_versions import eras_label, eras_of
-
     branch = keras_branch(context, node)
     if branch is None:
         return None
@@ -196,3 +205,43 @@ def guarded_target(context, node: cst.CSTNode, generation, wrong: frozenset[str]
         return False
     within = " and ".join(branch.tests)
     return GuardedTarget(eras, f"target {eras_label(eras)}: {within}, within {generation.label} from {generation.source}")
+
+
+@dataclass(frozen=True)
+class KerasRange:
+    """The Keras versions a piece of code runs on: the program's target, narrowed by the version guards around it."""
+    eras: frozenset[str]
+    tf_newest: str | None  # the newest TF the range admits, where known
+    text: str  # "target Keras 2 or Keras 3 (TF >= 2.6), from requirements.txt pins tensorflow>=2.6"
+    guarded: bool = False  # narrowed by a guard: ``text`` names the arm
+
+    @property
+    def generations(self) -> frozenset[int]:
+        return frozenset(ERA_GENERATION[e] for e in self.eras) or frozenset({0})  # no era: TF1
+
+    @property
+    def newest(self) -> int:
+        return max(self.generations)
+
+
+def program_range(generation) -> KerasRange:
+    eras = eras_of(range(generation.low, generation.value + 1), generation.tf_newest or None)
+    return KerasRange(eras, generation.tf_newest or None, f"target {generation.label}, from {generation.source}")
+
+
+def code_range(context, node: cst.CSTNode) -> KerasRange | None:
+    """The range ``node`` runs on: the program's, narrowed by the version guards around it; None where its arm never
+    runs on the program's range. Under a guard of unknown range the program's range stands (the rules that read
+    this are not silent in compatibility shims)."""
+    generation = context.facts.generation
+    program = program_range(generation)
+    branch = keras_branch(context, node)
+    if branch is None or branch.eras is None or not program.eras:
+        return program
+    eras = branch.eras & program.eras
+    if not eras:
+        return None
+    tf_newest = program.tf_newest if eras & {K2, K3} else "2.8"
+    within = " and ".join(branch.tests)
+    return KerasRange(eras, tf_newest, f"target {eras_label(eras)}: {within}, within {generation.label} from "
+                                       f"{generation.source}", True)

@@ -20,6 +20,13 @@ on the gradients, the apply call and the optimizer's assignments are atoms.
 ``isinstance(opt, LossScaleOptimizer)`` and ``hasattr(opt, "get_scaled_loss")``
 are facts about the optimizer: a path that contradicts where it comes from
 (the ``else`` of ``isinstance`` for an optimizer compile() wraps) never runs.
+
+Versions. Each site runs on its own Keras range (``GradientSite.keras``): the
+program's target narrowed by the version guards around it, read as MP501/MP502
+read them (``keras_guards``). A version or feature test that range decides
+(``hasattr(opt, "get_scaled_loss")`` where Keras 3 runs the site, an arm of
+``hasattr(keras.optimizers, "LossScaleOptimizer")``) is a constant, not a flag;
+the rules judge a site, and write its fix, for its range's newest generation.
 Any other test (``if amp``, ``FLAGS.dtype == "fp16"``, ``self._use_float16``) is
 a flag the program sets. A path on which a flag turns off every loss-scaling
 step of the function (no scaling, no unscaling) is the program's float32 path:
@@ -35,6 +42,8 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
+from mplint.analysis.keras_guards import KerasRange, code_range, program_range, test_arms
+from mplint.knowledge.api_versions import ERA_GENERATION
 from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
@@ -163,6 +172,8 @@ class GradientSite:
     origin: OptimizerOrigin | None = None
     paths: list[GradientPath] = field(default_factory=list)
     conditional: bool = False  # flags or optimizer tests split the site into paths (no fix is offered then)
+    # the Keras versions the site runs on (the program's, narrowed by version guards); None: its arm never runs there
+    keras: KerasRange | None = None
 
     @property
     def optimizer_expr(self) -> cst.BaseExpression | None:
@@ -299,7 +310,7 @@ class OptimizerFlow:
         # grads = tape.gradient(...), or wrapped: grads = unscale(tape.gradient(...))
         stmt = line if _single_assign(line) and self.context.contains(_assign_value(line), call) else None
         grad_names = _target_names(line) if stmt is not None else ()
-        site = GradientSite(scope, tape, call, stmt, grad_names, target)
+        site = GradientSite(scope, tape, call, stmt, grad_names, target, keras=code_range(self.context, call))
         if stmt is not None and _assign_value(line) is not call:
             kind, node = self.grad_op(_assign_value(line))
             if kind:
@@ -536,14 +547,18 @@ class _Paths:
         if func in ("isinstance", "hasattr") and len(test.args) >= 2:
             subject = _text(self.context, test.args[0].value)
             what = test.args[1].value
+            attr = what.evaluated_value if func == "hasattr" and isinstance(what, cst.SimpleString) else None
+            if attr == "scale_loss" and self.site.keras is not None and self.site.keras.newest == 3:
+                key = f"hasattr({subject}, 'scale_loss')"
+                self.kinds[key], self.constants[key] = "const", True  # every Keras 3 optimizer has it
+                return key, polarity
+        constant = self._decided(test)
+        if constant is not None:
+            return constant, polarity
+        if func in ("isinstance", "hasattr") and len(test.args) >= 2:
             if func == "isinstance":
                 is_lso = any(n.value == LSO for n in self.context.nodes_within(what, cst.Name))
             else:
-                attr = what.evaluated_value if isinstance(what, cst.SimpleString) else None
-                if attr == "scale_loss" and self.context.generation == 3:
-                    key = f"hasattr({subject}, 'scale_loss')"
-                    self.kinds[key], self.constants[key] = "const", True  # every Keras 3 optimizer has it
-                    return key, polarity
                 is_lso = attr in LSO_ATTRS or attr == "scale_loss"
             if is_lso:
                 key = f"isinstance({subject}, LossScaleOptimizer)"
@@ -554,6 +569,22 @@ class _Paths:
         at = self.context.source_order(test)
         self.seen_at[key] = min(at, self.seen_at.get(key, at))
         return key, polarity
+
+    def _decided(self, test: cst.BaseExpression) -> str | None:
+        """A version or feature test whose value the site's own Keras range fixes, as a constant atom; else None.
+        The rules read a site as its range's newest generation runs it, so the test is read there too:
+        ``hasattr(opt, "get_scaled_loss")`` is false wherever Keras 3 runs the site."""
+        arms = test_arms(self.context, test) if self.site.keras is not None else None
+        if arms is None:
+            return None
+        keras = self.site.keras
+        eras = frozenset(e for e in keras.eras if ERA_GENERATION[e] == keras.newest)
+        value = False if not eras & arms[0] else True if not eras & arms[1] else None
+        if value is None:
+            return None
+        key = _text(self.context, test)
+        self.kinds[key], self.constants[key] = "const", value
+        return key
 
     def conds(self, node: cst.CSTNode) -> list[tuple[str, bool]]:
         """The (atom, value) pairs that must hold for ``node`` to run, within its function."""
@@ -685,9 +716,9 @@ class _Paths:
             for ifexp in self.context.nodes_within(node, cst.IfExp):
                 self.atom(ifexp.test)
         atoms = sorted((a for a, kind in self.kinds.items() if kind != "const"), key=lambda a: self.seen_at.get(a, 0))
-        site.conditional = bool(self.kinds)
-        if not atoms or len(atoms) > MAX_ATOMS:
-            return single
+        site.conditional = any(kind != "const" for kind in self.kinds.values())
+        if not self.kinds or len(atoms) > MAX_ATOMS:
+            return single  # nothing to split on (tests the site's range decides still pick assignments below)
         found: list[GradientPath] = []
         for combination in itertools.product((True, False), repeat=len(atoms)):
             path = dict(zip(atoms, combination))
@@ -702,11 +733,13 @@ class _Paths:
                 scaled_by is None
                 and not any(op.kind in ("unscale", "manual_unscale") for op in ops)
                 and any(self._turned_off(step, path) for step in steps)
-                and not (self.context.generation == 3 and origin is not None and origin.wrap == "explicit" and wrapped_here)
+                and not (site.keras is not None and site.keras.newest == 3 and origin is not None and origin.wrap == "explicit" and wrapped_here)
             )
             when = {a: path[a] for a in atoms if self.kinds[a] in ("flag", "other")}
             tests = {a: path[a] for a in atoms if self.kinds[a] == "type"}
             found.append(GradientPath(when, scaled_by, ops, origin, float32, tests))
+        if not atoms and found:
+            site.origin = found[0].origin  # the one assignment the site's range lets run (an arm of a version guard)
         return found
 
     def _feasible(self, path: dict[str, bool], origin: OptimizerOrigin | None) -> bool:
@@ -812,13 +845,14 @@ def _bindings(small: cst.BaseSmallStatement):
             yield alias.evaluated_alias or alias.evaluated_name, f"{module}.{alias.evaluated_name}"
 
 
-def lso_spelling(context: FileContext) -> tuple[str, list[ImportSpec]]:
+def lso_spelling(context: FileContext, keras: KerasRange | None = None) -> tuple[str, list[ImportSpec]]:
     """How this file writes ``LossScaleOptimizer``, and the import it needs for that.
 
     ``mixed_precision.LossScaleOptimizer`` is the spelling Keras 2 (TF >= 2.4, tf_keras) and Keras 3 share; the
-    Keras 3 ``optimizers.LossScaleOptimizer`` is written only where the range is Keras 3 alone."""
+    Keras 3 ``optimizers.LossScaleOptimizer`` is written only where the range (``keras``, else the program's) is
+    Keras 3 alone."""
     s = keras_spellings(context)
-    g3_only = context.facts.generation.low == 3
+    g3_only = (keras or program_range(context.facts.generation)).generations == {3}
     if "lso" in s:
         return s["lso"], []
     if "mixed_precision" in s:
@@ -844,25 +878,25 @@ def written_names(spelling: str) -> set[str]:
     return set()
 
 
-def range_note(context: FileContext, names: set[str]) -> str | None:
-    """None when every name exists in every version the target range admits; else what to say: the range, and the
-    versions the fix holds on."""
+def range_note(context: FileContext, names: set[str], keras: KerasRange | None = None) -> str | None:
+    """None when every name exists in every version the range (``keras``, else the program's target) admits; else
+    what to say: the range, and the versions the fix holds on."""
     from mplint.knowledge.api_versions import keras_holds
 
-    gen = context.facts.generation
-    admitted = range(gen.low, gen.value + 1)
-    return generations_note(context, {g for g in admitted if keras_holds(names, [g], gen.tf_newest or None)})
+    keras = keras or program_range(context.facts.generation)
+    return generations_note(context, {g for g in keras.generations if keras_holds(names, [g], keras.tf_newest)}, keras)
 
 
-def generations_note(context: FileContext, holds: set[int]) -> str | None:
-    """None when a fix that is right on the generations ``holds`` is right on the whole target range; else the
-    range and where the fix holds."""
-    gen = context.facts.generation
-    if set(range(gen.low, gen.value + 1)) <= holds:
+def generations_note(context: FileContext, holds: set[int], keras: KerasRange | None = None) -> str | None:
+    """None when a fix that is right on the generations ``holds`` is right on the whole range (``keras``, else the
+    program's target); else the range and where the fix holds."""
+    keras = keras or program_range(context.facts.generation)
+    if keras.generations <= holds:
         return None
     where = " or ".join(_GENERATION_NAMES[g] for g in sorted(holds)) or "no version of it"
-    return (f"target {gen.label}, from {gen.source}; the fix holds on {where} only: set the target or pin "
-            "TensorFlow to make it safe")
+    if keras.guarded:
+        return f"{keras.text}; the fix holds on {where} only"
+    return f"{keras.text}; the fix holds on {where} only: set the target or pin TensorFlow to make it safe"
 
 
 _GENERATION_NAMES = {0: "TF1", 1: "TF 2.1-2.3", 2: "Keras 2", 3: "Keras 3"}
@@ -879,9 +913,11 @@ def optimizers_get_spelling(context: FileContext) -> str | None:
     return None
 
 
-def wrap_construction(context: FileContext, construction: cst.BaseExpression) -> tuple[cst.BaseExpression, list[ImportSpec]] | None:
-    """``Adam(1e-3)`` -> ``LossScaleOptimizer(Adam(1e-3))``; ``"adam"`` -> ``LossScaleOptimizer(...get("adam"))``."""
-    spelling, imports = lso_spelling(context)
+def wrap_construction(context: FileContext, construction: cst.BaseExpression,
+                      keras: KerasRange | None = None) -> tuple[cst.BaseExpression, list[ImportSpec]] | None:
+    """``Adam(1e-3)`` -> ``LossScaleOptimizer(Adam(1e-3))``; ``"adam"`` -> ``LossScaleOptimizer(...get("adam"))``,
+    spelled for the range ``keras`` (else the program's)."""
+    spelling, imports = lso_spelling(context, keras)
     inner = construction
     if isinstance(construction, cst.SimpleString):
         getter = optimizers_get_spelling(context)
@@ -900,8 +936,8 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
     """Replacements that scale the loss inside the tape and/or unscale the gradients after it.
 
     G3: ``scaled_loss = opt.scale_loss(loss)``; G1/G2: ``get_scaled_loss`` and
-    ``grads = opt.get_unscaled_gradients(grads)``. None when the code's shape
-    does not allow it (the loss is not a name assigned in the tape's block).
+    ``grads = opt.get_unscaled_gradients(grads)`` (the newest generation of the site's range).
+    None when the code's shape does not allow it (the loss is not a name assigned in the tape's block).
     """
     code = context.module.code_for_node
     opt = site.optimizer_expr
@@ -915,7 +951,7 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
             return None
         loss = site.target.value
         scaled = _free_name(context, site.scope, "scaled_loss" if loss == "loss" else f"scaled_{loss}")
-        method = "scale_loss" if context.generation == 3 else "get_scaled_loss"
+        method = "scale_loss" if (site.keras or program_range(context.facts.generation)).newest == 3 else "get_scaled_loss"
         added = cst.parse_statement(f"{scaled} = {code(opt)}.{method}({loss})")
         out[site.loss_stmt] = cst.FlattenSentinel([site.loss_stmt, added])
         new_call = site.call.with_changes(args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]])

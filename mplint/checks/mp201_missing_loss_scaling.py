@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mplint.analysis.keras_guards import code_range
 from mplint.analysis.optimizer_flow import (
     GradientSiteRule,
     OptimizerFlow,
@@ -21,8 +22,10 @@ class MissingLossScaling(GradientSiteRule):
     id = "MP201"
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
-        g3 = self.context.generation == 3
         for site in flow.sites:
+            if site.keras is None:
+                continue  # a guarded arm that never runs on the target
+            g3 = site.keras.newest == 3  # the site's own range: its version guards narrow the program's
             live = [p for p in site.paths if not p.float32]
             hits = [
                 p for p in live
@@ -46,21 +49,22 @@ class MissingLossScaling(GradientSiteRule):
             self.report(site.apply_call, message, fix, related=hits[0].origin.related)
 
     def _fix(self, site, origin, g3: bool) -> Fix | None:
-        """The wrapper in the spelling the whole range has, and the scaling calls of the newest generation: safe
-        where every admitted version has every name written."""
+        """The wrapper in the spelling the whole range of its construction has, and the scaling calls of the newest
+        generation of the site's range: safe where every version of each range has every name written there."""
         if origin is None or origin.construction is None:
             return None
-        wrapped = wrap_construction(self.context, origin.construction)
+        made_on = code_range(self.context, origin.construction) or site.keras  # the wrapper runs where it is built
+        wrapped = wrap_construction(self.context, origin.construction, made_on)
         if wrapped is None:
             return None
         scale, unscale = site.scaled_by is None, not g3 and not site.unscaled
         insertion = scaling_insertion(self.context, site, scale=scale, unscale=unscale)
         if insertion is None:
             return None
-        names = written_names(lso_spelling(self.context)[0])
-        names |= {"scale_loss" if g3 else "get_scaled_loss"} if scale else set()
-        names |= {"get_unscaled_gradients"} if unscale else set()
-        self._note = range_note(self.context, names)
+        names = ({"scale_loss" if g3 else "get_scaled_loss"} if scale else set()) | (
+            {"get_unscaled_gradients"} if unscale else set())
+        self._note = range_note(self.context, names, site.keras) or range_note(
+            self.context, written_names(lso_spelling(self.context, made_on)[0]), made_on)
         new, imports = wrapped
         return Fix({origin.construction: new, **insertion}, FixSafety.UNSAFE if self._note else FixSafety.SAFE,
                    imports=imports)

@@ -28,12 +28,14 @@ class UnscaledLossGradient(GradientSiteRule):
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:
+            if site.keras is None:
+                continue  # a guarded arm that never runs on the target
             live = [p for p in site.paths if not p.float32]
             self._maybe_wrapped(site, live)
             wrapped = [p for p in live if p.origin is not None and p.origin.wrap in ("explicit", "auto")]
             if not wrapped:
                 continue
-            if self.context.generation == 3:
+            if site.keras.newest == 3:  # the site's own range: its version guards narrow the program's
                 self._keras3(site, live, wrapped)
             else:
                 self._keras2(site, live, wrapped)
@@ -123,8 +125,8 @@ class UnscaledLossGradient(GradientSiteRule):
         insertion = scaling_insertion(self.context, site, scale, unscale)
         if not insertion:
             return None
-        g3 = self.context.generation == 3
+        g3 = site.keras.newest == 3
         names = ({"scale_loss" if g3 else "get_scaled_loss"} if scale else set()) | (
             {"get_unscaled_gradients"} if unscale and not g3 else set())
-        note = range_note(self.context, names)
+        note = range_note(self.context, names, site.keras)
         return Fix(insertion, FixSafety.UNSAFE if note else FixSafety.SAFE), note

@@ -12,13 +12,15 @@ class DoubleUnscale(GradientSiteRule):
     id = "MP203"
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
-        g3 = self.context.generation == 3
-        if g3:
-            # apply_gradients/apply already divide by the scale; get_unscaled_gradients is MP502's.
-            why = "apply_gradients already divides the gradients by the loss scale"
-        else:
-            why = "the gradients were already unscaled"
         for site in flow.sites:
+            if site.keras is None:
+                continue  # a guarded arm that never runs on the target
+            g3 = site.keras.newest == 3  # the site's own range: its version guards narrow the program's
+            if g3:
+                # apply_gradients/apply already divide by the scale; get_unscaled_gradients is MP502's.
+                why = "apply_gradients already divides the gradients by the loss scale"
+            else:
+                why = "the gradients were already unscaled"
             live = [p for p in site.paths if not p.float32]
             found: dict[int, tuple[object, list]] = {}  # op node -> (op, paths)
             for path in live:
@@ -33,7 +35,7 @@ class DoubleUnscale(GradientSiteRule):
                     found.setdefault(id(op.node), (op, []))[1].append(path)
             # Keras 3's apply_gradients unscales, Keras 2's does not: where the range admits both, removing the
             # hand-written unscale is right on Keras 3 only.
-            note = generations_note(self.context, {3}) if g3 else None
+            note = generations_note(self.context, {3}, site.keras) if g3 else None
             for op, paths in found.values():
                 when = describe_when(site.paths, paths)
                 fix = None if site.conditional else self._fix(op, note)

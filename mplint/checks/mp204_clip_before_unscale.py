@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mplint.analysis.keras_guards import code_range
 from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, generations_note, has_gradient_sites
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
@@ -23,8 +24,10 @@ class ClipBeforeUnscale(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
-        g3 = self.context.generation == 3
         for site in flow.sites:
+            if site.keras is None:
+                continue  # a guarded arm that never runs on the target
+            g3 = site.keras.newest == 3  # the site's own range: its version guards narrow the program's
             live = [p for p in site.paths if not p.float32]
             found: dict[int, tuple[object, object, list]] = {}  # clip node -> (clip, unscale, paths)
             for path in live:
@@ -47,7 +50,7 @@ class ClipBeforeUnscale(Rule):
                     # global_clipnorm clips what the inner optimizer receives: unscaled on Keras 3, still scaled on
                     # Keras 2, whose apply_gradients does not unscale.
                     fix = None if site.conditional else self._keras3_fix(site, op)
-                    note = generations_note(self.context, {3}) if fix else None
+                    note = self._keras3_note(site) if fix else None
                     if note:
                         fix = Fix(fix.replacements, FixSafety.UNSAFE, imports=fix.imports)
                     message = self._message("apply_gradients unscales them only afterwards", when)
@@ -55,6 +58,12 @@ class ClipBeforeUnscale(Rule):
                 else:
                     fix = None if site.conditional else self._keras2_fix(op, unscale)
                     self.report(op.node, self._message("get_unscaled_gradients comes later", when), fix)
+
+    def _keras3_note(self, site) -> str | None:
+        """``global_clipnorm`` goes on the inner optimizer where it is built: right where both the site and that
+        construction run on Keras 3 only."""
+        built = code_range(self.context, site.origin.construction) or site.keras
+        return generations_note(self.context, {3}, site.keras) or generations_note(self.context, {3}, built)
 
     @staticmethod
     def _message(later: str, when: str = "") -> str:

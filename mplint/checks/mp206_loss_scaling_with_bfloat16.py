@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mplint.analysis.keras_guards import code_range
 from mplint.analysis.optimizer_flow import (
     LSO,
     SCALE_METHODS,
@@ -30,6 +31,10 @@ class LossScalingWithBfloat16(Rule):
     @classmethod
     def active_for(cls, facts):
         return facts.bfloat16_only
+
+    def report(self, node, message, fix=None, severity=None, related=()) -> None:
+        if code_range(self.context, node) is not None:  # else a guarded arm that never runs on the target
+            super().report(node, message, fix, severity, related)  # unwrapping is right on every generation
 
     def visit_Call(self, node: cst.Call) -> None:
         if is_lso_call(node):

@@ -113,13 +113,13 @@ def keras_holds(names, generations, tf_newest: str | None = None) -> bool:
 # Finer than generations, for version guards: the experimental module outlived G1 until TF 2.8.
 G1, K2_EARLY, K2, K3 = "G1 (TF 2.1-2.3)", "Keras 2 (TF 2.4-2.8)", "Keras 2 (TF >= 2.9 or tf_keras)", "Keras 3"
 ERAS = (G1, K2_EARLY, K2, K3)
-_ERA_GENERATION = {G1: 1, K2_EARLY: 2, K2: 2, K3: 3}
+ERA_GENERATION = {G1: 1, K2_EARLY: 2, K2: 2, K3: 3}
 
 
 def keras_eras(name: str) -> frozenset[str]:
     """The eras in which the Keras name ``name`` (a row of ``KERAS``) exists."""
     row = KERAS[name]
-    return frozenset(e for e in ERAS if _ERA_GENERATION[e] in row.generations and not (row.tf_until and e == K2))
+    return frozenset(e for e in ERAS if ERA_GENERATION[e] in row.generations and not (row.tf_until and e == K2))
 
 
 def eras_of(generations, tf_newest: str | None = None) -> frozenset[str]:
@@ -127,7 +127,7 @@ def eras_of(generations, tf_newest: str | None = None) -> frozenset[str]:
     from packaging.version import Version
 
     late = not tf_newest or Version(tf_newest).release[:2] >= (2, 9)
-    return frozenset(e for e in ERAS if _ERA_GENERATION[e] in set(generations) and (e != K2 or late))
+    return frozenset(e for e in ERAS if ERA_GENERATION[e] in set(generations) and (e != K2 or late))
 
 
 def eras_label(eras) -> str:
