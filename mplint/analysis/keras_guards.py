@@ -5,7 +5,8 @@ on Keras 2 only (false also where ``opt`` is no LossScaleOptimizer), ``hasattr(k
 "LossScaleOptimizer")`` on Keras 3 only; ``try: from keras.optimizers import LossScaleOptimizer`` runs the rest of its
 body on Keras 3 and its ``except ImportError`` fallback elsewhere; ``tf.__version__``/``keras.__version__`` comparisons
 are read too, in ``if`` statements and conditional expressions; code past ``if <test>: return`` (``raise``,
-``continue``) runs in the test's false arm. ``not``/``and``/``or`` combine them. A test of any other shape that looks like a version test (the
+``continue``) runs in the test's false arm. ``not``/``and``/``or`` combine them. A test of any other shape that looks
+like a version test (the
 engine's ``in_compatibility_branch``) leaves its arms unknown: the rules stay silent there.
 """
 
@@ -62,7 +63,8 @@ def keras_branch(context, node: cst.CSTNode) -> Branch | None:
                 if false is None or false == ALL:
                     continue
                 guarded, eras = True, eras & false
-                tests.insert(0, f"the code past `if {text}: {exit_.keyword}` (line {context.position(exit_.guard).start.line})")
+                line = context.position(exit_.guard).start.line
+                tests.insert(0, f"the code past `if {text}: {exit_.keyword}` (line {line})")
             child = ancestor
             continue
         arm = None

@@ -733,7 +733,8 @@ class _Paths:
                 scaled_by is None
                 and not any(op.kind in ("unscale", "manual_unscale") for op in ops)
                 and any(self._turned_off(step, path) for step in steps)
-                and not (site.keras is not None and site.keras.newest == 3 and origin is not None and origin.wrap == "explicit" and wrapped_here)
+                and not (site.keras is not None and site.keras.newest == 3 and origin is not None
+                         and origin.wrap == "explicit" and wrapped_here)
             )
             when = {a: path[a] for a in atoms if self.kinds[a] in ("flag", "other")}
             tests = {a: path[a] for a in atoms if self.kinds[a] == "type"}
@@ -951,7 +952,8 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
             return None
         loss = site.target.value
         scaled = _free_name(context, site.scope, "scaled_loss" if loss == "loss" else f"scaled_{loss}")
-        method = "scale_loss" if (site.keras or program_range(context.facts.generation)).newest == 3 else "get_scaled_loss"
+        newest = (site.keras or program_range(context.facts.generation)).newest
+        method = "scale_loss" if newest == 3 else "get_scaled_loss"
         added = cst.parse_statement(f"{scaled} = {code(opt)}.{method}({loss})")
         out[site.loss_stmt] = cst.FlattenSentinel([site.loss_stmt, added])
         new_call = site.call.with_changes(args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]])

@@ -181,7 +181,8 @@ def branch_admits(context, node: cst.CSTNode, package: str, version: str) -> boo
             true, false = _import_arms(context, ancestor, package)
             specifiers.append(true if child is ancestor.body else false)
         elif isinstance(ancestor, (cst.Module, cst.IndentedBlock)):
-            specifiers += [guard_arms(context.module.code_for_node(e.guard.test), package)[1] for e in exits_before(ancestor, child)]
+            tests = [context.module.code_for_node(e.guard.test) for e in exits_before(ancestor, child)]
+            specifiers += [guard_arms(test, package)[1] for test in tests]  # past the exit: where the test is false
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
             break
         child = ancestor
