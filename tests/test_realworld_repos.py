@@ -105,6 +105,27 @@ def fix(path="a.py", rule="MPT502", line=3, after="new", **extra):
             "applied": True, "edits": [{"line": line, "before": "old", "after": after}], **extra}
 
 
+def test_cached_facts_path_runs_check_every_file_and_leave_the_tree_alone(repos, tmp_path):
+    """With cached facts the path runs lint a copy of the tree: facts and module facts are cached there, no
+    results; a path run that finds what the root run found shows no difference."""
+    tree = tmp_path / "tree"
+    for name, text in {"train.py": SCALER, "sub/run.py": AUTOCAST, "sub/other.py": "x = 1\n"}.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    root = repos.mplint(tree, ".", repo_root=REPO)["diagnostics"]
+    assert sorted((d["path"], d["rule"]) for d in root) == [("sub/run.py", "MPT502"), ("train.py", "MPT502")]
+    assert repos.check_paths("o/r", tree, root, REPO, 2, 0, cached_facts=True) == (3, [])
+    assert not (tree / ".mplint_cache").exists()
+
+    run = repos.mplint(tree, "sub/run.py", repo_root=REPO, cached_facts=True)["diagnostics"]
+    assert [(d["path"], d["rule"], d["start"]["line"]) for d in run] == [("sub/run.py", "MPT502", 3)]
+    stored = sorted(p.name for p in (tree / ".mplint_cache" / "v2").iterdir())
+    assert stored == ["facts.json", "modules.json"]  # the results of the checks are never cached
+    changed = [{**root[0], "message": "other"}, *root[1:]]  # a finding the path run does not repeat
+    assert repos.check_paths("o/r", tree, changed, REPO, 0, 0, cached_facts=True)[1][0]["only_root"] == [
+        [root[0]["rule"], root[0]["start"]["line"], root[0]["start"]["column"], "other"]]
+
+
 def test_fix_verdicts_follow_the_fix_text(repos):
     recorded = [fix(verdict="right", reason="r", status="current"), fix("b.py", verdict="harmful", reason="r",
                                                                      status="current")]
