@@ -306,7 +306,8 @@ SNAPSHOT_HEADER = """\
 #     changes what it computes on a version it runs) | no-op | unreviewed; reason: why, with the evidence;
 #   plants: known defects found by reading the code (why: what goes wrong); found when a current finding has the
 #     same package, path, rule and line;
-#   path_independence: per repository, the runs compared with `mplint .` and every file whose findings differed.
+#   path_independence: per repository, the runs compared with `mplint .` and every file whose findings differed
+#     (cached_facts: true when the path runs read their facts from a cache, --cached-facts).
 """
 
 

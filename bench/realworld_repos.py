@@ -10,7 +10,8 @@ Per repository the check runs, from the repository root as a maintainer would:
 - ``mplint . --format json --no-cache`` (the findings and the cold time);
 - ``mplint . --fix --unsafe-fixes`` on a copy: every applied fix, with the text each edit replaced, for review;
 - with ``--paths``: ``mplint <folder>`` for each top-level folder and ``mplint <file>`` for a seeded sample of files;
-  a file whose findings (rule, line, column, message) differ from the root run is a path-independence failure.
+  a file whose findings (rule, line, column, message) differ from the root run is a path-independence failure
+  (``--cached-facts``: these runs share a facts cache, see ``mplint_cached_facts.py``; the root run stays cold).
 
 The snapshot holds a verdict and a reason for every finding (tp/fp) and every applied fix (right/harmful/no-op),
 the planted defects (known bugs found by reading the code, each with ``why``: recall is the share reported), and the
