@@ -9,8 +9,9 @@ Per repository the check runs, from the repository root as a maintainer would:
 
 - ``mplint . --format json --no-cache`` (the findings and the cold time);
 - ``mplint . --fix --unsafe-fixes`` on a copy: every applied fix, with the text each edit replaced, for review;
-- with ``--paths``: ``mplint <folder>`` for each top-level folder and ``mplint <file>`` for a seeded sample of files;
-  a file whose findings (rule, line, column, message) differ from the root run is a path-independence failure
+- with ``--paths``: ``mplint <folder>`` for each top-level folder and ``mplint <file>`` for a seeded sample of files
+  and for each file holding a root finding; a file whose findings (rule, line, column, message) differ from the root
+  run is a path-independence failure
   (``--cached-facts``: these runs share a facts cache, see ``mplint_cached_facts.py``; the root run stays cold).
 
 The snapshot holds a verdict and a reason for every finding (tp/fp) and every applied fix (right/harmful/no-op),
@@ -313,15 +314,18 @@ def check_repository(repo: Repository, cache: Path, mirror: Path | None, remote:
 
 def check_paths(repo: str, tree: Path, root: list[dict], repo_root: Path, sample: int, seed: int,
                 cached_facts: bool) -> tuple[int, list[dict]]:
-    """Each path run compared with the (cold) root run. With ``cached_facts`` the runs share a facts cache in a
-    copy of the tree (the materialised tree stays as it is)."""
+    """Each path run compared with the (cold) root run: the folders and the sample, then each file holding a root
+    finding on its own (a sample rarely holds one, and they are the findings a narrower run could lose). With
+    ``cached_facts`` the runs share a facts cache in a copy of the tree (the materialised tree stays as it is)."""
+    targets = path_runs(tree, sample, seed)
+    targets += sorted({d["path"] for d in root} - set(targets))
     runs, differences = 0, []
     with tempfile.TemporaryDirectory(prefix="mplint-paths-") as scratch:
         where = tree
         if cached_facts:
             where = Path(scratch) / "tree"
             shutil.copytree(tree, where, symlinks=True)
-        for target in path_runs(tree, sample, seed):
+        for target in targets:
             diagnostics = mplint(where, target, repo_root=repo_root, cached_facts=cached_facts)["diagnostics"]
             found = path_differences(repo, root, target, diagnostics)
             differences += found

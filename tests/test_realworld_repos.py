@@ -114,7 +114,7 @@ def test_cached_facts_path_runs_check_every_file_and_leave_the_tree_alone(repos,
         (tree / name).write_text(text)
     root = repos.mplint(tree, ".", repo_root=REPO)["diagnostics"]
     assert sorted((d["path"], d["rule"]) for d in root) == [("sub/run.py", "MPT502"), ("train.py", "MPT502")]
-    assert repos.check_paths("o/r", tree, root, REPO, 2, 0, cached_facts=True) == (3, [])
+    assert repos.check_paths("o/r", tree, root, REPO, 0, 0, cached_facts=True) == (3, [])  # sub/, each finding's file
     assert not (tree / ".mplint_cache").exists()
 
     run = repos.mplint(tree, "sub/run.py", repo_root=REPO, cached_facts=True)["diagnostics"]
@@ -187,7 +187,7 @@ def test_the_check_exits_1_until_every_finding_and_fix_has_a_verdict(realworld, 
         ("sub/run.py", True, [{"line": 3, "before": "torch.cuda.amp.autocast()", "after": 'torch.amp.autocast("cuda")'}]),
         ("train.py", True, [{"line": 3, "before": "torch.cuda.amp.GradScaler()",
                              "after": 'torch.amp.GradScaler("cuda")'}])]
-    assert recorded["path_independence"]["owner/tiny"]["runs"] == 2  # the folder sub/ and one sampled file
+    assert recorded["path_independence"]["owner/tiny"]["runs"] == 3  # sub/, a sampled file, the other finding's file
     assert recorded["path_independence"]["owner/tiny"]["differences"] == []
 
     for entry in recorded["findings"]:
@@ -204,7 +204,7 @@ def test_the_check_exits_1_until_every_finding_and_fix_has_a_verdict(realworld, 
     row = table[2].split()
     assert re.fullmatch(r"\d+\.\d", row[3])  # the cold time
     assert row[:3] + row[4:] == ["owner/tiny", commit[:12], "2", "2", "2", "0", "0", "100.0%", "2", "1", "1", "0",
-                                 "0", "50.0%", "2", "1", "50.0%", "2", "0"]
+                                 "0", "50.0%", "2", "1", "50.0%", "3", "0"]
     per_rule = out[out.index("per rule:"):].splitlines()[1:5]
     assert per_rule == [
         "rule    findings  tp  fp  unreviewed  precision  fixes  right  harmful  no-op  fix_unreviewed  fix_correct"
