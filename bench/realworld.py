@@ -306,7 +306,8 @@ SNAPSHOT_HEADER = """\
 #     changes what it computes on a version it runs) | no-op | unreviewed; reason: why, with the evidence;
 #   plants: known defects found by reading the code (why: what goes wrong); found when a current finding has the
 #     same package, path, rule and line;
-#   path_independence: per repository, the runs compared with `mplint .` and every file whose findings differed.
+#   path_independence: per repository, the runs compared with `mplint .` and every file whose findings differed
+#     (cached_facts: true when the path runs read their facts from a cache, --cached-facts).
 """
 
 
@@ -478,6 +479,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "single files and compare their findings with the root run")
     parser.add_argument("--sample", type=int, default=50, help="single files per repository for --paths")
     parser.add_argument("--seed", type=int, default=0, help="seed of the --paths sample")
+    parser.add_argument("--cached-facts", action="store_true", help="with --paths: the path runs (not the root run) "
+                        "read the facts of unchanged files from a shared cache, every file is checked afresh "
+                        "(bench/mplint_cached_facts.py)")
     parser.add_argument("--recorded", action="store_true", help="with --repos: report the snapshot's last run "
                         "(findings, fixes, cold times, path differences) without linting anything")
     parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help=argparse.SUPPRESS)
@@ -513,7 +517,8 @@ def check_repositories(args: argparse.Namespace, cache: Path) -> int:
             runs.append(recorded_run(repo, recorded_snapshot))
             continue
         print(f"checking {repo.name} ...", file=sys.stderr, flush=True)
-        run = repos.check_repository(repo, cache, args.mirror, args.remote, REPO, args.paths, args.sample, args.seed)
+        run = repos.check_repository(repo, cache, args.mirror, args.remote, REPO, args.paths, args.sample, args.seed,
+                                      args.cached_facts)
         if run.skipped:
             print(f"warning: {repo.name}: {len(run.skipped)} files the git copy lacks were left out: "
                   f"{', '.join(run.skipped[:5])}{' ...' if len(run.skipped) > 5 else ''}", file=sys.stderr)
@@ -541,6 +546,7 @@ def check_repositories(args: argparse.Namespace, cache: Path) -> int:
         if args.paths:
             snapshot["path_independence"].update({
                 r.name: {"commit": r.commit, "runs": r.path_checked, "sample": args.sample, "seed": args.seed,
+                         **({"cached_facts": True} if args.cached_facts else {}),
                          "differences": r.path_differences} for r in runs if not r.error})
         write_snapshot(args.snapshot, snapshot)
     if args.json:

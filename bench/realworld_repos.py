@@ -9,8 +9,10 @@ Per repository the check runs, from the repository root as a maintainer would:
 
 - ``mplint . --format json --no-cache`` (the findings and the cold time);
 - ``mplint . --fix --unsafe-fixes`` on a copy: every applied fix, with the text each edit replaced, for review;
-- with ``--paths``: ``mplint <folder>`` for each top-level folder and ``mplint <file>`` for a seeded sample of files;
-  a file whose findings (rule, line, column, message) differ from the root run is a path-independence failure.
+- with ``--paths``: ``mplint <folder>`` for each top-level folder and ``mplint <file>`` for a seeded sample of files
+  and for each file holding a root finding; a file whose findings (rule, line, column, message) differ from the root
+  run is a path-independence failure
+  (``--cached-facts``: these runs share a facts cache, see ``mplint_cached_facts.py``; the root run stays cold).
 
 The snapshot holds a verdict and a reason for every finding (tp/fp) and every applied fix (right/harmful/no-op),
 the planted defects (known bugs found by reading the code, each with ``why``: recall is the share reported), and the
@@ -168,10 +170,15 @@ def materialise(repo: Repository, cache: Path, mirror: Path | None = None,
 
 # ---------------------------------------------------------------------------------------------- linting
 
-def mplint(cwd: Path, *args: str, repo_root: Path) -> dict:
+CACHED_FACTS = Path(__file__).resolve().parent / "mplint_cached_facts.py"
+
+
+def mplint(cwd: Path, *args: str, repo_root: Path, cached_facts: bool = False) -> dict:
+    """``mplint ARGS`` from ``cwd``, cold; ``cached_facts``: facts from ``.mplint_cache/``, no cached results."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
                MPLINT_NO_PROGRESS="1")
-    cmd = [sys.executable, "-m", "mplint", *args, "--format", "json", "--no-cache", "--exit-zero"]
+    start = [sys.executable, str(CACHED_FACTS)] if cached_facts else [sys.executable, "-m", "mplint"]
+    cmd = [*start, *args, "--format", "json", *([] if cached_facts else ["--no-cache"]), "--exit-zero"]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise RepoError(f"mplint {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
@@ -287,7 +294,7 @@ class RepoRun:
 
 
 def check_repository(repo: Repository, cache: Path, mirror: Path | None, remote: str, repo_root: Path,
-                     paths: bool = False, sample: int = 50, seed: int = 0) -> RepoRun:
+                     paths: bool = False, sample: int = 50, seed: int = 0, cached_facts: bool = False) -> RepoRun:
     run = RepoRun(repo.name, repo.commit)
     try:
         tree, run.skipped = materialise(repo, cache, mirror, remote)
@@ -298,13 +305,33 @@ def check_repository(repo: Repository, cache: Path, mirror: Path | None, remote:
         run.findings = [finding_of(d, repo.name) for d in report["diagnostics"]]
         run.fixes = applied_fixes(repo.name, tree, repo_root)
         if paths:
-            for target in path_runs(tree, sample, seed):
-                diagnostics = mplint(tree, target, repo_root=repo_root)["diagnostics"]
-                run.path_differences += path_differences(repo.name, report["diagnostics"], target, diagnostics)
-                run.path_checked += 1
+            run.path_checked, run.path_differences = check_paths(repo.name, tree, report["diagnostics"], repo_root,
+                                                                 sample, seed, cached_facts)
     except (RepoError, OSError, ValueError, tarfile.TarError) as exc:
         run.error = str(exc)
     return run
+
+
+def check_paths(repo: str, tree: Path, root: list[dict], repo_root: Path, sample: int, seed: int,
+                cached_facts: bool) -> tuple[int, list[dict]]:
+    """Each path run compared with the (cold) root run: the folders and the sample, then each file holding a root
+    finding on its own (a sample rarely holds one, and they are the findings a narrower run could lose). With
+    ``cached_facts`` the runs share a facts cache in a copy of the tree (the materialised tree stays as it is)."""
+    targets = path_runs(tree, sample, seed)
+    targets += sorted({d["path"] for d in root} - set(targets))
+    runs, differences = 0, []
+    with tempfile.TemporaryDirectory(prefix="mplint-paths-") as scratch:
+        where = tree
+        if cached_facts:
+            where = Path(scratch) / "tree"
+            shutil.copytree(tree, where, symlinks=True)
+        for target in targets:
+            diagnostics = mplint(where, target, repo_root=repo_root, cached_facts=cached_facts)["diagnostics"]
+            found = path_differences(repo, root, target, diagnostics)
+            differences += found
+            runs += 1
+            print(f"  mplint {target}: {len(found)} files differ", file=sys.stderr, flush=True)
+    return runs, differences
 
 
 # ---------------------------------------------------------------------------------------------- review tables

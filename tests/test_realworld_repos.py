@@ -105,6 +105,27 @@ def fix(path="a.py", rule="MPT502", line=3, after="new", **extra):
             "applied": True, "edits": [{"line": line, "before": "old", "after": after}], **extra}
 
 
+def test_cached_facts_path_runs_check_every_file_and_leave_the_tree_alone(repos, tmp_path):
+    """With cached facts the path runs lint a copy of the tree: facts and module facts are cached there, no
+    results; a path run that finds what the root run found shows no difference."""
+    tree = tmp_path / "tree"
+    for name, text in {"train.py": SCALER, "sub/run.py": AUTOCAST, "sub/other.py": "x = 1\n"}.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    root = repos.mplint(tree, ".", repo_root=REPO)["diagnostics"]
+    assert sorted((d["path"], d["rule"]) for d in root) == [("sub/run.py", "MPT502"), ("train.py", "MPT502")]
+    assert repos.check_paths("o/r", tree, root, REPO, 0, 0, cached_facts=True) == (3, [])  # sub/, each finding's file
+    assert not (tree / ".mplint_cache").exists()
+
+    run = repos.mplint(tree, "sub/run.py", repo_root=REPO, cached_facts=True)["diagnostics"]
+    assert [(d["path"], d["rule"], d["start"]["line"]) for d in run] == [("sub/run.py", "MPT502", 3)]
+    stored = sorted(p.name for p in (tree / ".mplint_cache" / "v2").iterdir())
+    assert stored == ["facts.json", "modules.json"]  # the results of the checks are never cached
+    changed = [{**root[0], "message": "other"}, *root[1:]]  # a finding the path run does not repeat
+    assert repos.check_paths("o/r", tree, changed, REPO, 0, 0, cached_facts=True)[1][0]["only_root"] == [
+        [root[0]["rule"], root[0]["start"]["line"], root[0]["start"]["column"], "other"]]
+
+
 def test_fix_verdicts_follow_the_fix_text(repos):
     recorded = [fix(verdict="right", reason="r", status="current"), fix("b.py", verdict="harmful", reason="r",
                                                                      status="current")]
@@ -166,7 +187,7 @@ def test_the_check_exits_1_until_every_finding_and_fix_has_a_verdict(realworld, 
         ("sub/run.py", True, [{"line": 3, "before": "torch.cuda.amp.autocast()", "after": 'torch.amp.autocast("cuda")'}]),
         ("train.py", True, [{"line": 3, "before": "torch.cuda.amp.GradScaler()",
                              "after": 'torch.amp.GradScaler("cuda")'}])]
-    assert recorded["path_independence"]["owner/tiny"]["runs"] == 2  # the folder sub/ and one sampled file
+    assert recorded["path_independence"]["owner/tiny"]["runs"] == 3  # sub/, a sampled file, the other finding's file
     assert recorded["path_independence"]["owner/tiny"]["differences"] == []
 
     for entry in recorded["findings"]:
@@ -183,7 +204,7 @@ def test_the_check_exits_1_until_every_finding_and_fix_has_a_verdict(realworld, 
     row = table[2].split()
     assert re.fullmatch(r"\d+\.\d", row[3])  # the cold time
     assert row[:3] + row[4:] == ["owner/tiny", commit[:12], "2", "2", "2", "0", "0", "100.0%", "2", "1", "1", "0",
-                                 "0", "50.0%", "2", "1", "50.0%", "2", "0"]
+                                 "0", "50.0%", "2", "1", "50.0%", "3", "0"]
     per_rule = out[out.index("per rule:"):].splitlines()[1:5]
     assert per_rule == [
         "rule    findings  tp  fp  unreviewed  precision  fixes  right  harmful  no-op  fix_unreviewed  fix_correct"
