@@ -13,7 +13,7 @@ import runpy
 import sys
 import traceback
 
-from mplint.verify import datasets, hooks, recorder, sandbox, torch_hooks
+from mplint.verify import datasets, hooks, loops, recorder, sandbox, torch_hooks
 
 
 def install_tensorflow(tf) -> None:
@@ -145,7 +145,10 @@ def main(config_path: str) -> None:
     if config.get("source_dir"):
         sys.path.insert(1, config["source_dir"])
     try:
-        runpy.run_path(script, run_name="__main__")
+        if config.get("framework") == "torch":
+            loops.run(script)  # each training loop capped on its own
+        else:
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
         if code not in (None, 0):

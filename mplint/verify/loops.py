@@ -1,0 +1,206 @@
+"""Training loops of a PyTorch script, each with its own step cap.
+
+The script is compiled with each ``for``/``while`` loop wrapped so that it can be ended from
+inside: a step past a loop's cap raises ``LoopCapped``, which only that loop's wrapper catches, and
+the script goes on after the loop (to its next training loop). A step belongs to the outermost loop
+of the script running when it is taken (the epoch loop around a batch loop; a GAN's one loop with
+two optimizers), told apart by the loop's line and the script lines that called into it."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import sys
+import threading
+import types
+from dataclasses import dataclass
+
+NAME = "__mplint_loops__"
+_local = threading.local()
+
+
+class LoopCapped(BaseException):
+    """Ends one loop. A BaseException, so that the script's ``except Exception`` lets it through."""
+
+    def __init__(self, frame, line: int):
+        super().__init__(f"mplint verify: the loop at line {line} reached its step cap")
+        self.frame, self.line = frame, line
+
+
+def _active() -> list:
+    if not hasattr(_local, "active"):
+        _local.active = []
+    return _local.active
+
+
+def enter(line: int) -> None:
+    _active().append((sys._getframe(1), line))
+
+
+def leave(line: int) -> None:
+    frame, active = sys._getframe(1), _active()
+    for i in range(len(active) - 1, -1, -1):
+        if active[i][0] is frame and active[i][1] == line:
+            del active[i]
+            return
+
+
+def caught(stop: LoopCapped, line: int) -> bool:
+    """Whether ``stop`` ends the loop at ``line`` of the calling frame (else it goes on up)."""
+    return stop.frame is sys._getframe(1) and stop.line == line
+
+
+_WRAPPER = f"""\
+{NAME}.enter(0)
+try:
+    pass
+except {NAME}.LoopCapped as {NAME}_stop:
+    if not {NAME}.caught({NAME}_stop, 0):
+        raise
+finally:
+    {NAME}.leave(0)
+"""
+
+
+class _WrapLoops(ast.NodeTransformer):
+    def _wrap(self, node):
+        self.generic_visit(node)
+        wrapper = ast.parse(_WRAPPER).body
+        for new in wrapper:
+            for sub in ast.walk(new):
+                if isinstance(sub, ast.Constant) and sub.value == 0:
+                    sub.value = node.lineno
+                if "lineno" in sub._attributes:  # tracebacks and line events keep the loop's line
+                    sub.lineno, sub.end_lineno = node.lineno, node.lineno
+                    sub.col_offset, sub.end_col_offset = node.col_offset, node.col_offset
+        wrapper[1].body = [node]
+        return wrapper
+
+    visit_For = visit_While = _wrap
+
+
+def compile_script(source: str, filename: str):
+    """The script's code with every loop wrapped; its line numbers are the file's."""
+    return compile(_WrapLoops().visit(ast.parse(source, filename)), filename, "exec")
+
+
+def run(script: str) -> None:
+    """Run ``script`` as ``__main__``, as ``runpy.run_path`` does, with its loops wrapped."""
+    with open(script, "rb") as fh:
+        source = fh.read()
+    try:
+        code = compile_script(source.decode("utf-8"), script)
+    except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError):
+        import runpy  # raise the error the script itself would
+
+        runpy.run_path(script, run_name="__main__")
+        return
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=script, __cached__=None, __loader__=None, __package__=None, __spec__=None,
+                           __builtins__=builtins)
+    setattr(module, NAME, sys.modules[__name__])
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a step is taken: the outermost loop of the script running (``frame``/``line``, None
+    when the script runs no loop around it), the script lines calling into that loop (``calls``), and
+    the script line that took the step."""
+
+    frame: object
+    line: int | None
+    calls: tuple
+    step_line: int | None
+
+    @property
+    def key(self) -> tuple:
+        return self.calls, self.line
+
+
+def current(script: str) -> Site:
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    frames.reverse()  # outermost first
+    depth = {id(f): i for i, f in enumerate(frames)}
+    running = [(depth[id(f)], k, f, line) for k, (f, line) in enumerate(_active()) if id(f) in depth]
+    mine = [f for f in frames if os.path.abspath(f.f_code.co_filename) == script]
+    step_line = mine[-1].f_lineno if mine else None
+    if not running:
+        return Site(None, None, tuple(f.f_lineno for f in mine[:1]), step_line)
+    at, _, loop_frame, line = min(running, key=lambda r: r[:2])
+    calls = tuple(f.f_lineno for f in mine if depth[id(f)] < at)
+    return Site(loop_frame, line, calls, step_line)
+
+
+# --- training loops found in the source, for the report of loops a capped run never reached -------
+
+def _dotted(node) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _optimizers(tree) -> set[str]:
+    """Names bound to a torch optimizer's construction (``opt = torch.optim.Adam(...)``)."""
+    from mplint.analysis.torch_amp import OPTIMIZER_CLASSES
+
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            called = _dotted(node.value.func) or ""
+            if called.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
+                names.update(t for t in map(_dotted, node.targets) if t)
+    return names
+
+
+def _is_step(call: ast.Call, optimizers: set[str]) -> bool:
+    """``scaler.step(optimizer)`` or ``optimizer.step()``, not a learning-rate scheduler's step."""
+    from mplint.analysis.torch_amp import _NOT_OPTIMIZER_NAME, _OPTIMIZER_NAME, _SCALER_NAME
+
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "step"):
+        return False
+    receiver = _dotted(call.func.value)
+    if receiver is None:
+        return False
+    last = receiver.rsplit(".", 1)[-1]
+    if _SCALER_NAME.search(last):
+        return bool(call.args)
+    return receiver in optimizers or (bool(_OPTIMIZER_NAME.search(last)) and not _NOT_OPTIMIZER_NAME.search(last))
+
+
+def training_loops(source: str) -> dict[int, set[int]]:
+    """Each training loop of the source, by its line: the outermost loop of its function (or of the
+    module) around optimizer steps, else the step's own line; with the lines of its steps."""
+    tree = ast.parse(source)
+    optimizers = _optimizers(tree)
+    loops: dict[int, set[int]] = {}
+
+    def visit(node, loop: int | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                visit(child, None)  # a new scope: its loops are its own
+                continue
+            if isinstance(child, ast.Call) and _is_step(child, optimizers):
+                loops.setdefault(loop or child.lineno, set()).add(child.lineno)
+            visit(child, loop if loop is not None or not isinstance(child, (ast.For, ast.While)) else child.lineno)
+
+    visit(tree, None)
+    return loops
+
+
+def not_run(source: str, reached: set[int]) -> list[int]:
+    """Lines of the training loops of ``source`` none of whose steps ran."""
+    try:
+        loops = training_loops(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    return sorted(line for line, steps in loops.items() if not steps & reached)
