@@ -252,31 +252,47 @@ def test_a_gan_loop_stepping_two_optimizers_per_iteration_is_one_loop(capsys, tm
     assert doc["runs"]["run"]["status"] == "completed"
 
 
-def test_a_loop_the_script_cannot_end_stops_the_run_and_names_the_loops_that_did_not_run(capsys, tmp_path):
-    (tmp_path / "trainer.py").write_text(
-        "def fit(model, optimizer, x, steps):\n"
-        "    for step in range(steps):\n"
-        "        loss = model(x).pow(2).mean()\n"
-        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n")
+TRAINER = ("def fit(model, optimizer, x, steps):\n"
+           "    for step in range(steps):\n"
+           "        loss = model(x).pow(2).mean()\n"
+           "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n")
+SCRIPT_AFTER_TRAINER = (
+    "model = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "x = torch.randn(16, 8)\nfit(model, optimizer, x, 1000)\n"
+    "scaler = torch.amp.GradScaler('cpu')\nscheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\n"
+    "for step in range(1000):\n"
+    "    loss = model(x).pow(2).mean()\n    optimizer.zero_grad()\n    scaler.scale(loss).backward()\n"
+    "    scaler.step(optimizer)\n    scaler.update()\n    scheduler.step()\n")
+
+
+def test_the_loop_of_a_trainer_module_beside_the_script_is_capped_and_the_script_goes_on(capsys, tmp_path):
+    (tmp_path / "trainer.py").write_text(TRAINER)  # imports nothing: the optimizer is passed in
     script = tmp_path / "train.py"
-    script.write_text(
-        "import torch\nfrom trainer import fit\n\n"
-        "model = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "x = torch.randn(16, 8)\nfit(model, optimizer, x, 1000)\n"
-        "scaler = torch.amp.GradScaler('cpu')\nscheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\n"
-        "for step in range(1000):\n"
-        "    loss = model(x).pow(2).mean()\n    optimizer.zero_grad()\n    scaler.scale(loss).backward()\n"
-        "    scaler.step(optimizer)\n    scaler.update()\n    scheduler.step()\n")
+    script.write_text("import torch\nfrom trainer import fit\n\n" + SCRIPT_AFTER_TRAINER)
+    code, doc = verify_json(capsys, script, "--steps", "3")
+    assert code == 0
+    assert units_of(doc) == [("loop at trainer.py:2 / SGD", "Linear", 3), ("loop at train.py:10 / SGD", "Linear", 3)]
+    assert doc["runs"]["run"]["status"] == "completed"
+
+
+def test_a_loop_the_script_cannot_end_stops_the_run_and_names_the_loops_that_did_not_run(capsys, tmp_path):
+    library = tmp_path / "library"  # outside the script's folder, as an installed trainer would be
+    library.mkdir()
+    (library / "trainer.py").write_text(TRAINER)
+    (tmp_path / "project").mkdir()
+    script = tmp_path / "project" / "train.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(library)!r})\nimport torch\nfrom trainer import fit\n"
+                      + SCRIPT_AFTER_TRAINER.replace("fit(model", "\nfit(model"))
     code = main([str(script), "--steps", "3"])
     out = capsys.readouterr().out
     assert code == 0
-    # the loop is trainer.py's: the run ends at its cap, before the script's own loop (the scheduler's
-    # step is not an optimizer's)
-    assert ("note: stopped after 3 steps of the loop in the call at train.py:7; the script has a further training "
-            "loop at train.py:10 that did not run\n") in out
+    # the run ends at the library loop's cap, before the script's own loop (the scheduler's step is not
+    # an optimizer's)
+    assert ("note: stopped after 3 steps of the loop in the call at train.py:9; the script has a further training "
+            "loop at train.py:12 that did not run\n") in out
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
     assert ["status", "step-cap", "step-cap"] in rows
-    assert ["loop in the call at train.py:7 / SGD", "trains Linear", "trains Linear"] in rows
+    assert ["loop in the call at train.py:9 / SGD", "trains Linear", "trains Linear"] in rows
     assert ["steps", "3", "3"] in rows
 
 

@@ -9,7 +9,6 @@ import linecache
 import os
 import random
 import re
-import runpy
 import sys
 import traceback
 
@@ -145,10 +144,7 @@ def main(config_path: str) -> None:
     if config.get("source_dir"):
         sys.path.insert(1, config["source_dir"])
     try:
-        if config.get("framework") == "torch":
-            loops.run(script)  # each training loop capped on its own
-        else:
-            runpy.run_path(script, run_name="__main__")
+        loops.run(script)  # a torch script's training loops each capped on their own
     except SystemExit as exc:
         code = exc.code
         if code not in (None, 0):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 import threading
@@ -80,22 +82,65 @@ class _WrapLoops(ast.NodeTransformer):
     visit_For = visit_While = _wrap
 
 
-def compile_script(source: str, filename: str):
-    """The script's code with every loop wrapped; its line numbers are the file's."""
-    return compile(_WrapLoops().visit(ast.parse(source, filename)), filename, "exec")
+def _imports_torch(tree) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "torch" for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "torch":
+            return True
+    return False
+
+
+def _wrapped(source, path: str, always: bool = False):
+    """The code of a file with its loops wrapped when it imports torch (or ``always``), else None."""
+    tree = ast.parse(source, path)
+    return compile(_WrapLoops().visit(tree), path, "exec") if always or _imports_torch(tree) else None
+
+
+class _WrappingLoader(importlib.machinery.SourceFileLoader):
+    def get_code(self, fullname):  # always from the source: a cached .pyc would hold unwrapped loops
+        source = self.get_data(self.path)
+        try:
+            code = _wrapped(source, self.path, always=True)  # a trainer module need not import torch
+        except (SyntaxError, ValueError, RecursionError):
+            code = None
+        return code if code is not None else self.source_to_code(source, self.path)
+
+    def exec_module(self, module):
+        setattr(module, NAME, sys.modules[__name__])
+        super().exec_module(module)
+
+
+class _SiblingModules(importlib.abc.MetaPathFinder):
+    """Modules of the script's folder (a ``trainer.py`` beside ``train.py``) get their loops wrapped too."""
+
+    def __init__(self, folder: str):
+        self.folder = folder + os.sep
+
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        origin = getattr(spec, "origin", None) or ""
+        if spec is None or not origin.endswith(".py") or not _within(origin, self.folder) \
+                or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return None
+        spec.loader = _WrappingLoader(spec.loader.name, spec.loader.path)
+        return spec
 
 
 def run(script: str) -> None:
-    """Run ``script`` as ``__main__``, as ``runpy.run_path`` does, with its loops wrapped."""
-    with open(script, "rb") as fh:
-        source = fh.read()
+    """Run ``script`` as ``__main__``, as ``runpy.run_path`` does; with its loops wrapped when it
+    imports torch (a Keras model trained by a torch loop included)."""
     try:
-        code = compile_script(source.decode("utf-8"), script)
-    except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError):
-        import runpy  # raise the error the script itself would
+        with open(script, "rb") as fh:
+            code = _wrapped(fh.read(), script)
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        code = None
+    if code is None:
+        import runpy  # also raises the error the script itself would
 
         runpy.run_path(script, run_name="__main__")
         return
+    sys.meta_path.insert(0, _SiblingModules(os.path.dirname(os.path.abspath(script))))
     module = types.ModuleType("__main__")
     module.__dict__.update(__file__=script, __cached__=None, __loader__=None, __package__=None, __spec__=None,
                            __builtins__=builtins)
@@ -106,18 +151,20 @@ def run(script: str) -> None:
 
 @dataclass(frozen=True)
 class Site:
-    """Where a step is taken: the outermost loop of the script running (``frame``/``line``, None
-    when the script runs no loop around it), the script lines calling into that loop (``calls``), and
-    the script line that took the step."""
+    """Where a step is taken: the outermost loop of the script's files running (``frame``, ``file``
+    and ``line``; None when none runs around it: a library's loop), the lines of the script's files
+    calling into that loop (``calls``, (file, line) pairs, outermost first), and the line of the
+    script itself that took the step (or called what took it)."""
 
     frame: object
+    file: str | None
     line: int | None
     calls: tuple
     step_line: int | None
 
     @property
     def key(self) -> tuple:
-        return self.calls, self.line
+        return self.calls, self.file, self.line
 
 
 def current(script: str) -> Site:
@@ -129,13 +176,24 @@ def current(script: str) -> Site:
     frames.reverse()  # outermost first
     depth = {id(f): i for i, f in enumerate(frames)}
     running = [(depth[id(f)], k, f, line) for k, (f, line) in enumerate(_active()) if id(f) in depth]
-    mine = [f for f in frames if os.path.abspath(f.f_code.co_filename) == script]
-    step_line = mine[-1].f_lineno if mine else None
+    folder = os.path.dirname(script) + os.sep
+    ours = [f for f in frames if _within(f.f_code.co_filename, folder)]
+    in_script = [f for f in ours if f.f_code.co_filename == script]
+    step_line = in_script[-1].f_lineno if in_script else None
     if not running:
-        return Site(None, None, tuple(f.f_lineno for f in mine[:1]), step_line)
+        return Site(None, None, None, tuple(_place(f) for f in ours[:1]), step_line)
     at, _, loop_frame, line = min(running, key=lambda r: r[:2])
-    calls = tuple(f.f_lineno for f in mine if depth[id(f)] < at)
-    return Site(loop_frame, line, calls, step_line)
+    calls = tuple(_place(f) for f in ours if depth[id(f)] < at)
+    return Site(loop_frame, os.path.basename(loop_frame.f_code.co_filename), line, calls, step_line)
+
+
+def _within(filename: str, folder: str) -> bool:
+    """A file of the script's folder (not ``<frozen runpy>``, which is relative)."""
+    return os.path.isabs(filename) and os.path.normpath(filename).startswith(folder)
+
+
+def _place(frame) -> tuple[str, int]:
+    return os.path.basename(frame.f_code.co_filename), frame.f_lineno
 
 
 # --- training loops found in the source, for the report of loops a capped run never reached -------

@@ -39,15 +39,14 @@ def _loss_value(loss) -> float | None:
 
 
 def _loop_label(site: loops.Site, known: dict) -> str:
-    name = os.path.basename(R().config["script"])
     if site.line is None:  # the loop is not the script's (a library's trainer): name the call into it
-        return f"loop in the call at {name}:{site.calls[0]}" if site.calls else "custom loop #1"
-    label = f"loop at {name}:{site.line}"
+        return "loop in the call at {}:{}".format(*site.calls[0]) if site.calls else "custom loop #1"
+    label = f"loop at {site.file}:{site.line}"
     first = next((key for key, known_label in known.items() if known_label == label), None)
     if first is not None and first != site.key and site.calls:  # one loop of a function called twice
         if first[0]:
-            R().loop_aliases[label] = f"{label} via {name}:{first[0][-1]}"
-        label += f" via {name}:{site.calls[-1]}"
+            R().loop_aliases[label] = "{} via {}:{}".format(label, *first[0][-1])
+        label += " via {}:{}".format(*site.calls[-1])
     return label
 
 
