@@ -319,3 +319,53 @@ def test_training_loops_are_found_in_the_source_by_their_optimizer_steps():
               "optimizer.step()\nlr_scheduler.step()\nscaler.step()\n")
     assert training_loops(source) == {1: {3}, 6: {7, 8}, 9: {9}}
     assert not_run(source, {3, 8}) == [9]
+
+
+def test_a_failure_after_a_capped_loop_that_needs_what_the_loop_would_have_made_is_the_cap(capsys, tmp_path):
+    script = tmp_path / "ckpt.py"
+    script.write_text(
+        "import torch\n\nmodel = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(3):\n    for step in range(100):\n        loss = model(torch.randn(4, 8)).pow(2).mean()\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        "    torch.save(model.state_dict(), 'best.pt')\n"
+        "model.load_state_dict(torch.load('best.pt'))\n")
+    code = main([str(script), "--steps", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    # the epoch loop ended before its first torch.save: loading the checkpoint after it fails
+    assert ("note: after the loop at ckpt.py:5 ended at its cap, the script stopped with FileNotFoundError: [Errno 2] "
+            "No such file or directory: 'best.pt' at ckpt.py:12: what follows a capped loop may need what the rest "
+            "of the loop would have made (a checkpoint), so the run counts as stopped at the cap\n") in out
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+    assert ["status", "step-cap", "step-cap"] in rows
+
+
+def test_a_second_training_loop_that_crashes_is_a_crash_not_the_cap(capsys, tmp_path):
+    script = tmp_path / "crash2.py"
+    script.write_text(
+        "import torch\n\nmodel = torch.nn.Linear(8, 8)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(100):\n    loss = model(torch.randn(4, 8)).pow(2).mean()\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        "mask = torch.ones(4, 8, dtype=torch.bool)\n"
+        "for step in range(100):\n    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        scores = model(torch.randn(4, 8)).masked_fill(mask, -1e9)\n"
+        "    loss = scores.float().pow(2).mean()\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n")
+    code, doc = verify_json(capsys, script, "--steps", "2")
+    assert code == 2  # the first loop's cap let the second run: its float16 overflow is found, not hidden
+    assert doc["error"]["message"] == ("could not verify crash2.py: the run run crashed: RuntimeError: value cannot be "
+                                       "converted to type c10::Half without overflow")
+
+
+def test_a_fifth_training_loop_ends_the_run_with_a_note(capsys, tmp_path):
+    script = tmp_path / "folds.py"
+    script.write_text(
+        "import torch\n\nmodel = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n\n\n"
+        "def train():\n    for step in range(100):\n        loss = model(torch.randn(4, 8)).pow(2).mean()\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n\n"
+        "train()\ntrain()\ntrain()\ntrain()\ntrain()\n")
+    code, doc = verify_json(capsys, script, "--steps", "1")
+    assert code == 0
+    assert [unit for unit, _, _ in units_of(doc)] == [f"loop at folds.py:8 via folds.py:{line} / SGD" for line in (15, 16, 17, 18)]
+    assert doc["runs"]["run"]["status"] == "step-cap"
+    assert doc["events"]["loop_stops"] == ["stopped before training loop 5 (at most 4 are run)"]

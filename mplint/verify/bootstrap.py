@@ -152,7 +152,10 @@ def main(config_path: str) -> None:
             rec.finish("exited", f"the script exited with status {code if isinstance(code, int) else 1}", 1)
     except BaseException as exc:
         traceback.print_exc()
-        rec.crash = crash_site(exc, os.path.abspath(script))
+        crash = crash_site(exc, os.path.abspath(script))
+        if torch_hooks.stopped_after_cap(exc, crash):
+            rec.finish("step-cap")
+        rec.crash = crash
         rec.finish("crashed", rec.crash["error"], 1)
     rec.finish("completed")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -48,17 +49,28 @@ def leave(line: int) -> None:
             return
 
 
-def caught(stop: LoopCapped, line: int) -> bool:
-    """Whether ``stop`` ends the loop at ``line`` of the calling frame (else it goes on up)."""
-    return stop.frame is sys._getframe(1) and stop.line == line
+def caught(exc: BaseException, line: int) -> bool:
+    """Whether ``exc`` ends the loop at ``line`` of the calling frame; else it goes on up, and the
+    loop is remembered as the outermost it escaped so far."""
+    frame = sys._getframe(1)
+    if isinstance(exc, LoopCapped) and exc.frame is frame and exc.line == line:
+        return True
+    _local.escaped = (exc, os.path.basename(frame.f_code.co_filename), line)
+    return False
+
+
+def escaped(exc: BaseException) -> tuple[str, int] | None:
+    """The outermost loop (file name, line) that ``exc`` escaped, or None when it was raised outside loops."""
+    last = getattr(_local, "escaped", None)
+    return last[1:] if last is not None and last[0] is exc else None
 
 
 _WRAPPER = f"""\
 {NAME}.enter(0)
 try:
     pass
-except {NAME}.LoopCapped as {NAME}_stop:
-    if not {NAME}.caught({NAME}_stop, 0):
+except BaseException as {NAME}_exc:
+    if not {NAME}.caught({NAME}_exc, 0):
         raise
 finally:
     {NAME}.leave(0)
@@ -187,6 +199,7 @@ def current(script: str) -> Site:
     return Site(loop_frame, os.path.basename(loop_frame.f_code.co_filename), line, calls, step_line)
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every frame of every step
 def _within(filename: str, folder: str) -> bool:
     """A file of the script's folder (not ``<frozen runpy>``, which is relative)."""
     return os.path.isabs(filename) and os.path.normpath(filename).startswith(folder)

@@ -52,6 +52,7 @@ class Recorder:
     optimizer_labels: dict = field(default_factory=dict)  # (loop, id(optimizer)) -> unit key
     loop_keys: dict = field(default_factory=dict)  # a PyTorch loop's key (loops.Site.key) -> its label
     capped_loops: set = field(default_factory=set)  # PyTorch loops ended at their cap
+    last_capped: str | None = None
     step_lines: set = field(default_factory=set)  # script lines whose optimizer steps ran (PyTorch)
     loop_aliases: dict = field(default_factory=dict)  # a loop's label -> the fuller one it is reported by
     crash: dict | None = None
@@ -110,7 +111,7 @@ class Recorder:
         its own step cap."""
         with self.lock:
             if len(self.loops) >= MAX_LOOPS:
-                self.note("notes", f"stopped before training loop {len(self.loops) + 1} (at most {MAX_LOOPS} are run)")
+                self.note("loop_stops", f"stopped before training loop {len(self.loops) + 1} (at most {MAX_LOOPS} are run)")
                 self.finish("step-cap")
             number = sum(1 for known in self.loops if known.startswith(kind)) + 1
             self.loop = label or f"{kind} #{number}"

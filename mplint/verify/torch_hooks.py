@@ -68,7 +68,7 @@ def _before_step(optimizer) -> None:
         _note_loops_not_run(loop)
         rec.finish("step-cap")
     rec.capped_loops.add(loop)
-    rec.loop = None
+    rec.last_capped, rec.loop = loop, None
     raise loops.LoopCapped(site.frame, site.line)
 
 
@@ -87,6 +87,31 @@ def _note_loops_not_run(loop: str) -> None:
         further = f"a further training loop at {where}" if len(lines) == 1 else f"further training loops at {where}"
         rec.note("loop_stops", f"stopped after {rec.cap} steps of the {loop}; the script has {further} "
                  f"that did not run")
+
+
+def stopped_after_cap(exc: BaseException, crash: dict) -> bool:
+    """A script that fails after one of its loops was ended at its cap, outside any training loop
+    (loading the checkpoint the whole loop would have saved): the run is taken as stopped at that cap,
+    as it was before the script went on, with a note. True when so (the crash is then not recorded)."""
+    rec = R()
+    if not rec.capped_loops:
+        return False
+    where = loops.escaped(exc)
+    if where is not None:
+        name, line = where
+        script = rec.config["script"]
+        try:
+            with open(script, encoding="utf-8") as fh:
+                trains = name == os.path.basename(script) and line in loops.training_loops(fh.read())
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+            trains = False
+        if trains or any(label.startswith(f"loop at {name}:{line}") for label in rec.loops):
+            return False  # a training loop of its own failed: a crash to report
+    place = f" at {crash['file']}:{crash['line']}" if crash.get("line") else ""
+    rec.note("loop_stops", f"after the {rec.last_capped} ended at its cap, the script stopped with {crash['error']}{place}: "
+             "what follows a capped loop may need what the rest of the loop would have made (a checkpoint), so the "
+             "run counts as stopped at the cap")
+    return True
 
 
 def _pre_step(optimizer, args, kwargs) -> None:
