@@ -9,11 +9,10 @@ import linecache
 import os
 import random
 import re
-import runpy
 import sys
 import traceback
 
-from mplint.verify import datasets, hooks, recorder, sandbox, torch_hooks
+from mplint.verify import datasets, hooks, loops, recorder, sandbox, torch_hooks
 
 
 def install_tensorflow(tf) -> None:
@@ -145,7 +144,7 @@ def main(config_path: str) -> None:
     if config.get("source_dir"):
         sys.path.insert(1, config["source_dir"])
     try:
-        runpy.run_path(script, run_name="__main__")
+        loops.run(script)  # a torch script's training loops each capped on their own
     except SystemExit as exc:
         code = exc.code
         if code not in (None, 0):
@@ -153,7 +152,10 @@ def main(config_path: str) -> None:
             rec.finish("exited", f"the script exited with status {code if isinstance(code, int) else 1}", 1)
     except BaseException as exc:
         traceback.print_exc()
-        rec.crash = crash_site(exc, os.path.abspath(script))
+        crash = crash_site(exc, os.path.abspath(script))
+        if torch_hooks.stopped_after_cap(exc, crash):
+            rec.finish("step-cap")
+        rec.crash = crash
         rec.finish("crashed", rec.crash["error"], 1)
     rec.finish("completed")
 

@@ -128,6 +128,8 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
     events = doc.get("events", {})
     if events.get("datasets_replaced"):
         console.print(f"datasets replaced by synthetic data: {', '.join(events['datasets_replaced'])}")
+    for stop in events.get("loop_stops", []):
+        console.print(f"note: {stop}", markup=False)
     for off in events.get("turned_off", []):
         console.print(f"note: {off}", markup=False)
     for blocked in events.get("downloads_blocked", []):

@@ -41,7 +41,8 @@ class Recorder:
     models: dict = field(default_factory=dict)  # id(model) -> ModelSeen
     current_model: str | None = None
     events: dict = field(default_factory=lambda: {"downloads_blocked": [], "writes_redirected": [],
-                                                  "datasets_replaced": [], "notes": [], "turned_off": []})
+                                                  "datasets_replaced": [], "notes": [], "turned_off": [],
+                                                  "loop_stops": []})
     in_fit: int = 0
     lock: threading.Lock = field(default_factory=threading.RLock)
     finished: bool = False
@@ -49,6 +50,11 @@ class Recorder:
     loops: list = field(default_factory=list)
     units: dict = field(default_factory=dict)  # "<loop> / <optimizer>" -> {"loop", "optimizer", "first_grads"}
     optimizer_labels: dict = field(default_factory=dict)  # (loop, id(optimizer)) -> unit key
+    loop_keys: dict = field(default_factory=dict)  # a PyTorch loop's key (loops.Site.key) -> its label
+    capped_loops: set = field(default_factory=set)  # PyTorch loops ended at their cap
+    last_capped: str | None = None
+    step_lines: set = field(default_factory=set)  # script lines whose optimizer steps ran (PyTorch)
+    loop_aliases: dict = field(default_factory=dict)  # a loop's label -> the fuller one it is reported by
     crash: dict | None = None
     grads_taken: set = field(default_factory=set)  # ids of optimizers whose first gradients are kept
     policy_set: str | None = None
@@ -75,8 +81,10 @@ class Recorder:
         seen = self.models.get(key)
         if seen is None:
             name = getattr(model, "name", None)  # a torch module has none: its class names it
-            seen = self.models[key] = ModelSeen(name if isinstance(name, str) else type(model).__name__,
-                                                type(model).__name__, keras, model)
+            name = name if isinstance(name, str) else type(model).__name__
+            same = sum(1 for m in self.models.values() if m.name == name or m.name.startswith(name + " #"))
+            seen = self.models[key] = ModelSeen(f"{name} #{same + 1}" if same else name, type(model).__name__,
+                                                keras, model)  # two torch Linear modules told apart
         # one name per dtype: a Keras model on the torch backend is also a torch module, and its
         # tensors' dtypes print as "torch.float32"
         seen.output_dtypes.update(str(d).replace("torch.", "") for d in dtypes)
@@ -98,16 +106,28 @@ class Recorder:
                 best, overlap = key, owned
         return best
 
-    def start_loop(self, kind: str) -> str:
-        """A new training loop (``fit()`` or ``custom loop``): it gets its own step cap."""
+    def start_loop(self, kind: str, label: str | None = None) -> str:
+        """A new training loop (``fit()``, ``custom loop``, or a PyTorch loop named by ``label``): it gets
+        its own step cap."""
         with self.lock:
             if len(self.loops) >= MAX_LOOPS:
-                self.note("notes", f"stopped before training loop {len(self.loops) + 1} (at most {MAX_LOOPS} are run)")
+                self.note("loop_stops", f"stopped before training loop {len(self.loops) + 1} (at most {MAX_LOOPS} are run)")
                 self.finish("step-cap")
-            number = sum(1 for label in self.loops if label.startswith(kind)) + 1
-            self.loop = f"{kind} #{number}"
+            number = sum(1 for known in self.loops if known.startswith(kind)) + 1
+            self.loop = label or f"{kind} #{number}"
             self.loops.append(self.loop)
             return self.loop
+
+    def enter_loop(self, key, label: str) -> str:
+        """Make the loop known by ``key`` the current one, started on its first step."""
+        with self.lock:
+            if key not in self.loop_keys:
+                self.loop_keys[key] = self.start_loop("", label)
+            self.loop = self.loop_keys[key]
+            return self.loop
+
+    def steps_of(self, unit: str) -> int:
+        return sum(1 for s in self.steps if s.unit == unit)
 
     def unit_of(self, optimizer_id: int, optimizer_label: str) -> str:
         loop = self.loop or self.start_loop("custom loop")
@@ -167,8 +187,9 @@ class Recorder:
             steps = [s for s in self.steps if s.unit == unit]
             trained = [s.model for s in steps if s.model is not None]
             model = max(set(trained), key=trained.count) if trained else None
+            loop = self.loop_aliases.get(info["loop"], info["loop"])
             units.append({
-                "unit": unit, "loop": info["loop"], "optimizer": info["optimizer"], "model": names.get(model),
+                "unit": loop + unit[len(info["loop"]):], "loop": loop, "optimizer": info["optimizer"], "model": names.get(model),
                 "model_key": model, "losses": [s.loss for s in steps], "finite_grads": [s.finite_grads for s in steps],
                 "loss_scale": [s.scale for s in steps], "step_times": [s.time for s in steps],
                 "first_update": info["first_update"],
@@ -178,7 +199,8 @@ class Recorder:
         except Exception:
             policy = None
         return {"status": status, "detail": detail, "policy": policy, "steps": len(self.steps), "cap": self.cap,
-                "models": models, "units": units, "loops": self.loops, "crash": self.crash, "events": self.events,
+                "models": models, "units": units,
+                "loops": [self.loop_aliases.get(loop, loop) for loop in self.loops], "crash": self.crash, "events": self.events,
                 "autocast_regions": [{"regions": n, "ops": [list(op) for op in key]}
                                      for key, n in self.autocast_regions.items()]}
 

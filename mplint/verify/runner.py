@@ -131,6 +131,7 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
         "script": str(script), "argv": argv, "steps": options.steps, "seed": options.seed,
         "scratch": str(scratch), "records": str(records), "force_policy": options.force_policy,
         "capture_grads": options.capture_grads, "source_dir": options.source_dir, "isolated": options.isolated,
+        "framework": options.framework,
     }
     (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(tmp), KERAS_HOME=str(scratch / "keras_home"),

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import threading
 from collections import Counter
 
-from mplint.verify import recorder, sandbox
+from mplint.verify import loops, recorder, sandbox
 from mplint.verify.hooks import patch_function
 
 _local = threading.local()
@@ -37,10 +38,88 @@ def _loss_value(loss) -> float | None:
         return None
 
 
+def _loop_label(site: loops.Site, known: dict) -> str:
+    if site.line is None:  # the loop is not the script's (a library's trainer): name the call into it
+        return "loop in the call at {}:{}".format(*site.calls[0]) if site.calls else "custom loop #1"
+    label = f"loop at {site.file}:{site.line}"
+    first = next((key for key, known_label in known.items() if known_label == label), None)
+    if first is not None and first != site.key and site.calls:  # one loop of a function called twice
+        if first[0]:
+            R().loop_aliases[label] = "{} via {}:{}".format(label, *first[0][-1])
+        label += " via {}:{}".format(*site.calls[-1])
+    return label
+
+
+def _before_step(optimizer) -> None:
+    """Before a step: the loop it belongs to becomes the current one; a step past that loop's cap
+    ends the loop (raises LoopCapped, caught by the loop) and the script goes on after it. Where the
+    script runs no loop around the step, or caught the stop, the run ends here."""
+    rec = R()
+    site = loops.current(rec.config["script"])
+    loop = rec.enter_loop(site.key, _loop_label(site, rec.loop_keys))
+    unit = rec.unit_of(id(optimizer), type(optimizer).__name__)
+    if site.step_line is not None:
+        rec.step_lines.add(site.step_line)
+    if rec.steps_of(unit) < rec.cap:
+        return
+    if site.frame is None or loop in rec.capped_loops:
+        if loop in rec.capped_loops:
+            rec.note("loop_stops", f"the script caught the end of the {loop} and went on: the run ended at its next step")
+        _note_loops_not_run(loop)
+        rec.finish("step-cap")
+    rec.capped_loops.add(loop)
+    rec.last_capped, rec.loop = loop, None
+    raise loops.LoopCapped(site.frame, site.line)
+
+
+def _note_loops_not_run(loop: str) -> None:
+    """The script's training loops that the run ends before."""
+    rec = R()
+    script = rec.config["script"]
+    try:
+        with open(script, encoding="utf-8") as fh:
+            lines = loops.not_run(fh.read(), rec.step_lines)
+    except (OSError, UnicodeDecodeError):
+        return
+    if lines:
+        name = os.path.basename(script)
+        where = ", ".join(f"{name}:{line}" for line in lines)
+        further = f"a further training loop at {where}" if len(lines) == 1 else f"further training loops at {where}"
+        rec.note("loop_stops", f"stopped after {rec.cap} steps of the {loop}; the script has {further} "
+                 f"that did not run")
+
+
+def stopped_after_cap(exc: BaseException, crash: dict) -> bool:
+    """A script that fails after one of its loops was ended at its cap, outside any training loop
+    (loading the checkpoint the whole loop would have saved): the run is taken as stopped at that cap,
+    as it was before the script went on, with a note. True when so (the crash is then not recorded)."""
+    rec = R()
+    if not rec.capped_loops:
+        return False
+    where = loops.escaped(exc)
+    if where is not None:
+        name, line = where
+        script = rec.config["script"]
+        try:
+            with open(script, encoding="utf-8") as fh:
+                trains = name == os.path.basename(script) and line in loops.training_loops(fh.read())
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+            trains = False
+        if trains or any(label.startswith(f"loop at {name}:{line}") for label in rec.loops):
+            return False  # a training loop of its own failed: a crash to report
+    place = f" at {crash['file']}:{crash['line']}" if crash.get("line") else ""
+    rec.note("loop_stops", f"after the {rec.last_capped} ended at its cap, the script stopped with {crash['error']}{place}: "
+             "what follows a capped loop may need what the rest of the loop would have made (a checkpoint), so the "
+             "run counts as stopped at the cap")
+    return True
+
+
 def _pre_step(optimizer, args, kwargs) -> None:
     """Before the update: the first step's gradients (underflow) and weights (update size)."""
     import torch
 
+    if not getattr(_local, "scaler_depth", 0):  # else GradScaler.step did it
+        _before_step(optimizer)
     params = [p for p in _params(optimizer) if p.grad is not None]
     _local.grads_finite = _finite(torch, [p.grad for p in params])
     first = id(optimizer) not in R().grads_taken
@@ -74,6 +153,7 @@ def _record(optimizer, finite: bool, scale, update) -> None:
 
 def wrap_scaler_step(original):
     def step(self, optimizer, *args, **kwargs):
+        _before_step(optimizer)
         _local.scaler_depth = getattr(_local, "scaler_depth", 0) + 1
         _local.update = None
         _local.grads_finite = True

@@ -1,0 +1,277 @@
+"""Training loops of a PyTorch script, each with its own step cap.
+
+The script is compiled with each ``for``/``while`` loop wrapped so that it can be ended from
+inside: a step past a loop's cap raises ``LoopCapped``, which only that loop's wrapper catches, and
+the script goes on after the loop (to its next training loop). A step belongs to the outermost loop
+of the script running when it is taken (the epoch loop around a batch loop; a GAN's one loop with
+two optimizers), told apart by the loop's line and the script lines that called into it."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+import types
+from dataclasses import dataclass
+
+NAME = "__mplint_loops__"
+_local = threading.local()
+
+
+class LoopCapped(BaseException):
+    """Ends one loop. A BaseException, so that the script's ``except Exception`` lets it through."""
+
+    def __init__(self, frame, line: int):
+        super().__init__(f"mplint verify: the loop at line {line} reached its step cap")
+        self.frame, self.line = frame, line
+
+
+def _active() -> list:
+    if not hasattr(_local, "active"):
+        _local.active = []
+    return _local.active
+
+
+def enter(line: int) -> None:
+    _active().append((sys._getframe(1), line))
+
+
+def leave(line: int) -> None:
+    frame, active = sys._getframe(1), _active()
+    for i in range(len(active) - 1, -1, -1):
+        if active[i][0] is frame and active[i][1] == line:
+            del active[i]
+            return
+
+
+def caught(exc: BaseException, line: int) -> bool:
+    """Whether ``exc`` ends the loop at ``line`` of the calling frame; else it goes on up, and the
+    loop is remembered as the outermost it escaped so far."""
+    frame = sys._getframe(1)
+    if isinstance(exc, LoopCapped) and exc.frame is frame and exc.line == line:
+        return True
+    _local.escaped = (exc, os.path.basename(frame.f_code.co_filename), line)
+    return False
+
+
+def escaped(exc: BaseException) -> tuple[str, int] | None:
+    """The outermost loop (file name, line) that ``exc`` escaped, or None when it was raised outside loops."""
+    last = getattr(_local, "escaped", None)
+    return last[1:] if last is not None and last[0] is exc else None
+
+
+_WRAPPER = f"""\
+{NAME}.enter(0)
+try:
+    pass
+except BaseException as {NAME}_exc:
+    if not {NAME}.caught({NAME}_exc, 0):
+        raise
+finally:
+    {NAME}.leave(0)
+"""
+
+
+class _WrapLoops(ast.NodeTransformer):
+    def _wrap(self, node):
+        self.generic_visit(node)
+        wrapper = ast.parse(_WRAPPER).body
+        for new in wrapper:
+            for sub in ast.walk(new):
+                if isinstance(sub, ast.Constant) and sub.value == 0:
+                    sub.value = node.lineno
+                if "lineno" in sub._attributes:  # tracebacks and line events keep the loop's line
+                    sub.lineno, sub.end_lineno = node.lineno, node.lineno
+                    sub.col_offset, sub.end_col_offset = node.col_offset, node.col_offset
+        wrapper[1].body = [node]
+        return wrapper
+
+    visit_For = visit_While = _wrap
+
+
+def _imports_torch(tree) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "torch" for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "torch":
+            return True
+    return False
+
+
+def _wrapped(source, path: str, always: bool = False):
+    """The code of a file with its loops wrapped when it imports torch (or ``always``), else None."""
+    tree = ast.parse(source, path)
+    return compile(_WrapLoops().visit(tree), path, "exec") if always or _imports_torch(tree) else None
+
+
+class _WrappingLoader(importlib.machinery.SourceFileLoader):
+    def get_code(self, fullname):  # always from the source: a cached .pyc would hold unwrapped loops
+        source = self.get_data(self.path)
+        try:
+            code = _wrapped(source, self.path, always=True)  # a trainer module need not import torch
+        except (SyntaxError, ValueError, RecursionError):
+            code = None
+        return code if code is not None else self.source_to_code(source, self.path)
+
+    def exec_module(self, module):
+        setattr(module, NAME, sys.modules[__name__])
+        super().exec_module(module)
+
+
+class _SiblingModules(importlib.abc.MetaPathFinder):
+    """Modules of the script's folder (a ``trainer.py`` beside ``train.py``) get their loops wrapped too."""
+
+    def __init__(self, folder: str):
+        self.folder = folder + os.sep
+
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        origin = getattr(spec, "origin", None) or ""
+        if spec is None or not origin.endswith(".py") or not _within(origin, self.folder) \
+                or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return None
+        spec.loader = _WrappingLoader(spec.loader.name, spec.loader.path)
+        return spec
+
+
+def run(script: str) -> None:
+    """Run ``script`` as ``__main__``, as ``runpy.run_path`` does; with its loops wrapped when it
+    imports torch (a Keras model trained by a torch loop included)."""
+    try:
+        with open(script, "rb") as fh:
+            code = _wrapped(fh.read(), script)
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        code = None
+    if code is None:
+        import runpy  # also raises the error the script itself would
+
+        runpy.run_path(script, run_name="__main__")
+        return
+    sys.meta_path.insert(0, _SiblingModules(os.path.dirname(os.path.abspath(script))))
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=script, __cached__=None, __loader__=None, __package__=None, __spec__=None,
+                           __builtins__=builtins)
+    setattr(module, NAME, sys.modules[__name__])
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a step is taken: the outermost loop of the script's files running (``frame``, ``file``
+    and ``line``; None when none runs around it: a library's loop), the lines of the script's files
+    calling into that loop (``calls``, (file, line) pairs, outermost first), and the line of the
+    script itself that took the step (or called what took it)."""
+
+    frame: object
+    file: str | None
+    line: int | None
+    calls: tuple
+    step_line: int | None
+
+    @property
+    def key(self) -> tuple:
+        return self.calls, self.file, self.line
+
+
+def current(script: str) -> Site:
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    frames.reverse()  # outermost first
+    depth = {id(f): i for i, f in enumerate(frames)}
+    running = [(depth[id(f)], k, f, line) for k, (f, line) in enumerate(_active()) if id(f) in depth]
+    folder = os.path.dirname(script) + os.sep
+    ours = [f for f in frames if _within(f.f_code.co_filename, folder)]
+    in_script = [f for f in ours if f.f_code.co_filename == script]
+    step_line = in_script[-1].f_lineno if in_script else None
+    if not running:
+        return Site(None, None, None, tuple(_place(f) for f in ours[:1]), step_line)
+    at, _, loop_frame, line = min(running, key=lambda r: r[:2])
+    calls = tuple(_place(f) for f in ours if depth[id(f)] < at)
+    return Site(loop_frame, os.path.basename(loop_frame.f_code.co_filename), line, calls, step_line)
+
+
+@functools.lru_cache(maxsize=4096)  # asked for every frame of every step
+def _within(filename: str, folder: str) -> bool:
+    """A file of the script's folder (not ``<frozen runpy>``, which is relative)."""
+    return os.path.isabs(filename) and os.path.normpath(filename).startswith(folder)
+
+
+def _place(frame) -> tuple[str, int]:
+    return os.path.basename(frame.f_code.co_filename), frame.f_lineno
+
+
+# --- training loops found in the source, for the report of loops a capped run never reached -------
+
+def _dotted(node) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _optimizers(tree) -> set[str]:
+    """Names bound to a torch optimizer's construction (``opt = torch.optim.Adam(...)``)."""
+    from mplint.analysis.torch_amp import OPTIMIZER_CLASSES
+
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            called = _dotted(node.value.func) or ""
+            if called.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
+                names.update(t for t in map(_dotted, node.targets) if t)
+    return names
+
+
+def _is_step(call: ast.Call, optimizers: set[str]) -> bool:
+    """``scaler.step(optimizer)`` or ``optimizer.step()``, not a learning-rate scheduler's step."""
+    from mplint.analysis.torch_amp import _NOT_OPTIMIZER_NAME, _OPTIMIZER_NAME, _SCALER_NAME
+
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "step"):
+        return False
+    receiver = _dotted(call.func.value)
+    if receiver is None:
+        return False
+    last = receiver.rsplit(".", 1)[-1]
+    if _SCALER_NAME.search(last):
+        return bool(call.args)
+    return receiver in optimizers or (bool(_OPTIMIZER_NAME.search(last)) and not _NOT_OPTIMIZER_NAME.search(last))
+
+
+def training_loops(source: str) -> dict[int, set[int]]:
+    """Each training loop of the source, by its line: the outermost loop of its function (or of the
+    module) around optimizer steps, else the step's own line; with the lines of its steps."""
+    tree = ast.parse(source)
+    optimizers = _optimizers(tree)
+    loops: dict[int, set[int]] = {}
+
+    def visit(node, loop: int | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                visit(child, None)  # a new scope: its loops are its own
+                continue
+            if isinstance(child, ast.Call) and _is_step(child, optimizers):
+                loops.setdefault(loop or child.lineno, set()).add(child.lineno)
+            visit(child, loop if loop is not None or not isinstance(child, (ast.For, ast.While)) else child.lineno)
+
+    visit(tree, None)
+    return loops
+
+
+def not_run(source: str, reached: set[int]) -> list[int]:
+    """Lines of the training loops of ``source`` none of whose steps ran."""
+    try:
+        loops = training_loops(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    return sorted(line for line, steps in loops.items() if not steps & reached)
