@@ -12,6 +12,7 @@ from mplint.engine.apinames import canonical, torch_canonical
 from mplint.engine.check import check_source
 from mplint.engine.check_options import CheckOptions
 from mplint.engine.registry import all_rules
+from mplint.project.facts import ProjectFacts
 from mplint.project.torch_target import torch_target
 from mplint.runner import RunOptions, run
 from mplint.testing import lint_code
@@ -64,7 +65,7 @@ def test_torch_names_resolve_apart_from_keras():
                "        return T.where(m, s, T.finfo(T.float32).min)\n"),
 ])
 def test_the_prefilter_follows_torch_aliases(rule_id, source):
-    options = CheckOptions(tuple(all_rules().values()))
+    options = CheckOptions(tuple(all_rules().values()), ProjectFacts())
     on = check_source("example.py", source.encode(), options)
     off = check_source("example.py", source.encode(), CheckOptions(options.rules, options.facts, prefilter=False))
     assert rule_id in {d.rule_id for d in on.diagnostics}

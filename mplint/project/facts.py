@@ -10,27 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mplint.engine.facts import per_project_table
 from mplint.project.extract import PolicySite
 from mplint.project.generation import DEFAULT, Generation
 from mplint.project.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
-
-
-# The project's tables (re-exports, function summaries) are each one dict shared by every module's facts: what is
-# derived from one is computed once per table (the table is kept alive with its result, so its id is never reused).
-_PER_TABLE: dict[int, tuple[dict, dict]] = {}
-
-
-def per_project_table(table: dict, key, compute):
-    """``compute()`` once per (project table, key)."""
-    entry = _PER_TABLE.get(id(table))
-    if entry is None or entry[0] is not table:
-        if len(_PER_TABLE) > 64:
-            _PER_TABLE.clear()
-        entry = _PER_TABLE[id(table)] = (table, {})
-    results = entry[1]
-    if key not in results:
-        results[key] = compute()
-    return results[key]
 
 
 def reexported_names(reexports: dict) -> dict[str, frozenset[str]]:
