@@ -50,8 +50,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("mplint.analysis.policy_calls", "mplint.project.policies"): "the policy names table lives in project",
     ("mplint.analysis.optimizer_flow", "mplint.engine.rule"): "GradientSiteRule, a rule base class, lives here",
     ("mplint.analysis.torch_amp", "mplint.engine.rule"): "TorchRule, a rule base class, lives here",
-    ("mplint.engine.check", "mplint.fixes.edits"): "the edits of a fix are built in fixes",
-    ("mplint.engine.check", "mplint.fixes.fidelity"): "the fix loop's fidelity check lives in fixes",
     ("mplint.engine.registry", "mplint.checks"): "rule discovery lists the modules of checks",
     ("mplint.project.cache", "mplint.fixes.writer"): "the cache writes its files with the fixes' atomic writer",
     ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"): "reads the pins of its file",

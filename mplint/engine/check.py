@@ -28,8 +28,8 @@ from mplint.engine.facts import per_project_table
 from mplint.engine.lazy_positions import Starts, statement_starts
 from mplint.engine.names import last_name
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
-from mplint.fixes.edits import apply_fixes, choose_non_overlapping
-from mplint.fixes.fidelity import keep_untouched
+from mplint.engine.edits import apply_fixes, choose_non_overlapping
+from mplint.engine.fidelity import keep_untouched
 from mplint.engine.rule import Rule
 from mplint.engine.suppressions import parse_suppressions
 from mplint.engine.walk import walk
