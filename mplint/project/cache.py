@@ -22,7 +22,7 @@ from mplint.diagnostics import Diagnostic, Edit, FixSafety, Related, Severity
 from mplint.project.extract import FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
-from mplint.fixes.writer import write_atomic
+from mplint.project.writer import write_atomic
 
 CACHE_DIR = ".mplint_cache"
 _FORMAT = "v2"
