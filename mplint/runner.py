@@ -11,7 +11,8 @@ from mplint.catalog import load_catalog
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.engine.check_options import PARSE_ERROR, CheckOptions
 from mplint.engine.notebooks import check_notebook, is_notebook
-from mplint.engine.registry import all_rules, select
+from mplint.checks import all_rules
+from mplint.engine.registry import select
 from mplint.fixes.write_back import ENGINE_CODES, write_back
 from mplint.pool import parallel_map
 from mplint.project.build import configured_target, pin_files_digest, facts_key, facts_of, module_facts_of, signature

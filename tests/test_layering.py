@@ -50,7 +50,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("mplint.analysis.policy_calls", "mplint.project.policies"): "the policy names table lives in project",
     ("mplint.analysis.optimizer_flow", "mplint.engine.rule"): "GradientSiteRule, a rule base class, lives here",
     ("mplint.analysis.torch_amp", "mplint.engine.rule"): "TorchRule, a rule base class, lives here",
-    ("mplint.engine.registry", "mplint.checks"): "rule discovery lists the modules of checks",
     ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"): "reads the pins of its file",
     ("mplint.checks.mpt501_apex_amp", "mplint.project.torch_target"): "reads the pins of its file",
     ("mplint.checks.mpt502_deprecated_cuda_amp_api", "mplint.project.torch_target"): "reads the pins of its file",

@@ -11,7 +11,7 @@ from packaging.version import Version
 from mplint.engine.apinames import canonical, torch_canonical
 from mplint.engine.check import check_source
 from mplint.engine.check_options import CheckOptions
-from mplint.engine.registry import all_rules
+from mplint.checks import all_rules
 from mplint.project.facts import ProjectFacts
 from mplint.project.torch_target import torch_target
 from mplint.runner import RunOptions, run
