@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from mplint.engine.apinames import canonical, torch_canonical
+from mplint.knowledge.apinames import canonical, torch_canonical
 from mplint.engine.check import check_source
 from mplint.engine.check_options import CheckOptions
 from mplint.checks import all_rules

@@ -35,13 +35,13 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
+from mplint.knowledge.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
 
 from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec, Related
-from mplint.project.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.engine.names import canonical, dotted, last_name
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk

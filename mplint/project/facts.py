@@ -13,7 +13,7 @@ from pathlib import Path
 from mplint.engine.facts import per_project_table
 from mplint.project.extract import PolicySite
 from mplint.project.generation import DEFAULT, Generation
-from mplint.project.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
 
 
 def reexported_names(reexports: dict) -> dict[str, frozenset[str]]:
