@@ -45,8 +45,6 @@ FORBIDDEN: dict[tuple[str, str], str] = {
 # Today's exceptions, (importer, imported) -> why it is still there. Each goes when its import does: the test fails
 # on an entry that no longer matches an import, so this list only shrinks.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("mplint.analysis.optimizer_flow", "mplint.engine.rule"): "GradientSiteRule, a rule base class, lives here",
-    ("mplint.analysis.torch_amp", "mplint.engine.rule"): "TorchRule, a rule base class, lives here",
     ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"): "reads the pins of its file",
     ("mplint.checks.mpt501_apex_amp", "mplint.project.torch_target"): "reads the pins of its file",
     ("mplint.checks.mpt502_deprecated_cuda_amp_api", "mplint.project.torch_target"): "reads the pins of its file",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.optimizer_flow import (
-    GradientSiteRule,
     OptimizerFlow,
     describe_when,
     lso_spelling,
@@ -14,6 +13,7 @@ from mplint.analysis.optimizer_flow import (
     wrap_construction,
     written_names,
 )
+from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import FLOAT16, TorchAmp, TorchRule
+from mplint.analysis.torch_amp import FLOAT16, TorchAmp
 from mplint.analysis.torch_loop import MISSING_SCALER, TrainingLoopFlow
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.project.torch_target import torch_target

@@ -23,8 +23,8 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.torch_amp import TorchRule
 from mplint.analysis.torch_loop import CLIP_APIS
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
 from mplint.project.torch_target import torch_target

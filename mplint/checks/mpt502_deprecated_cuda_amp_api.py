@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from mplint.analysis.call_args import keyword_arg
-from mplint.analysis.torch_amp import TorchRule
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.analysis.version_guards import branch_admits
 from mplint.engine.names import dotted

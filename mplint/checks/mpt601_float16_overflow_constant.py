@@ -8,7 +8,8 @@ import re
 import libcst as cst
 
 from mplint.analysis.constants import literal_number, number_literal, signed
-from mplint.analysis.torch_amp import FLOAT16, TorchAmp, TorchRule, float32_cast, half_names, is_half_cast
+from mplint.analysis.torch_amp import FLOAT16, TorchAmp, float32_cast, half_names, is_half_cast
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
