@@ -286,7 +286,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests, root)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
-    # Pins decide targets (the torch pin too, read by the PyTorch rules themselves): they are part of the key.
+    # Pins decide targets (the torch pin too, in each module's facts): they are part of the key.
     cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()),
                                     pin_files_digest(config.root, sources)))
     active: dict[ProjectFacts, tuple] = {}

@@ -45,9 +45,6 @@ FORBIDDEN: dict[tuple[str, str], str] = {
 # Today's exceptions, (importer, imported) -> why it is still there. Each goes when its import does: the test fails
 # on an entry that no longer matches an import, so this list only shrinks.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"): "reads the pins of its file",
-    ("mplint.checks.mpt501_apex_amp", "mplint.project.torch_target"): "reads the pins of its file",
-    ("mplint.checks.mpt502_deprecated_cuda_amp_api", "mplint.project.torch_target"): "reads the pins of its file",
 }
 
 
