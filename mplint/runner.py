@@ -11,7 +11,8 @@ from mplint.catalog import load_catalog
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.engine.check_options import PARSE_ERROR, CheckOptions
 from mplint.engine.notebooks import check_notebook, is_notebook
-from mplint.engine.registry import all_rules, select
+from mplint.checks import all_rules
+from mplint.engine.registry import select
 from mplint.fixes.write_back import ENGINE_CODES, write_back
 from mplint.pool import parallel_map
 from mplint.project.build import configured_target, pin_files_digest, facts_key, facts_of, module_facts_of, signature
@@ -285,7 +286,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests, root)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
-    # Pins decide targets (the torch pin too, read by the PyTorch rules themselves): they are part of the key.
+    # Pins decide targets (the torch pin too, in each module's facts): they are part of the key.
     cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()),
                                     pin_files_digest(config.root, sources)))
     active: dict[ProjectFacts, tuple] = {}

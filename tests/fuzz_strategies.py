@@ -28,7 +28,7 @@ from mplint.catalog import load_catalog
 from mplint.diagnostics import FileResult
 from mplint.engine.check import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
 from mplint.project.programs import in_memory_facts
-from mplint.engine.registry import all_rules
+from mplint.checks import all_rules
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,10 +8,11 @@ from conftest import Crashes, DenseWithoutDtype, NeverSettles, ReturnEverywhere,
 
 from mplint.diagnostics import FixSafety
 from mplint.engine.check import CheckOptions, check_source
+from mplint.project.facts import ProjectFacts
 
 
 def check(source: bytes, *rules, fix=False, unsafe=False):
-    return check_source("m.py", source, CheckOptions(tuple(rules), fix=fix, unsafe_fixes=unsafe))
+    return check_source("m.py", source, CheckOptions(tuple(rules), ProjectFacts(), fix=fix, unsafe_fixes=unsafe))
 
 
 def summary(result):

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from fuzz_strategies import Program, options_for
 from mplint.cli import main
 from mplint.engine.check import check_source
-from mplint.fixes.fidelity import keep_untouched, lines
+from mplint.engine.fidelity import keep_untouched, lines
 
 FLAGGED = b'm = keras.Sequential([keras.layers.Dense(3, activation="softmax")])'
 FIXED = b'm = keras.Sequential([keras.layers.Dense(3, activation="softmax", dtype="float32")])'

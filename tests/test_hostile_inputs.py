@@ -22,7 +22,8 @@ import mplint.runner
 from mplint.cli import main
 from mplint.project.config import ConfigError, load_config
 from mplint.engine.check import MAX_SOURCE_BYTES, CheckOptions, check_source
-from mplint.engine.registry import all_rules
+from mplint.checks import all_rules
+from mplint.project.facts import ProjectFacts
 
 GOOD = 'import keras\nm = keras.Sequential([keras.layers.Dense(3, activation="softmax")])\n'
 # a line every rule pre-filter of MP101 admits: files no active rule could match are not even parsed
@@ -96,7 +97,7 @@ def test_deep_nesting_is_mp000_not_a_crash(project, capsys):
 def test_deep_nesting_in_the_engine_alone_is_mp000():
     source = ("import keras\n" + "if x:\n" + "".join(" " * i + "if x:\n" for i in range(1, 120)) + " " * 120 + "pass\n").encode()
     rules = tuple(all_rules().values())
-    result = check_source("deep.py", source, CheckOptions(rules))
+    result = check_source("deep.py", source, CheckOptions(rules, ProjectFacts()))
     assert [d.rule_id for d in result.diagnostics] == ["MP000"], [d.message for d in result.diagnostics]
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from mplint.cli import main
 from mplint.project.discovery import discover
-from mplint.fixes.writer import write_atomic
+from mplint.project.writer import write_atomic
 from mplint.testing import copy_tree
 
 FILES = 80

@@ -19,8 +19,8 @@ from mplint.engine.check import check_source
 from mplint.project.extract import PolicySite, extract_file_facts
 from mplint.project.facts import ProjectFacts
 from mplint.project.generation import Generation
-from mplint.project.policies import UNKNOWN_POLICY
-from mplint.engine.registry import all_rules
+from mplint.knowledge.policies import UNKNOWN_POLICY
+from mplint.checks import all_rules
 from mplint.runner import RunOptions, run
 from mplint.testing import copy_tree
 

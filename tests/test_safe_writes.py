@@ -12,8 +12,8 @@ import pytest
 
 import mplint.runner
 from mplint.cli import main
-from mplint.fixes import writer
-from mplint.fixes.writer import FileChangedError, write_atomic
+from mplint.project import writer
+from mplint.project.writer import FileChangedError, write_atomic
 
 GOOD = 'import keras\nm = keras.Sequential([keras.layers.Dense(3, activation="softmax")])\n'
 GOOD_FIXED = GOOD.replace('"softmax")', '"softmax", dtype="float32")')

@@ -3,16 +3,20 @@ separation of the PyTorch and Keras families on the fixtures."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
-from mplint.engine.apinames import canonical, torch_canonical
+from mplint.knowledge.apinames import canonical, torch_canonical
 from mplint.engine.check import check_source
 from mplint.engine.check_options import CheckOptions
-from mplint.engine.registry import all_rules
-from mplint.project.torch_target import torch_target
+from mplint.checks import all_rules
+from mplint.project.build import project_facts
+from mplint.project.cache import _module_facts_from_json, _module_facts_to_json
+from mplint.project.facts import ProjectFacts
+from mplint.project.torch_target import UNPINNED, torch_target
 from mplint.runner import RunOptions, run
 from mplint.testing import lint_code
 from mplint.testing import copy_tree
@@ -47,6 +51,46 @@ def test_the_nearest_pin_counts_and_a_project_root_stops_the_search(tmp_path):
     assert (unpinned.at_least("2.4"), unpinned.admits_from("2.4"), unpinned.label) == (False, True, "any torch >= 1.6")
 
 
+TRAIN = (
+    "import torch\n\n"
+    "def train(model, loader):\n"
+    "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    for x, y in loader:\n"
+    "        with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+    "            loss = model(x).sum()\n"
+    "        loss.backward()\n"
+    "        optimizer.step()\n"
+)
+
+
+def test_a_modules_facts_carry_its_torch_pin_and_the_cache_keeps_it(tmp_path):
+    pinned, unpinned = tmp_path / "pinned", tmp_path / "unpinned"
+    for root in (pinned, unpinned):
+        root.mkdir()
+        (root / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["numpy"]\n')
+        (root / "train.py").write_text(TRAIN)
+    (pinned / "requirements.txt").write_text("torch>=2.4,<3\n")
+    facts = project_facts(pinned)["train.py"]
+    assert facts.torch_target == torch_target(pinned / "train.py") and facts.torch_target.minimum == Version("2.4")
+    assert _module_facts_from_json(json.loads(json.dumps(_module_facts_to_json(facts))), {}, {}) == facts
+    bare = project_facts(unpinned)["train.py"]
+    assert bare.torch_pin is None and bare.torch_target is UNPINNED
+    assert _module_facts_from_json(json.loads(json.dumps(_module_facts_to_json(bare))), {}, {}) == bare
+
+
+def test_the_torch_rules_read_the_target_from_the_facts_not_the_disk(tmp_path):
+    (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
+    path = str(tmp_path / "train.py")
+    rules = (all_rules()["MPT201"],)
+
+    def advice(facts: ProjectFacts) -> str:
+        [finding] = check_source(path, TRAIN.encode(), CheckOptions(rules, facts)).diagnostics
+        return finding.message.rsplit("scale the loss with ", 1)[1]
+
+    assert advice(ProjectFacts(torch_pin=torch_target(path))) == '`torch.amp.GradScaler("cuda")`'
+    assert advice(ProjectFacts()) == "`torch.cuda.amp.GradScaler()`"  # the pin beside the file is not read
+
+
 def test_torch_names_resolve_apart_from_keras():
     assert torch_canonical("torch.cuda.amp.GradScaler").path == "cuda.amp.GradScaler"
     assert torch_canonical("apex.amp.initialize").ns == "apex"
@@ -64,7 +108,7 @@ def test_torch_names_resolve_apart_from_keras():
                "        return T.where(m, s, T.finfo(T.float32).min)\n"),
 ])
 def test_the_prefilter_follows_torch_aliases(rule_id, source):
-    options = CheckOptions(tuple(all_rules().values()))
+    options = CheckOptions(tuple(all_rules().values()), ProjectFacts())
     on = check_source("example.py", source.encode(), options)
     off = check_source("example.py", source.encode(), CheckOptions(options.rules, options.facts, prefilter=False))
     assert rule_id in {d.rule_id for d in on.diagnostics}

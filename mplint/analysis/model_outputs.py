@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.engine.apinames import KERAS_NAMESPACES
+from mplint.knowledge.apinames import KERAS_NAMESPACES
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
 from mplint.engine.names import last_name

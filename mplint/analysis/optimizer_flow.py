@@ -44,15 +44,14 @@ from dataclasses import dataclass, field
 import libcst as cst
 from mplint.analysis.keras_guards import KerasRange, code_range, program_range, test_arms
 from mplint.knowledge.api_versions import ERA_GENERATION
-from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
+from mplint.knowledge.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
 
 from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec, Related
-from mplint.project.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.engine.names import canonical, dotted, last_name
-from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
 CLIPS = frozenset({"clip_by_global_norm", "clip_by_norm", "clip_by_value"})
@@ -64,21 +63,6 @@ Scope = cst.Module | cst.FunctionDef
 def has_gradient_sites(code: CodeSummary) -> bool:
     """Pre-filter: gradient sites need ``with GradientTape() as t`` and ``t.gradient(...)``."""
     return "GradientTape" in code.calls and "gradient" in code.calls
-
-
-class GradientSiteRule(Rule):
-    """What the rules on a custom loop's gradient sites under mixed_float16 (MP201-MP203) share: where
-    they can fire (a file that takes a ``GradientTape``'s gradient) and when (under float16 policies)."""
-
-    triggers = (b"GradientTape",)
-
-    @classmethod
-    def candidate(cls, code) -> bool:
-        return has_gradient_sites(code)
-
-    @classmethod
-    def active_for(cls, facts) -> bool:
-        return facts.float16
 
 
 def method_name(call: cst.CSTNode) -> str | None:

@@ -12,7 +12,7 @@ import libcst as cst
 from mplint.analysis.call_args import keyword, keyword_arg
 from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec
-from mplint.project.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.engine.names import KName, canonical, dotted
 from mplint.engine.walk import descendants
 

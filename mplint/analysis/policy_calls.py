@@ -7,7 +7,7 @@ import libcst as cst
 from mplint.analysis.constants import evaluate
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
-from mplint.project.policies import REDUCED_POLICIES, SETTER_NAMES, is_policy_class, is_policy_setter  # noqa: F401
+from mplint.knowledge.policies import REDUCED_POLICIES, SETTER_NAMES, is_policy_class, is_policy_setter  # noqa: F401
 
 
 def sets_policy(code: CodeSummary, policies: frozenset[str]) -> bool:

@@ -26,7 +26,6 @@ import libcst as cst
 from mplint.analysis.call_args import argument, keyword_value
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
-from mplint.engine.rule import Rule
 
 FLOAT16 = "float16"
 BFLOAT16 = "bfloat16"
@@ -311,29 +310,6 @@ def _default_dtype(device: str | None) -> str | None:
 def keyword_text(context: FileContext, call: cst.Call, name: str) -> str | None:
     value = keyword_value(call, name)
     return context.module.code_for_node(value) if value is not None else None
-
-
-class TorchRule(Rule):
-    """What the MPT rules share: they read only files that import PyTorch (or apex), whose mixed-precision
-    context is the file's own code, so they are active in every project."""
-
-    triggers = (b"torch",)
-
-    @classmethod
-    def candidate(cls, code) -> bool:
-        return code.imports_torch
-
-    def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
-        """The line ``node`` is the whole of (``x.step()``, ``y = x.step()``), else None."""
-        line = self.context.enclosing(node, cst.SimpleStatementLine)
-        if line is None or len(line.body) != 1:
-            return None
-        small = line.body[0]
-        whole = small.value if isinstance(small, (cst.Expr, cst.Assign)) else None
-        return line if whole is node else None
-
-    def code(self, node: cst.CSTNode) -> str:
-        return self.context.module.code_for_node(node)
 
 
 def is_half_cast(context: FileContext, amp: TorchAmp, node: cst.CSTNode) -> bool:

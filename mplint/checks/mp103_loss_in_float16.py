@@ -10,7 +10,7 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.analysis.constants import literal_number
 from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, flow_units, may_carry
-from mplint.analysis.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
+from mplint.knowledge.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
 from mplint.analysis.output_dtype import cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in

@@ -6,7 +6,6 @@ import libcst as cst
 
 from mplint.analysis.keras_guards import code_range
 from mplint.analysis.optimizer_flow import (
-    GradientSiteRule,
     OptimizerFlow,
     describe_when,
     lso_spelling,
@@ -15,6 +14,7 @@ from mplint.analysis.optimizer_flow import (
     wrap_construction,
     written_names,
 )
+from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import (
-    GradientSiteRule, OptimizerFlow, describe_when, method_name, range_note, scaling_insertion,
-)
+from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, method_name, range_note, scaling_insertion
+from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 
 # Where a generation is known rather than guessed (``Generation.origin``).

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import GradientSiteRule, OptimizerFlow, describe_when, generations_note
+from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, generations_note
+from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 
 

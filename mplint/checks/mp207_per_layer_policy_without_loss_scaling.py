@@ -14,7 +14,7 @@ from mplint.analysis.optimizer_flow import (
     written_names,
 )
 from mplint.diagnostics import Fix, FixSafety
-from mplint.project.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.engine.rule import Rule
 
 

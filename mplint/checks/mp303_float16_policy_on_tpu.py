@@ -7,7 +7,7 @@ import libcst as cst
 from mplint.analysis.policy_calls import policy_setter, policy_values, sets_policy
 from mplint.engine.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
-from mplint.project.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES
+from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 

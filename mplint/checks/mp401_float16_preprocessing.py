@@ -7,7 +7,7 @@ import ast
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
+from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.rule import Rule

@@ -6,7 +6,7 @@ import libcst as cst
 from mplint.engine import matchers as m
 
 from mplint.diagnostics import Fix, FixSafety
-from mplint.project.policies import MIXED_POLICIES, UNKNOWN_POLICY
+from mplint.knowledge.policies import MIXED_POLICIES, UNKNOWN_POLICY
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 

@@ -19,11 +19,11 @@ from mplint.analysis.dtype_flow import (
     dtype_spelling,
 )
 from mplint.diagnostics import Fix, FixSafety, Related
-from mplint.engine.apinames import callee_name
+from mplint.engine.imports import callee_name
 from mplint.engine.code_summary import calls_in, literal_number as ast_literal_number
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
-from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
+from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
 
 # What a fixed constant becomes in float16: Keras' own large negative for float16
 # (keras.activations.softmax masks with -3e4), and float16's smallest normal number.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import TorchAmp, TorchRule, is_half_cast
+from mplint.analysis.torch_amp import TorchAmp, is_half_cast
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 

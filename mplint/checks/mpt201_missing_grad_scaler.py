@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import FLOAT16, TorchAmp, TorchRule
+from mplint.analysis.torch_amp import FLOAT16, TorchAmp
 from mplint.analysis.torch_loop import MISSING_SCALER, TrainingLoopFlow
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
-from mplint.project.torch_target import torch_target
 
 
 class MissingGradScaler(TorchRule):
@@ -33,7 +33,7 @@ class MissingGradScaler(TorchRule):
     def _spelling(self, device: str) -> str | None:
         """The GradScaler every torch of the target range has: ``torch.amp.GradScaler(device)`` from 2.3, before it
         ``torch.cuda.amp.GradScaler()`` (CUDA only)."""
-        if torch_target(self.context.path).at_least("2.3"):
+        if self.context.facts.torch_target.at_least("2.3"):
             return f'torch.amp.GradScaler("{device}")'
         return "torch.cuda.amp.GradScaler()" if device == "cuda" else None
 
@@ -42,7 +42,7 @@ class MissingGradScaler(TorchRule):
         spelling = self._spelling(devices.pop() if len(devices) == 1 else "cuda") if len(devices) <= 1 else None
         if spelling is not None:
             return f"`{spelling}`"
-        return f"a GradScaler (`torch.amp.GradScaler(device)` from torch 2.3; target {torch_target(self.context.path).described})"
+        return f"a GradScaler (`torch.amp.GradScaler(device)` from torch 2.3; target {self.context.facts.torch_target.described})"
 
     def _fix(self, backward: cst.Call, steps: list[cst.Call]) -> Fix | None:
         """``scaler = GradScaler(device)`` after the optimizer's construction, ``scaler.scale(loss).backward()``,

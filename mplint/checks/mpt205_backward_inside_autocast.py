@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import TorchAmp, TorchRule
+from mplint.analysis.torch_amp import TorchAmp
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
 
 

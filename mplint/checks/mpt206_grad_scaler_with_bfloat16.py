@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import BFLOAT16, TorchAmp, TorchRule
+from mplint.analysis.torch_amp import BFLOAT16, TorchAmp
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 

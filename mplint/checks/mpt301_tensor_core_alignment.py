@@ -8,7 +8,8 @@ import libcst as cst
 
 from mplint.analysis.call_args import argument
 from mplint.analysis.constants import evaluate_int, only_used_where
-from mplint.analysis.torch_amp import TorchAmp, TorchRule, is_half_cast
+from mplint.analysis.torch_amp import TorchAmp, is_half_cast
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 

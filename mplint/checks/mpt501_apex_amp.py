@@ -23,11 +23,10 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.torch_amp import TorchRule
 from mplint.analysis.torch_loop import CLIP_APIS
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
-from mplint.project.torch_target import torch_target
 
 _AMP_CALLS = {"amp.initialize", "amp.scale_loss", "amp.master_params", "amp.state_dict", "amp.load_state_dict"}
 _FP16_UTILS = ("fp16_utils", "FP16_Optimizer")
@@ -168,7 +167,7 @@ class ApexAmp(TorchRule):
         if not isinstance(assign, cst.Assign) or len(args) != 2 or not all(isinstance(a, cst.Name) for a in args):
             raise _NoFix("`amp.initialize` is not `model, optimizer = amp.initialize(model, optimizer, ...)`")
         targets = self.code(assign.targets[0].target)
-        scaler = 'torch.amp.GradScaler("cuda")' if torch_target(self.context.path).at_least("2.3") else "torch.cuda.amp.GradScaler()"
+        scaler = 'torch.amp.GradScaler("cuda")' if self.context.facts.torch_target.at_least("2.3") else "torch.cuda.amp.GradScaler()"
         new = [cst.parse_statement(f"scaler = {scaler}\n")]
         if targets.replace(" ", "").strip("()") != f"{args[0].value},{args[1].value}":
             new.insert(0, cst.parse_statement(f"{targets} = {args[0].value}, {args[1].value}\n"))

@@ -7,12 +7,11 @@ import re
 import libcst as cst
 
 from mplint.analysis.call_args import keyword_arg
-from mplint.analysis.torch_amp import TorchRule
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.analysis.version_guards import branch_admits
 from mplint.engine.names import dotted
 from mplint.knowledge.api_versions import torch_since
-from mplint.project.torch_target import torch_target
 
 # deprecated path -> (device, new name)
 _DEPRECATED = {
@@ -37,7 +36,7 @@ class DeprecatedCudaAmpApi(TorchRule):
 
     def __init__(self, context):
         super().__init__(context)
-        self.target = torch_target(context.path)
+        self.target = context.facts.torch_target
 
     def visit_Call(self, node: cst.Call) -> None:
         found = self._deprecated(node.func)

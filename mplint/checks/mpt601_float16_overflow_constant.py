@@ -8,10 +8,11 @@ import re
 import libcst as cst
 
 from mplint.analysis.constants import literal_number, number_literal, signed
-from mplint.analysis.torch_amp import FLOAT16, TorchAmp, TorchRule, float32_cast, half_names, is_half_cast
+from mplint.analysis.torch_amp import FLOAT16, TorchAmp, float32_cast, half_names, is_half_cast
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
-from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
+from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
 
 _MASK_METHODS = ("masked_fill", "masked_fill_")
 _WIDE_DTYPES = ("float32", "float", "float64", "double")

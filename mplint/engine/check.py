@@ -24,17 +24,18 @@ from mplint.engine.code_summary import summarize
 from mplint.engine import budget
 from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
 from mplint.engine.context import FileContext
+from mplint.engine.facts import per_project_table
 from mplint.engine.lazy_positions import Starts, statement_starts
 from mplint.engine.names import last_name
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
-from mplint.fixes.edits import apply_fixes, choose_non_overlapping
-from mplint.fixes.fidelity import keep_untouched
+from mplint.engine.edits import apply_fixes, choose_non_overlapping
+from mplint.engine.fidelity import keep_untouched
 from mplint.engine.rule import Rule
 from mplint.engine.suppressions import parse_suppressions
 from mplint.engine.walk import walk
 
 if TYPE_CHECKING:
-    from mplint.project.facts import ProjectFacts
+    from mplint.engine.facts import Facts
 
 MAX_FIX_ROUNDS = 10
 # Larger files are generated data, not code to lint: parsing one costs minutes and gigabytes
@@ -102,7 +103,7 @@ def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagn
     return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
 
 
-def admits(rule: type[Rule], source: bytes, facts: ProjectFacts | None = None) -> bool:
+def admits(rule: type[Rule], source: bytes, facts: Facts | None = None) -> bool:
     """The byte-level pre-filter: can this rule match anything in ``source``?
 
     A project module that re-exports a Keras name under another (``Linear = layers.Dense``)
@@ -121,10 +122,8 @@ def admits(rule: type[Rule], source: bytes, facts: ProjectFacts | None = None) -
     return False
 
 
-def _aliased_triggers(rule: type[Rule], facts: ProjectFacts) -> tuple[bytes, ...]:
+def _aliased_triggers(rule: type[Rule], facts: Facts) -> tuple[bytes, ...]:
     """Once per rule and project (every module shares the project's re-exports)."""
-    from mplint.project.facts import per_project_table
-
     def compute() -> tuple[bytes, ...]:
         out = []
         for alias, parts in facts.reexported_names.items():

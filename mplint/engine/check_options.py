@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mplint.diagnostics import FixSafety
-from mplint.project.facts import ProjectFacts
 
 if TYPE_CHECKING:
+    from mplint.engine.facts import Facts
     from mplint.engine.rule import Rule
 
 # The engine's own diagnostics (see rules/MP000.yaml ... MP003.yaml).
@@ -21,7 +21,7 @@ OVER_BUDGET = "MP003"
 @dataclass(frozen=True)
 class CheckOptions:
     rules: tuple[type["Rule"], ...]
-    facts: ProjectFacts = field(default_factory=ProjectFacts)
+    facts: "Facts"  # the module's project facts (``mplint.project.facts.ProjectFacts``)
     fix: bool = False
     unsafe_fixes: bool = False
     #: the rules' ``candidate`` tests (off only to prove in tests that they hide no finding)

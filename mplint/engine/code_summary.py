@@ -24,7 +24,8 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from mplint.engine.apinames import KName, callee_name, canonical, import_bindings, resolve_relative, torch_canonical
+from mplint.engine.imports import callee_name, import_bindings, resolve_relative
+from mplint.knowledge.apinames import KName, canonical, torch_canonical
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # Strings longer than this are text (messages, docstrings, data), never an API name, dtype or policy.

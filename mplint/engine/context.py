@@ -8,7 +8,7 @@ from typing import Callable, TypeVar
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from mplint.project.facts import ProjectFacts
+from mplint.engine.facts import Facts
 from mplint.engine.lazy_positions import LazyPositions, Starts, whole_module
 from mplint.engine.names import NameResolver
 from mplint.engine.walk import children, descendants
@@ -20,7 +20,7 @@ N = TypeVar("N", bound=cst.CSTNode)
 class FileContext:
     """One file under check. Metadata is resolved lazily, once, on first use."""
 
-    def __init__(self, path: str, wrapper: MetadataWrapper, facts: ProjectFacts, module_name: str, is_package: bool,
+    def __init__(self, path: str, wrapper: MetadataWrapper, facts: Facts, module_name: str, is_package: bool,
                  source: bytes | None = None, active_rules: frozenset[str] = frozenset(), starts: Starts | None = None):
         self.path = path
         # The rules of this run: a fix may build on another rule's fix that the same --fix applies.

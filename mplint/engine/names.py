@@ -16,14 +16,8 @@ from typing import Iterable, Iterator, Mapping
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
-from mplint.engine.apinames import (  # noqa: F401 (re-exported)
-    KERAS_NAMESPACES,
-    KName,
-    canonical,
-    import_bindings,
-    resolve_relative,
-    torch_canonical,
-)
+from mplint.engine.imports import import_bindings, resolve_relative  # noqa: F401 (re-exported)
+from mplint.knowledge.apinames import KERAS_NAMESPACES, KName, canonical, torch_canonical  # noqa: F401 (re-exported)
 
 
 def last_name(node: cst.CSTNode) -> str | None:

@@ -1,43 +1,14 @@
-"""Rule discovery and selection.
+"""Rule selection, by the catalog: which rules ``select``/``ignore`` settings and ``noqa`` comments name.
 
-Every module in ``mplint.checks`` defining a ``Rule`` subclass is a rule; its
-YAML in the catalog is its metadata. Adding a rule is one module plus one YAML
-file, nothing else.
+The rules themselves are found in ``mplint.checks`` (``all_rules``): every module there defining a ``Rule``
+subclass is a rule, and its YAML in the catalog is its metadata.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
-from mplint import checks
-from mplint.catalog import CatalogError, RuleKey, RuleMeta, load_catalog, rule_keys
-
-if TYPE_CHECKING:
-    from mplint.engine.rule import Rule
-
-
-@functools.lru_cache(maxsize=None)
-def all_rules() -> dict[str, type["Rule"]]:
-    import importlib
-    import inspect
-    import pkgutil
-
-    from mplint.engine.rule import Rule  # libcst: needed only when rules run
-
-    catalog = load_catalog()
-    found: dict[str, type[Rule]] = {}
-    for info in pkgutil.iter_modules(checks.__path__):
-        module = importlib.import_module(f"{checks.__name__}.{info.name}")
-        for _, obj in inspect.getmembers(module, inspect.isclass):
-            if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
-                if obj.id not in catalog:
-                    raise CatalogError(f"rule {obj.id} ({module.__name__}) has no YAML file in the catalog")
-                if obj.id in found:
-                    raise CatalogError(f"rule {obj.id} is defined twice")
-                obj.meta = catalog[obj.id]
-                found[obj.id] = obj
-    return dict(sorted(found.items()))
+from mplint.catalog import RuleKey, RuleMeta, rule_keys
 
 
 def matches(selector: str, meta: RuleMeta | RuleKey) -> bool:

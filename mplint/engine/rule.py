@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from mplint.catalog import RuleMeta
     from mplint.engine.code_summary import CodeSummary
     from mplint.engine.context import FileContext
-    from mplint.project.facts import ProjectFacts
+    from mplint.engine.facts import Facts
 
 
 class Rule:
@@ -54,7 +54,7 @@ class Rule:
             raise TypeError(f"{cls.__name__}.{wrong[0]}: rules get visit_<Node>/leave_<Node> calls only (see mplint.engine.rule)")
 
     @classmethod
-    def active_for(cls, facts: "ProjectFacts") -> bool:
+    def active_for(cls, facts: "Facts") -> bool:
         """Whether the rule can fire at all in this project (inactive rules cost nothing)."""
         return True
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from mplint.fixes.writer import BACKUP_SUFFIX, TEMP_SUFFIX
+from mplint.project.writer import BACKUP_SUFFIX, TEMP_SUFFIX
 
 STALE_SECONDS = 60  # a live write keeps its temporary file for milliseconds; an older one belongs to no run
 

@@ -10,7 +10,7 @@ from typing import Callable
 from mplint.diagnostics import FileResult
 from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED
 from mplint.engine.notebooks import NotebookResult
-from mplint.fixes.writer import FileChangedError, write_atomic
+from mplint.project.writer import FileChangedError, write_atomic
 
 ENGINE_CODES = {PARSE_ERROR, FIX_REVERTED, RULE_CRASHED, OVER_BUDGET}
 

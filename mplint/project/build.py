@@ -95,6 +95,10 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
     from mplint.project.torch_target import TorchTargets
 
     torch = TorchTargets(pins.parsed)  # programs in one folder share its torch pins
+    for module in modules:  # the torch pin nearest each module: what the PyTorch rules' fixes may write for
+        target = torch.of(module.path)
+        if target.pinned:
+            by_display[module.display] = replace(by_display[module.display], torch_pin=target)
     # The root's pins are the target of every program unless some code says otherwise (tf_keras on a TF pin)
     project_wide = configured or (pinned if all(f.generation == pinned for f in by_display.values()) else None)
     summary = ProjectSummary(
@@ -154,7 +158,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
         facts.policies, facts.links, facts.generation, facts.tpu_sites,
         reexports_digest or (sorted(facts.reexports.items()), sorted(facts.summaries.items())),
         sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.distribution, facts.test_module,
-        sorted(facts.trained_names),
+        sorted(facts.trained_names), facts.torch_pin,
     )
 
 

@@ -22,7 +22,7 @@ from mplint.diagnostics import Diagnostic, Edit, FixSafety, Related, Severity
 from mplint.project.extract import FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
-from mplint.fixes.writer import write_atomic
+from mplint.project.writer import write_atomic
 
 CACHE_DIR = ".mplint_cache"
 _FORMAT = "v2"
@@ -161,6 +161,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "path": facts.path,
         "test_module": facts.test_module,
         "trained_names": sorted(facts.trained_names),
+        "torch_pin": None if facts.torch_pin is None else _torch_pin_to_json(facts.torch_pin),
     }
 
 
@@ -179,7 +180,22 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
         path=raw["path"],
         test_module=raw["test_module"],
         trained_names=frozenset(raw["trained_names"]),
+        torch_pin=None if raw.get("torch_pin") is None else _torch_pin_from_json(raw["torch_pin"]),
     )
+
+
+def _torch_pin_to_json(target) -> list:
+    return [None if v is None else str(v) for v in (target.minimum, target.newest)] + [target.source]
+
+
+def _torch_pin_from_json(raw: list):
+    """Only projects that pin torch read one back: packaging is imported for them alone."""
+    from packaging.version import Version
+
+    from mplint.project.torch_target import TorchTarget
+
+    minimum, newest, source = raw
+    return TorchTarget(True, None if minimum is None else Version(minimum), None if newest is None else Version(newest), source)
 
 
 _SHARED: dict[Path, _Store] = {}  # the stores of read-only runs, by file: one process's runs share them

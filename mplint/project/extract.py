@@ -13,13 +13,14 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from mplint.analysis.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
-from mplint.analysis.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
-from mplint.analysis.loss_math import GROWING_NAMES, REDUCTION_NAMES
-from mplint.analysis.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
-from mplint.engine.apinames import callee_name, canonical, import_bindings
+from mplint.engine.imports import callee_name, import_bindings
+from mplint.knowledge.apinames import canonical
+from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
+from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
+from mplint.knowledge.loss_math import GROWING_NAMES, REDUCTION_NAMES
+from mplint.knowledge.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
+from mplint.knowledge.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 from mplint.project.generation import legacy_keras_value
-from mplint.project.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 
 MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
 _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}

@@ -2,35 +2,23 @@
 
 Which policies govern the module (its MP context: those set by the programs that reach
 it, see ``programs``), whether it is library code, which Keras generation its programs
-target, their TPU use and Keras flavours, and the project's re-exports of Keras.
+target, their TPU use and Keras flavours, the project's re-exports of Keras, and the torch
+versions the pins nearest the module admit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from mplint.engine.facts import per_project_table
+from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.project.extract import PolicySite
 from mplint.project.generation import DEFAULT, Generation
-from mplint.project.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
 
-
-# The project's tables (re-exports, function summaries) are each one dict shared by every module's facts: what is
-# derived from one is computed once per table (the table is kept alive with its result, so its id is never reused).
-_PER_TABLE: dict[int, tuple[dict, dict]] = {}
-
-
-def per_project_table(table: dict, key, compute):
-    """``compute()`` once per (project table, key)."""
-    entry = _PER_TABLE.get(id(table))
-    if entry is None or entry[0] is not table:
-        if len(_PER_TABLE) > 64:
-            _PER_TABLE.clear()
-        entry = _PER_TABLE[id(table)] = (table, {})
-    results = entry[1]
-    if key not in results:
-        results[key] = compute()
-    return results[key]
+if TYPE_CHECKING:
+    from mplint.project.torch_target import TorchTarget
 
 
 def reexported_names(reexports: dict) -> dict[str, frozenset[str]]:
@@ -69,6 +57,18 @@ class ProjectFacts:
     # The project's function summaries (``FileFacts.summaries`` lists the kinds), by qualified name (and the names
     # imports re-export them under): name -> kind -> (value, index, default, path, line). Shared by every module.
     summaries: dict = field(default_factory=dict, compare=False)
+    # The torch range the pins nearest the module admit, None where none pins torch (see ``torch_target``).
+    torch_pin: "TorchTarget | None" = None
+
+    @property
+    def torch_target(self) -> "TorchTarget":
+        """The torch versions the module may run on: what the PyTorch rules' fixes may write for. Unpinned is
+        every supported torch (``mplint.project.torch_target``, imported only by the rules that ask)."""
+        if self.torch_pin is not None:
+            return self.torch_pin
+        from mplint.project.torch_target import UNPINNED
+
+        return UNPINNED
 
     @property
     def reexported_names(self) -> dict[str, frozenset[str]]:

@@ -14,12 +14,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mplint.engine.apinames import canonical
+from mplint.knowledge.apinames import canonical
 from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts
 from mplint.project.generation import DEFAULT, Generation, from_imports
 from mplint.project.pins import PinFinder
-from mplint.project.policies import is_floatx_setter, is_policy_setter
+from mplint.knowledge.policies import is_floatx_setter, is_policy_setter
 from mplint.project.published import Distribution
 
 _NOT_MIXED = frozenset({"float32", "float64"})

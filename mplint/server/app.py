@@ -168,7 +168,7 @@ class Server:
 
     @staticmethod
     def warm_fixes() -> None:
-        import mplint.fixes.edits  # noqa: F401
+        import mplint.engine.edits  # noqa: F401
         from libcst.codemod.visitors import AddImportsVisitor  # noqa: F401  (imported by fixes that add imports)
 
     def initialized(self, params, id_) -> None:

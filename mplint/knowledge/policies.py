@@ -6,7 +6,7 @@ in reinforcement-learning code is no Keras call), then ask these functions.
 
 from __future__ import annotations
 
-from mplint.engine.apinames import KName
+from mplint.knowledge.apinames import KName
 
 MIXED_POLICIES = frozenset({"mixed_float16", "mixed_bfloat16"})
 FLOAT16_POLICIES = frozenset({"mixed_float16", "float16"})

@@ -1,0 +1,30 @@
+"""The base class of the PyTorch rules (MPTnnn)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mplint.engine.rule import Rule
+
+
+class TorchRule(Rule):
+    """What the MPT rules share: they read only files that import PyTorch (or apex), whose mixed-precision
+    context is the file's own code, so they are active in every project."""
+
+    triggers = (b"torch",)
+
+    @classmethod
+    def candidate(cls, code) -> bool:
+        return code.imports_torch
+
+    def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+        """The line ``node`` is the whole of (``x.step()``, ``y = x.step()``), else None."""
+        line = self.context.enclosing(node, cst.SimpleStatementLine)
+        if line is None or len(line.body) != 1:
+            return None
+        small = line.body[0]
+        whole = small.value if isinstance(small, (cst.Expr, cst.Assign)) else None
+        return line if whole is node else None
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.context.module.code_for_node(node)

@@ -1,0 +1,52 @@
+"""What the engine needs of the facts a project hands to each module (``mplint.project.facts.ProjectFacts``).
+
+The engine reads the project's re-exports and function summaries for its pre-filters and the context's
+``summary``, the Keras generation for ``FileContext.generation`` and the module's context record for reports;
+rules see the whole of the project's facts through ``FileContext.facts``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Generation(Protocol):
+    value: int  # the newest Keras generation the module targets (0: TF1, 1, 2 or 3)
+
+
+class Facts(Protocol):
+    #: The project's re-exports of Keras names: alias path -> the Keras path it stands for.
+    reexports: dict
+    generation: Generation
+
+    @property
+    def reexported_names(self) -> dict[str, frozenset[str]]:
+        """Last name of each re-export -> the parts of the Keras path it stands for."""
+
+    @property
+    def summarized_names(self) -> dict[str, frozenset[str]]:
+        """Summary kind -> last names of the project's functions with that summary."""
+
+    def summaries_of(self, kind: str) -> dict[str, tuple]:
+        """Qualified function name -> its summary of ``kind``: (value, index, default, path, line)."""
+
+    def context_record(self) -> dict:
+        """The module's mixed-precision context and target, for JSON and SARIF."""
+
+
+# The project's tables (re-exports, function summaries) are each one dict shared by every module's facts: what is
+# derived from one is computed once per table (the table is kept alive with its result, so its id is never reused).
+_PER_TABLE: dict[int, tuple[dict, dict]] = {}
+
+
+def per_project_table(table: dict, key, compute):
+    """``compute()`` once per (project table, key)."""
+    entry = _PER_TABLE.get(id(table))
+    if entry is None or entry[0] is not table:
+        if len(_PER_TABLE) > 64:
+            _PER_TABLE.clear()
+        entry = _PER_TABLE[id(table)] = (table, {})
+    results = entry[1]
+    if key not in results:
+        results[key] = compute()
+    return results[key]
