@@ -335,7 +335,9 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
             active[facts] = tuple(r for rid, r in all_rules().items()
                                   if rid in enabled and _targets(r, facts) and r.active_for(facts))
         ignored = _per_file_ignored(config, source.path)
-        return CheckOptions(tuple(r for r in active[facts] if r.id not in ignored), facts, options.fix, unsafe, options.prefilter)
+        parses = source.path in file_facts and file_facts[source.path].parses and not is_notebook(source.path)
+        return CheckOptions(tuple(r for r in active[facts] if r.id not in ignored), facts, options.fix, unsafe,
+                            options.prefilter, parses)
 
     def key_of(source: SourcePath) -> str:
         facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
@@ -374,7 +376,8 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
                                    [d for d in result.diagnostics if not d.fixed])
         if isinstance(data, bytes) and options.write and source.path != stdin_path:
             fixing = result.fixed_source is not None
-            recheck = lambda new, s=source: _check_file(s, new, replace(check_for(s), fix=False))  # noqa: E731
+            # the written text is not what the facts parsed
+            recheck = lambda new, s=source: _check_file(s, new, replace(check_for(s), fix=False, parses=False))  # noqa: E731
             result, added, skipped = write_back(source.path, source.display, data, result, recheck,
                                                 options.add_noqa, report.errors, report.changed_on_disk)
             report.noqa_added += added
