@@ -107,23 +107,41 @@ def show_progress(stream, environ) -> bool:
 
 
 class _ProgressBar:
-    """rich progress on standard error, started only once a run proves long."""
+    """rich progress on standard error, one line per phase (discovery, facts, checks, fixes), started only
+    once a run proves long: some phase has ``min_files`` files or more."""
 
-    def __init__(self):
+    LABELS = {"discovery": "Finding files", "facts": "Reading project facts", "checks": "Checking files",
+              "fixes": "Writing fixes"}
+
+    def __init__(self, console=None, min_files: int = PROGRESS_MIN_FILES):
+        self.console, self.min_files = console, min_files
         self.bar = None
-        self.task = None
+        self.tasks: dict[str, int] = {}
+        self.seen: dict[str, tuple[int, int | None]] = {}  # before the bar starts
 
-    def __call__(self, done: int, total: int) -> None:
-        if total < PROGRESS_MIN_FILES:
-            return
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
         if self.bar is None:
+            self.seen[phase] = (done, total)
+            if total is None or total < self.min_files:
+                return
             from rich.console import Console
             from rich.progress import Progress
 
-            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar = Progress(console=self.console or Console(stderr=True), transient=True)
             self.bar.start()
-            self.task = self.bar.add_task("Checking", total=total)
-        self.bar.update(self.task, completed=done)
+            for earlier, (earlier_done, earlier_total) in self.seen.items():
+                self._show(earlier, earlier_done, earlier_total)
+            return
+        self._show(phase, done, total)
+
+    def _show(self, phase: str, done: int, total: int | None) -> None:
+        task = self.tasks.get(phase)
+        if task is None:
+            task = self.tasks[phase] = self.bar.add_task(self.LABELS.get(phase, phase), total=total)
+            self.bar.update(task, completed=done)
+            self.bar.refresh()  # a new phase shows at once, however short
+        else:
+            self.bar.update(task, completed=done, total=total)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -23,6 +23,9 @@ from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
 
 
+PHASES = ("discovery", "facts", "checks", "fixes")  # what ``on_progress`` reports, in order
+
+
 @dataclass
 class RunOptions:
     paths: list[Path] = field(default_factory=lambda: [Path(".")])
@@ -44,7 +47,7 @@ class RunOptions:
     add_noqa: bool = False  # suppress every current finding with a noqa comment
     only: set[Path] | None = None  # check only these (absolute) files; the others still feed project facts
     stdin: tuple[Path, bytes] | None = None  # (file name, content) of a file read from standard input; never written
-    on_progress: Callable[[int, int], None] | None = None  # (files checked, files to check)
+    on_progress: Callable[[str, int, int | None], None] | None = None  # (phase, files done, files in it): PHASES
     jobs: int | None = None  # worker processes; None: one per core
     cache: bool = True  # reuse results from .mplint_cache/ when nothing relevant changed
     prefilter: bool = True  # the rules' candidate tests; off only to show they hide nothing
@@ -127,8 +130,11 @@ def run(options: RunOptions) -> RunReport:
     """
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
     top = with_overrides(load_config([stdin_path] if stdin_path else options.paths, options.config_path), options)
+    progress = _Progress(options.on_progress)
+    progress.expect("discovery", None)
     found = discover(options.paths, top.root, top.exclude, top.extend_exclude, top.respect_gitignore,
                      force_exclude=top.force_exclude)
+    progress.finish("discovery", len(found.files))
     only = options.only
     if stdin_path is not None:
         found.files = [s for s in found.files if s.path != stdin_path]
@@ -143,7 +149,6 @@ def run(options: RunOptions) -> RunReport:
     report = RunReport([], list(found.errors), top)
     if stdin_path is None:
         report.notices += _leftovers(found.files, options)
-    progress = _Progress(options.on_progress, sum(1 for s in found.files if only is None or s.path in only))
     for root, given in groups.items():
         config = top if options.config_path else with_overrides(load_config([root]), options)
         # Facts never depend on which paths were given: the whole project is read, the given files checked.
@@ -204,13 +209,32 @@ def _whole_project(root: Path, config: Config, given: list[SourcePath], paths: l
 
 
 class _Progress:
-    def __init__(self, callback, total: int):
-        self.callback, self.total, self.done = callback, total, 0
+    """Files done and to do per phase, summed over the run's projects (a phase's total grows as each project
+    starts it; None while discovery has not counted the files)."""
 
-    def step(self) -> None:
-        self.done += 1
+    def __init__(self, callback):
+        self.callback = callback
+        self.done: dict[str, int] = {}
+        self.total: dict[str, int | None] = {}
+
+    def expect(self, phase: str, count: int | None) -> None:
         if self.callback:
-            self.callback(self.done, self.total)
+            self.total[phase] = None if count is None else (self.total.get(phase) or 0) + count
+            self.callback(phase, self.done.setdefault(phase, 0), self.total[phase])
+
+    def finish(self, phase: str, count: int) -> None:
+        if self.callback:
+            self.done[phase] = self.total[phase] = count
+            self.callback(phase, count, count)
+
+    def stepper(self, phase: str) -> Callable[[], None] | None:
+        if not self.callback:
+            return None
+
+        def step() -> None:
+            self.done[phase] += 1
+            self.callback(phase, self.done[phase], self.total[phase])
+        return step
 
 
 def _check_file(source: SourcePath, data: bytes, check: CheckOptions) -> FileResult:
@@ -255,7 +279,8 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
         for result in written:
             originals.setdefault(result.path, result.original_source)
             overrides[by_display[result.path].path] = result.fixed_source
-        fresh = facts_of([(s, overrides.get(s.path) or _read(s)) for s in sources], None, {}, options.jobs)
+        fresh = facts_of([(s, overrides.get(s.path) or _read(s)) for s in sources], None, {}, options.jobs,
+                         progress.expect, progress.stepper("facts"))
         if signature(module_facts_of(config, sources, fresh, *_settings(config, options), root=root)[0]) == signature(facts):
             break
         for result in report.results[mark:]:  # check again: the files are the fixed ones now
@@ -282,7 +307,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     loaded = [(s, options.stdin[1] if s.path == stdin_path else overrides.get(s.path) or _read(s)) for s in sources]
     digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
     cache = ProjectCache(config.root, options.cache, read_only=stdin_path is not None)
-    file_facts = facts_of(loaded, cache, digests, options.jobs)
+    file_facts = facts_of(loaded, cache, digests, options.jobs, progress.expect, progress.stepper("facts"))
     facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests, root)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
@@ -311,7 +336,9 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
             active[facts] = tuple(r for rid, r in all_rules().items()
                                   if rid in enabled and _targets(r, facts) and r.active_for(facts))
         ignored = _per_file_ignored(config, source.path)
-        return CheckOptions(tuple(r for r in active[facts] if r.id not in ignored), facts, options.fix, unsafe, options.prefilter)
+        parses = source.path in file_facts and file_facts[source.path].parses and not is_notebook(source.path)
+        return CheckOptions(tuple(r for r in active[facts] if r.id not in ignored), facts, options.fix, unsafe,
+                            options.prefilter, parses)
 
     def key_of(source: SourcePath) -> str:
         facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
@@ -331,8 +358,13 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
             done[source.path] = FileResult(source.display, cached, original_source=data)
         else:
             todo.append((source, data, check_for(source)))
-    for (source, data, check), result in zip(todo, _check_all(todo, options.jobs, progress)):
+    progress.expect("checks", len(todo))
+    for (source, data, check), result in zip(todo, _check_all(todo, options.jobs, progress.stepper("checks"))):
         done[source.path] = result
+    writes = [s.path for s, _ in loaded if s.path in done and done[s.path].fixed_source is not None and s.path != stdin_path]
+    if options.write and writes:
+        progress.expect("fixes", len(writes))
+    step_fix = progress.stepper("fixes")
     for source, data in loaded:
         if source.path not in done:
             continue
@@ -344,11 +376,15 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
                 cache.store_result(source.display, f"{content_hash(final)}-{facts_digest(facts)}",
                                    [d for d in result.diagnostics if not d.fixed])
         if isinstance(data, bytes) and options.write and source.path != stdin_path:
-            recheck = lambda new, s=source: _check_file(s, new, replace(check_for(s), fix=False))  # noqa: E731
+            fixing = result.fixed_source is not None
+            # the written text is not what the facts parsed
+            recheck = lambda new, s=source: _check_file(s, new, replace(check_for(s), fix=False, parses=False))  # noqa: E731
             result, added, skipped = write_back(source.path, source.display, data, result, recheck,
                                                 options.add_noqa, report.errors, report.changed_on_disk)
             report.noqa_added += added
             report.noqa_skipped += skipped
+            if step_fix and fixing:
+                step_fix()
         report.results.append(result)
     cache.save()
     return facts_by_path, summary
@@ -362,8 +398,8 @@ def _check_one(work: tuple[SourcePath, bytes, CheckOptions]) -> FileResult:
     return result
 
 
-def _check_all(todo, jobs: int | None, progress: _Progress) -> list[FileResult]:
-    results = parallel_map(_check_one, todo, jobs, progress.step)
+def _check_all(todo, jobs: int | None, step: Callable[[], None] | None) -> list[FileResult]:
+    results = parallel_map(_check_one, todo, jobs, step)
     for (source, data, _), result in zip(todo, results):
         if result.original_source is None:
             result.original_source = data

@@ -193,3 +193,60 @@ def test_long_run_in_a_pipe_prints_no_progress(project, capsys):
         (project / f"m{i}.py").write_text("x = 1\n")
     assert main(["--select", "MP101", "."]) == 0
     assert capsys.readouterr().err == ""
+
+
+def _long_project(project, files: int = 110) -> None:
+    (project / "a.py").write_text(POLICY + BAD_MODEL + "\n")
+    for i in range(files):
+        (project / f"m{i}.py").write_text("x = 1\n")
+
+
+def test_progress_on_a_terminal_shows_every_phase(project):
+    from rich.console import Console
+
+    from mplint.cli import _ProgressBar
+    from mplint.runner import PHASES, RunOptions, run
+
+    _long_project(project)
+    screen = io.StringIO()
+    seen = []
+    bar = _ProgressBar(Console(file=screen, force_terminal=True, width=120))
+
+    def record(phase, done, total):
+        seen.append((phase, done, total))
+        bar(phase, done, total)
+
+    report = run(RunOptions(paths=[project], fix=True, select=["MP101"], cache=False, jobs=1, on_progress=record))
+    bar.close()
+    assert report.fixed_count == 1
+    shown = screen.getvalue()
+    for label in ("Finding files", "Reading project facts", "Checking files", "Writing fixes"):
+        assert label in shown
+    assert [p for p in PHASES if any(s[0] == p for s in seen)] == list(PHASES)
+    assert seen[0] == ("discovery", 0, None) and seen[1] == ("discovery", 111, 111)
+    finals = {phase: (done, total) for phase, done, total in seen}
+    # facts twice: after the fix the fixed files' facts are read again, to see whether they settled (they did:
+    # one round of checks)
+    assert finals == {"discovery": (111, 111), "facts": (222, 222), "checks": (111, 111), "fixes": (1, 1)}
+
+
+def test_progress_never_reaches_piped_output(project, capsys, monkeypatch):
+    _long_project(project)
+    assert main(["--select", "MP101", "--no-cache", "--diff", "."]) == 1
+    piped = capsys.readouterr()
+    assert piped.err == ""
+    from rich.console import Console
+
+    import mplint.cli
+
+    terminal = io.StringIO()
+    monkeypatch.setattr(mplint.cli, "show_progress", lambda stream, environ: True)
+    monkeypatch.setattr(mplint.cli, "_ProgressBar",
+                        lambda: _ProgressBar(Console(file=terminal, force_terminal=True, width=120)))
+    assert main(["--select", "MP101", "--no-cache", "--diff", "."]) == 1
+    shown = capsys.readouterr()
+    assert "Checking files" in terminal.getvalue()
+    assert shown.out == piped.out and shown.err == ""
+
+
+_ProgressBar = __import__("mplint.cli", fromlist=["_ProgressBar"])._ProgressBar

@@ -255,3 +255,8 @@ def test_a_model_trained_through_a_callable_argument_gets_its_output_checked(tmp
     if trained:
         assert Path(report.remaining[0].context["program"]).name == "train.py"
         assert report.remaining[0].context["set_at"]["line"] == 4
+
+
+@pytest.mark.parametrize("source,parses", [(b"x = 1\n", True), (b"def f(:\n", False), (b"x = 1\x00\n", False)])
+def test_facts_say_whether_cpython_parsed_the_file(source, parses):
+    assert extract_file_facts(source, "m.py", "m").parses is parses

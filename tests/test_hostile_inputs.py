@@ -80,6 +80,19 @@ def test_broken_source_is_mp000_and_the_others_are_checked(project, capsys, name
     assert (project / "good.py").read_text() == GOOD_FIXED
 
 
+@pytest.mark.parametrize("name,data,message", [
+    ("syntax.py", b"def f(:\n", "syntax error: invalid syntax"),
+    ("nulls.py", b"x = 1\x00\n", "file contains null bytes; not a Python source file"),
+    ("undecodable.py", b"x = 1\ny = 2\nz = '\xff\xfe'\n", "cannot decode file as utf-8: invalid start byte at byte 17"),
+])
+def test_broken_source_without_any_trigger_is_mp000(project, capsys, name, data, message):
+    # No rule's trigger is in it: only a file the project facts parsed skips the check's own parse.
+    (project / name).write_bytes(data)
+    code, doc, _ = run_json(capsys, ".", "--no-cache")
+    assert code == 1
+    assert by_path(doc)[name] == [("MP000", message)]
+
+
 def test_deep_nesting_is_mp000_not_a_crash(project, capsys):
     deep = "import keras  # softmax\nx = " + "(" * 5000 + "1" + ")" * 5000 + "\n"
     (project / "deep.py").write_text(deep)

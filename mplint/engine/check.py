@@ -372,6 +372,8 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         return result
     # Off, the pre-filters are off together (byte triggers and candidates): the on/off tests see both.
     rules = [r for r in options.rules if admits(r, source, options.facts)] if options.prefilter else list(options.rules)
+    if not rules and options.parses:
+        return result  # nothing to look for, and no syntax error to report
     tree = parse_native(path, source)
     if isinstance(tree, Diagnostic):
         result.diagnostics.append(tree)

@@ -26,6 +26,8 @@ class CheckOptions:
     unsafe_fixes: bool = False
     #: the rules' ``candidate`` tests (off only to prove in tests that they hide no finding)
     prefilter: bool = True
+    #: CPython parsed these very bytes for the project facts: with no rule admitted, no parse is needed here
+    parses: bool = False
 
     def may_apply(self, safety: FixSafety) -> bool:
         return self.fix and (safety is FixSafety.SAFE or (safety is FixSafety.UNSAFE and self.unsafe_fixes))

@@ -10,6 +10,8 @@ FLOAT16_TINY = 6e-8  # below this a value flushes to zero (smallest subnormal: 5
 # Byte triggers for literals out of float16's range (each starts with a character class the regex
 # engine can skip ahead to).
 LARGE_OR_TINY_EXPONENT = re.compile(rb"\d[eE](?:\+?(?:[4-9]|\d\d)|-(?:[89]|\d\d))\b")  # 1e4.., 1e-8..
-LARGE_INTEGER = re.compile(rb"(?<![\w.])(?:[6-9]\d{4}|\d{6,})(?!\d)")  # 60000.., 100000..
+# 60000.., 100000.. not after a word character or a dot; the look-behind follows the first digit, so the regex
+# engine skips to digits instead of trying it at every byte (a third of the scan).
+LARGE_INTEGER = re.compile(rb"(?:[6-9](?<![\w.][6-9])\d{4}|\d(?<![\w.]\d)\d{5,})(?!\d)")
 # Any of these or `0.00000001`: a file that may hold a literal float16 cannot hold (the summaries' first test).
 OUT_OF_RANGE_LITERAL = re.compile(LARGE_OR_TINY_EXPONENT.pattern + rb"|" + LARGE_INTEGER.pattern + rb"|\.0{7}")

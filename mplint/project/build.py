@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from mplint.engine.notebooks import Notebook, is_notebook, load as load_notebook
 from mplint.pool import parallel_map
@@ -34,8 +35,11 @@ def python_source(source: SourcePath, data: bytes) -> bytes | None:
     return nb.virtual.encode("utf-8") if isinstance(nb, Notebook) else None
 
 
-def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs: int | None) -> dict[Path, FileFacts]:
-    """Each readable file's facts: from the cache, else extracted (in parallel)."""
+def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs: int | None,
+             expect: Callable[[str, int], None] | None = None, step: Callable[[], None] | None = None,
+             ) -> dict[Path, FileFacts]:
+    """Each readable file's facts: from the cache, else extracted (in parallel); ``expect("facts", n)`` is told
+    how many files are extracted, ``step`` after each."""
     found: dict[Path, FileFacts] = {}
     missing = []
     for source, data in loaded:
@@ -45,7 +49,9 @@ def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs:
                 missing.append((source, data))
             else:
                 found[source.path] = cached
-    for (source, _), facts in zip(missing, parallel_map(_extract_facts, missing, jobs)):
+    if expect:
+        expect("facts", len(missing))
+    for (source, _), facts in zip(missing, parallel_map(_extract_facts, missing, jobs, step)):
         if facts is not None:
             if cache:
                 cache.store_facts(source.display, digests[source.path], facts)

@@ -97,6 +97,9 @@ class FileFacts:
     # "output_dtype" (parameter `value` is the dtype of a softmax layer, used nowhere else; `default` its default),
     # "loss_reduction" (a loss that squares, exponentiates or sums parameters `value`, "x@0,x_hat@1").
     summaries: dict[str, dict[str, list]] = field(default_factory=dict)
+    # CPython parsed the file: its check needs no parse of its own to report syntax errors when no rule's byte
+    # trigger is in it (False in entries cached before the field existed: those files are parsed again).
+    parses: bool = False
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -224,6 +227,7 @@ class _Reader(_FastVisitor):
         self.function: list[str] = []
         self.optional = 0  # inside `try: import ... except ImportError`: a compatibility import, not a choice
         self.made_by: dict[str, str] = {}  # variable -> last name of the callable whose result it holds
+        self.uses: set[str] = set()  # names read and attributes accessed, on the full visit (``_used_names``)
 
     # --- names -------------------------------------------------------------------------
     def qualified(self, node: ast.AST) -> str | None:
@@ -314,7 +318,11 @@ class _Reader(_FastVisitor):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._enter(node, self.function[-1] if self.function else node.name)
 
+    def visit_Name(self, node: ast.Name) -> None:
+        self.uses.add(node.id)
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.uses.add(node.attr)
         if node.attr == "keras" and isinstance(node.value, ast.Name) and self.aliases.get(node.value.id, node.value.id) == "tensorflow":
             self.facts.keras_imports.add("tf.keras")
         if node.attr in _TPU_NAMES:
@@ -904,16 +912,43 @@ def _optimizer_kinds(value: ast.expr, assigned: dict[str, list[ast.expr]], param
 
 
 def _used_names(tree: ast.Module) -> set[str]:
-    """Names read and attributes accessed anywhere (what an import of this module may lead to)."""
+    """Names read and attributes accessed anywhere (what an import of this module may lead to): the files
+    that get no full visit (``_FACT_TOKENS``) walk for these alone, so the loop is as tight as it gets (no
+    list of every node; a name ends its branch, constants and other leaves are never opened)."""
     uses: set[str] = set()
-    name, attribute = ast.Name, ast.Attribute
-    for node in _walk(tree):
+    add = uses.add
+    stack: list = [tree]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    name, attribute, fields_of = ast.Name, ast.Attribute, _USE_FIELDS
+    while stack:
+        node = pop()
         kind = type(node)
         if kind is name:
-            uses.add(node.id)
+            add(node.id)
         elif kind is attribute:
-            uses.add(node.attr)
+            add(node.attr)
+            push(node.value)
+        else:
+            fields = fields_of.get(kind)
+            if fields is None:
+                fields = _use_fields(kind)
+            for field in fields:
+                value = getattr(node, field, None)
+                if type(value) is list:
+                    extend(value)
+                elif value is not None:
+                    push(value)
     return uses
+
+
+# Per node type, the fields that may hold a Name or an Attribute below them: none for leaves (constants,
+# strings of ``global`` and of import aliases, None in a dict's keys), the singletons skipped.
+_USE_FIELDS: dict[type, tuple[str, ...]] = {str: (), type(None): (), ast.Constant: (), ast.alias: ()}
+
+
+def _use_fields(kind: type) -> tuple[str, ...]:
+    fields = _USE_FIELDS[kind] = _child_fields(kind) if issubclass(kind, ast.AST) else ()
+    return fields
 
 
 # What each kind of function summary reads, and the words a file (or, for "+", each top-level function or class)
@@ -963,24 +998,27 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return facts  # reported as MP000 by the file check
+    facts.parses = True
     reader = _Reader(facts)
     for stmt in tree.body:  # module-level imports first: constants and setters resolve through them
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             reader.visit(stmt)
-    if _FACT_TOKENS.search(source):
+    if _FACT_TOKENS.search(source):  # every node visited once: facts and the names used
         reader.consts = _module_strings(tree, reader)
         for stmt in tree.body:
             if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 reader.visit(stmt)
-    else:  # imports anywhere (functions import lazily), read from the statements alone
+        uses = reader.uses
+    else:  # imports anywhere (functions import lazily), read from the statements alone; names used by one walk
         reader.visit_imports([s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))])
+        uses = _used_names(tree)
     if facts.trains:
         _follow_trained(tree, facts.trains, reader.made_by)
     for stmt in tree.body:
         facts.main_guard |= _is_main_guard(stmt)
         facts.top_level_work |= _does_work(stmt) and not _is_main_guard(stmt)
     facts.reexports = _reexports(facts.imports, module_name, _module_level_imports(tree.body))
-    facts.uses = sorted(_used_names(tree))
+    facts.uses = sorted(uses)
     _summaries(tree, source, facts)
     facts.defines = _defined_names(tree)
     return facts
