@@ -71,6 +71,7 @@ class Server:
         self.kept = None  # mplint.runner.Warm, made on the worker (importing the runner is not for initialize)
         self.published: dict[str, set[str]] = {}  # buffer key -> URIs that got diagnostics
         self.pending: dict[str, threading.Timer] = {}
+        self.queued: set[str] = set()  # documents whose check is on the worker's queue
         self.ids = itertools.count(1)
         self.jobs: queue.Queue[tuple[Callable[[], None], object]] = queue.Queue()
         self.idle: list[Callable[[], None]] = []  # work for when no check or request has come for IDLE_S
@@ -206,7 +207,7 @@ class Server:
     def did_open(self, params, id_) -> None:
         self.workspace.open_text(params["textDocument"])
         if self.pushed(params["textDocument"]["uri"]):
-            self.later(lambda key=params["textDocument"]["uri"]: self.lint(key))
+            self.lint_soon(params["textDocument"]["uri"])
 
     def did_change(self, params, id_) -> None:
         uri = params["textDocument"]["uri"]
@@ -224,7 +225,7 @@ class Server:
 
     def notebook_open(self, params, id_) -> None:
         self.workspace.open_notebook(params["notebookDocument"], params.get("cellTextDocuments") or [])
-        self.later(lambda key=params["notebookDocument"]["uri"]: self.lint(key))
+        self.lint_soon(params["notebookDocument"]["uri"])
 
     def notebook_change(self, params, id_) -> None:
         uri = params["notebookDocument"]["uri"]
@@ -275,7 +276,7 @@ class Server:
         self.later(lambda: self.kept and self.kept.forget_configuration())  # before the checks asked for below
         for key in self.workspace.keys():
             if self.pushed(key):
-                self.later(lambda key=key: self.lint(key))
+                self.lint_soon(key)
         if self.pulls and _get(self.capabilities, "workspace", "diagnostics", "refreshSupport"):
             self.rpc.request("workspace/diagnostic/refresh", None, lambda answer: None)
 
@@ -339,9 +340,18 @@ class Server:
                 self.checked[key] = checked
         return checked
 
+    def lint_soon(self, key: str) -> None:
+        """Check ``key`` and publish on the worker, once however often it is asked for before the check starts."""
+        with self.lock:
+            if key in self.queued:
+                return
+            self.queued.add(key)
+        self.later(lambda: self.lint(key))
+
     def lint(self, key: str) -> None:
         with self.lock:
             self.pending.pop(key, None)
+            self.queued.discard(key)
         checked = self.ensure(key)
         if checked is None:
             return
@@ -364,7 +374,7 @@ class Server:
             return
         for other in stale:
             if self.pushed(other) and other not in self.pending:
-                self.later(lambda other=other: self.lint(other))
+                self.lint_soon(other)
         if self.pulls and _get(self.capabilities, "workspace", "diagnostics", "refreshSupport"):
             self.rpc.request("workspace/diagnostic/refresh", None, lambda answer: None)
 
@@ -373,7 +383,7 @@ class Server:
             return  # the client pulls when it wants them
         if key in self.pending:
             self.pending[key].cancel()
-        timer = threading.Timer(DEBOUNCE_S, lambda: self.later(lambda: self.lint(key)))
+        timer = threading.Timer(DEBOUNCE_S, lambda: self.lint_soon(key))
         timer.daemon = True
         self.pending[key] = timer
         timer.start()
