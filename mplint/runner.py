@@ -352,8 +352,8 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
     # Pins decide targets (the torch pin too, read by the PyTorch rules themselves): they are part of the key.
-    cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()),
-                                    pin_files_digest(config.root, sources)))
+    pins = memo.pin_files_digest(config.root, sources) if memo else pin_files_digest(config.root, sources)
+    cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()), pins))
     active: dict[ProjectFacts, tuple] = {}
     facts_digests: dict[int, str] = {}  # by id: the facts live as long as this function
 

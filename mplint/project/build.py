@@ -43,12 +43,20 @@ class FactsMemo:
         self.files: dict[tuple[str, str], FileFacts] = {}  # (display, content digest) -> facts
         self.projects: dict[tuple, tuple] = {}  # (root, target, policy, files) -> (their file facts, module facts)
         self.seen: dict[str, tuple] = {}  # root -> (the file facts of its last run, a digest of its module facts)
+        self.pins: dict[tuple, str] = {}  # (root, the files' folders) -> pin_files_digest
         self.version = 0  # bumped whenever a project's module facts differ from its last run's
 
     def forget_projects(self) -> None:
         """After a configuration change: module facts are built again (file facts, keyed by content, stay)."""
-        self.projects, self.seen = {}, {}
+        self.projects, self.seen, self.pins = {}, {}, {}
         self.version += 1
+
+    def pin_files_digest(self, root: Path, sources: list[SourcePath]) -> str:
+        """``pin_files_digest``, kept until the configuration (pin files are watched with it) may have changed."""
+        key = (str(root), frozenset(s.path.parent for s in sources))
+        if key not in self.pins:
+            self.pins[key] = pin_files_digest(root, sources)
+        return self.pins[key]
 
 
 FILES_KEPT = 4096  # file facts a memo keeps (every version of an edited file adds one)
@@ -103,7 +111,8 @@ def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[
     given: a nested project may use a config above it), cached while no file changes; with a ``memo``,
     kept while no file's facts change."""
     root = root or config.root
-    pins_digest = pin_files_digest(root, sources) if memo is not None or cache is not None else ""
+    pins_digest = (memo.pin_files_digest(root, sources) if memo is not None
+                   else pin_files_digest(root, sources) if cache is not None else "")
     if memo is None:
         return _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest)
     key = (str(root), configured, policy, tuple((s.path, s.display) for s in sources), pins_digest)
