@@ -425,6 +425,9 @@ async def test_an_edit_that_sets_a_policy_updates_the_other_open_files_as_the_co
     assert found == _cli_findings(root, "model.py")
     assert [(rule, where) for rule, where, _ in found] == [("MP101", (3, 26, 3, 70))]
     assert "mixed_float16 set at policy.py:2" in found[0][2]
+    (root / "policy.py").write_text("import keras\n")  # closed without saving: the file on disk counts again
+    editor.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(policy_uri)))
+    assert await editor.diagnostics(model_uri) == []
     assert editor.logged == []
 
 

@@ -220,8 +220,21 @@ class Server:
     def did_close(self, params, id_) -> None:
         uri = params["textDocument"]["uri"]
         if uri not in self.workspace.owner:
+            buffer = self.workspace.buffer(uri)
             self.workspace.close_text(uri)
             self.forget(uri)
+            self.closed(uri, buffer)
+
+    def closed(self, uri: str, buffer: Buffer | None) -> None:
+        """A document closed unsaved: the other open ones were checked with its buffer, now its file counts."""
+        if buffer is None or not uri.startswith("file:") or not self.workspace.keys():
+            return
+        try:
+            unsaved = buffer.is_notebook or buffer.path.read_bytes() != buffer.source()
+        except OSError:
+            unsaved = True
+        if unsaved:
+            self.configuration_may_have_changed()
 
     def notebook_open(self, params, id_) -> None:
         self.workspace.open_notebook(params["notebookDocument"], params.get("cellTextDocuments") or [])
@@ -234,8 +247,10 @@ class Server:
 
     def notebook_close(self, params, id_) -> None:
         uri = params["notebookDocument"]["uri"]
+        buffer = self.workspace.buffer(uri)
         self.workspace.close_notebook(uri)
         self.forget(uri)
+        self.closed(uri, buffer)
 
     def folders_changed(self, params, id_) -> None:
         event = params.get("event") or {}
