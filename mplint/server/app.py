@@ -300,8 +300,10 @@ class Server:
     def warmed(self):
         """What is kept between checks (made on first use, on the worker)."""
         if self.kept is None:
+            from mplint.engine import statement_reuse
             from mplint.runner import Warm
 
+            statement_reuse.enable()  # an edit's check parses only the statements it changed
             self.kept = Warm()
         return self.kept
 
