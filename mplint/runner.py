@@ -49,7 +49,7 @@ class RunOptions:
     prefilter: bool = True  # the rules' candidate tests; off only to show they hide nothing
     # Files whose text is not (yet) what is on disk: an editor's unsaved buffers, read instead of the disk
     overlays: dict[Path, bytes] = field(default_factory=dict)
-    warm: "Warm | None" = None  # what a long-lived process keeps between runs (None: every run starts afresh)
+    warm: Warm | None = None  # what a long-lived process keeps between runs (None: every run starts afresh)
 
 
 class Warm:
