@@ -16,6 +16,10 @@ library in the way. Each session measures, from the client's side:
   client resolving edits (as VS Code does); then ``codeAction/resolve`` of the first quick fix;
 - hover on the first finding, and a pulled ``textDocument/diagnostic`` (a second session in pull mode:
   the first pull after opening, and a pull after an edit).
+- the server's CPU time (all its threads, from the kernel's scheduler statistics) from its start to the
+  first diagnostics, and for an edit (from the ``didChange`` to the diagnostics it gets): on a shared machine
+  the latencies include waiting for a core, these figures much less so. Edits come 1.5 s apart, as after a
+  pause in typing.
 
 mplint's code is compiled to bytecode first, as installing it does. Each figure is the median over the sessions, in milliseconds. ``ruff`` is looked for on PATH unless
 given; without it only mplint's column is filled. Results go to bench/results/lsp-*.md and .json.
@@ -97,6 +101,15 @@ class Client:
         self.process.stdin.flush()
         return time.perf_counter()
 
+    def cpu(self) -> float:
+        """Seconds of CPU the server's live threads have run (Linux scheduler statistics, nanoseconds): unlike the
+        latencies, barely moved by other load on the machine. ``nan`` where there are none."""
+        try:
+            tasks = Path(f"/proc/{self.process.pid}/task")
+            return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks.iterdir()) / 1e9
+        except (OSError, ValueError, IndexError):
+            return float("nan")
+
     def notify(self, method: str, params) -> float:
         return self.send({"method": method, "params": params})
 
@@ -169,13 +182,17 @@ def push_session(command: list[str], root: Path, edits: int) -> dict:
         uri, text, sent = open_file(client, root / "layers.py")
         at, diagnostics = client.published(uri)
         row = {"initialize": initialize, "open": at - sent, "open_from_start": at - client.started,
-               "diagnostics": len(diagnostics)}
-        changes = []
+               "cpu_open": client.cpu(), "diagnostics": len(diagnostics)}
+        changes, cpu = [], []
         for version in range(2, 2 + edits):
+            time.sleep(1.5)  # past mplint's idle work (it imports what fixing needs once nothing is asked for 1 s)
+            before = client.cpu()
             sent = edit(client, uri, version)
             at, diagnostics = client.published(uri)
             changes.append(at - sent)
+            cpu.append(client.cpu() - before)
         row["edit"] = statistics.median(changes)
+        row["cpu_edit"] = statistics.median(cpu)
         whole = {"start": {"line": 0, "character": 0}, "end": {"line": 10_000, "character": 0}}
         row["code_action"], offered = client.request("textDocument/codeAction", {
             "textDocument": {"uri": uri}, "range": whole, "context": {"diagnostics": diagnostics}})
@@ -234,7 +251,8 @@ ROWS = [("initialize", "initialize (start to answer)"), ("open", "first diagnost
         ("open_from_start", "first diagnostics from start"), ("edit", "diagnostics after an edit"),
         ("edit_after_pause", "... less mplint's typing pause"), ("code_action", "code actions (from the last check)"),
         ("resolve", "codeAction/resolve of a quick fix"), ("hover", "hover on a finding"),
-        ("pull_open", "pulled diagnostics, first"), ("pull_edit", "pulled diagnostics after an edit")]
+        ("pull_open", "pulled diagnostics, first"), ("pull_edit", "pulled diagnostics after an edit"),
+        ("cpu_open", "server CPU, start to first diagnostics"), ("cpu_edit", "server CPU for an edit (to its diagnostics)")]
 
 
 def interpreter_floor(repeats: int) -> float:

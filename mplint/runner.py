@@ -15,10 +15,10 @@ from mplint.checks import all_rules
 from mplint.engine.registry import select
 from mplint.fixes.write_back import ENGINE_CODES, write_back
 from mplint.pool import parallel_map
-from mplint.project.build import configured_target, pin_files_digest, facts_key, facts_of, module_facts_of, signature
+from mplint.project.build import FactsMemo, configured_target, pin_files_digest, facts_key, facts_of, module_facts_of, signature
 from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.project.config import Config, load_config, marked_root
-from mplint.project.discovery import SourcePath, discover, is_excluded, module_name
+from mplint.project.discovery import Discovery, SourcePath, discover, is_excluded, module_name
 from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
 
@@ -51,6 +51,70 @@ class RunOptions:
     jobs: int | None = None  # worker processes; None: one per core
     cache: bool = True  # reuse results from .mplint_cache/ when nothing relevant changed
     prefilter: bool = True  # the rules' candidate tests; off only to show they hide nothing
+    # Files whose text is not (yet) what is on disk: an editor's unsaved buffers, read instead of the disk
+    overlays: dict[Path, bytes] = field(default_factory=dict)
+    warm: Warm | None = None  # what a long-lived process keeps between runs (None: every run starts afresh)
+
+
+class Warm:
+    """What the language server keeps from one run to the next, so that checking an edited buffer costs its
+    own check and little else. Configuration, file discovery, project roots and files read are kept until
+    ``forget_configuration`` (the server calls it when a config, pin or file is saved, added, removed or
+    changed); a file is read again before that when its size or time changes; facts are reused while equal."""
+
+    def __init__(self):
+        self.facts = FactsMemo()
+        self._configuration()
+
+    def _configuration(self) -> None:
+        self.files: dict[Path, tuple[tuple, bytes, str]] = {}  # path -> (stat, content, digest)
+        self.configs: dict[tuple, Config] = {}
+        self.found: dict[tuple, Discovery] = {}
+        self.roots: dict[Path, Path] = {}
+
+    def forget_configuration(self) -> None:
+        self._configuration()
+        self.facts.forget_projects()
+
+    def config(self, paths: list[Path], explicit: Path | None) -> Config:
+        key = (tuple(paths), explicit)
+        if key not in self.configs:
+            self.configs[key] = load_config(paths, explicit)
+        return self.configs[key]
+
+    def discover(self, paths, root, exclude, extend_exclude, respect_gitignore, force_exclude=False):
+        key = (tuple(paths), root, tuple(exclude) if exclude is not None else None, tuple(extend_exclude),
+               respect_gitignore, force_exclude)
+        if key not in self.found:
+            self.found[key] = discover(paths, root, exclude, extend_exclude, respect_gitignore, force_exclude=force_exclude)
+        found = self.found[key]
+        return replace(found, files=list(found.files), errors=list(found.errors))
+
+    def read(self, source: SourcePath) -> tuple[bytes | Diagnostic, str | None]:
+        """The file's bytes and digest, read again only when its size or modification time changed."""
+        try:
+            stat = source.path.stat()
+        except OSError:
+            return _read(source), None
+        mark = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        known = self.files.get(source.path)
+        if known is not None and known[0] == mark:
+            return known[1], known[2]
+        data = _read(source)
+        if isinstance(data, bytes):
+            self.files[source.path] = (mark, data, content_hash(data))
+            return data, self.files[source.path][2]
+        return data, None
+
+
+def _load_config(options: RunOptions, paths: list[Path], explicit: Path | None = None) -> Config:
+    return options.warm.config(paths, explicit) if options.warm else load_config(paths, explicit)
+
+
+def _discover(options: RunOptions, paths, root, exclude, extend_exclude, respect_gitignore, force_exclude=False):
+    if options.warm:
+        return options.warm.discover(paths, root, exclude, extend_exclude, respect_gitignore, force_exclude)
+    return discover(paths, root, exclude, extend_exclude, respect_gitignore, force_exclude=force_exclude)
 
 
 @dataclass
@@ -129,11 +193,12 @@ def run(options: RunOptions) -> RunReport:
     leaks into another checked in the same run.
     """
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
-    top = with_overrides(load_config([stdin_path] if stdin_path else options.paths, options.config_path), options)
+    top = with_overrides(_load_config(options, [stdin_path] if stdin_path else options.paths, options.config_path),
+                         options)
     progress = _Progress(options.on_progress)
     progress.expect("discovery", None)
-    found = discover(options.paths, top.root, top.exclude, top.extend_exclude, top.respect_gitignore,
-                     force_exclude=top.force_exclude)
+    found = _discover(options, options.paths, top.root, top.exclude, top.extend_exclude, top.respect_gitignore,
+                      force_exclude=top.force_exclude)
     progress.finish("discovery", len(found.files))
     only = options.only
     if stdin_path is not None:
@@ -142,7 +207,7 @@ def run(options: RunOptions) -> RunReport:
         if not (top.force_exclude and is_excluded(stdin_path, top.root, top.exclude, top.extend_exclude)):
             found.files.append(SourcePath(stdin_path, Path(options.stdin[0]).as_posix()))
             only = {stdin_path}
-    project_of = _ProjectOf(top, options.config_path is not None)
+    project_of = _ProjectOf(top, options.config_path is not None, options.warm.roots if options.warm else None)
     groups: dict[Path, list[SourcePath]] = {}
     for source in found.files:
         groups.setdefault(project_of(source.path), []).append(source)
@@ -150,9 +215,9 @@ def run(options: RunOptions) -> RunReport:
     if stdin_path is None:
         report.notices += _leftovers(found.files, options)
     for root, given in groups.items():
-        config = top if options.config_path else with_overrides(load_config([root]), options)
+        config = top if options.config_path else with_overrides(_load_config(options, [root]), options)
         # Facts never depend on which paths were given: the whole project is read, the given files checked.
-        sources = _whole_project(root, config, given, options.paths, project_of, config is top or config.root == top.root)
+        sources = _whole_project(root, config, given, options, project_of, config is top or config.root == top.root)
         wanted = {s.path for s in given} if only is None else only & {s.path for s in given}
         _check_until_facts_settle(config, sources, replace(options, only=wanted), report, progress, root)
     report.results.sort(key=lambda r: r.path)
@@ -164,10 +229,11 @@ class _ProjectOf:
     metadata, dependency pins, an mplint config, .git); in an unmarked tree the working folder when it
     holds the file, else the root of the paths given. ``--config`` makes every file one project."""
 
-    def __init__(self, top: Config, explicit: bool):
+    def __init__(self, top: Config, explicit: bool, roots: dict[Path, Path] | None = None):
         self.top, self.explicit = top, explicit
         self.cwd = Path.cwd().resolve()
-        self.roots: dict[Path, Path] = {}
+        # kept between runs only by the language server, whose working folder and --config never change
+        self.roots: dict[Path, Path] = {} if roots is None else roots
 
     def __call__(self, path: Path) -> Path:
         folder = path.parent
@@ -197,12 +263,12 @@ def _leftovers(files: list[SourcePath], options: RunOptions) -> list[str]:
     return [f"{display_path(path, cwd)}: {what}" for path, what in leftover_notices(folders, remove=writes)]
 
 
-def _whole_project(root: Path, config: Config, given: list[SourcePath], paths: list[Path], project_of: _ProjectOf,
+def _whole_project(root: Path, config: Config, given: list[SourcePath], options: RunOptions, project_of: _ProjectOf,
                    same_config: bool) -> list[SourcePath]:
     """Every file of the project at ``root`` (not those of projects nested in it), and the given ones."""
-    if same_config and any(Path(os.path.abspath(p)) in (root, *root.parents) for p in paths):
+    if same_config and any(Path(os.path.abspath(p)) in (root, *root.parents) for p in options.paths):
         return given  # the given paths cover the project, discovered with its own config
-    found = discover([root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
+    found = _discover(options, [root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
     by_path = {s.path: s for s in given}  # a given file keeps its name (standard input's, say)
     files = [by_path.pop(s.path, s) for s in found.files if project_of(s.path) == root]
     return files + list(by_path.values())
@@ -267,7 +333,7 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
     facts the fixed project has; ``--diff`` follows the same rounds on the fixed text in memory.
     """
     fixed: dict[str, tuple[list[Diagnostic], int]] = {}  # what earlier rounds fixed, by file
-    overrides: dict[Path, bytes] = {}  # the fixed text of earlier rounds (written too, unless --diff)
+    overrides: dict[Path, bytes] = dict(options.overlays)  # unsaved buffers; the fixed text of earlier rounds
     originals: dict[str, bytes | None] = {}  # the text the user had, of files fixed in an earlier round
     for _ in range(MAX_FACT_ROUNDS):
         mark = len(report.results)
@@ -304,16 +370,17 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
                    progress: _Progress, overrides: dict[Path, bytes], root: Path) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     enabled = _enabled_rules(config, options)
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
-    loaded = [(s, options.stdin[1] if s.path == stdin_path else overrides.get(s.path) or _read(s)) for s in sources]
-    digests = {s.path: content_hash(data) for s, data in loaded if isinstance(data, bytes)}
+    loaded, digests = _load(sources, options, overrides, stdin_path)
     cache = ProjectCache(config.root, options.cache, read_only=stdin_path is not None)
-    file_facts = facts_of(loaded, cache, digests, options.jobs, progress.expect, progress.stepper("facts"))
-    facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests, root)
+    memo = options.warm.facts if options.warm else None
+    file_facts = facts_of(loaded, cache, digests, options.jobs, progress.expect, progress.stepper("facts"), memo)
+    facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests,
+                                             root, memo)
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
     # Pins decide targets (the torch pin too, in each module's facts): they are part of the key.
-    cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()),
-                                    pin_files_digest(config.root, sources)))
+    pins = memo.pin_files_digest(config.root, sources) if memo else pin_files_digest(config.root, sources)
+    cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()), pins))
     active: dict[ProjectFacts, tuple] = {}
     facts_digests: dict[int, str] = {}  # by id: the facts live as long as this function
 
@@ -388,6 +455,26 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         report.results.append(result)
     cache.save()
     return facts_by_path, summary
+
+
+def _load(sources: list[SourcePath], options: RunOptions, overrides: dict[Path, bytes], stdin_path: Path | None):
+    """Each file's content (standard input's, an overriding text, else the disk's) and the digests of those read."""
+    loaded: list[tuple[SourcePath, bytes | Diagnostic]] = []
+    digests: dict[Path, str] = {}
+    for source in sources:
+        digest = None
+        if source.path == stdin_path:
+            data = options.stdin[1]
+        elif source.path in overrides:
+            data = overrides[source.path]
+        elif options.warm:
+            data, digest = options.warm.read(source)
+        else:
+            data = _read(source)
+        loaded.append((source, data))
+        if isinstance(data, bytes):
+            digests[source.path] = digest or content_hash(data)
+    return loaded, digests
 
 
 def _check_one(work: tuple[SourcePath, bytes, CheckOptions]) -> FileResult:

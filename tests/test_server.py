@@ -43,6 +43,11 @@ class Editor:
             self.registered.extend(params.registrations)
 
         self.registered: list[types.Registration] = []
+        self.logged: list[str] = []  # window/logMessage texts (the server logs what failed)
+
+        @self.client.feature(types.WINDOW_LOG_MESSAGE)
+        def logged(params: types.LogMessageParams) -> None:
+            self.logged.append(params.message)
         self.refreshes = 0  # workspace/diagnostic/refresh requests from the server
         self.section: dict = {}  # what the editor answers when asked for the "mplint" settings
 
@@ -384,3 +389,92 @@ async def test_settings_the_server_asks_for_when_told_they_changed(editor: Edito
     editor.section = {"ignore": ["MP3"]}
     editor.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
     assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]
+
+
+def _cli_findings(root: Path, name: str) -> list[tuple]:
+    """What ``mplint NAME --format json`` run in ``root`` reports: (rule, LSP range as tuples, message) each."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "mplint", name, "--format", "json"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    return [(d["rule"], (d["start"]["line"] - 1, d["start"]["column"] - 1, d["end"]["line"] - 1, d["end"]["column"] - 1),
+             d["message"]) for d in json.loads(done.stdout)["diagnostics"]]
+
+
+def _findings(diagnostics: list[types.Diagnostic]) -> list[tuple]:
+    return [(d.code, (d.range.start.line, d.range.start.character, d.range.end.line, d.range.end.character), d.message)
+            for d in diagnostics]
+
+
+@session
+async def test_an_edit_that_sets_a_policy_updates_the_other_open_files_as_the_command_line_would(editor: Editor, root: Path):
+    (root / "policy.py").write_text("import keras\n")
+    model = 'import policy\nimport keras\n\nmodel = keras.Sequential([keras.layers.Dense(10, activation="softmax")])\n'
+    (root / "model.py").write_text(model)
+    policy_uri = editor.open(root / "policy.py", "import keras\n")
+    model_uri = editor.open(root / "model.py", model)
+    assert await editor.diagnostics(model_uri) == []  # no policy yet: float32 everywhere
+    mixed = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
+    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=policy_uri, version=2),
+        [types.TextDocumentContentChangeWholeDocument(text=mixed)]))
+    found = _findings(await editor.diagnostics(model_uri))  # checked again, the unsaved policy.py read
+    (root / "policy.py").write_text(mixed)  # what the command line sees once it is saved
+    assert found == _cli_findings(root, "model.py")
+    assert [(rule, where) for rule, where, _ in found] == [("MP101", (3, 26, 3, 70))]
+    assert "mixed_float16 set at policy.py:2" in found[0][2]
+    (root / "policy.py").write_text("import keras\n")  # closed without saving: the file on disk counts again
+    editor.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(policy_uri)))
+    assert await editor.diagnostics(model_uri) == []
+    assert editor.logged == []
+
+
+def _answer_edits(editor: Editor) -> list[types.WorkspaceEdit]:
+    """The editor applies every ``workspace/applyEdit`` the server asks for; the edits asked, in order."""
+    asked: list[types.WorkspaceEdit] = []
+
+    @editor.client.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        asked.append(params.edit)
+        return types.ApplyWorkspaceEditResult(applied=True)
+    return asked
+
+
+@session
+async def test_the_apply_autofix_command_sends_the_safe_fixes_as_a_workspace_edit(editor: Editor, root: Path):
+    assert list(editor.started.capabilities.execute_command_provider.commands) == ["mplint.applyAutofix", "mplint.explainRule"]
+    asked = _answer_edits(editor)
+    text = POLICY + "hidden = layers.Dense(100)\n" + MODEL
+    uri = editor.open(root / "model.py", text)
+    assert [d.code for d in await editor.diagnostics(uri)] == ["MP301", "MP101"]  # MP301's fix is unsafe
+    answer = await asyncio.wait_for(editor.client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="mplint.applyAutofix", arguments=[{"uri": uri, "version": 1}])), TIMEOUT)
+    assert answer is None
+    [edit] = asked
+    assert apply(text, edit.changes[uri]) == POLICY + "hidden = layers.Dense(100)\n" + FIXED_MODEL
+    clean = editor.open(root / "clean.py", "import keras\n")
+    await editor.diagnostics(clean)
+    await asyncio.wait_for(editor.client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="mplint.applyAutofix", arguments=[{"uri": clean}])), TIMEOUT)
+    assert len(asked) == 1  # nothing to fix: no edit asked for
+    assert editor.logged == []
+
+
+@session
+async def test_the_explain_rule_command_answers_the_rule_page(editor: Editor, root: Path):
+    from mplint.catalog import load_catalog
+    from mplint.rule_docs import page
+
+    ask = lambda *arguments: asyncio.wait_for(editor.client.workspace_execute_command_async(  # noqa: E731
+        types.ExecuteCommandParams(command="mplint.explainRule", arguments=list(arguments))), TIMEOUT)
+    answer = await ask("MP101")
+    assert answer == {"rule": "MP101", "name": "float16-softmax-output",
+                      "url": (REPO / "docs" / "rules" / "MP101.md").as_uri(), "markdown": page(load_catalog()["MP101"])}
+    assert (await ask({"rule": "float16-softmax-output"}))["rule"] == "MP101"
+    with pytest.raises(Exception, match="unknown rule 'MP999'"):
+        await ask("MP999")
+    with pytest.raises(Exception, match="unknown command 'mplint.nothing'"):
+        await asyncio.wait_for(editor.client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="mplint.nothing")), TIMEOUT)

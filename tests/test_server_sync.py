@@ -90,3 +90,32 @@ def test_the_memory_a_read_only_store_keeps_is_bounded(tmp_path: Path, monkeypat
     again = cache.ProjectCache(tmp_path, enabled=True, read_only=True)  # the next run of the same process
     assert [again.facts(f"m{n}.py", "digest") is not None for n in range(3)] == [False, True, True]
     assert cache.ProjectCache(tmp_path, enabled=True).facts("m2.py", "digest") is None  # a writing run reads the disk
+
+
+def test_module_facts_are_built_again_only_when_a_files_facts_change(tmp_path: Path, monkeypatch):
+    from mplint.runner import Warm
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    (tmp_path / "policy.py").write_text("import keras\n")
+    model = 'import policy\nimport keras\n\nmodel = keras.Sequential([keras.layers.Dense(10, activation="softmax")])\n'
+    (tmp_path / "model.py").write_text(model)
+    built = []
+    real = build._module_facts
+    monkeypatch.setattr(build, "_module_facts", lambda *args: built.append(1) or real(*args))
+    warm = Warm()
+
+    def codes(text: str, policy: str | None = None) -> list[str]:
+        buffer = Buffer(tmp_path / "model.py", (Part((tmp_path / "model.py").as_uri(), text),))
+        others = () if policy is None else (Buffer(tmp_path / "policy.py", (Part("file:policy", policy),)),)
+        return [d.rule_id for d in check(buffer, tmp_path, others=others, warm=warm).diagnostics]
+
+    assert (codes(model), len(built), warm.facts.version) == ([], 1, 1)
+    assert (codes(model.replace("(10,", "(12,")), len(built), warm.facts.version) == ([], 1, 1)  # same facts: kept
+    assert (codes("x = 1\n" + model), len(built), warm.facts.version) == ([], 2, 1)  # a new name: built, same modules
+    mixed = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
+    assert (codes(model, policy=mixed), len(built), warm.facts.version) == (["MP101"], 3, 2)  # the unsaved buffer's policy
+    assert (codes(model), warm.facts.version) == ([], 3)  # closed unsaved: the disk's text again
+    warm.forget_configuration()
+    (tmp_path / ".mplint.yaml").write_text("ignore: [MP101]\n")
+    assert codes(model, policy=mixed) == []  # the configuration is read again once told it changed

@@ -21,7 +21,7 @@ from libcst.metadata import MetadataWrapper
 
 from mplint.catalog import load_catalog
 from mplint.engine.code_summary import summarize
-from mplint.engine import budget
+from mplint.engine import budget, statement_reuse
 from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
 from mplint.engine.context import FileContext
 from mplint.engine.facts import per_project_table
@@ -80,7 +80,11 @@ def parse_native(path: str, source: bytes) -> ast.Module | Diagnostic:
 
 
 def parse_concrete(path: str, source: bytes) -> cst.Module | Diagnostic:
-    """libcst's tree of a file CPython has parsed (see ``parse_native``)."""
+    """libcst's tree of a file CPython has parsed (see ``parse_native``); in the language server, put together
+    from the trees of the statements it had last time where it can (``statement_reuse``)."""
+    reused = statement_reuse.parse(source)
+    if reused is not None:
+        return reused
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:

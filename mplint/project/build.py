@@ -35,16 +35,47 @@ def python_source(source: SourcePath, data: bytes) -> bytes | None:
     return nb.virtual.encode("utf-8") if isinstance(nb, Notebook) else None
 
 
+class FactsMemo:
+    """What a long-lived process (the language server) keeps of the facts between runs: each file's facts by
+    content, and each project's module facts with the file facts they were built from. A run whose files'
+    facts equal those (an edit that changes no import, policy or summary) reuses the module facts as they are."""
+
+    def __init__(self):
+        self.files: dict[tuple[str, str], FileFacts] = {}  # (display, content digest) -> facts
+        self.projects: dict[tuple, tuple] = {}  # (root, target, policy, files) -> (their file facts, module facts)
+        self.seen: dict[str, tuple] = {}  # root -> (the file facts of its last run, a digest of its module facts)
+        self.pins: dict[tuple, str] = {}  # (root, the files' folders) -> pin_files_digest
+        self.version = 0  # bumped whenever a project's module facts differ from its last run's
+
+    def forget_projects(self) -> None:
+        """After a configuration change: module facts are built again (file facts, keyed by content, stay)."""
+        self.projects, self.seen, self.pins = {}, {}, {}
+        self.version += 1
+
+    def pin_files_digest(self, root: Path, sources: list[SourcePath]) -> str:
+        """``pin_files_digest``, kept until the configuration (pin files are watched with it) may have changed."""
+        key = (str(root), frozenset(s.path.parent for s in sources))
+        if key not in self.pins:
+            self.pins[key] = pin_files_digest(root, sources)
+        return self.pins[key]
+
+
+FILES_KEPT = 4096  # file facts a memo keeps (every version of an edited file adds one)
+PROJECTS_KEPT = 16  # module facts a memo keeps (one per project, settings and checked file)
+
+
 def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs: int | None,
              expect: Callable[[str, int], None] | None = None, step: Callable[[], None] | None = None,
-             ) -> dict[Path, FileFacts]:
-    """Each readable file's facts: from the cache, else extracted (in parallel); ``expect("facts", n)`` is told
-    how many files are extracted, ``step`` after each."""
+             memo: FactsMemo | None = None) -> dict[Path, FileFacts]:
+    """Each readable file's facts: from the memo or the cache, else extracted (in parallel); ``expect("facts",
+    n)`` is told how many files are extracted, ``step`` after each."""
     found: dict[Path, FileFacts] = {}
     missing = []
     for source, data in loaded:
         if isinstance(data, bytes):
-            cached = cache.facts(source.display, digests[source.path]) if cache else None
+            cached = memo.files.get((source.display, digests[source.path])) if memo else None
+            if cached is None and cache:
+                cached = cache.facts(source.display, digests[source.path])
             if cached is None:
                 missing.append((source, data))
             else:
@@ -56,6 +87,12 @@ def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs:
             if cache:
                 cache.store_facts(source.display, digests[source.path], facts)
             found[source.path] = facts
+    if memo is not None:
+        for source, data in loaded:
+            if source.path in found:
+                memo.files[(source.display, digests[source.path])] = found[source.path]
+        while len(memo.files) > FILES_KEPT:
+            del memo.files[next(iter(memo.files))]
     return found
 
 
@@ -73,17 +110,57 @@ def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
 
 def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts],
                     configured: Generation | None, policy: str | None, cache: ProjectCache | None = None,
-                    digests: dict[Path, str] | None = None, root: Path | None = None,
+                    digests: dict[Path, str] | None = None, root: Path | None = None, memo: FactsMemo | None = None,
                     ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     """Every module's facts, from the program model of the project at ``root`` (the config's folder unless
-    given: a nested project may use a config above it), cached while no file changes."""
+    given: a nested project may use a config above it), cached while no file changes; with a ``memo``,
+    kept while no file's facts change."""
     root = root or config.root
+    pins_digest = (memo.pin_files_digest(root, sources) if memo is not None
+                   else pin_files_digest(root, sources) if cache is not None else "")
+    if memo is None:
+        return _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest)
+    key = (str(root), configured, policy, tuple((s.path, s.display) for s in sources), pins_digest)
+    last = memo.projects.pop(key, None)
+    if last is None or not _same_facts(last[0], file_facts):
+        last = (dict(file_facts), _module_facts(config, sources, file_facts, configured, policy, cache, digests, root,
+                                                pins_digest))
+    memo.projects[key] = last  # the newest last: the oldest go first
+    while len(memo.projects) > PROJECTS_KEPT:
+        del memo.projects[next(iter(memo.projects))]
+    seen = memo.seen.get(str(root))
+    if seen is None or not _same_facts(seen[0], file_facts):  # some file's facts changed: did the modules'?
+        digest = _modules_digest(last[1][0])
+        if seen is None or seen[1] != digest:
+            memo.version += 1
+        memo.seen[str(root)] = (dict(file_facts), digest)
+    return last[1]
+
+
+def _modules_digest(by_path: dict[Path, ProjectFacts]) -> str:
+    """One digest of what every module is checked with (``facts_key``: what results are cached by)."""
+    shared: dict[int, str] = {}
+    keys = []
+    for path, facts in sorted(by_path.items()):
+        if id(facts.reexports) not in shared:
+            shared[id(facts.reexports)] = content_hash(
+                repr((sorted(facts.reexports.items()), sorted(facts.summaries.items()))).encode())
+        keys.append((str(path), facts_key(facts, shared[id(facts.reexports)])))
+    return content_hash(repr(keys).encode())
+
+
+def _same_facts(before: dict[Path, FileFacts], now: dict[Path, FileFacts]) -> bool:
+    """Whether every file's facts are what they were (the same record, or an equal one extracted again)."""
+    return before.keys() == now.keys() and all(now[path] is facts or now[path] == facts for path, facts in before.items())
+
+
+def _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest):
     pins = PinFinder(root)
     pinned = None if configured else pins.target_for(root)
     key = None
     if cache is not None and digests is not None:
         key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), configured, policy,
-                           str(root), pin_files_digest(root, sources))
+                           str(root), pins_digest)
         cached = cache.module_facts(key)
         if cached is not None:
             by_display, summary = cached

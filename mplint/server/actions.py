@@ -46,9 +46,11 @@ def fix_action(part: Part, d: dict) -> dict | None:
             "data": {"action": "fix", "uri": part.uri}}
 
 
-def resolve_fix(buffer: Buffer, part: Part, d: dict, found: list[dict], folder, codec: Codec, settings: Settings) -> dict:
+def resolve_fix(buffer: Buffer, part: Part, d: dict, found: list[dict], folder, codec: Codec, settings: Settings,
+                **context) -> dict:
     """The fix's edit: the finding's own edits, and the lines the rule's fix adds that no finding of the rule in
-    ``found`` (the last check's diagnostics of the buffer) touches: its imports."""
+    ``found`` (the last check's diagnostics of the buffer) touches: its imports. ``context``: ``check``'s
+    ``others`` and ``warm``."""
     data = _data(d)
     changes = {part.uri: edits.from_edits(codec, part.text, tuple(Edit(*e) for e in data["edits"]))}
     touched: dict[int | None, set[int]] = {}
@@ -56,7 +58,8 @@ def resolve_fix(buffer: Buffer, part: Part, d: dict, found: list[dict], folder, 
         if other["data"]["rule"] == data["rule"]:
             for e in other["data"]["edits"]:
                 touched.setdefault(other["data"]["cell"], set()).update(range(e[0] - 1, e[2]))
-    after = check(buffer, folder, fix=True, unsafe=data["safety"] == "unsafe", select=[data["rule"]], settings=settings)
+    after = check(buffer, folder, fix=True, unsafe=data["safety"] == "unsafe", select=[data["rule"]], settings=settings,
+                  **context)
     for uri, text in fixed_texts(buffer, after).items():
         other = next(p for p in buffer.parts if p.uri == uri)
         hunks = [h for h in edits.line_hunks(other.text, text)
@@ -99,9 +102,11 @@ def fix_all_action(part: Part, kind: str) -> dict:
     return {"title": title, "kind": kind, "data": {"action": "fixAll", "uri": part.uri}}
 
 
-def resolve_fix_all(buffer: Buffer, part: Part, kind: str, folder, codec: Codec, settings: Settings) -> dict | None:
-    """The edit of a fix-all action, ``None`` when there is nothing to fix."""
-    result = check(buffer, folder, fix=True, settings=settings)
+def resolve_fix_all(buffer: Buffer, part: Part, kind: str, folder, codec: Codec, settings: Settings,
+                    unsafe: bool | None = None, **context) -> dict | None:
+    """The edit of a fix-all action, ``None`` when there is nothing to fix. ``unsafe``: whether unsafe fixes are
+    made too (``None``: as the configuration says); ``context``: ``check``'s ``others`` and ``warm``."""
+    result = check(buffer, folder, fix=True, unsafe=unsafe, settings=settings, **context)
     texts = {p.uri: p.text for p in buffer.parts}
     changes = {uri: edits.whole_change(codec, texts[uri], text) for uri, text in fixed_texts(buffer, result).items()
                if kind == NOTEBOOK_FIX_ALL or uri == part.uri}

@@ -32,6 +32,9 @@ from mplint.server.workspace import Workspace, fs_path
 DEBOUNCE_S = 0.3  # a change is checked once typing pauses this long
 IDLE_S = 1.0  # the worker does what can wait once nothing has been asked of it for this long
 WATCHED = ("**/pyproject.toml", "**/.mplint.yaml", "**/.mplint.yml", "**/setup.cfg", "**/setup.py", "**/requirements*.txt")
+SOURCES = ("**/*.py", "**/*.ipynb")  # watched for files added or removed (the project's files are kept between checks)
+CREATED_OR_DELETED = 1 | 4  # LSP's WatchKind
+COMMANDS = ("mplint.applyAutofix", "mplint.explainRule")
 
 
 @dataclass
@@ -41,6 +44,7 @@ class Checked:
     id: int
     buffer: Buffer
     generation: int  # the server's configuration generation it was checked under
+    facts: int  # the version of the project facts it was checked with (``FactsMemo.version``)
     result: object  # FileResult
     config: object  # the project's Config
     found: dict[str, list[dict]]
@@ -64,8 +68,10 @@ class Server:
         self.capabilities: dict = {}
         self.generation = 0  # bumped when configuration may have changed: every check before it is stale
         self.checked: dict[str, Checked] = {}
+        self.kept = None  # mplint.runner.Warm, made on the worker (importing the runner is not for initialize)
         self.published: dict[str, set[str]] = {}  # buffer key -> URIs that got diagnostics
         self.pending: dict[str, threading.Timer] = {}
+        self.queued: set[str] = set()  # documents whose check is on the worker's queue
         self.ids = itertools.count(1)
         self.jobs: queue.Queue[tuple[Callable[[], None], object]] = queue.Queue()
         self.idle: list[Callable[[], None]] = []  # work for when no check or request has come for IDLE_S
@@ -87,6 +93,7 @@ class Server:
             "workspace/didChangeWorkspaceFolders": self.folders_changed,
             "textDocument/codeAction": self.code_action, "codeAction/resolve": self.resolve,
             "textDocument/hover": self.hover, "textDocument/diagnostic": self.pull,
+            "workspace/executeCommand": self.execute,
         }
         while True:
             message = self.rpc.read()
@@ -149,6 +156,7 @@ class Server:
                                    "resolveProvider": True},
             "hoverProvider": True,
             "diagnosticProvider": {"identifier": "mplint", "interFileDependencies": True, "workspaceDiagnostics": False},
+            "executeCommandProvider": {"commands": list(COMMANDS)},
             "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}},
         }
         self.rpc.respond(id_, {"capabilities": capabilities, "serverInfo": {"name": "mplint", "version": __version__}})
@@ -161,7 +169,8 @@ class Server:
         folder = self.workspace.folders[0] if self.workspace.folders else None
         if folder is not None and folder.is_dir():
             try:
-                check(Buffer(folder / "untitled.py", (Part("untitled:warm", ""),)), folder, settings=self.settings)
+                check(Buffer(folder / "untitled.py", (Part("untitled:warm", ""),)), folder, settings=self.settings,
+                      warm=self.warmed())
             except CheckFailed:
                 pass  # the first real check reports it
         self.idle.append(self.warm_fixes)
@@ -175,7 +184,9 @@ class Server:
         if _get(self.capabilities, "workspace", "didChangeWatchedFiles", "dynamicRegistration"):
             self.rpc.request("client/registerCapability", {"registrations": [{
                 "id": "mplint-config", "method": "workspace/didChangeWatchedFiles",
-                "registerOptions": {"watchers": [{"globPattern": pattern} for pattern in WATCHED]}}]}, lambda answer: None)
+                "registerOptions": {"watchers": [{"globPattern": pattern} for pattern in WATCHED]
+                                    + [{"globPattern": pattern, "kind": CREATED_OR_DELETED} for pattern in SOURCES]}}]},
+                lambda answer: None)
         if _get(self.capabilities, "workspace", "configuration"):
             self.fetch_settings()
 
@@ -196,7 +207,7 @@ class Server:
     def did_open(self, params, id_) -> None:
         self.workspace.open_text(params["textDocument"])
         if self.pushed(params["textDocument"]["uri"]):
-            self.later(lambda key=params["textDocument"]["uri"]: self.lint(key))
+            self.lint_soon(params["textDocument"]["uri"])
 
     def did_change(self, params, id_) -> None:
         uri = params["textDocument"]["uri"]
@@ -209,12 +220,25 @@ class Server:
     def did_close(self, params, id_) -> None:
         uri = params["textDocument"]["uri"]
         if uri not in self.workspace.owner:
+            buffer = self.workspace.buffer(uri)
             self.workspace.close_text(uri)
             self.forget(uri)
+            self.closed(uri, buffer)
+
+    def closed(self, uri: str, buffer: Buffer | None) -> None:
+        """A document closed unsaved: the other open ones were checked with its buffer, now its file counts."""
+        if buffer is None or not uri.startswith("file:") or not self.workspace.keys():
+            return
+        try:
+            unsaved = buffer.is_notebook or buffer.path.read_bytes() != buffer.source()
+        except OSError:
+            unsaved = True
+        if unsaved:
+            self.configuration_may_have_changed()
 
     def notebook_open(self, params, id_) -> None:
         self.workspace.open_notebook(params["notebookDocument"], params.get("cellTextDocuments") or [])
-        self.later(lambda key=params["notebookDocument"]["uri"]: self.lint(key))
+        self.lint_soon(params["notebookDocument"]["uri"])
 
     def notebook_change(self, params, id_) -> None:
         uri = params["notebookDocument"]["uri"]
@@ -223,8 +247,10 @@ class Server:
 
     def notebook_close(self, params, id_) -> None:
         uri = params["notebookDocument"]["uri"]
+        buffer = self.workspace.buffer(uri)
         self.workspace.close_notebook(uri)
         self.forget(uri)
+        self.closed(uri, buffer)
 
     def folders_changed(self, params, id_) -> None:
         event = params.get("event") or {}
@@ -262,20 +288,46 @@ class Server:
     def configuration_may_have_changed(self) -> None:
         """Every last check is stale: check the pushed documents again, and ask a pulling client to pull."""
         self.generation += 1
+        self.later(lambda: self.kept and self.kept.forget_configuration())  # before the checks asked for below
         for key in self.workspace.keys():
             if self.pushed(key):
-                self.later(lambda key=key: self.lint(key))
+                self.lint_soon(key)
         if self.pulls and _get(self.capabilities, "workspace", "diagnostics", "refreshSupport"):
             self.rpc.request("workspace/diagnostic/refresh", None, lambda answer: None)
 
     # -- checks --------------------------------------------------------------------------------
 
+    def warmed(self):
+        """What is kept between checks (made on first use, on the worker)."""
+        if self.kept is None:
+            from mplint.engine import statement_reuse
+            from mplint.runner import Warm
+
+            statement_reuse.enable()  # an edit's check parses only the statements it changed
+            self.kept = Warm()
+        return self.kept
+
+    def facts_version(self) -> int:
+        return self.kept.facts.version if self.kept is not None else 0
+
     def fresh(self, key: str) -> Checked | None:
-        """The last check of ``key`` if the document and the configuration are as they were then."""
+        """The last check of ``key`` if the document, the configuration and the project's facts are as they were."""
         checked = self.checked.get(key)
-        if checked is None or checked.generation != self.generation or checked.buffer != self.workspace.buffer(key):
+        if (checked is None or checked.generation != self.generation or checked.facts != self.facts_version()
+                or checked.buffer != self.workspace.buffer(key)):
             return None
         return checked
+
+    def context(self, key: str) -> dict:
+        """What every check of ``key`` is run with besides the buffer: the other open buffers, what is kept."""
+        with self.lock:
+            others = self.others(key)
+        return {"others": others, "warm": self.warmed()}
+
+    def others(self, key: str) -> tuple[Buffer, ...]:
+        """The open files and notebooks other than ``key``, as the checks of ``key`` read them (instead of the disk)."""
+        return tuple(b for k in self.workspace.keys() if k != key and k.startswith("file:")
+                     and (b := self.workspace.buffer(k)) is not None)
 
     def ensure(self, key: str) -> Checked | None:
         """The buffer's check, run now (on the worker) unless the last one is fresh; ``None`` once it is closed."""
@@ -285,12 +337,12 @@ class Server:
         with self.lock:
             checked = self.fresh(key)
             buffer = self.workspace.buffer(key)
-            generation, settings = self.generation, self.settings
+            generation, settings, others = self.generation, self.settings, self.others(key)
         if checked is not None or buffer is None:
             return checked
         folder = project_folder(buffer.path, self.workspace.folders)
         try:
-            result, config = check_with_config(buffer, folder, settings=settings)
+            result, config = check_with_config(buffer, folder, settings=settings, others=others, warm=self.warmed())
         except CheckFailed as exc:
             self.rpc.notify("window/showMessage", {"type": 1, "message": f"mplint: {exc}"})
             return None
@@ -299,21 +351,31 @@ class Server:
             part = buffer.part_of(d)
             if part is not None and not d.fixed:
                 found[part.uri].append(edits.to_lsp(self.codec, part.text, d, config.docs_url))
-        checked = Checked(next(self.ids), buffer, generation, result, config, found)
+        checked = Checked(next(self.ids), buffer, generation, self.facts_version(), result, config, found)
         with self.lock:
             if key in self.workspace.keys():
                 self.checked[key] = checked
         return checked
 
+    def lint_soon(self, key: str) -> None:
+        """Check ``key`` and publish on the worker, once however often it is asked for before the check starts."""
+        with self.lock:
+            if key in self.queued:
+                return
+            self.queued.add(key)
+        self.later(lambda: self.lint(key))
+
     def lint(self, key: str) -> None:
         with self.lock:
             self.pending.pop(key, None)
+            self.queued.discard(key)
         checked = self.ensure(key)
         if checked is None:
             return
         with self.lock:
             if key not in self.workspace.keys():
                 return  # closed while it was checked
+            self.facts_changed(key, checked)
             found = dict(checked.found)
             for gone in self.published.get(key, set()) - set(found):
                 found[gone] = []
@@ -321,12 +383,24 @@ class Server:
         for uri, diagnostics in found.items():
             self.rpc.notify("textDocument/publishDiagnostics", {"uri": uri, "diagnostics": diagnostics})
 
+    def facts_changed(self, key: str, checked: Checked) -> None:
+        """When ``key``'s check found the project's facts changed (an edit set a policy, say), the other open
+        documents checked with the old facts are checked again (or pulled again)."""
+        stale = [k for k, c in self.checked.items() if k != key and c.facts < checked.facts]
+        if not stale:
+            return
+        for other in stale:
+            if self.pushed(other) and other not in self.pending:
+                self.lint_soon(other)
+        if self.pulls and _get(self.capabilities, "workspace", "diagnostics", "refreshSupport"):
+            self.rpc.request("workspace/diagnostic/refresh", None, lambda answer: None)
+
     def lint_later(self, key: str) -> None:
         if not self.pushed(key):
             return  # the client pulls when it wants them
         if key in self.pending:
             self.pending[key].cancel()
-        timer = threading.Timer(DEBOUNCE_S, lambda: self.later(lambda: self.lint(key)))
+        timer = threading.Timer(DEBOUNCE_S, lambda: self.lint_soon(key))
         timer.daemon = True
         self.pending[key] = timer
         timer.start()
@@ -433,18 +507,70 @@ class Server:
         if part is None or data.get("check", checked.id) != checked.id:
             return action  # the document changed since: the client asks again
         folder = project_folder(checked.buffer.path, self.workspace.folders)
+        context = self.context(key)
         try:
             if data["action"] == "fix":
                 found = [d for ds in checked.found.values() for d in ds]
                 edit = actions.resolve_fix(checked.buffer, part, action["diagnostics"][0], found, folder, self.codec,
-                                           self.settings)
+                                           self.settings, **context)
             elif data["action"] == "noqa":
                 edit = actions.resolve_noqa(part, action["diagnostics"][0], checked.result, self.codec)
             else:
-                edit = actions.resolve_fix_all(checked.buffer, part, action["kind"], folder, self.codec, self.settings)
+                edit = actions.resolve_fix_all(checked.buffer, part, action["kind"], folder, self.codec, self.settings,
+                                               **context)
         except CheckFailed:
             edit = None
         return {**action, "edit": edit} if edit is not None else action
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def execute(self, params, id_) -> None:
+        command, arguments = params.get("command"), params.get("arguments") or []
+        first = arguments[0] if arguments else None
+        if command == "mplint.explainRule":
+            from mplint.server import commands
+
+            rule = first.get("rule") if isinstance(first, dict) else first
+            docs_url = next((c.config.docs_url for c in self.checked.values()), None)  # the project's docs-url
+            page = commands.explain(rule, docs_url) if isinstance(rule, str) else None
+            if page is None:
+                self.rpc.fail(id_, rpc.INVALID_PARAMS, f"mplint.explainRule: unknown rule {rule!r}")
+            else:
+                self.rpc.respond(id_, page)
+        elif command == "mplint.applyAutofix":
+            uri = first.get("uri") if isinstance(first, dict) else first
+            if not isinstance(uri, str) or self.workspace.buffer(self.workspace.key(uri)) is None:
+                self.rpc.fail(id_, rpc.INVALID_PARAMS, f"mplint.applyAutofix: no open document {uri!r}")
+                return
+            self.later(lambda: self.apply_autofix(uri, id_), id_)
+        else:
+            self.rpc.fail(id_, rpc.INVALID_PARAMS, f"unknown command {command!r}")
+
+    def apply_autofix(self, uri: str, id_) -> None:
+        """Every safe fix of the document (of the whole notebook for a notebook or a cell), sent to the client as
+        ``workspace/applyEdit``; the command is answered once the client has answered that (with ``null``)."""
+        from mplint.server import actions
+        from mplint.server.documents import project_folder
+
+        key = self.workspace.key(uri)
+        with self.lock:
+            buffer = self.workspace.buffer(key)
+        if buffer is None:
+            self.rpc.respond(id_, None)
+            return
+        kind = actions.NOTEBOOK_FIX_ALL if buffer.is_notebook else actions.FIX_ALL
+        folder = project_folder(buffer.path, self.workspace.folders)
+        try:
+            edit = actions.resolve_fix_all(buffer, buffer.parts[0], kind, folder, self.codec, self.settings,
+                                           unsafe=False, **self.context(key))
+        except CheckFailed as exc:
+            self.rpc.fail(id_, rpc.INTERNAL_ERROR, str(exc))
+            return
+        if edit is None:
+            self.rpc.respond(id_, None)
+            return
+        self.rpc.request("workspace/applyEdit", {"label": "mplint: apply safe fixes", "edit": edit},
+                         lambda answer: self.rpc.respond(id_, None))
 
 
 def main() -> int:

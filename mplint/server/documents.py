@@ -100,28 +100,39 @@ def project_folder(path: Path, workspace_folders: list[Path]) -> Path:
 
 
 def check(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
-          select: list[str] | None = None, settings: Settings = Settings()) -> FileResult:
-    """The buffer checked (and fixed in memory with ``fix``) with its project's configuration and facts."""
-    return check_with_config(buffer, folder, fix=fix, unsafe=unsafe, select=select, settings=settings)[0]
+          select: list[str] | None = None, settings: Settings = Settings(), others: tuple[Buffer, ...] = (),
+          warm=None) -> FileResult:
+    """The buffer checked (and fixed in memory with ``fix``) with its project's configuration and facts.
+
+    ``others``: the editor's other open buffers, read instead of their files (as if saved: what the command line
+    would find once they are); ``warm``: the ``mplint.runner.Warm`` the server keeps between checks."""
+    return check_with_config(buffer, folder, fix=fix, unsafe=unsafe, select=select, settings=settings,
+                             others=others, warm=warm)[0]
 
 
 def check_with_config(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
-                      select: list[str] | None = None, settings: Settings = Settings()):
+                      select: list[str] | None = None, settings: Settings = Settings(),
+                      others: tuple[Buffer, ...] = (), warm=None):
     """``check``'s result and the configuration it was checked with (for the rules' documentation links)."""
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
     from mplint.runner import RunOptions, run
 
+    from mplint.project.discovery import display_path
+
     if select is None and settings.select is not None:
         select = list(settings.select)
-    options = RunOptions(paths=[folder], stdin=(buffer.path, buffer.source()), fix=fix,
+    # named as the folder's walk names the file: the same facts whichever open file is checked
+    name = display_path(buffer.path, Path.cwd().resolve())
+    options = RunOptions(paths=[folder], stdin=(Path(name), buffer.source()), fix=fix,
                          unsafe_fixes=settings.unsafe_fixes if unsafe is None else unsafe, write=False, select=select,
-                         extend_select=list(settings.extend_select), ignore=list(settings.ignore), jobs=1)
+                         extend_select=list(settings.extend_select), ignore=list(settings.ignore), jobs=1,
+                         overlays={o.path: o.source() for o in others if o.path != buffer.path}, warm=warm)
     try:
         report = run(options)
     except (ConfigError, CatalogError) as exc:
         raise CheckFailed(str(exc)) from exc
-    return next(r for r in report.results if r.path == buffer.path.as_posix()), report.config
+    return next(r for r in report.results if r.path == name), report.config
 
 
 def fixed_texts(buffer: Buffer, result: FileResult) -> dict[str, str]:
