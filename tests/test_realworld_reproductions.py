@@ -372,3 +372,92 @@ print(keras.backend.standardize_dtype(out.dtype), seen[0].rsplit("'", 2)[-2] if 
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["float16", "float32"]
+
+
+# keras-team/tf-keras tf_keras/integration_test/models/vae.py: the model of an integration test, reached only by the
+# test modules beside it (fit_test.py, saving_v3_test.py), none of which sets a policy. Support code of the tests
+# is not library code whose users pick a mixed policy: MP103's three findings there were wrong.
+TF_KERAS_VAE = '''"""Variable autoencoder."""
+
+import tensorflow as tf
+from tensorflow import keras
+
+
+class VAE(keras.Model):
+    def __init__(self, encoder, decoder, **kwargs):
+        super(VAE, self).__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            z_mean, z_log_var, z = self.encoder(data)
+            reconstruction = self.decoder(z)
+            reconstruction_loss = tf.reduce_mean(
+                tf.reduce_sum(
+                    keras.losses.binary_crossentropy(data, reconstruction),
+                    axis=(1, 2),
+                )
+            )
+            kl_loss = -0.5 * (
+                1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)
+            )
+            kl_loss = tf.reduce_mean(tf.reduce_sum(kl_loss, axis=1))
+            total_loss = reconstruction_loss + kl_loss
+        grads = tape.gradient(total_loss, self.trainable_weights)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        return {"loss": total_loss}
+'''
+TF_KERAS_FIT_TEST = '''import tensorflow as tf
+
+from tf_keras.integration_test.models import vae
+
+
+class FitTest(tf.test.TestCase):
+    def test_fit(self):
+        vae.VAE(None, None)
+'''
+TF_KERAS_TESTS = {"tf_keras/__init__.py": "", "tf_keras/integration_test/__init__.py": "",
+                  "tf_keras/integration_test/models/__init__.py": "",
+                  "tf_keras/integration_test/fit_test.py": TF_KERAS_FIT_TEST}
+VAE_LIBRARY = "; library code (no program of this project that reaches it sets a policy; any user may pick mixed_float16)"
+VAE_CROSS_ENTROPY = (
+    "MP103", 19, 21,
+    "`keras.losses.binary_crossentropy` computes in the dtype of its predictions, here the compute dtype of "
+    "`reconstruction`: under mixed_float16 the loss overflows to inf above 65504; cast the predictions to float32 "
+    "first (loss objects such as `MeanSquaredError()` do this themselves)")
+VAE_KL = ("MP103", 26, 38, "this loss squares, exponentiates or sums the compute-dtype `kl_loss`: under mixed_float16 "
+          "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32")
+# Cast where float16 overflows, not after the sums: the cross-entropy's predictions, the KL term's operands.
+VAE_FIXED = TF_KERAS_VAE.replace(
+    "binary_crossentropy(data, reconstruction)", "binary_crossentropy(data, tf.cast(reconstruction, tf.float32))"
+).replace(
+    "                1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)\n",
+    "                tf.cast(1 + z_log_var, tf.float32) - tf.square(tf.cast(z_mean, tf.float32)) - "
+    "tf.exp(tf.cast(z_log_var, tf.float32))\n")
+
+
+def test_mp103_model_of_an_integration_test_reached_only_by_tests_is_silent():
+    path = "tf_keras/integration_test/models/vae.py"
+    out = lint_code(TF_KERAS_VAE, path=path, files=TF_KERAS_TESTS, select=["MP103"], fix=True)
+    assert out.diagnostics == [] and not out.written
+
+
+def test_mp103_the_same_model_in_the_package_itself_is_library_code():
+    files = {**TF_KERAS_TESTS, "tf_keras/models/__init__.py": "",
+             "tf_keras/integration_test/fit_test.py": TF_KERAS_FIT_TEST.replace("integration_test.models", "models")}
+    found = lint_code(TF_KERAS_VAE, path="tf_keras/models/vae.py", files=files, select=["MP103"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (*VAE_CROSS_ENTROPY[:3], VAE_CROSS_ENTROPY[3] + VAE_LIBRARY), (*VAE_KL[:3], VAE_KL[3] + VAE_LIBRARY)]
+    fixed = lint_code(TF_KERAS_VAE, path="tf_keras/models/vae.py", files=files, select=["MP103"], fix=True)
+    assert fixed.fixed_code == VAE_FIXED
+
+
+def test_mp103_the_integration_test_model_trained_by_a_mixed_program_is_reported_and_cast_before_the_sums():
+    files = {**TF_KERAS_TESTS, "train.py": (
+        "import tensorflow as tf\nfrom tf_keras.integration_test.models import vae\n\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\nvae.VAE(None, None).fit(None)\n")}
+    path = "tf_keras/integration_test/models/vae.py"
+    found = lint_code(TF_KERAS_VAE, path=path, files=files, select=["MP103"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [VAE_CROSS_ENTROPY, VAE_KL]
+    assert lint_code(TF_KERAS_VAE, path=path, files=files, select=["MP103"], fix=True).fixed_code == VAE_FIXED
