@@ -461,3 +461,50 @@ def test_mp103_the_integration_test_model_trained_by_a_mixed_program_is_reported
     found = lint_code(TF_KERAS_VAE, path=path, files=files, select=["MP103"]).diagnostics
     assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [VAE_CROSS_ENTROPY, VAE_KL]
     assert lint_code(TF_KERAS_VAE, path=path, files=files, select=["MP103"], fix=True).fixed_code == VAE_FIXED
+
+
+# keras-team/keras keras/src/quantizers/quantizers.py compute_quantization_parameters: weight quantization computes in
+# `compute_dtype="float32"` (its callers pass "float32" or the layer's float32 variable dtype), so the `1e-8` floor
+# of the scale never meets float16 under a mixed policy: a policy never changes a default argument.
+KERAS_QUANTIZERS = '''from keras.src import ops
+
+
+def compute_quantization_parameters(
+    x,
+    *,
+    bits,
+    compute_dtype="float32",
+    epsilon=0.0,
+):
+    min_values = ops.min(x, axis=1)
+    max_values = ops.max(x, axis=1)
+    zero_range = ops.equal(min_values, max_values)
+    min_values = ops.where(zero_range, ops.subtract(min_values, 1), min_values)
+    max_values = ops.where(zero_range, ops.add(max_values, 1), max_values)
+    maxq = ops.cast(ops.subtract(ops.power(2, bits), 1), compute_dtype)
+    range_values = ops.subtract(max_values, min_values)
+    if epsilon > 0:
+        range_values = ops.add(range_values, epsilon)
+    scale = ops.divide(range_values, maxq)
+    scale = ops.where(ops.less_equal(scale, 0), 1e-8, scale)
+    return scale, maxq
+'''
+KERAS_PACKAGE = {"pyproject.toml": '[project]\nname = "keras"\n', "keras/__init__.py": "", "keras/src/__init__.py": "",
+                 "keras/src/quantizers/__init__.py": ""}
+
+
+def test_mp601_epsilon_of_a_function_computing_in_its_float32_default_dtype_is_silent():
+    found = lint_code(KERAS_QUANTIZERS, path="keras/src/quantizers/quantizers.py", files=KERAS_PACKAGE,
+                      select=["MP601"]).diagnostics
+    assert found == []
+
+
+@pytest.mark.parametrize("signature", ['compute_dtype=None,', 'compute_dtype,'])
+def test_mp601_the_same_epsilon_with_a_dtype_the_caller_must_pick_is_library_code(signature):
+    code = KERAS_QUANTIZERS.replace('compute_dtype="float32",', signature)
+    found = lint_code(code, path="keras/src/quantizers/quantizers.py", files=KERAS_PACKAGE, select=["MP601"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
+        "MP601", 21, 49,
+        "`1e-8` flushes to 0 in float16 (smallest subnormal 6e-8): combined with the compute-dtype tensor `scale` "
+        "under a float16 policy the epsilon vanishes and a log or division by it gives inf or NaN; library code of "
+        "keras (users pick the policy)")]
