@@ -582,3 +582,56 @@ def test_mp103_casts_the_float16_operand_the_fixed_loss_meets_after_its_name(gen
     assert before["loss"] == ("float16", float("inf"))
     assert after["loss"][0] == "float32" and np.isfinite(after["loss"][1])
     assert _losses(_float32(fixed)) == _losses(_float32(source))
+
+
+# MP601 ---------------------------------------------------------------------------------------------------------
+
+# keras' UnitNormalization (keras/src/layers/normalization/unit_normalization.py) and the same layer written with
+# TensorFlow's l2_normalize: the norm's clamp (1e-24 / 1e-12) flushes to 0 in float16.
+_UNIT_NORMALIZATION = '''import numpy as np
+{imports}
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+class UnitNormalization(keras.layers.Layer):
+    def call(self, inputs):
+        return {normalize}
+
+
+rows = np.array([[0.0, 0.0, 0.0], [1e-4, 0.0, 0.0], [3.0, 4.0, 0.0]], "float32")
+outputs = UnitNormalization()(rows)
+result = (np.dtype(outputs.dtype.name if hasattr(outputs.dtype, "name") else outputs.dtype).name, np.asarray(outputs))
+'''
+_NORMALIZE_CASES = {
+    "keras3-ops": (3, "import keras\nfrom keras import ops", "ops.normalize(inputs, axis=-1, order=2, epsilon=1e-12)",
+                   (10, 64), 'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=-1, order=2, epsilon=1e-12), '
+                            'inputs.dtype)'),
+    "keras3-tf": (3, "import tensorflow as tf\nimport keras", "tf.math.l2_normalize(inputs, axis=-1)", (10, 16),
+                  "tf.cast(tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1), inputs.dtype)"),
+    "keras2-tf": (2, "import tensorflow as tf\nimport tf_keras as keras", "tf.math.l2_normalize(inputs, axis=-1)",
+                  (10, 16), "tf.cast(tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1), inputs.dtype)"),
+}
+
+
+@pytest.mark.parametrize("case", list(_NORMALIZE_CASES))
+def test_mp601_normalization_in_float32_keeps_zero_and_tiny_vectors_finite(case):
+    """Executed: under mixed_float16 the layer gives NaN for a zero row and inf/NaN for [1e-4, 0, 0] (the planted
+    defect's values); the fixed layer gives 0 and the unit vector, still in float16; float32 runs are identical."""
+    generation, imports, normalize, where, fixed_normalize = _NORMALIZE_CASES[case]
+    source = _UNIT_NORMALIZATION.format(imports=imports, normalize=normalize)
+    fixed = _fixed(source, "MP601", generation, [where], policy="mixed_float16")
+    assert fixed == source.replace(normalize, fixed_normalize)
+
+    def result(code):
+        _fresh_policies()
+        return _run(code)["result"]
+
+    dtype, before = result(source)
+    assert dtype == "float16" and np.isnan(before[0]).all() and before[1][0] == np.inf and np.isnan(before[1][1:]).all()
+    dtype, after = result(fixed)
+    assert dtype == "float16"
+    assert after.tolist() == np.array([[0, 0, 0], [1, 0, 0], [0.6, 0.8, 0]], "float16").tolist()
+    (dtype32, plain), (fixed_dtype32, fixed_plain) = result(_float32(source)), result(_float32(fixed))
+    assert dtype32 == fixed_dtype32 == "float32" and np.array_equal(plain, fixed_plain)
+    assert plain.tolist() == np.array([[0, 0, 0], [1, 0, 0], [0.6, 0.8, 0]], "float32").tolist()

@@ -508,3 +508,71 @@ def test_mp601_the_same_epsilon_with_a_dtype_the_caller_must_pick_is_library_cod
         "`1e-8` flushes to 0 in float16 (smallest subnormal 6e-8): combined with the compute-dtype tensor `scale` "
         "under a float16 policy the epsilon vanishes and a log or division by it gives inf or NaN; library code of "
         "keras (users pick the policy)")]
+
+
+# keras-team/keras keras/src/layers/normalization/unit_normalization.py (a planted defect the check missed): the
+# epsilon reaches float16 inside `ops.normalize`, which clamps the squared norm with epsilon * epsilon. Executed by
+# tests/test_keras_fixes_executed.py::test_mp601_normalization_in_float32_keeps_zero_and_tiny_vectors_finite.
+KERAS_UNIT_NORMALIZATION = '''from keras.src import ops
+from keras.src.api_export import keras_export
+from keras.src.layers.layer import Layer
+
+
+@keras_export("keras.layers.UnitNormalization")
+class UnitNormalization(Layer):
+    def __init__(self, axis=-1, **kwargs):
+        super().__init__(**kwargs)
+        self.axis = axis
+        self.supports_masking = True
+        self._build_at_init()
+
+    def call(self, inputs):
+        return ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-12)
+'''
+KERAS_LAYERS = {**KERAS_PACKAGE, "keras/src/layers/__init__.py": "", "keras/src/layers/normalization/__init__.py": ""}
+UNIT_NORMALIZATION_EFFECT = (
+    " in the dtype of `inputs`, the compute dtype: under a float16 policy it flushes to 0 (smallest subnormal 6e-8), "
+    "so rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf; normalize in float32; "
+    "library code of keras (users pick the policy)")
+
+
+@pytest.mark.parametrize("epsilon,column,clamp", [
+    (", epsilon=1e-12", 71, "epsilon * epsilon = 1e-24 (`epsilon=1e-12`)"),
+    (", epsilon=backend.epsilon()", 71, "epsilon * epsilon = 1e-14 (`epsilon=backend.epsilon()`)"),
+    ("", 16, "epsilon * epsilon = 1e-14 (the default epsilon 1e-07, `keras.config.epsilon()`)"),
+])
+def test_mp601_epsilon_of_keras_normalize_on_the_compute_dtype(epsilon, column, clamp):
+    code = KERAS_UNIT_NORMALIZATION.replace(", epsilon=1e-12", epsilon).replace(
+        "from keras.src import ops\n", "from keras.src import backend\nfrom keras.src import ops\n" if "backend" in epsilon
+        else "from keras.src import ops\n")
+    line = 16 if "backend" in epsilon else 15
+    path = "keras/src/layers/normalization/unit_normalization.py"
+    out = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"])
+    assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [
+        ("MP601", line, column, f"`ops.normalize` clamps the squared norm with {clamp}{UNIT_NORMALIZATION_EFFECT}")]
+    fixed = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"], fix=True).fixed_code
+    assert fixed == code.replace(
+        f"ops.normalize(inputs, axis=self.axis, order=2{epsilon})",
+        f'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2{epsilon}), inputs.dtype)')
+
+
+@pytest.mark.parametrize("call", ["ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-2)",
+                                  "ops.normalize(inputs, axis=self.axis, order=1, epsilon=1e-7)",
+                                  "ops.normalize(inputs, axis=self.axis, order=self.order, epsilon=1e-12)",
+                                  'ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2, epsilon=1e-12)'])
+def test_mp601_normalize_whose_clamp_float16_holds_or_in_float32_is_silent(call):
+    code = KERAS_UNIT_NORMALIZATION.replace("ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-12)", call)
+    out = lint_code(code, path="keras/src/layers/normalization/unit_normalization.py", files=KERAS_LAYERS,
+                    select=["MP601"])
+    assert out.diagnostics == []
+
+
+def test_mp601_normalize_of_another_order_clamps_the_norm_itself():
+    code = KERAS_UNIT_NORMALIZATION.replace("order=2, epsilon=1e-12", "order=1, epsilon=1e-12")
+    out = lint_code(code, path="keras/src/layers/normalization/unit_normalization.py", files=KERAS_LAYERS,
+                    select=["MP601"])
+    assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [
+        ("MP601", 15, 71, "`ops.normalize` clamps the norm with 1e-12 (`epsilon=1e-12`) in the dtype of `inputs`, the "
+                          "compute dtype: under a float16 policy it flushes to 0 (smallest subnormal 6e-8), so dividing "
+                          "by the norm turns a zero vector into NaN; normalize in float32; library code of keras (users "
+                          "pick the policy)")]
