@@ -576,3 +576,12 @@ def test_mp601_normalize_of_another_order_clamps_the_norm_itself():
                           "compute dtype: under a float16 policy it flushes to 0 (smallest subnormal 6e-8), so dividing "
                           "by the norm turns a zero vector into NaN; normalize in float32; library code of keras (users "
                           "pick the policy)")]
+
+
+def test_mp103_test_support_code_a_published_package_ships_stays_library_code():
+    files = {**TF_KERAS_TESTS, "pyproject.toml": '[project]\nname = "tf-keras"\n'}
+    found = lint_code(TF_KERAS_VAE, path="tf_keras/integration_test/models/vae.py", files=files,
+                      select=["MP103"]).diagnostics
+    library = "; library code of tf-keras (users pick the policy)"
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (*VAE_CROSS_ENTROPY[:3], VAE_CROSS_ENTROPY[3] + library), (*VAE_KL[:3], VAE_KL[3] + library)]
