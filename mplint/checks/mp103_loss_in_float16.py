@@ -241,7 +241,9 @@ class LossInFloat16(Rule):
         TensorFlow does not mix float32 and float16 tensors (``x and y must have the same dtype``), so the fix casts
         each of them to float32 too; a no-op where they already are float32, as in a float32 run. Number literals
         take the tensor's dtype and operands already cast to float32 stay as they are, as do reductions this rule
-        reports itself (their own fix makes them float32)."""
+        reports itself and names bound to them (their own fix makes them float32). The result is followed through
+        reductions and a unary minus (``reduce_mean(reduce_sum(x))`` keeps its dtype) and through the one name it
+        is assigned to, to where that name is used next in the function."""
         flow = self.context.analysis(DtypeFlow)
         partners: list[cst.BaseExpression] = []
         starts, seen = [call], set()
