@@ -479,3 +479,159 @@ def test_mp303_tpu_path_gets_mixed_bfloat16_and_the_gpu_path_keeps_mixed_float16
         model.compile(optimizer=optimizer, loss="mse")
         loss = model.fit(np.ones((8, 4), "float32"), np.ones((8, 1), "float32"), verbose=0).history["loss"]
         assert np.isfinite(loss).all() and model.layers[0].compute_dtype == policy.removeprefix("mixed_")
+
+
+# MP103 ---------------------------------------------------------------------------------------------------------
+
+# The shape of tf-keras' integration-test VAE (tf_keras/integration_test/models/vae.py), under a mixed policy: a sum of
+# a functional cross-entropy and a KL term whose exponential runs on the encoder's float16 output. The z_log_var head
+# gives 12, whose exponential (162755) is inf in float16.
+_VAE = '''import numpy as np
+import tensorflow as tf
+{imports}
+
+keras.mixed_precision.set_global_policy("{policy}")
+
+
+class VAE(keras.Model):
+    def __init__(self, encoder, decoder, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            z_mean, z_log_var, z = self.encoder(data)
+            reconstruction = self.decoder(z)
+            reconstruction_loss = {reconstruction}
+            kl_loss = -0.5 * (
+                1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)
+            )
+            kl_loss = tf.reduce_mean(tf.reduce_sum(kl_loss, axis=1))
+            total_loss = reconstruction_loss + kl_loss
+        grads = tape.gradient(total_loss, self.trainable_weights)
+        return {{"loss": total_loss, "kl": kl_loss}}
+
+
+inputs = keras.Input((2, 2, 1))
+hidden = keras.layers.Flatten()(inputs)
+z_mean = keras.layers.Dense(2, kernel_initializer="zeros", bias_initializer="ones")(hidden)
+z_log_var = keras.layers.Dense(2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(12.0))(hidden)
+encoder = keras.Model(inputs, [z_mean, z_log_var, z_mean])
+latent = keras.Input((2,))
+pixels = keras.layers.Dense(4, activation="sigmoid", kernel_initializer="ones", bias_initializer="zeros")(latent)
+decoder = keras.Model(latent, keras.layers.Reshape((2, 2, 1))(pixels))
+vae = VAE(encoder, decoder)
+step = vae.train_step(np.full((2, 2, 2, 1), 0.25, "float32"))
+loss = {{name: (value.dtype.name, float(value)) for name, value in step.items()}}
+'''
+_SUMMED_CROSS_ENTROPY = '''tf.reduce_mean(
+                tf.reduce_sum(
+                    keras.losses.binary_crossentropy(data, reconstruction),
+                    axis=(1, 2),
+                )
+            )'''
+_KL_FIXED = ('''            kl_loss = -0.5 * (
+                1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)
+            )''', '''            kl_loss = -0.5 * (
+                tf.cast(1 + z_log_var, tf.float32) - tf.square(tf.cast(z_mean, tf.float32)) - tf.exp(tf.cast(z_log_var, tf.float32))
+            )''')
+_VAE_IMPORTS = {3: "from tensorflow import keras", 2: "import tf_keras as keras"}
+
+
+def _vae(generation: int, reconstruction: str, policy: str = "mixed_float16") -> str:
+    return _VAE.format(imports=_VAE_IMPORTS[generation], policy=policy, reconstruction=reconstruction)
+
+
+def _losses(code: str) -> dict:
+    _fresh_policies()
+    return _run(code)["loss"]
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+def test_mp103_casts_before_the_exponential_and_the_cross_entropy_not_after_the_sum(generation):
+    """The fix casts the predictions of the cross-entropy and the operands of the KL term's arithmetic, where
+    float16 overflows: not the sums' results (a no-op, the exponential was already inf). Executed with Keras 2 and
+    Keras 3: the fixed loss is finite float32 under mixed_float16, and identical under float32."""
+    source = _vae(generation, _SUMMED_CROSS_ENTROPY)
+    fixed = _fixed(source, "MP103", generation, [(20, 21), (27, 38)], policy="mixed_float16")
+    assert fixed == source.replace(*_KL_FIXED).replace(
+        "binary_crossentropy(data, reconstruction)", "binary_crossentropy(data, tf.cast(reconstruction, tf.float32))")
+
+    before, after = _losses(source), _losses(fixed)
+    assert before["kl"] == ("float16", float("inf")) and before["loss"] == ("float16", float("inf"))
+    assert after["kl"][0] == after["loss"][0] == "float32"
+    kl = 2 * 0.5 * (np.exp(np.float32(12.0)) - 12.0)  # summed over the 2 latent dimensions
+    assert after["kl"][1] == pytest.approx(kl, rel=1e-6)
+    assert _losses(_float32(fixed)) == _losses(_float32(source))
+
+
+@pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
+def test_mp103_casts_the_float16_operand_the_fixed_loss_meets_after_its_name(generation):
+    """Only the KL term is reported (a mean of absolute errors cannot overflow): its float32 result meets the
+    float16 reconstruction loss at ``total_loss = reconstruction_loss + kl_loss``, two statements later. Without the
+    partner's cast that sum raises TypeError (x and y must have the same dtype) on both generations."""
+    source = _vae(generation, "tf.reduce_mean(tf.abs(data - reconstruction))")
+    fixed = _fixed(source, "MP103", generation, [(22, 38)], policy="mixed_float16")
+    assert fixed == source.replace(*_KL_FIXED).replace(
+        "total_loss = reconstruction_loss + kl_loss", "total_loss = tf.cast(reconstruction_loss, tf.float32) + kl_loss")
+
+    with pytest.raises((TypeError, tf.errors.InvalidArgumentError)):
+        _losses(fixed.replace("tf.cast(reconstruction_loss, tf.float32)", "reconstruction_loss"))
+    before, after = _losses(source), _losses(fixed)
+    assert before["loss"] == ("float16", float("inf"))
+    assert after["loss"][0] == "float32" and np.isfinite(after["loss"][1])
+    assert _losses(_float32(fixed)) == _losses(_float32(source))
+
+
+# MP601 ---------------------------------------------------------------------------------------------------------
+
+# keras' UnitNormalization (keras/src/layers/normalization/unit_normalization.py) and the same layer written with
+# TensorFlow's l2_normalize: the norm's clamp (1e-24 / 1e-12) flushes to 0 in float16.
+_UNIT_NORMALIZATION = '''import numpy as np
+{imports}
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+class UnitNormalization(keras.layers.Layer):
+    def call(self, inputs):
+        return {normalize}
+
+
+rows = np.array([[0.0, 0.0, 0.0], [1e-4, 0.0, 0.0], [3.0, 4.0, 0.0]], "float32")
+outputs = UnitNormalization()(rows)
+result = (np.dtype(outputs.dtype.name if hasattr(outputs.dtype, "name") else outputs.dtype).name, np.asarray(outputs))
+'''
+_NORMALIZE_CASES = {
+    "keras3-ops": (3, "import keras\nfrom keras import ops", "ops.normalize(inputs, axis=-1, order=2, epsilon=1e-12)",
+                   (10, 64), 'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=-1, order=2, epsilon=1e-12), '
+                            'inputs.dtype)'),
+    "keras3-tf": (3, "import tensorflow as tf\nimport keras", "tf.math.l2_normalize(inputs, axis=-1)", (10, 16),
+                  "tf.cast(tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1), inputs.dtype)"),
+    "keras2-tf": (2, "import tensorflow as tf\nimport tf_keras as keras", "tf.math.l2_normalize(inputs, axis=-1)",
+                  (10, 16), "tf.cast(tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1), inputs.dtype)"),
+}
+
+
+@pytest.mark.parametrize("case", list(_NORMALIZE_CASES))
+def test_mp601_normalization_in_float32_keeps_zero_and_tiny_vectors_finite(case):
+    """Executed: under mixed_float16 the layer gives NaN for a zero row and inf/NaN for [1e-4, 0, 0] (the planted
+    defect's values); the fixed layer gives 0 and the unit vector, still in float16; float32 runs are identical."""
+    generation, imports, normalize, where, fixed_normalize = _NORMALIZE_CASES[case]
+    source = _UNIT_NORMALIZATION.format(imports=imports, normalize=normalize)
+    fixed = _fixed(source, "MP601", generation, [where], policy="mixed_float16")
+    assert fixed == source.replace(normalize, fixed_normalize)
+
+    def result(code):
+        _fresh_policies()
+        return _run(code)["result"]
+
+    dtype, before = result(source)
+    assert dtype == "float16" and np.isnan(before[0]).all() and before[1][0] == np.inf and np.isnan(before[1][1:]).all()
+    dtype, after = result(fixed)
+    assert dtype == "float16"
+    assert after.tolist() == np.array([[0, 0, 0], [1, 0, 0], [0.6, 0.8, 0]], "float16").tolist()
+    (dtype32, plain), (fixed_dtype32, fixed_plain) = result(_float32(source)), result(_float32(fixed))
+    assert dtype32 == fixed_dtype32 == "float32" and np.array_equal(plain, fixed_plain)
+    assert plain.tolist() == np.array([[0, 0, 0], [1, 0, 0], [0.6, 0.8, 0]], "float32").tolist()

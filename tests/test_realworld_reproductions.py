@@ -372,3 +372,216 @@ print(keras.backend.standardize_dtype(out.dtype), seen[0].rsplit("'", 2)[-2] if 
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["float16", "float32"]
+
+
+# keras-team/tf-keras tf_keras/integration_test/models/vae.py: the model of an integration test, reached only by the
+# test modules beside it (fit_test.py, saving_v3_test.py), none of which sets a policy. Support code of the tests
+# is not library code whose users pick a mixed policy: MP103's three findings there were wrong.
+TF_KERAS_VAE = '''"""Variable autoencoder."""
+
+import tensorflow as tf
+from tensorflow import keras
+
+
+class VAE(keras.Model):
+    def __init__(self, encoder, decoder, **kwargs):
+        super(VAE, self).__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            z_mean, z_log_var, z = self.encoder(data)
+            reconstruction = self.decoder(z)
+            reconstruction_loss = tf.reduce_mean(
+                tf.reduce_sum(
+                    keras.losses.binary_crossentropy(data, reconstruction),
+                    axis=(1, 2),
+                )
+            )
+            kl_loss = -0.5 * (
+                1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)
+            )
+            kl_loss = tf.reduce_mean(tf.reduce_sum(kl_loss, axis=1))
+            total_loss = reconstruction_loss + kl_loss
+        grads = tape.gradient(total_loss, self.trainable_weights)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        return {"loss": total_loss}
+'''
+TF_KERAS_FIT_TEST = '''import tensorflow as tf
+
+from tf_keras.integration_test.models import vae
+
+
+class FitTest(tf.test.TestCase):
+    def test_fit(self):
+        vae.VAE(None, None)
+'''
+TF_KERAS_TESTS = {"tf_keras/__init__.py": "", "tf_keras/integration_test/__init__.py": "",
+                  "tf_keras/integration_test/models/__init__.py": "",
+                  "tf_keras/integration_test/fit_test.py": TF_KERAS_FIT_TEST}
+VAE_LIBRARY = "; library code (no program of this project that reaches it sets a policy; any user may pick mixed_float16)"
+VAE_CROSS_ENTROPY = (
+    "MP103", 19, 21,
+    "`keras.losses.binary_crossentropy` computes in the dtype of its predictions, here the compute dtype of "
+    "`reconstruction`: under mixed_float16 the loss overflows to inf above 65504; cast the predictions to float32 "
+    "first (loss objects such as `MeanSquaredError()` do this themselves)")
+VAE_KL = ("MP103", 26, 38, "this loss squares, exponentiates or sums the compute-dtype `kl_loss`: under mixed_float16 "
+          "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32")
+# Cast where float16 overflows, not after the sums: the cross-entropy's predictions, the KL term's operands.
+VAE_FIXED = TF_KERAS_VAE.replace(
+    "binary_crossentropy(data, reconstruction)", "binary_crossentropy(data, tf.cast(reconstruction, tf.float32))"
+).replace(
+    "                1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)\n",
+    "                tf.cast(1 + z_log_var, tf.float32) - tf.square(tf.cast(z_mean, tf.float32)) - "
+    "tf.exp(tf.cast(z_log_var, tf.float32))\n")
+
+
+def test_mp103_model_of_an_integration_test_reached_only_by_tests_is_silent():
+    path = "tf_keras/integration_test/models/vae.py"
+    out = lint_code(TF_KERAS_VAE, path=path, files=TF_KERAS_TESTS, select=["MP103"], fix=True)
+    assert out.diagnostics == [] and not out.written
+
+
+def test_mp103_the_same_model_in_the_package_itself_is_library_code():
+    files = {**TF_KERAS_TESTS, "tf_keras/models/__init__.py": "",
+             "tf_keras/integration_test/fit_test.py": TF_KERAS_FIT_TEST.replace("integration_test.models", "models")}
+    found = lint_code(TF_KERAS_VAE, path="tf_keras/models/vae.py", files=files, select=["MP103"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (*VAE_CROSS_ENTROPY[:3], VAE_CROSS_ENTROPY[3] + VAE_LIBRARY), (*VAE_KL[:3], VAE_KL[3] + VAE_LIBRARY)]
+    fixed = lint_code(TF_KERAS_VAE, path="tf_keras/models/vae.py", files=files, select=["MP103"], fix=True)
+    assert fixed.fixed_code == VAE_FIXED
+
+
+def test_mp103_the_integration_test_model_trained_by_a_mixed_program_is_reported_and_cast_before_the_sums():
+    files = {**TF_KERAS_TESTS, "train.py": (
+        "import tensorflow as tf\nfrom tf_keras.integration_test.models import vae\n\n"
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\nvae.VAE(None, None).fit(None)\n")}
+    path = "tf_keras/integration_test/models/vae.py"
+    found = lint_code(TF_KERAS_VAE, path=path, files=files, select=["MP103"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [VAE_CROSS_ENTROPY, VAE_KL]
+    assert lint_code(TF_KERAS_VAE, path=path, files=files, select=["MP103"], fix=True).fixed_code == VAE_FIXED
+
+
+# keras-team/keras keras/src/quantizers/quantizers.py compute_quantization_parameters: weight quantization computes in
+# `compute_dtype="float32"` (its callers pass "float32" or the layer's float32 variable dtype), so the `1e-8` floor
+# of the scale never meets float16 under a mixed policy: a policy never changes a default argument.
+KERAS_QUANTIZERS = '''from keras.src import ops
+
+
+def compute_quantization_parameters(
+    x,
+    *,
+    bits,
+    compute_dtype="float32",
+    epsilon=0.0,
+):
+    min_values = ops.min(x, axis=1)
+    max_values = ops.max(x, axis=1)
+    zero_range = ops.equal(min_values, max_values)
+    min_values = ops.where(zero_range, ops.subtract(min_values, 1), min_values)
+    max_values = ops.where(zero_range, ops.add(max_values, 1), max_values)
+    maxq = ops.cast(ops.subtract(ops.power(2, bits), 1), compute_dtype)
+    range_values = ops.subtract(max_values, min_values)
+    if epsilon > 0:
+        range_values = ops.add(range_values, epsilon)
+    scale = ops.divide(range_values, maxq)
+    scale = ops.where(ops.less_equal(scale, 0), 1e-8, scale)
+    return scale, maxq
+'''
+KERAS_PACKAGE = {"pyproject.toml": '[project]\nname = "keras"\n', "keras/__init__.py": "", "keras/src/__init__.py": "",
+                 "keras/src/quantizers/__init__.py": ""}
+
+
+def test_mp601_epsilon_of_a_function_computing_in_its_float32_default_dtype_is_silent():
+    found = lint_code(KERAS_QUANTIZERS, path="keras/src/quantizers/quantizers.py", files=KERAS_PACKAGE,
+                      select=["MP601"]).diagnostics
+    assert found == []
+
+
+@pytest.mark.parametrize("signature", ['compute_dtype=None,', 'compute_dtype,'])
+def test_mp601_the_same_epsilon_with_a_dtype_the_caller_must_pick_is_library_code(signature):
+    code = KERAS_QUANTIZERS.replace('compute_dtype="float32",', signature)
+    found = lint_code(code, path="keras/src/quantizers/quantizers.py", files=KERAS_PACKAGE, select=["MP601"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
+        "MP601", 21, 49,
+        "`1e-8` flushes to 0 in float16 (smallest subnormal 6e-8): combined with the compute-dtype tensor `scale` "
+        "under a float16 policy the epsilon vanishes and a log or division by it gives inf or NaN; library code of "
+        "keras (users pick the policy)")]
+
+
+# keras-team/keras keras/src/layers/normalization/unit_normalization.py (a planted defect the check missed): the
+# epsilon reaches float16 inside `ops.normalize`, which clamps the squared norm with epsilon * epsilon. Executed by
+# tests/test_keras_fixes_executed.py::test_mp601_normalization_in_float32_keeps_zero_and_tiny_vectors_finite.
+KERAS_UNIT_NORMALIZATION = '''from keras.src import ops
+from keras.src.api_export import keras_export
+from keras.src.layers.layer import Layer
+
+
+@keras_export("keras.layers.UnitNormalization")
+class UnitNormalization(Layer):
+    def __init__(self, axis=-1, **kwargs):
+        super().__init__(**kwargs)
+        self.axis = axis
+        self.supports_masking = True
+        self._build_at_init()
+
+    def call(self, inputs):
+        return ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-12)
+'''
+KERAS_LAYERS = {**KERAS_PACKAGE, "keras/src/layers/__init__.py": "", "keras/src/layers/normalization/__init__.py": ""}
+UNIT_NORMALIZATION_EFFECT = (
+    " in the dtype of `inputs`, the compute dtype: under a float16 policy it flushes to 0 (smallest subnormal 6e-8), "
+    "so rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf; normalize in float32; "
+    "library code of keras (users pick the policy)")
+
+
+@pytest.mark.parametrize("epsilon,column,clamp", [
+    (", epsilon=1e-12", 71, "epsilon * epsilon = 1e-24 (`epsilon=1e-12`)"),
+    (", epsilon=backend.epsilon()", 71, "epsilon * epsilon = 1e-14 (`epsilon=backend.epsilon()`)"),
+    ("", 16, "epsilon * epsilon = 1e-14 (the default epsilon 1e-07, `keras.config.epsilon()`)"),
+])
+def test_mp601_epsilon_of_keras_normalize_on_the_compute_dtype(epsilon, column, clamp):
+    code = KERAS_UNIT_NORMALIZATION.replace(", epsilon=1e-12", epsilon).replace(
+        "from keras.src import ops\n", "from keras.src import backend\nfrom keras.src import ops\n" if "backend" in epsilon
+        else "from keras.src import ops\n")
+    line = 16 if "backend" in epsilon else 15
+    path = "keras/src/layers/normalization/unit_normalization.py"
+    out = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"])
+    assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [
+        ("MP601", line, column, f"`ops.normalize` clamps the squared norm with {clamp}{UNIT_NORMALIZATION_EFFECT}")]
+    fixed = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"], fix=True).fixed_code
+    assert fixed == code.replace(
+        f"ops.normalize(inputs, axis=self.axis, order=2{epsilon})",
+        f'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2{epsilon}), inputs.dtype)')
+
+
+@pytest.mark.parametrize("call", ["ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-2)",
+                                  "ops.normalize(inputs, axis=self.axis, order=1, epsilon=1e-7)",
+                                  "ops.normalize(inputs, axis=self.axis, order=self.order, epsilon=1e-12)",
+                                  'ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2, epsilon=1e-12)'])
+def test_mp601_normalize_whose_clamp_float16_holds_or_in_float32_is_silent(call):
+    code = KERAS_UNIT_NORMALIZATION.replace("ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-12)", call)
+    out = lint_code(code, path="keras/src/layers/normalization/unit_normalization.py", files=KERAS_LAYERS,
+                    select=["MP601"])
+    assert out.diagnostics == []
+
+
+def test_mp601_normalize_of_another_order_clamps_the_norm_itself():
+    code = KERAS_UNIT_NORMALIZATION.replace("order=2, epsilon=1e-12", "order=1, epsilon=1e-12")
+    out = lint_code(code, path="keras/src/layers/normalization/unit_normalization.py", files=KERAS_LAYERS,
+                    select=["MP601"])
+    assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [
+        ("MP601", 15, 71, "`ops.normalize` clamps the norm with 1e-12 (`epsilon=1e-12`) in the dtype of `inputs`, the "
+                          "compute dtype: under a float16 policy it flushes to 0 (smallest subnormal 6e-8), so dividing "
+                          "by the norm turns a zero vector into NaN; normalize in float32; library code of keras (users "
+                          "pick the policy)")]
+
+
+def test_mp103_test_support_code_a_published_package_ships_stays_library_code():
+    files = {**TF_KERAS_TESTS, "pyproject.toml": '[project]\nname = "tf-keras"\n'}
+    found = lint_code(TF_KERAS_VAE, path="tf_keras/integration_test/models/vae.py", files=files,
+                      select=["MP103"]).diagnostics
+    library = "; library code of tf-keras (users pick the policy)"
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (*VAE_CROSS_ENTROPY[:3], VAE_CROSS_ENTROPY[3] + library), (*VAE_KL[:3], VAE_KL[3] + library)]

@@ -411,8 +411,22 @@ class DtypeFlow:
         if isinstance(dtype, cst.Attribute) and dtype.attr.value in ("variable_dtype", "_variable_dtype"):
             return None
         if isinstance(dtype, cst.Name):
-            return Carrier(dtype)  # a dtype parameter: the caller picks
+            if self._wide_default_parameter(dtype):
+                return None  # float32 unless a caller passes another dtype: no policy makes it float16
+            return Carrier(dtype)  # a dtype parameter or variable: the caller picks
         return None
+
+    def _wide_default_parameter(self, name: cst.Name) -> bool:
+        """``name`` is a parameter of a plain function (no Layer's method), not rebound before this use, whose
+        default is float32 or float64 (``compute_dtype="float32"``): a policy never changes a default argument."""
+        function = self.enclosing_function(name)
+        if function is None or self._latest_binding(function, name) is not None or self.in_layer_class(function):
+            return False
+        params = function.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            if param.name.value == name.value:
+                return param.default is not None and dtype_spelling(self.context, param.default) in WIDE_SPELLINGS
+        return False
 
     def _classify_name(self, name: cst.Name):
         function = self.enclosing_function(name)

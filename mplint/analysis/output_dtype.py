@@ -207,7 +207,7 @@ def module_bindings(context: FileContext) -> dict[str, str]:
     return out
 
 
-def _binding_for(context: FileContext, wanted: KName) -> str | None:
+def binding_for(context: FileContext, wanted: KName) -> str | None:
     for bound, full in module_bindings(context).items():
         if canonical(full, context.facts.reexports) == wanted:
             return bound
@@ -218,8 +218,8 @@ def cast_call(context: FileContext, value: cst.BaseExpression, keras3: bool, quo
     """``tf.cast(value, "float32")`` with the file's tensorflow alias, or ``keras.ops.cast`` for Keras 3 code."""
     imports: list[ImportSpec] = []
     if keras3:
-        ops = _binding_for(context, KName("keras", "ops"))
-        root = _binding_for(context, KName("keras", ""))
+        ops = binding_for(context, KName("keras", "ops"))
+        root = binding_for(context, KName("keras", ""))
         if ops:
             func = f"{ops}.cast"
         elif root:
@@ -227,7 +227,7 @@ def cast_call(context: FileContext, value: cst.BaseExpression, keras3: bool, quo
         else:
             func, imports = "keras.ops.cast", [ImportSpec("keras")]
     else:
-        root = _binding_for(context, KName("tf", ""))
+        root = binding_for(context, KName("tf", ""))
         if root:
             func = f"{root}.cast"
         else:
@@ -247,10 +247,10 @@ def layer_reference(context: FileContext, name: str, hints: list[cst.CSTNode]) -
     names = context.names
     namespaces = [k.ns for h in hints for k in names.knames(h.func if isinstance(h, cst.Call) else h) if k.is_keras]
     for ns in dict.fromkeys(namespaces):
-        module = _binding_for(context, KName(ns, "layers"))
+        module = binding_for(context, KName(ns, "layers"))
         if module:
             return cst.parse_expression(f"{module}.{name}"), []
-        direct = _binding_for(context, KName(ns, f"layers.{name}"))
+        direct = binding_for(context, KName(ns, f"layers.{name}"))
         if direct:
             return cst.Name(direct), []
     for hint in hints:

@@ -11,9 +11,10 @@ from mplint.analysis.call_args import argument
 from mplint.analysis.constants import literal_number
 from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, flow_units, may_carry
 from mplint.knowledge.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
-from mplint.analysis.output_dtype import cast_call
+from mplint.analysis.output_dtype import binding_for, cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in
+from mplint.knowledge.apinames import KName
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 
@@ -116,19 +117,98 @@ class LossInFloat16(Rule):
         )
 
     def _check_reduction(self, call: cst.Call, path: str) -> None:
+        risky = self._reduction_risk(call, path)
+        if risky is None or not self._is_loss(call):
+            return
+        if self._functional_predictions(risky):
+            return  # the sum of a functional loss reported itself: that finding's fix makes the sum float32 too
+        self.report(
+            call,
+            f"this loss squares, exponentiates or sums the compute-dtype `{self._code(risky)}`: under mixed_float16 "
+            "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32" + self.context.facts.library_note(),
+            self._cast_fix(call, self._cast_points(risky), self._partners(call)),
+        )
+
+    def _reduction_risk(self, call: cst.Call, path: str) -> cst.BaseExpression | None:
+        """What the reduction ``call`` (of API ``path``) squares, exponentiates or sums in the compute dtype."""
+        if not call.args:
+            return None
         values = call.args[0].value
         risky = self._growing_operand(values)
         if risky is None and path in SUMS and self._is_compute(values) and not self._bounded_sum(call, values) \
                 and (self.context.analysis(DtypeFlow).in_layer_class(call) or self._unbounded(values)):
             risky = values
-        if risky is None or not self._is_loss(call):
-            return
-        self.report(
-            call,
-            f"this loss squares, exponentiates or sums the compute-dtype `{self._code(risky)}`: under mixed_float16 "
-            "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32" + self.context.facts.library_note(),
-            self._cast_fix(call, [risky], self._partners(call)),
-        )
+        return risky
+
+    def _reported_reduction(self, node: cst.CSTNode) -> bool:
+        """A reduction this rule reports (its own fix makes it float32)."""
+        if not (isinstance(node, cst.Call) and node.args):
+            return False
+        kname = self.context.names.kname(node.func)
+        if kname is None or kname.path not in REDUCTIONS or not (kname.ns == "tf" or kname.is_keras):
+            return False
+        risky = self._reduction_risk(node, kname.path)
+        return risky is not None and self._is_loss(node)
+
+    def _becomes_float32(self, node: cst.BaseExpression) -> bool:
+        """An operand another finding of this rule makes float32: a reported reduction, a functional loss whose
+        predictions it casts, or a name bound to an expression holding one."""
+        if isinstance(node, cst.Name):
+            node = self.context.analysis(DtypeFlow).assigned_value(node)
+            if node is None:
+                return False
+        return any(self._reported_reduction(c) or self._functional_predictions(c)
+                   for c in (node, *self.context.nodes_within(node, cst.Call)))
+
+    def _cast_points(self, risky: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression]:
+        """Where to cast to float32 so that the math which overflows runs in float32: before it, not after.
+        A functional loss: its predictions. An exponential, square or power: its operand. Arithmetic holding such a
+        call: each compute-dtype operand (a float16 operand left beside a float32 one is a TypeError in
+        TensorFlow). A name bound in the function to such arithmetic (``kl = -0.5 * (1 + v - exp(v))``): the
+        points of its value. Anything else is cast whole."""
+        predictions = self._functional_predictions(risky)
+        if predictions:
+            return predictions
+        flow = self.context.analysis(DtypeFlow)
+        if depth < 8 and self._grows_inside(risky):
+            if isinstance(risky, cst.Call):
+                return self._cast_points(risky.args[0].value, depth + 1)
+            if isinstance(risky, cst.UnaryOperation):
+                return self._cast_points(risky.expression, depth + 1)
+            if isinstance(risky, cst.BinaryOperation) and isinstance(risky.operator, _ARITHMETIC):
+                sides = [side for side in (risky.left, risky.right)
+                         if literal_number(side) is None and flow.classify(side) is not FLOAT32]
+                if all(self._grows_inside(side) or self._is_compute(side) for side in sides):
+                    return [point for side in sides for point in self._cast_points(side, depth + 1)]
+            if isinstance(risky, cst.Name):
+                value = flow.assigned_value(risky)
+                if value is not None:
+                    return self._cast_points(value, depth + 1)
+        return [risky]
+
+    def _grows_inside(self, node: cst.BaseExpression) -> bool:
+        """A TF/Keras exponential, square or power (by resolved name) is ``node`` or in it, or in the value a
+        name ``node`` is bound to in its function: math that overflows element by element. A log does not (only
+        the sum of logs grows), so the cast after it, before the sum, is enough."""
+        if isinstance(node, cst.Name):
+            value = self.context.analysis(DtypeFlow).assigned_value(node)
+            return value is not None and value is not node and not isinstance(value, cst.Name) and self._grows_inside(value)
+        for found in (node, *self.context.nodes_within(node, cst.Call)):
+            if isinstance(found, cst.Call) and found.args:
+                api = self.context.names.kname(found.func)
+                if api is not None and (api.ns == "tf" or api.is_keras) and api.path in GROWING:
+                    return True
+        return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power)
+
+    def _functional_predictions(self, node: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The compute-dtype predictions of a functional Keras loss call ``node`` (what its finding casts)."""
+        if not (isinstance(node, cst.Call) and node.args):
+            return []
+        kname = self.context.names.kname(node.func)
+        if kname is None or not _loss_function(kname):
+            return []
+        predictions = argument(node, 1, "y_pred")
+        return [predictions] if predictions is not None and self._is_compute(predictions) else []
 
     def _unbounded(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """Per-example losses, logs or exponentials (``example_losses`` of a cross-entropy), followed through the
@@ -161,17 +241,54 @@ class LossInFloat16(Rule):
         TensorFlow does not mix float32 and float16 tensors (``x and y must have the same dtype``), so the fix casts
         each of them to float32 too; a no-op where they already are float32, as in a float32 run. Number literals
         take the tensor's dtype and operands already cast to float32 stay as they are, as do reductions this rule
-        reports itself (their own fix makes them float32)."""
+        reports itself and names bound to them (their own fix makes them float32). The result is followed through
+        reductions and a unary minus (``reduce_mean(reduce_sum(x))`` keeps its dtype) and through the one name it
+        is assigned to, to where that name is used next in the function."""
         flow = self.context.analysis(DtypeFlow)
-        partners, node = [], call
-        while isinstance(parent := self.context.parent(node), cst.BinaryOperation) \
-                and isinstance(parent.operator, _ARITHMETIC):
-            other = parent.right if parent.left is node else parent.left
-            reported = isinstance(other, cst.Call) and other.args and self._growing_operand(other.args[0].value)
-            if literal_number(other) is None and flow.classify(other) is not FLOAT32 and not reported:
-                partners.append(other)
-            node = parent
+        partners: list[cst.BaseExpression] = []
+        starts, seen = [call], set()
+        while starts:
+            node = starts.pop()
+            while True:
+                parent = self.context.parent(node)
+                if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, _ARITHMETIC):
+                    other = parent.right if parent.left is node else parent.left
+                    reported = isinstance(other, cst.Call) and other.args and self._growing_operand(other.args[0].value)
+                    if literal_number(other) is None and flow.classify(other) is not FLOAT32 and not reported \
+                            and not self._becomes_float32(other):
+                        partners.append(other)
+                elif not isinstance(parent, (cst.UnaryOperation, cst.Arg)) and not self._reduces(parent, node):
+                    break
+                node = parent
+            # the float32 result bound to a name (``kl_loss = reduce_mean(...)``) meets its partners where the
+            # name is used next in the function (``total = reconstruction + kl_loss``)
+            for use in self._later_uses(parent, node):
+                if id(use) not in seen:
+                    seen.add(id(use))
+                    starts.append(use)
         return partners
+
+    def _reduces(self, parent: cst.CSTNode | None, node: cst.CSTNode) -> bool:
+        """``parent`` is a TF/Keras reduction of ``node`` (``reduce_mean(<node>)``): the result keeps its dtype."""
+        if not (isinstance(parent, cst.Call) and isinstance(node, cst.Arg) and parent.args and parent.args[0] is node):
+            return False
+        kname = self.context.names.kname(parent.func)
+        return kname is not None and kname.path in REDUCTIONS and (kname.ns == "tf" or kname.is_keras)
+
+    def _later_uses(self, statement: cst.CSTNode | None, value: cst.CSTNode) -> list[cst.Name]:
+        """The loads of the one name ``statement`` (an assignment of ``value``) binds, after it in its function."""
+        if not (isinstance(statement, cst.Assign) and statement.value is value and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name)):
+            return []
+        flow = self.context.analysis(DtypeFlow)
+        function = flow.enclosing_function(statement)
+        if function is None:
+            return []
+        bound = statement.targets[0].target
+        return [name for name in self.context.nodes_within(function.body, cst.Name)
+                if name.value == bound.value and name is not bound
+                and self.context.source_order(name) > self.context.source_order(statement)
+                and flow.assigned_value(name) is value]
 
     def _is_loss(self, call: cst.Call) -> bool:
         """Whether the reduction computes a loss rather than a value of the forward pass.
@@ -278,6 +395,8 @@ class LossInFloat16(Rule):
             template = f'{spelled.rsplit(".", 1)[0]}.cast({{}}, "float32")'
         elif kname.ns == "keras" and spelled.startswith(f"{root}.losses."):
             template = f'{root}.ops.cast({{}}, "float32")'
+        elif kname.ns in ("tf.keras", "tf_keras") and (tf := binding_for(self.context, KName("tf", ""))):
+            template = f"{tf}.cast({{}}, {tf}.float32)"  # `from tensorflow import keras`: TensorFlow is imported
         else:
             return None
         replacements = {v: cst.parse_expression(template.format(self._unparenthesized(v))) for v in (*values, *partners)}

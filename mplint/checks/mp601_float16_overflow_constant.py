@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -41,6 +42,32 @@ _BOUNDING_CALLS = frozenset(
 
 
 _BOUNDING_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _BOUNDING_CALLS)
+# Keras' epsilon (``keras.config.epsilon()``, ``backend.epsilon()``) unless a program sets another.
+BACKEND_EPSILON = 1e-7
+_BACKEND_EPSILON_PATHS = frozenset({"config.epsilon", "backend.epsilon"})
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """A framework L2 normalization that applies its epsilon in its input's dtype: ``position`` of the epsilon
+    argument, its ``default``, and whether it clamps the squared norm (epsilon squared) for L2."""
+
+    position: int
+    default: float
+    squared: bool
+
+
+# Keras 3: ``_normalize`` clamps ``sum(square(x))`` with ``epsilon * epsilon`` (order 2), default backend.epsilon();
+# TensorFlow: ``l2_normalize`` clamps ``reduce_sum(square(x))`` with ``epsilon`` (default 1e-12). In float16 either
+# clamp flushes to 0, and rsqrt(0) makes a zero vector NaN and a vector whose squares underflow inf.
+_NORMALIZATIONS = {
+    ("keras", "ops.normalize"): Normalization(3, BACKEND_EPSILON, True),
+    ("keras", "ops.nn.normalize"): Normalization(3, BACKEND_EPSILON, True),
+    ("tf", "math.l2_normalize"): Normalization(2, 1e-12, False),
+    ("tf", "nn.l2_normalize"): Normalization(2, 1e-12, False),
+    ("tf", "linalg.l2_normalize"): Normalization(2, 1e-12, False),
+}
+_NORMALIZATION_NAMES = frozenset(path.rsplit(".", 1)[-1] for _, path in _NORMALIZATIONS)
 _DTYPE_LIMIT = re.compile(rb"(?:float32|float64|double|single)\)?\.m(?:in|ax)\b|finfo")
 
 
@@ -54,6 +81,7 @@ class Float16OverflowConstant(Rule):
         LARGE_INTEGER,
         re.compile(rb"\.0{7}"),  # 0.00000001
         _DTYPE_LIMIT,
+        re.compile(rb"normalize\("),  # a framework normalization's own epsilon (``_NORMALIZATIONS``)
     )
     summary_triggers = ("range_constant",)  # `focal_loss(probs, labels)` of a function that adds 1e-8
 
@@ -69,9 +97,11 @@ class Float16OverflowConstant(Rule):
         )
         bound, bound_large = _names_bound_beyond(code, limits)
         passes = code.calls_summarized("range_constant")
-        if not (direct or bound or passes):
+        normalizes = code.calls_api(*_NORMALIZATION_NAMES)
+        if not (direct or bound or passes or normalizes):
             return False
-        return any((_has_constant(unit, code, limits, bound, bound_large) or passes and calls_in(unit, passes))
+        return any((_has_constant(unit, code, limits, bound, bound_large) or passes and calls_in(unit, passes)
+                    or normalizes and _normalizes(unit, code))
                    and may_carry(code, unit) for unit in flow_units(code.tree))
 
     @classmethod
@@ -91,6 +121,8 @@ class Float16OverflowConstant(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         self._passed(node)
+        if self.context.names.could_be(node.func, _NORMALIZATION_NAMES):
+            self._normalization(node)
         if not self.context.names.could_be(node.func, _BOUNDING_NAMES):
             return  # textual reject before name resolution
         kname = self.context.names.kname(node.func)
@@ -134,6 +166,87 @@ class Float16OverflowConstant(Rule):
                    f"`{constant}` {effect}; cast the value to float32 before the call, or make the constant "
                    f"dtype-aware in `{name.rsplit('.', 1)[-1]}`{facts.library_note() if facts.distribution else ''}")
         self.report(passed, message, related=(Related(path, line, f"`{param} {operation}`"),))
+
+    def _normalization(self, call: cst.Call) -> None:
+        """``ops.normalize(inputs, epsilon=1e-12)`` (or its default, Keras' epsilon 1e-7) on a compute-dtype value:
+        the norm's clamp (epsilon squared for Keras' L2, epsilon for TensorFlow's ``l2_normalize``) is applied in
+        the input's dtype and flushes to 0 in float16."""
+        kname = self.context.names.kname(call.func)
+        known = _NORMALIZATIONS.get((kname.ns if kname.ns in ("tf", "keras") else "", kname.path)) if kname else None
+        if kname is not None and kname.is_keras and kname.ns != "keras":
+            known = None  # tf.keras / tf_keras have no ops.normalize
+        values = argument(call, 0, "x")
+        if known is None or values is None:
+            return
+        order = argument(call, 2, "order") if known.squared else None
+        if order is not None and literal_number(order) is None:
+            return
+        squared = known.squared and (order is None or literal_number(order) == 2)  # other orders clamp the norm
+        given = argument(call, known.position, "epsilon")
+        epsilon, spelled = known.default, None
+        if given is not None:
+            epsilon, spelled = self._epsilon_value(given), self._code(given)
+            if epsilon is None:
+                return
+        clamp = epsilon * epsilon if squared else epsilon
+        if not 0 < clamp < FLOAT16_TINY:
+            return
+        carrier = self.context.analysis(DtypeFlow).classify(values)
+        if not isinstance(carrier, Carrier) or self._not_float16_branch(call) or self.context.analysis(DtypeFlow).in_keras3_loss(call):
+            return
+        name = dotted(call.func) or kname.path
+        if spelled is None:
+            what = f"the default epsilon {epsilon:g}" + (", `keras.config.epsilon()`" if known.squared else "")
+        else:
+            what = f"`epsilon={spelled}`"
+        if squared:
+            how = f"the squared norm with epsilon * epsilon = {clamp:g}"
+        else:
+            how = f"the squared norm with {clamp:g}" if not known.squared else f"the norm with {clamp:g}"
+        self.report(
+            given if given is not None else call,
+            f"`{name}` clamps {how} ({what}) in the dtype of `{self._code(values)}`, the compute dtype: under a "
+            "float16 policy it flushes to 0 (smallest subnormal 6e-8), so "
+            + ("rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf"
+               if squared or not known.squared else "dividing by the norm turns a zero vector into NaN")
+            + "; normalize in float32"
+            + self.context.facts.library_note(),
+            self._normalization_fix(call, kname, values),
+        )
+
+    def _normalization_fix(self, call: cst.Call, kname, values: cst.BaseExpression) -> Fix | None:
+        """Normalize in float32 and cast back to the input's dtype: ``ops.cast(ops.normalize(ops.cast(x,
+        "float32"), ...), x.dtype)``. Casting float32 to float32 is the identity, so float32 runs are unchanged;
+        under float16 the clamp holds and the result keeps the layer's dtype. Only for a name or attribute, which
+        the fix may repeat."""
+        spelled = dotted(call.func) or ""
+        parts = spelled.split(".")
+        if not isinstance(values, (cst.Name, cst.Attribute)) or call.args[0].keyword is not None or len(parts) < 2:
+            return None
+        if kname.ns == "tf":
+            cast, wide = f"{parts[0]}.cast", f"{parts[0]}.float32"
+        elif "ops" in parts[:-1]:
+            cast, wide = ".".join(parts[:parts.index("ops") + 1]) + ".cast", '"float32"'
+        else:
+            return None
+        text = self.context.module.code_for_node(values)
+        inner = call.with_changes(args=[call.args[0].with_changes(value=cst.parse_expression(f"{cast}({text}, {wide})")),
+                                        *call.args[1:]])
+        replacement = cst.parse_expression(f"{cast}(__normalized__, {text}.dtype)")
+        replacement = replacement.with_changes(args=[replacement.args[0].with_changes(value=inner), replacement.args[1]])
+        return Fix({call: replacement}, FixSafety.SAFE,
+                   "Normalize in float32 and cast the result back to the input's dtype (unchanged in float32).")
+
+    def _epsilon_value(self, node: cst.BaseExpression) -> float | None:
+        """A literal, or Keras' epsilon (``keras.config.epsilon()``, ``backend.epsilon()``) at its default."""
+        value = self._value(node)
+        if value is not None:
+            return value
+        if isinstance(node, cst.Call) and not node.args:
+            kname = self.context.names.kname(node.func)
+            if kname is not None and kname.is_keras and kname.path in _BACKEND_EPSILON_PATHS:
+                return BACKEND_EPSILON
+        return None
 
     def _check(self, constant: cst.BaseExpression, others, operator, clamp: bool = False) -> None:
         """``clamp``: the constant bounds a clip/maximum/minimum."""
@@ -342,6 +455,12 @@ def _has_constant(unit: list[ast.AST], code, limits: bool, bound: frozenset[str]
         if any(_beyond(operand, code, limits, bound) for operand in operands):
             return True
     return False
+
+
+def _normalizes(unit: list[ast.AST], code) -> bool:
+    """A call in the unit of one of ``_NORMALIZATIONS`` by its resolved name (the rule checks its epsilon)."""
+    return any(type(node) is ast.Call and any((found.ns, found.path) in _NORMALIZATIONS for found in code.api_names(node))
+               for node in unit)
 
 
 def _beyond(node: ast.expr, code, limits: bool, bound: frozenset[str] = frozenset(), large_only: bool = False) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,19 @@ class Program:
 def _is_test_module(path: Path) -> bool:
     stem = path.stem
     return stem.startswith("test_") or stem.endswith("_test")
+
+
+_TEST_FOLDER = re.compile(r"(?:tests?|testing|test_\w+|\w+_tests?)")
+
+
+def _in_test_folder(path: Path, root: Path) -> bool:
+    """Under a folder of tests inside the project (``tests/``, ``integration_test/``, ``testing/``): support code of
+    the tests (models, fixtures), which only the tests run."""
+    try:
+        folders = path.parent.relative_to(root).parts
+    except ValueError:
+        return False
+    return any(_TEST_FOLDER.fullmatch(folder) for folder in folders)
 
 
 class ProjectModel:
@@ -407,9 +421,11 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             links=links,
             # Library code: a module of the published package (its users pick the policy, not the repository's
             # tool scripts), or one no program of the project runs except tests. Unpublished code the project
-            # runs in float32 (a float32 training script reaches it) is the project's own float32 code.
+            # runs in float32 (a float32 training script reaches it) is the project's own float32 code, and so is
+            # unpublished support code in a test folder (an integration test's model): only the tests run it.
             library_context=not policy_setting and not module.entry and (
-                published or not mixed and all(_is_test_module(p.entry.path) for p in programs)),
+                published or not mixed and all(_is_test_module(p.entry.path) for p in programs)
+                and not _in_test_folder(module.path, model.root)),
             distribution=distribution.name if published else "",
             path=module.display,
             test_module=testing,
