@@ -129,3 +129,22 @@ def test_snapshot_holds_exactly_the_flagged_examples(meta):
         _write_snapshot(meta.id, {k: v for k, v in entries.items() if k in keys})  # examples gone or renamed
         entries = _read_snapshot(meta.id)
     assert list(entries) == [k for k in keys if k in entries] and set(entries) == set(keys), sorted(set(entries) ^ set(keys))
+
+
+# One-file examples whose facts matter most: settings, a test module's path, fixes that change the file's own
+# facts (a second round of checks). The in-memory check must say what the runner says, fix or not.
+AGREEMENT = [("MP101", "flagged", 12), ("MP201", "flagged", 5), ("MP301", "clean", 0), ("MP501", "flagged", 3),
+             ("MP602", "flagged", 4), ("MPT101", "clean", 0)]
+
+
+@pytest.mark.parametrize("rule_id,kind,index", AGREEMENT, ids=[f"{r}-{k}-{i}" for r, k, i in AGREEMENT])
+@pytest.mark.parametrize("fix", [False, True], ids=["check", "fix"])
+def test_in_memory_check_agrees_with_the_runner(rule_id, kind, index, fix):
+    meta = load_catalog()[rule_id]
+    example = getattr(meta, kind)[index]
+    assert not example.settings.get("files")
+    options = {"keras": example.settings.get("keras"), "policy": example.settings.get("policy"),
+               "path": example.settings.get("path", "example.py"), "select": [rule_id], "fix": fix, "unsafe_fixes": True}
+    memory, runner = check_code(example.code, **options), lint_code(example.code, **options)
+    assert memory.diagnostics == runner.diagnostics
+    assert (memory.fixed_code, memory.written) == (runner.fixed_code, runner.written)
