@@ -148,3 +148,8 @@ def test_in_memory_check_agrees_with_the_runner(rule_id, kind, index, fix):
     memory, runner = check_code(example.code, **options), lint_code(example.code, **options)
     assert memory.diagnostics == runner.diagnostics
     assert (memory.fixed_code, memory.written) == (runner.fixed_code, runner.written)
+
+
+def test_a_test_is_selected_by_the_rule_code_its_source_names(request):
+    """``pytest -k MP201`` selects this test: conftest gives each test the codes it names as keywords."""
+    assert sorted(k for k in request.node.keywords if k.startswith("MP")) == ["MP201"]
