@@ -152,4 +152,4 @@ def test_in_memory_check_agrees_with_the_runner(rule_id, kind, index, fix):
 
 def test_a_test_is_selected_by_the_rule_code_its_source_names(request):
     """``pytest -k MP201`` selects this test: conftest gives each test the codes it names as keywords."""
-    assert sorted(k for k in request.node.keywords if k.startswith("MP")) == ["MP201"]
+    assert sorted(k for k in request.node.listextrakeywords() if k.startswith("MP")) == ["MP201"]
