@@ -22,7 +22,7 @@ from mplint.diagnostics import Diagnostic
 from mplint.project.build import signature
 from mplint.project.facts import ProjectFacts
 from mplint.project.programs import in_memory_facts
-from mplint.runner import MAX_FACT_ROUNDS, RunOptions, run
+from mplint.runner import MAX_FACT_ROUNDS, RunOptions, _targets as targets_the_generation, run
 
 
 # What a run leaves in a project: a copy for a test holds only the project's own files.
@@ -109,9 +109,8 @@ def check_code(
     text = code
     for _ in range(MAX_FACT_ROUNDS):
         facts = memory_facts(text, display, keras, policy)
-        rules = tuple(r for rid, r in all_rules().items() if rid in enabled
-                      and (not r.meta.generations or facts.generation.value in r.meta.generations)
-                      and r.active_for(facts))
+        rules = tuple(r for rid, r in all_rules().items()
+                      if rid in enabled and targets_the_generation(r, facts) and r.active_for(facts))
         result = check_source(display, text.encode("utf-8"), CheckOptions(rules, facts, fix, unsafe_fixes),
                               name, is_package)
         if result.fixed_source is None:
