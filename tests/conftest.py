@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
+import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -133,7 +136,45 @@ _RUNS_SCRIPTS = {"test_verify.py", "test_verify_faults.py", "test_verify_install
                  "test_verify_torch.py"}
 
 
+# A rule's code, as the catalog spells it (MP101, MPT203): ``pytest -k MP201`` selects every test whose code names it.
+_RULE_CODE = re.compile(r"\bMPT?\d{3}\b")
+
+
+@functools.cache
+def _codes_named_in(function) -> frozenset[str]:
+    try:
+        return frozenset(_RULE_CODE.findall(inspect.getsource(function)))
+    except (OSError, TypeError):
+        return frozenset()
+
+
+_RULE_RANGE = re.compile(r"\b(MPT?\d{3})\s*[-\u2013]\s*(MPT?\d{3})\b")
+
+
+@functools.cache
+def _codes_of_themed_file(module) -> frozenset[str]:
+    """The rules a test file is about: those its docstring's first paragraph names ("MP201-MP207 on the fixture
+    projects ..."), not those a later paragraph mentions in passing."""
+    doc = ((module.__doc__ or "") if module is not None else "").strip().split("\n\n")[0]
+    codes = set(_RULE_CODE.findall(doc))
+    for low, high in _RULE_RANGE.findall(doc):
+        codes.update(c for c in load_catalog() if len(c) == len(low) and c[:-3] == low[:-3] and low <= c <= high)
+    return frozenset(codes)
+
+
+def _mark_rule_codes(items) -> None:
+    """Each test gets as keywords the rule codes its source (decorators included), its parameters and its
+    file's docstring name."""
+    for item in items:
+        function = getattr(item, "function", None)
+        codes = set(_codes_named_in(function)) if function is not None else set()
+        codes.update(_codes_of_themed_file(getattr(item, "module", None)))
+        codes.update(_RULE_CODE.findall(item.name))
+        item.extra_keyword_matches.update(codes)
+
+
 def pytest_collection_modifyitems(config, items):
+    _mark_rule_codes(items)
     running = [item for item in items if item.path.name in _RUNS_SCRIPTS]
     if not running:
         return

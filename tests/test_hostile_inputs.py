@@ -98,8 +98,8 @@ def test_deep_nesting_is_mp000_not_a_crash(project, capsys):
     (project / "deep.py").write_text(deep)
     deep_calls = "import keras  # softmax\nx = " + "f(" * 3000 + "1" + ")" * 3000 + "\n"
     (project / "deep_calls.py").write_text(deep_calls)
-    code, doc, _ = run_json(capsys, ".")
-    assert code == 1
+    code, doc, errors = run_json(capsys, ".")
+    assert (code, errors) == (1, "")
     found = by_path(doc)
     for name in ("deep.py", "deep_calls.py"):
         [(rule, message)] = found[name]
@@ -118,18 +118,20 @@ def test_huge_file_is_skipped_quickly_with_a_clear_message(project, capsys):
     line = b"x = [1, 2, 3]  # generated data for a softmax\n"
     (project / "huge.py").write_bytes(line * (50_000_000 // len(line)))
     start = time.monotonic()
-    code, doc, _ = run_json(capsys, ".")
+    code, doc, errors = run_json(capsys, ".")
     assert time.monotonic() - start < 30
-    [(rule, message)] = by_path(doc)["huge.py"]
-    assert rule == "MP000" and message.startswith("file too large to check (47.7 MiB, limit 10 MiB)")
+    assert (code, errors) == (1, "")
+    assert by_path(doc)["huge.py"] == [("MP000", "file too large to check (47.7 MiB, limit 10 MiB); skipped")]
     assert_good_checked(doc)
 
 
 def test_file_just_under_the_size_limit_is_still_checked(project, capsys):
     body = b"import keras\n" + b"#" * (MAX_SOURCE_BYTES - 200) + b"\n"
     (project / "big.py").write_bytes(body)
-    _, doc, _ = run_json(capsys, ".")
+    code, doc, errors = run_json(capsys, ".")
+    assert (code, errors) == (1, "")
     assert "big.py" not in by_path(doc)
+    assert_good_checked(doc)
 
 
 def test_huge_file_mentioning_keras_is_bounded_in_time(project):
@@ -140,10 +142,11 @@ def test_huge_file_mentioning_keras_is_bounded_in_time(project):
                               capture_output=True, timeout=30)
     except subprocess.TimeoutExpired:
         pytest.fail("mplint spent more than 30 s on a file it skips as too large")
+    assert (done.returncode, done.stderr) == (1, b""), done.stderr.decode(errors="replace")
     doc = json.loads(done.stdout)
-    assert done.returncode == 1
-    assert [(d["path"], d["rule"], d["message"]) for d in doc["diagnostics"] if d["path"] == "huge.py"] == [
-        ("huge.py", "MP000", "file too large to check (23.8 MiB, limit 10 MiB); skipped")]
+    assert doc["errors"] == []
+    assert by_path(doc)["huge.py"] == [("MP000", "file too large to check (23.8 MiB, limit 10 MiB); skipped")]
+    assert_good_checked(doc)  # the run went on past the huge file
 
 
 # -- files that cannot be read ------------------------------------------------------------
@@ -261,7 +264,8 @@ def test_broken_notebook_is_mp000_and_the_others_are_fixed(project, capsys, cont
 
 def test_notebook_with_no_cells_is_clean(project, capsys):
     (project / "empty.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
-    code, doc, _ = run_json(capsys, ".")
+    code, doc, errors = run_json(capsys, ".")
+    assert (code, errors) == (1, "")
     assert "empty.ipynb" not in by_path(doc)
     assert_good_checked(doc)
 
