@@ -107,11 +107,11 @@ def show_progress(stream, environ) -> bool:
 
 
 class _ProgressBar:
-    """rich progress on standard error, one line per phase (discovery, facts, checks, fixes), started only
+    """rich progress on standard error, one line per phase (discovery, facts, programs, checks, fixes), started only
     once a run proves long: some phase has ``min_files`` files or more."""
 
-    LABELS = {"discovery": "Finding files", "facts": "Reading project facts", "checks": "Checking files",
-              "fixes": "Writing fixes"}
+    LABELS = {"discovery": "Finding files", "facts": "Reading project facts", "programs": "Walking programs",
+              "checks": "Checking files", "fixes": "Writing fixes"}
 
     def __init__(self, console=None, min_files: int = PROGRESS_MIN_FILES):
         self.console, self.min_files = console, min_files

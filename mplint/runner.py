@@ -23,7 +23,7 @@ from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
 
 
-PHASES = ("discovery", "facts", "checks", "fixes")  # what ``on_progress`` reports, in order
+PHASES = ("discovery", "facts", "programs", "checks", "fixes")  # what ``on_progress`` reports, in order
 
 
 @dataclass
@@ -347,7 +347,8 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
             overrides[by_display[result.path].path] = result.fixed_source
         fresh = facts_of([(s, overrides.get(s.path) or _read(s)) for s in sources], None, {}, options.jobs,
                          progress.expect, progress.stepper("facts"))
-        if signature(module_facts_of(config, sources, fresh, *_settings(config, options), root=root)[0]) == signature(facts):
+        if signature(module_facts_of(config, sources, fresh, *_settings(config, options), root=root,
+                                     expect=progress.expect, step=progress.stepper("programs"))[0]) == signature(facts):
             break
         for result in report.results[mark:]:  # check again: the files are the fixed ones now
             earlier, count = fixed.get(result.path, ([], 0))
@@ -375,7 +376,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     memo = options.warm.facts if options.warm else None
     file_facts = facts_of(loaded, cache, digests, options.jobs, progress.expect, progress.stepper("facts"), memo)
     facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests,
-                                             root, memo)
+                                             root, memo, progress.expect, progress.stepper("programs"))
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
     # Pins decide targets (the torch pin too, in each module's facts): they are part of the key.

@@ -220,14 +220,19 @@ def test_progress_on_a_terminal_shows_every_phase(project):
     bar.close()
     assert report.fixed_count == 1
     shown = screen.getvalue()
-    for label in ("Finding files", "Reading project facts", "Checking files", "Writing fixes"):
+    for label in ("Finding files", "Reading project facts", "Walking programs", "Checking files", "Writing fixes"):
         assert label in shown
     assert [p for p in PHASES if any(s[0] == p for s in seen)] == list(PHASES)
     assert seen[0] == ("discovery", 0, None) and seen[1] == ("discovery", 111, 111)
     finals = {phase: (done, total) for phase, done, total in seen}
     # facts twice: after the fix the fixed files' facts are read again, to see whether they settled (they did:
     # one round of checks)
-    assert finals == {"discovery": (111, 111), "facts": (222, 222), "checks": (111, 111), "fixes": (1, 1)}
+    # the program model after each reading of the facts: one program (a.py, the only entry point) each time,
+    # counted up from none
+    assert [s for s in seen if s[0] == "programs"] == [("programs", 0, 1), ("programs", 1, 1), ("programs", 1, 2),
+                                                        ("programs", 2, 2)]
+    assert finals == {"discovery": (111, 111), "facts": (222, 222), "programs": (2, 2), "checks": (111, 111),
+                      "fixes": (1, 1)}
 
 
 def test_progress_never_reaches_piped_output(project, capsys, monkeypatch):

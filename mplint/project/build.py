@@ -111,20 +111,22 @@ def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
 def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts],
                     configured: Generation | None, policy: str | None, cache: ProjectCache | None = None,
                     digests: dict[Path, str] | None = None, root: Path | None = None, memo: FactsMemo | None = None,
+                    expect: Callable[[str, int], None] | None = None, step: Callable[[], None] | None = None,
                     ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     """Every module's facts, from the program model of the project at ``root`` (the config's folder unless
     given: a nested project may use a config above it), cached while no file changes; with a ``memo``,
-    kept while no file's facts change."""
+    kept while no file's facts change. ``expect`` and ``step`` follow the program model's walks (``ProjectModel``)."""
     root = root or config.root
     pins_digest = (memo.pin_files_digest(root, sources) if memo is not None
                    else pin_files_digest(root, sources) if cache is not None else "")
     if memo is None:
-        return _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest)
+        return _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest,
+                             expect, step)
     key = (str(root), configured, policy, tuple((s.path, s.display) for s in sources), pins_digest)
     last = memo.projects.pop(key, None)
     if last is None or not _same_facts(last[0], file_facts):
         last = (dict(file_facts), _module_facts(config, sources, file_facts, configured, policy, cache, digests, root,
-                                                pins_digest))
+                                                pins_digest, expect, step))
     memo.projects[key] = last  # the newest last: the oldest go first
     while len(memo.projects) > PROJECTS_KEPT:
         del memo.projects[next(iter(memo.projects))]
@@ -154,7 +156,8 @@ def _same_facts(before: dict[Path, FileFacts], now: dict[Path, FileFacts]) -> bo
     return before.keys() == now.keys() and all(now[path] is facts or now[path] == facts for path, facts in before.items())
 
 
-def _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest):
+def _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest, expect=None,
+                  step=None):
     pins = PinFinder(root)
     pinned = None if configured else pins.target_for(root)
     key = None
@@ -173,7 +176,7 @@ def _module_facts(config, sources, file_facts, configured, policy, cache, digest
     reexports: dict[str, str] = {}
     for module in modules:
         reexports.update(module.facts.reexports)
-    model = ProjectModel(modules, root, reexports)
+    model = ProjectModel(modules, root, reexports, expect, step)
     by_display = module_facts(model, None if configured else pins, policy, configured, published(root))
     from mplint.project.torch_target import TorchTargets
 

@@ -89,7 +89,10 @@ def _in_test_folder(path: Path, root: Path) -> bool:
 
 
 class ProjectModel:
-    def __init__(self, modules: list[Module], root: Path, reexports: dict[str, str]):
+    def __init__(self, modules: list[Module], root: Path, reexports: dict[str, str],
+                 expect: Callable[[str, int], None] | None = None, step: Callable[[], None] | None = None):
+        """``expect("programs", n)`` is told how many programs there are once the entry points are known,
+        ``step`` after each program's walk (the model of a large project takes seconds)."""
         self.modules = modules
         self.root = root
         self._by_file = {m.key: m for m in modules}
@@ -109,7 +112,17 @@ class ProjectModel:
         imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
         for module in modules:
             module.entry = self._is_entry(module, imported)
-        self.programs = [self._reach(m) for m in modules if m.entry]
+        # modules with an import the project does not resolve for them: an entry point's folder may resolve it
+        self._unresolved = {m for m in modules if any(
+            not record.level and not self._resolve(m, m, index) for index, record in enumerate(m.facts.imports))}
+        entries = [m for m in modules if m.entry]
+        if expect:
+            expect("programs", len(entries))
+        self.programs = []
+        for module in entries:
+            self.programs.append(self._reach(module))
+            if step:
+                step()
 
     # --- entry points --------------------------------------------------------------------
     def _is_entry(self, module: Module, imported: set[Module]) -> bool:
@@ -314,18 +327,32 @@ class ProjectModel:
 
     # --- programs ------------------------------------------------------------------------
     def _reach(self, entry: Module) -> Program:
+        # Breadth first: a module asked for more names is walked again with the names it had not been asked
+        # (the order decides the chains messages cite). The hot loop of the program model: the edge lists are
+        # looked up directly, and an entry point's folder is part of their key only for the modules with an
+        # import the project does not resolve for them.
         program = Program(entry, {entry: None})
-        asked: dict[Module, frozenset[str]] = {entry: frozenset()}
+        parents = program.parents
+        asked: dict[Module, set[str]] = {entry: set()}  # grown in place: a copy per new name is quadratic
+        edge_lists = self._edge_lists
+        unresolved = self._unresolved
         queue = deque([(entry, frozenset())])
         while queue:
             module, names = queue.popleft()
-            for target, wanted in self._edges(module, entry, asked=names):
+            folder = (entry.folder if module in unresolved and module is not entry and self._falls_back(module, entry)
+                      else None)
+            edges = edge_lists.get((module, names, folder))
+            if edges is None:
+                edges = self._edges(module, entry, asked=names)
+            for target, wanted in edges:
                 before = asked.get(target)
-                if before is not None and wanted <= before:
-                    continue
-                asked[target] = (before or frozenset()) | wanted
-                program.parents.setdefault(target, module)
-                queue.append((target, wanted if before is None else wanted - before))
+                if before is None:
+                    asked[target] = set(wanted)
+                    parents[target] = module
+                    queue.append((target, wanted))
+                elif not wanted <= before:
+                    queue.append((target, wanted - before))
+                    before |= wanted
         testing = _is_test_module(entry.path)
         program.keras_imports = frozenset().union(*(m.facts.keras_imports for m in program.parents))
         program.legacy_keras_env = any(m.facts.legacy_keras_env for m in program.parents)
