@@ -59,7 +59,7 @@ from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec, Related
 from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
-from mplint.engine.names import canonical, dotted, last_name
+from mplint.engine.names import canonical, last_name, statement_bindings
 from mplint.engine.walk import walk
 
 CLIPS = frozenset({"clip_by_global_norm", "clip_by_norm", "clip_by_value"})
@@ -824,15 +824,10 @@ _SPELLING_KEYS = {"optimizers.LossScaleOptimizer": "lso", "mixed_precision": "mi
 
 
 def _bindings(small: cst.BaseSmallStatement):
-    """(bound name, qualified target) of an import statement."""
-    if isinstance(small, cst.Import):
-        for alias in small.names:
-            full = alias.evaluated_name
-            yield (alias.evaluated_alias, full) if alias.asname else (full.split(".")[0], full.split(".")[0])
-    elif isinstance(small, cst.ImportFrom) and not small.relative and not isinstance(small.names, cst.ImportStar):
-        module = dotted(small.module) if small.module else None
-        for alias in small.names if module else ():
-            yield alias.evaluated_alias or alias.evaluated_name, f"{module}.{alias.evaluated_name}"
+    """(bound name, qualified target) of an absolute import statement."""
+    if isinstance(small, cst.Import) or isinstance(small, cst.ImportFrom) and not small.relative:
+        return statement_bindings(small)
+    return ()
 
 
 def lso_spelling(context: FileContext, keras: KerasRange | None = None) -> tuple[str, list[ImportSpec]]:
