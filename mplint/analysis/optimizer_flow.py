@@ -59,7 +59,7 @@ from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec, Related
 from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
-from mplint.engine.names import canonical, last_name, statement_bindings
+from mplint.engine.names import canonical, last_name, module_imports
 from mplint.engine.walk import walk
 
 CLIPS = frozenset({"clip_by_global_norm", "clip_by_norm", "clip_by_value"})
@@ -804,30 +804,19 @@ def _with_body(node: cst.With):
 def keras_spellings(context: FileContext) -> dict[str, str]:
     """Module-level bound names: lso (the class), mixed_precision, optimizers, keras, tf."""
     found: dict[str, str] = {}
-    for stmt in context.module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
+    for bound, qualified in module_imports(context.module):
+        k = canonical(qualified, context.facts.reexports)
+        if k is None:
             continue
-        for small in stmt.body:
-            for bound, qualified in _bindings(small):
-                k = canonical(qualified, context.facts.reexports)
-                if k is None:
-                    continue
-                key = _SPELLING_KEYS.get(k.path)
-                if key is None and k.path == "":
-                    key = "tf" if k.ns == "tf" else "keras" if k.is_keras else None
-                if key and key not in found:
-                    found[key] = bound
+        key = _SPELLING_KEYS.get(k.path)
+        if key is None and k.path == "":
+            key = "tf" if k.ns == "tf" else "keras" if k.is_keras else None
+        if key and key not in found:
+            found[key] = bound
     return found
 
 
 _SPELLING_KEYS = {"optimizers.LossScaleOptimizer": "lso", "mixed_precision": "mixed_precision", "optimizers": "optimizers"}
-
-
-def _bindings(small: cst.BaseSmallStatement):
-    """(bound name, qualified target) of an absolute import statement."""
-    if isinstance(small, cst.Import) or isinstance(small, cst.ImportFrom) and not small.relative:
-        return statement_bindings(small)
-    return ()
 
 
 def lso_spelling(context: FileContext, keras: KerasRange | None = None) -> tuple[str, list[ImportSpec]]:

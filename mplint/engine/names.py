@@ -135,6 +135,15 @@ def statement_bindings(small: cst.Import | cst.ImportFrom) -> list[tuple[str, st
     return import_bindings(((dotted(a.name) or "", _asname(a)) for a in small.names), len(small.relative), module)
 
 
+def module_imports(module: cst.Module) -> Iterator[tuple[str, str]]:
+    """(local name, dotted path) of each absolute import among the module-level statements, in order (the ones
+    under ``if``/``try`` left out)."""
+    for stmt in module.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import) or isinstance(small, cst.ImportFrom) and not small.relative:
+                yield from statement_bindings(small)
+
+
 def _asname(alias: cst.ImportAlias) -> str | None:
     return alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
 

@@ -13,7 +13,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from mplint.engine.imports import callee_name, import_bindings
+from mplint.engine.imports import callee_name, dotted_name as _dotted, import_bindings
 from mplint.knowledge.apinames import canonical, keras_namespace
 from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
@@ -100,17 +100,6 @@ class FileFacts:
     # CPython parsed the file: its check needs no parse of its own to report syntax errors when no rule's byte
     # trigger is in it (False in entries cached before the field existed: those files are parsed again).
     parses: bool = False
-
-
-def _dotted(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 def _is_main_guard(stmt: ast.stmt) -> bool:
