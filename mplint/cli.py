@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from mplint import __version__
+from mplint.knowledge.policies import POLICY_NAMES
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 PROGRESS_MIN_FILES = 100  # a bar only on runs long enough to need one
@@ -73,7 +74,7 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--keras", type=int, choices=(2, 3), help="target Keras generation (overrides config and pins)")
     p.add_argument("--target", choices=("tf1", "tf2.3", "keras2", "keras3"),
                    help="target TensorFlow/Keras for every program: TF1, TF 2.1-2.3, Keras 2 or Keras 3 (overrides config and pins)")
-    p.add_argument("--policy", choices=("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16"),
+    p.add_argument("--policy", choices=POLICY_NAMES,
                    help="the policy the code runs under (overrides what the code sets)")
     p.add_argument("--config", type=Path, help="config file (pyproject.toml or .mplint.yaml)")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")

@@ -120,6 +120,7 @@ def test_reexports_make_aliases_resolve(tmp_path):
     ("keras.mixed_precision.LossScaleOptimizer", KName("keras", "optimizers.LossScaleOptimizer")),
     ("tensorflow.nn.softmax", KName("tf", "nn.softmax")),
     ("tensorflow.keras", KName("tf.keras", "")),
+    ("tensorflow.python.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
     ("numpy.float16", KName("np", "float16")),
     ("torch.nn.Linear", None),
     ("kerasx.layers.Dense", None),
@@ -255,6 +256,16 @@ def test_a_model_trained_through_a_callable_argument_gets_its_output_checked(tmp
     if trained:
         assert Path(report.remaining[0].context["program"]).name == "train.py"
         assert report.remaining[0].context["set_at"]["line"] == 4
+
+
+@pytest.mark.parametrize("statement", [
+    "import tensorflow.python.keras", "from tensorflow.python.keras import layers", "import tensorflow._api.v2.keras",
+])
+def test_keras_imports_name_the_namespace_canonical_names(statement):
+    """The project facts' Keras flavour and ``canonical`` read one table: TF 2.4-2.5's ``tensorflow.python.keras``
+    is tf.keras to both."""
+    assert extract_file_facts(f"{statement}\n".encode(), "m.py", "m").keras_imports == {"tf.keras"}
+    assert canonical(statement.split()[1]).ns == "tf.keras"
 
 
 @pytest.mark.parametrize("source,parses", [(b"x = 1\n", True), (b"def f(:\n", False), (b"x = 1\x00\n", False)])

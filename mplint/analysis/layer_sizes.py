@@ -22,6 +22,7 @@ from mplint.analysis.model_outputs import is_output_layer
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
+from mplint.knowledge.dtypes import WIDE_DTYPES
 
 # Layer -> the arguments that become matmul/conv dimensions: (position, keyword).
 _UNITS = ((0, "units"),)
@@ -85,9 +86,9 @@ def _computes_in_float32(context: FileContext, call: cst.Call) -> bool:
     if dtype is None:
         return False
     if isinstance(dtype, cst.SimpleString):
-        return dtype.evaluated_value in ("float32", "float64")
+        return dtype.evaluated_value in WIDE_DTYPES
     found = context.names.kname(dtype)
-    return found is not None and found.last in ("float32", "float64")
+    return found is not None and found.last in WIDE_DTYPES
 
 
 def _produces_output(context: FileContext, call: cst.Call) -> bool:

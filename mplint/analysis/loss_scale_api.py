@@ -17,8 +17,9 @@ from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword
 from mplint.engine.context import FileContext
 from mplint.engine.names import KName, dotted
+from mplint.knowledge.loss_scale_names import LSO_PATHS
 
-LOSS_SCALE_OPTIMIZER = ("optimizers.LossScaleOptimizer", "mixed_precision.experimental.LossScaleOptimizer")
+LOSS_SCALE_OPTIMIZER = LSO_PATHS
 POLICY = ("mixed_precision.Policy", "mixed_precision.experimental.Policy")
 # G1 loss-scale objects: tf.mixed_precision.experimental.* (alias tf.train.experimental.*).
 _LOSS_SCALE_CLASSES = {

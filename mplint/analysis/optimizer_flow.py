@@ -44,14 +44,22 @@ from dataclasses import dataclass, field
 import libcst as cst
 from mplint.analysis.keras_guards import KerasRange, code_range, program_range, test_arms
 from mplint.knowledge.api_versions import ERA_GENERATION
-from mplint.knowledge.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
+from mplint.knowledge.loss_scale_names import (
+    LSO,
+    LSO_ATTRS,
+    SCALE_ATTRS,
+    SCALE_METHOD,
+    SCALE_METHODS,
+    UNSCALE_METHOD,
+    scale_method,
+)
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
 
 from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec, Related
 from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
-from mplint.engine.names import canonical, dotted, last_name
+from mplint.engine.names import canonical, last_name, module_imports
 from mplint.engine.walk import walk
 
 CLIPS = frozenset({"clip_by_global_norm", "clip_by_norm", "clip_by_value"})
@@ -501,9 +509,6 @@ class OptimizerFlow:
 # --- paths ----------------------------------------------------------------------------------------
 
 MAX_ATOMS = 6  # flags and optimizer tests one site is split on (2**6 paths); beyond, the site is read as one path
-# Attributes only a LossScaleOptimizer has (Keras 2 and 3): `hasattr(opt, ...)` tests for one.
-LSO_ATTRS = frozenset({"get_scaled_loss", "get_unscaled_gradients", "loss_scale", "dynamic_scale", "dynamic_counter",
-                       "initial_scale", "inner_optimizer", "dynamic_growth_steps"})
 
 
 class _Paths:
@@ -532,7 +537,7 @@ class _Paths:
             subject = _text(self.context, test.args[0].value)
             what = test.args[1].value
             attr = what.evaluated_value if func == "hasattr" and isinstance(what, cst.SimpleString) else None
-            if attr == "scale_loss" and self.site.keras is not None and self.site.keras.newest == 3:
+            if attr == SCALE_METHOD[3] and self.site.keras is not None and self.site.keras.newest == 3:
                 key = f"hasattr({subject}, 'scale_loss')"
                 self.kinds[key], self.constants[key] = "const", True  # every Keras 3 optimizer has it
                 return key, polarity
@@ -543,7 +548,7 @@ class _Paths:
             if func == "isinstance":
                 is_lso = any(n.value == LSO for n in self.context.nodes_within(what, cst.Name))
             else:
-                is_lso = attr in LSO_ATTRS or attr == "scale_loss"
+                is_lso = attr in LSO_ATTRS or attr == SCALE_METHOD[3]
             if is_lso:
                 key = f"isinstance({subject}, LossScaleOptimizer)"
                 self.kinds.setdefault(key, "type" if subject == self.optimizer else "other")
@@ -799,35 +804,19 @@ def _with_body(node: cst.With):
 def keras_spellings(context: FileContext) -> dict[str, str]:
     """Module-level bound names: lso (the class), mixed_precision, optimizers, keras, tf."""
     found: dict[str, str] = {}
-    for stmt in context.module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
+    for bound, qualified in module_imports(context.module):
+        k = canonical(qualified, context.facts.reexports)
+        if k is None:
             continue
-        for small in stmt.body:
-            for bound, qualified in _bindings(small):
-                k = canonical(qualified, context.facts.reexports)
-                if k is None:
-                    continue
-                key = _SPELLING_KEYS.get(k.path)
-                if key is None and k.path == "":
-                    key = "tf" if k.ns == "tf" else "keras" if k.is_keras else None
-                if key and key not in found:
-                    found[key] = bound
+        key = _SPELLING_KEYS.get(k.path)
+        if key is None and k.path == "":
+            key = "tf" if k.ns == "tf" else "keras" if k.is_keras else None
+        if key and key not in found:
+            found[key] = bound
     return found
 
 
 _SPELLING_KEYS = {"optimizers.LossScaleOptimizer": "lso", "mixed_precision": "mixed_precision", "optimizers": "optimizers"}
-
-
-def _bindings(small: cst.BaseSmallStatement):
-    """(bound name, qualified target) of an import statement."""
-    if isinstance(small, cst.Import):
-        for alias in small.names:
-            full = alias.evaluated_name
-            yield (alias.evaluated_alias, full) if alias.asname else (full.split(".")[0], full.split(".")[0])
-    elif isinstance(small, cst.ImportFrom) and not small.relative and not isinstance(small.names, cst.ImportStar):
-        module = dotted(small.module) if small.module else None
-        for alias in small.names if module else ():
-            yield alias.evaluated_alias or alias.evaluated_name, f"{module}.{alias.evaluated_name}"
 
 
 def lso_spelling(context: FileContext, keras: KerasRange | None = None) -> tuple[str, list[ImportSpec]]:
@@ -937,7 +926,7 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
         loss = site.target.value
         scaled = _free_name(context, site.scope, "scaled_loss" if loss == "loss" else f"scaled_{loss}")
         newest = (site.keras or program_range(context.facts.generation)).newest
-        method = "scale_loss" if newest == 3 else "get_scaled_loss"
+        method = scale_method(newest)
         added = cst.parse_statement(f"{scaled} = {code(opt)}.{method}({loss})")
         out[site.loss_stmt] = cst.FlattenSentinel([site.loss_stmt, added])
         new_call = site.call.with_changes(args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]])

@@ -26,6 +26,7 @@ import libcst as cst
 from mplint.analysis.call_args import argument, keyword_value
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
+from mplint.knowledge.dtypes import FLOAT16_NAMES
 
 FLOAT16 = "float16"
 BFLOAT16 = "bfloat16"
@@ -51,7 +52,8 @@ OPTIMIZER_CLASSES = frozenset({
     "Rprop", "SparseAdam", "Muon",
 })
 _CONSTRUCTED = OPTIMIZER_CLASSES | {"GradScaler", "ShardedGradScaler"}
-_DTYPES = {"float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16, "float32": "float32", "float": "float32"}
+_DTYPES = {**dict.fromkeys(FLOAT16_NAMES, FLOAT16), "bfloat16": BFLOAT16, "float32": "float32", "float": "float32"}
+_FLOAT16_STRINGS = frozenset({FLOAT16, *(f"torch.{name}" for name in FLOAT16_NAMES)})
 # Receivers of .step() that are not optimizers, and of .update() that are not scalers.
 _SCALER_NAME = re.compile(r"scaler", re.I)
 _OPTIMIZER_NAME = re.compile(r"(^|_)opt(im(izer)?)?s?($|_)|optimizer", re.I)
@@ -321,13 +323,13 @@ def is_half_cast(context: FileContext, amp: TorchAmp, node: cst.CSTNode) -> bool
         return not node.args
     if method in ("to", "type"):
         dtypes = [a.value for a in node.args if a.keyword is None or a.keyword.value == "dtype"]
-        return any(_names_float16(context, d) or _string(d) in ("float16", "torch.float16", "torch.half") for d in dtypes)
+        return any(_names_float16(context, d) or _string(d) in _FLOAT16_STRINGS for d in dtypes)
     return False
 
 
 def _names_float16(context: FileContext, node: cst.BaseExpression) -> bool:
     """``torch.float16``/``torch.half`` spelled out (a plain name could be anything)."""
-    return any(k.ns == "torch" and k.path in ("float16", "half") for k in context.names.torch_names(node)) \
+    return any(k.ns == "torch" and k.path in FLOAT16_NAMES for k in context.names.torch_names(node)) \
         if isinstance(node, cst.Attribute) else False
 
 

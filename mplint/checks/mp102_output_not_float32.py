@@ -26,6 +26,7 @@ from mplint.analysis.output_dtype import (
 )
 from mplint.diagnostics import Fix
 from mplint.engine.rule import Rule
+from mplint.knowledge.dtypes import REDUCED_DTYPES
 
 _MODELS = ("Sequential", "Model")
 _OPS_PREFIXES = ("nn.", "math.", "ops.", "activations.")
@@ -105,7 +106,7 @@ class OutputNotFloat32(Rule):
             return False
         cast = cast_dtype(self.context, expr)
         if cast is not None:
-            return cast in ("float16", "bfloat16")
+            return cast in REDUCED_DTYPES
         if site.layer is not None:
             return (
                 not self.context.names.callee(site.layer, _MODELS)

@@ -16,6 +16,7 @@ from mplint.analysis.optimizer_flow import (
 )
 from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
+from mplint.knowledge.loss_scale_names import UNSCALE_METHOD, scale_method
 
 
 class MissingLossScaling(GradientSiteRule):
@@ -61,8 +62,7 @@ class MissingLossScaling(GradientSiteRule):
         insertion = scaling_insertion(self.context, site, scale=scale, unscale=unscale)
         if insertion is None:
             return None
-        names = ({"scale_loss" if g3 else "get_scaled_loss"} if scale else set()) | (
-            {"get_unscaled_gradients"} if unscale else set())
+        names = ({scale_method(3 if g3 else 2)} if scale else set()) | ({UNSCALE_METHOD} if unscale else set())
         self._note = range_note(self.context, names, site.keras) or range_note(
             self.context, written_names(lso_spelling(self.context, made_on)[0]), made_on)
         new, imports = wrapped

@@ -7,6 +7,7 @@ import libcst as cst
 from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, method_name, range_note, scaling_insertion
 from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
+from mplint.knowledge.loss_scale_names import SCALE_METHOD, UNSCALE_METHOD, scale_method
 
 # Where a generation is known rather than guessed (``Generation.origin``).
 _PINNED = frozenset({"config", "pin-keras", "pin-tensorflow"})
@@ -93,7 +94,7 @@ class UnscaledLossGradient(GradientSiteRule):
         # `scale_loss` is Keras 3's API (Keras 2's LossScaleOptimizer has none: AttributeError there), and Keras 3's
         # apply_gradients unscales: a path that scales with it is Keras 3 code, right as written.
         too_large = [p for p in wrapped if p.scaled_by is not None and not p.unscaled and not manual(p)
-                     and method_name(p.scaled_by) != "scale_loss"]
+                     and method_name(p.scaled_by) != SCALE_METHOD[3]]
         if unscaled_only:
             when = describe_when(site.paths, unscaled_only)
             message = (f"{self._how(unscaled_only[0])}; {when}the gradients are unscaled but the tape differentiates the "
@@ -125,7 +126,7 @@ class UnscaledLossGradient(GradientSiteRule):
         if not insertion:
             return None
         g3 = site.keras.newest == 3
-        names = ({"scale_loss" if g3 else "get_scaled_loss"} if scale else set()) | (
-            {"get_unscaled_gradients"} if unscale and not g3 else set())
+        names = ({scale_method(3 if g3 else 2)} if scale else set()) | (
+            {UNSCALE_METHOD} if unscale and not g3 else set())
         note = range_note(self.context, names, site.keras)
         return Fix(insertion, FixSafety.UNSAFE if note else FixSafety.SAFE), note

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import LSO
+from mplint.knowledge.loss_scale_names import LSO
 from mplint.engine.rule import Rule
 
 _WHY = "a fixed loss scale overflows to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"

@@ -7,13 +7,13 @@ import libcst as cst
 from mplint.analysis.policy_calls import policy_setter, policy_values, sets_policy
 from mplint.engine.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
+from mplint.knowledge.loss_scale_names import LSO_PATHS
 from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
 _TPU_NAMES = frozenset({"TPUStrategy", "TPUStrategyV2", "TPUClusterResolver", "initialize_tpu_system"})
 _TPU_STRATEGIES = frozenset({"TPUStrategy", "TPUStrategyV2"})
-_LOSS_SCALE_OPTIMIZERS = ["optimizers.LossScaleOptimizer", "mixed_precision.experimental.LossScaleOptimizer"]
 TPU, OTHER, SHARED = "tpu", "other", "shared"
 
 
@@ -181,7 +181,7 @@ class Float16PolicyOnTpu(Rule):
         replacements = {literal: literal.with_changes(value=f"{literal.quote}mixed_bfloat16{literal.quote}")}
         if block is not None:
             for call in _calls(block):
-                if self.context.names.callee(call, _LOSS_SCALE_OPTIMIZERS) and call.args and not call.args[0].keyword:
+                if self.context.names.callee(call, LSO_PATHS) and call.args and not call.args[0].keyword:
                     replacements[call] = call.args[0].value
         return Fix(replacements, safety=FixSafety.SAFE)
 

@@ -8,13 +8,14 @@ import libcst as cst
 
 from mplint.analysis.call_args import argument
 from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
-from mplint.analysis.dtype_flow import FLOAT16_SPELLINGS, DtypeFlow, dtype_spelling
+from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
+from mplint.knowledge.dtypes import FLOAT16_NAMES, FLOAT16_SPELLINGS
 
 # Last names of every call _float16_conversion accepts (the pre-filter's test).
-_CONVERTERS = frozenset({"astype", *(p.rsplit(".", 1)[-1] for p in CONVERSIONS), *DTYPE_KEYWORD_CONVERSIONS, "float16", "half"})
+_CONVERTERS = frozenset({"astype", *(p.rsplit(".", 1)[-1] for p in CONVERSIONS), *DTYPE_KEYWORD_CONVERSIONS, *FLOAT16_NAMES})
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
 
 
@@ -41,7 +42,7 @@ class Float16Preprocessing(Rule):
             if type(call.func) is ast.Attribute and call.func.attr == "astype":
                 if spells:
                     return True
-            elif (spells or not names.isdisjoint(("float16", "half"))) and _numpy_or_tf(code, call):
+            elif (spells or not names.isdisjoint(FLOAT16_NAMES)) and _numpy_or_tf(code, call):
                 return True
         return False
 
@@ -128,7 +129,7 @@ class Float16Preprocessing(Rule):
             kname = self.context.names.kname(func)
             if kname is None or kname.ns not in ("tf", "np"):
                 return None
-            if kname.ns == "np" and kname.path in ("float16", "half"):
+            if kname.ns == "np" and kname.path in FLOAT16_NAMES:
                 return func
             if kname.path in CONVERSIONS:
                 dtype = argument(call, CONVERSIONS[kname.path], "dtype")

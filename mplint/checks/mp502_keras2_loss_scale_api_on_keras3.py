@@ -24,9 +24,9 @@ from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.knowledge.api_versions import K3
+from mplint.knowledge.loss_scale_names import KERAS2_METHODS as _METHODS
+from mplint.knowledge.loss_scale_names import KERAS3_RENAMES as _ATTRIBUTES
 
-_METHODS = {"get_scaled_loss", "get_unscaled_gradients"}
-_ATTRIBUTES = {"loss_scale": "dynamic_scale", "dynamic_counter": "step_counter"}
 
 
 class Keras2LossScaleApiOnKeras3(Rule):

@@ -6,7 +6,7 @@ import libcst as cst
 from mplint.engine import matchers as m
 
 from mplint.diagnostics import Fix, FixSafety
-from mplint.knowledge.policies import MIXED_POLICIES, UNKNOWN_POLICY
+from mplint.knowledge.policies import FLOAT32_POLICIES, MIXED_POLICIES, UNKNOWN_POLICY
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 
@@ -14,7 +14,6 @@ REWRITE_FUNCTION = "enable_mixed_precision_graph_rewrite"
 AMP_OPTION = "auto_mixed_precision"
 AMP_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
 _DISABLED = frozenset({"0", "false", "False", ""})
-_FLOAT32_POLICIES = frozenset({"float32", "float64"})
 
 
 class GraphRewriteWithPolicy(Rule):
@@ -38,7 +37,7 @@ class GraphRewriteWithPolicy(Rule):
 
     def _float32_mode(self) -> bool:
         """The program may also run with a float32 policy: a mode where the rewrite is the only mixed precision."""
-        return bool(self.context.facts.policy_names & _FLOAT32_POLICIES)
+        return bool(self.context.facts.policy_names & FLOAT32_POLICIES)
 
     def _mode_switch(self, node: cst.CSTNode) -> bool:
         """A switch under a condition in a program that also has a float32 policy: the rewrite is one mode, the

@@ -9,6 +9,7 @@ from mplint.analysis.optimizer_flow import generations_note
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
+from mplint.knowledge.apinames import NAMESPACE_MODULES
 
 _POLICY_CALLS = ("mixed_precision.Policy", "DTypePolicy", "mixed_precision.set_global_policy", "mixed_precision.experimental.Policy",
                  "mixed_precision.experimental.set_policy", "dtype_policies.get", "config.set_dtype_policy")
@@ -18,7 +19,6 @@ _DATA_ONLY = frozenset({"layers.Input", "Input", "layers.InputLayer", "InputLaye
 _TRAINING_MARKERS = ("fit(", "apply_gradients", "GradientTape", "train_step", "compile(", "optimizer")
 _INFERENCE_MARKERS = ("predict(", "load_model", "saved_model", "TFLite", "tflite", "export(", "serve")
 _SETTERS = frozenset(path.rsplit(".", 1)[-1] for path in (*_POLICY_CALLS, *_FLOATX_CALLS))
-_MODULE_FOR = {"keras": "keras", "tf.keras": "tensorflow.keras", "tf_keras": "tf_keras"}
 _MIXED = '"mixed_float16"'
 # A layer's dtype="mixed_float16" and set_global_policy hold from TF 2.4: TF 2.1-2.3's Layer reads a dtype string
 # through tf.as_dtype (TypeError; base_layer.py of the 2.1.0-2.3.0 wheels) and has only experimental.set_policy.
@@ -96,7 +96,7 @@ class Float16Variables(Rule):
             func = f"{prefix}.mixed_precision.set_global_policy"
         else:
             func = "mixed_precision.set_global_policy"
-            imports = (ImportSpec(_MODULE_FOR.get(ns, "keras"), "mixed_precision"),)
+            imports = (ImportSpec(NAMESPACE_MODULES.get(ns, "keras"), "mixed_precision"),)
         replacement = cst.parse_expression(f"{func}({_MIXED})").with_changes(lpar=node.lpar, rpar=node.rpar)
         return Fix({node: replacement}, safety, imports=imports)
 

@@ -12,10 +12,10 @@ from mplint.analysis.torch_amp import FLOAT16, TorchAmp, float32_cast, half_name
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
+from mplint.knowledge.dtypes import TORCH_WIDE_NAMES
 from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
 
 _MASK_METHODS = ("masked_fill", "masked_fill_")
-_WIDE_DTYPES = ("float32", "float", "float64", "double")
 _MODULE_BASES = re.compile(r"Module$|Layer$|Attention$|Block$")
 
 
@@ -82,7 +82,7 @@ class TorchFloat16OverflowConstant(TorchRule):
             if self.context.names.torch_api(finfo.func, {"finfo"}) is None or not finfo.args:
                 return None
             dtype = finfo.args[0].value
-            if any(k.ns == "torch" and k.path in _WIDE_DTYPES for k in self.context.names.torch_names(dtype)):
+            if any(k.ns == "torch" and k.path in TORCH_WIDE_NAMES for k in self.context.names.torch_names(dtype)):
                 return (-1.0 if node.attr.value == "min" else 1.0) * 3.4028234663852886e38
         return None
 

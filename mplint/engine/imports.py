@@ -16,6 +16,18 @@ def callee_name(call: ast.Call) -> str:
     return func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else ""
 
 
+def dotted_name(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain on CPython's tree (``names.dotted`` on libcst's), else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
 def import_bindings(names: Iterable[tuple[str, str | None]], level: int | None = None,
                     module: str = "") -> list[tuple[str, str]]:
     """The local names an import statement binds and the dotted path each stands for, as written (relative

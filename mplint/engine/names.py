@@ -112,15 +112,8 @@ class _FileBindings:
                 self._block(part.body)
 
     def _small(self, small) -> None:
-        if isinstance(small, cst.Import):
-            for local, path in import_bindings((dotted(a.name) or "", _asname(a)) for a in small.names):
-                self.imports.setdefault(local, set()).add(path)
-        elif isinstance(small, cst.ImportFrom):
-            if isinstance(small.names, cst.ImportStar):
-                return
-            module = (dotted(small.module) or "") if small.module else ""
-            names = ((dotted(a.name) or "", _asname(a)) for a in small.names)
-            for local, path in import_bindings(names, len(small.relative), module):
+        if isinstance(small, (cst.Import, cst.ImportFrom)):
+            for local, path in statement_bindings(small):
                 self.imports.setdefault(local, set()).add(path)
         elif isinstance(small, cst.Assign):
             for target in small.targets:
@@ -129,6 +122,26 @@ class _FileBindings:
             self.rebound.update(_target_names(small.target))
         elif isinstance(small, (cst.Global, cst.Nonlocal)):
             self.rebound.update(item.name.value for item in small.names)
+
+
+def statement_bindings(small: cst.Import | cst.ImportFrom) -> list[tuple[str, str]]:
+    """(local name, dotted path) of each name an import statement on libcst's tree binds, read by
+    ``import_bindings`` as on CPython's tree (a relative path keeps its dots; a star import binds none)."""
+    if isinstance(small, cst.Import):
+        return import_bindings((dotted(a.name) or "", _asname(a)) for a in small.names)
+    if isinstance(small.names, cst.ImportStar):
+        return []
+    module = (dotted(small.module) or "") if small.module else ""
+    return import_bindings(((dotted(a.name) or "", _asname(a)) for a in small.names), len(small.relative), module)
+
+
+def module_imports(module: cst.Module) -> Iterator[tuple[str, str]]:
+    """(local name, dotted path) of each absolute import among the module-level statements, in order (the ones
+    under ``if``/``try`` left out)."""
+    for stmt in module.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import) or isinstance(small, cst.ImportFrom) and not small.relative:
+                yield from statement_bindings(small)
 
 
 def _asname(alias: cst.ImportAlias) -> str | None:

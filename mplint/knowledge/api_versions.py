@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from mplint.knowledge.loss_scale_names import LSO_MEMBERS
+
 
 class KerasName(NamedTuple):
     generations: frozenset[int]  # the Keras generations that have it
@@ -61,9 +63,7 @@ KERAS = {
 }
 
 # The LossScaleOptimizer members above, by generation (the form tests and MP502 read).
-LOSS_SCALE_OPTIMIZER = {name: KERAS[name].generations for name in (
-    "get_scaled_loss", "get_unscaled_gradients", "loss_scale", "dynamic_counter", "scale_loss", "dynamic_scale",
-    "step_counter")}
+LOSS_SCALE_OPTIMIZER = {name: KERAS[name].generations for name in sorted(LSO_MEMBERS)}
 
 
 class TorchName(NamedTuple):

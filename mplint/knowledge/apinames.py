@@ -31,6 +31,8 @@ _NAMESPACES: tuple[tuple[str, str], ...] = (
     ("numpy", "np"),
 )
 KERAS_NAMESPACES = frozenset({"keras", "tf.keras", "tf_keras"})
+# The module a fix imports to reach each Keras namespace.
+NAMESPACE_MODULES = {"keras": "keras", "tf.keras": "tensorflow.keras", "tf_keras": "tf_keras"}
 # PyTorch and NVIDIA apex, kept apart from the table above: the Keras rules and analyses read any name
 # ``canonical`` resolves as Keras, TensorFlow or NumPy (``torch.where`` is not ``tf.where``), so the MPT
 # rules ask ``torch_canonical`` instead. ``torch.cuda.amp.autocast`` stays ``torch`` + ``cuda.amp.autocast``.
@@ -104,6 +106,13 @@ def canonical(qualified: str, reexports: Mapping[str, str] = {}) -> KName | None
                 continue
             return KName(ns, _normalize_path(rest))
     return None
+
+
+def keras_namespace(module: str) -> str | None:
+    """The Keras namespace a module path belongs to (keras, tf.keras, tf_keras), read from the one table of
+    prefixes ``canonical`` uses; None for other modules."""
+    k = canonical(module)
+    return k.ns if k is not None and k.is_keras else None
 
 
 def torch_canonical(qualified: str) -> KName | None:

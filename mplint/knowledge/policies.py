@@ -7,11 +7,16 @@ in reinforcement-learning code is no Keras call), then ask these functions.
 from __future__ import annotations
 
 from mplint.knowledge.apinames import KName
+from mplint.knowledge.dtypes import WIDE_DTYPES
 
 MIXED_POLICIES = frozenset({"mixed_float16", "mixed_bfloat16"})
 FLOAT16_POLICIES = frozenset({"mixed_float16", "float16"})
 BFLOAT16_POLICIES = frozenset({"mixed_bfloat16", "bfloat16"})
 REDUCED_POLICIES = FLOAT16_POLICIES | BFLOAT16_POLICIES
+# Full precision: no reduced dtype anywhere.
+FLOAT32_POLICIES = WIDE_DTYPES
+# The policies a user may name (the config's `policy`, `--policy`), in the order help and errors list them.
+POLICY_NAMES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
 UNKNOWN_POLICY = "?"  # set from a value known only at run time: possibly mixed
 
 SETTER_NAMES = frozenset({"set_global_policy", "set_policy", "set_dtype_policy"})
@@ -34,4 +39,4 @@ def is_floatx_setter(k: KName | None) -> bool:
 
 def dtype_policy_name(value: str) -> str | None:
     """A string that names a policy or a compute dtype (``"float16"``, ``tf.float16``'s name)."""
-    return value if value in REDUCED_POLICIES | {"float32", "float64"} else None
+    return value if value in REDUCED_POLICIES | FLOAT32_POLICIES else None

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mplint.engine.registry import unknown_selectors
+from mplint.knowledge.policies import POLICY_NAMES as POLICIES
 
 YAML_NAMES = (".mplint.yaml", ".mplint.yml")
-POLICIES = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
 # What makes a folder a project root: packaging metadata, dependency pins (requirements files, conda
 # environments, Pipfiles, Dockerfiles: each names what its programs run on), an mplint config, a repository.
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", ".git", *YAML_NAMES,

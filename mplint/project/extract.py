@@ -13,8 +13,8 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from mplint.engine.imports import callee_name, import_bindings
-from mplint.knowledge.apinames import canonical
+from mplint.engine.imports import callee_name, dotted_name as _dotted, import_bindings
+from mplint.knowledge.apinames import canonical, keras_namespace
 from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
 from mplint.knowledge.loss_math import GROWING_NAMES, REDUCTION_NAMES
@@ -100,26 +100,6 @@ class FileFacts:
     # CPython parsed the file: its check needs no parse of its own to report syntax errors when no rule's byte
     # trigger is in it (False in entries cached before the field existed: those files are parsed again).
     parses: bool = False
-
-
-def _dotted(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
-def _keras_kind(module: str) -> str | None:
-    root = module.split(".")[0]
-    if root in ("keras", "tf_keras"):
-        return root
-    if module.startswith(("tensorflow.keras", "tensorflow.compat.v2.keras", "tensorflow.compat.v1.keras")):
-        return "tf.keras"
-    return None
 
 
 def _is_main_guard(stmt: ast.stmt) -> bool:
@@ -258,7 +238,7 @@ class _Reader(_FastVisitor):
         for alias, (bound, path) in zip(node.names, import_bindings((a.name, a.asname) for a in node.names)):
             self.aliases[bound] = path
             self.facts.imports.append(ImportRecord(alias.name, "", bound, 0, node.lineno))
-            kind = _keras_kind(alias.name)
+            kind = keras_namespace(alias.name)
             if kind and not self.optional:
                 self.facts.keras_imports.add(kind)
 
@@ -270,7 +250,7 @@ class _Reader(_FastVisitor):
             bound = alias.asname or alias.name
             self.facts.imports.append(ImportRecord(module, alias.name, bound if alias.name != "*" else "*", node.level, node.lineno))
         if node.level == 0:
-            kind = _keras_kind(module)
+            kind = keras_namespace(module)
             if module == "tensorflow" and any(a.name == "keras" for a in node.names):
                 kind = "tf.keras"
             if kind and not self.optional:

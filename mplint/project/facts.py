@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mplint.engine.facts import per_project_table
-from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, FLOAT32_POLICIES, UNKNOWN_POLICY
 from mplint.project.extract import PolicySite
 from mplint.project.generation import DEFAULT, Generation
 
@@ -127,7 +127,7 @@ class ProjectFacts:
 
     @property
     def bfloat16_only(self) -> bool:
-        names = self.policy_names - {"float32", "float64"}
+        names = self.policy_names - FLOAT32_POLICIES
         return bool(names) and names <= BFLOAT16_POLICIES
 
     @property
@@ -137,7 +137,7 @@ class ProjectFacts:
     def describe_policy(self) -> str:
         """Where the MP context comes from, for messages: the policy, where it is set, and by which program."""
         mixed = [(p, link) for p, link in zip(self.policies, self.links or [None] * len(self.policies))
-                 if p.policy not in ("float32", "float64")]
+                 if p.policy not in FLOAT32_POLICIES]
         if not mixed:
             return self.library_reason() or "no mixed policy"
         site, link = mixed[0]
@@ -152,7 +152,7 @@ class ProjectFacts:
             return "library code (no program of this project that reaches it sets a policy; any user may pick mixed_float16)"
         text = f"library code of {self.distribution} (users pick the policy)"
         for site, link in zip(self.policies, self.links or [None] * len(self.policies)):
-            if site.policy in ("float32", "float64") and link is not None and link.entry != self.path:
+            if site.policy in FLOAT32_POLICIES and link is not None and link.entry != self.path:
                 stem = link.entry.rsplit("/", 1)[-1].removesuffix(".py")
                 kind = "a test" if stem.startswith("test_") or stem.endswith("_test") else "a tool script"
                 return f"{text}; {link.entry} sets {site.policy} but is {kind} of this repository"
@@ -160,12 +160,12 @@ class ProjectFacts:
 
     def library_status(self) -> str:
         """Whether this is library code and why, for ``--show-facts``: the reason messages give."""
-        mixed = self.describe_policy() if any(p.policy not in ("float32", "float64") for p in self.policies) else ""
+        mixed = self.describe_policy() if any(p.policy not in FLOAT32_POLICIES for p in self.policies) else ""
         if self.library_context:  # a mixed program that reaches it adds its own context, as messages say
             return f"{self.library_reason()}; also {mixed}" if mixed else self.library_reason()
         if mixed:
             return f"not library code: {mixed}"
-        float32 = [f"{p.policy} set at {p.path}:{p.line}" for p in self.policies if p.policy in ("float32", "float64")]
+        float32 = [f"{p.policy} set at {p.path}:{p.line}" for p in self.policies if p.policy in FLOAT32_POLICIES]
         if float32:
             return f"not library code: this project's programs run it with {', '.join(float32)}"
         return "not library code: a program of this project"
@@ -199,7 +199,7 @@ class ProjectFacts:
             "policy": None,
         }
         for site, link in zip(self.policies, self.links or [None] * len(self.policies)):
-            if site.policy in ("float32", "float64"):
+            if site.policy in FLOAT32_POLICIES:
                 continue
             record["policy"] = site.policy
             record["set_at"] = None if site.how == "config" else (

@@ -20,10 +20,8 @@ from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts
 from mplint.project.generation import DEFAULT, Generation, from_imports
 from mplint.project.pins import PinFinder
-from mplint.knowledge.policies import is_floatx_setter, is_policy_setter
+from mplint.knowledge.policies import FLOAT32_POLICIES, is_floatx_setter, is_policy_setter
 from mplint.project.published import Distribution
-
-_NOT_MIXED = frozenset({"float32", "float64"})
 
 
 @dataclass(eq=False)
@@ -67,7 +65,7 @@ class Program:
 
     @property
     def sets_mixed_policy(self) -> bool:
-        return any(s.policy not in _NOT_MIXED for s in self.sites)
+        return any(s.policy not in FLOAT32_POLICIES for s in self.sites)
 
 
 def _is_test_module(path: Path) -> bool:
@@ -430,7 +428,7 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
         else:
             ordered = sorted(sites, key=lambda s: (s.path != module.display, s.path, s.line))  # stable: source order
             policies, links = tuple(ordered), tuple(sites[s] for s in ordered)
-        mixed = any(p.policy not in _NOT_MIXED for p in policies)
+        mixed = any(p.policy not in FLOAT32_POLICIES for p in policies)
         if programs:
             namespaces = frozenset().union(*(p.keras_imports for p in programs))
             tpu = sorted(frozenset().union(*(p.tpu_sites for p in programs)))

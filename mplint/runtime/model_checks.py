@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REDUCED = ("float16", "bfloat16")
+from mplint.knowledge.dtypes import REDUCED_DTYPES
+
 SOFTMAX_LAYERS = ("Softmax",)
 MATMUL_LAYERS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose",
                  "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D")
@@ -121,11 +122,11 @@ def check_model(model) -> list[RuntimeFinding]:
     findings: list[RuntimeFinding] = []
     output_layers = _output_layers(model)
     for tensor in getattr(model, "outputs", None) or []:
-        if _dtype_name(tensor) in REDUCED:
+        if _dtype_name(tensor) in REDUCED_DTYPES:
             layer = getattr(tensor, "_keras_history", (None,))[0]
             findings.append(RuntimeFinding("MP806", f"model output is {_dtype_name(tensor)}", getattr(layer, "name", None)))
     for layer in output_layers:
-        if _is_softmax(layer) and _compute_dtype(layer) in REDUCED:
+        if _is_softmax(layer) and _compute_dtype(layer) in REDUCED_DTYPES:
             findings.append(RuntimeFinding(
                 "MP101", f"softmax output computed in {_compute_dtype(layer)}: pass dtype=\"float32\" to this layer", layer.name))
     layers = _flatten(model)
@@ -145,7 +146,7 @@ def check_model(model) -> list[RuntimeFinding]:
             text = ", ".join(f"{k} {v}" for k, v in odd.items())
             findings.append(RuntimeFinding("MP807", f"{type(layer).__name__} {text} not a multiple of 8: no Tensor Cores", layer.name))
     for variable in getattr(model, "weights", []):
-        if _dtype_name(variable) in REDUCED:
+        if _dtype_name(variable) in REDUCED_DTYPES:
             name = getattr(variable, "path", None) or variable.name
             findings.append(RuntimeFinding("MP602", f"variable {name} is stored in {_dtype_name(variable)}: small updates are lost", name))
     return findings

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from mplint.knowledge.policies import MIXED_POLICIES, POLICY_NAMES
 from mplint.runtime.keras_generation import keras_module
 
 log = logging.getLogger("mplint.runtime")
 
-POLICIES = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+# What enable() may be asked for: the choice left to the hardware, float32 or a mixed policy.
+POLICIES = ("auto", *(p for p in POLICY_NAMES if p == "float32" or p in MIXED_POLICIES))
 
 
 @dataclass(frozen=True)

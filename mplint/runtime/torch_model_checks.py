@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from mplint.runtime.model_checks import REDUCED, RuntimeFinding
+from mplint.knowledge.dtypes import REDUCED_DTYPES
+from mplint.runtime.model_checks import RuntimeFinding
 
 FLOAT16_MAX = 65504.0
 FLOAT16_ZERO = 2.0 ** -25  # this and smaller round to 0 in float16 (its smallest subnormal is 2**-24)
@@ -148,9 +149,9 @@ def check_model(model, *inputs, precision=None, dtype: str = "float16", **kwargs
     producers = {watch.producers[id(t)][1] for t in outputs if id(t) in watch.producers}
     for tensor in outputs:
         name = str(tensor.dtype).replace("torch.", "")
-        if name in REDUCED:
+        if name in REDUCED_DTYPES:
             findings.append(RuntimeFinding("MP806", f"model output is {name}", watch.producers.get(id(tensor), (None, None))[1]))
-    if precision.dtype in REDUCED:
+    if precision.dtype in REDUCED_DTYPES:
         last = watch.called[-1] if watch.called else None
         for module in watch.called:
             attribute = SIZES[type(module).__name__]
@@ -163,6 +164,6 @@ def check_model(model, *inputs, precision=None, dtype: str = "float16", **kwargs
     findings.extend(watch.findings)
     for name, parameter in model.named_parameters():
         dtype_name = str(parameter.dtype).replace("torch.", "")
-        if dtype_name in REDUCED:
+        if dtype_name in REDUCED_DTYPES:
             findings.append(RuntimeFinding("MPT101", f"parameter {name} is stored in {dtype_name}: small updates are lost", name))
     return findings

@@ -19,7 +19,6 @@ from mplint.verify import datasets, recorder, sandbox
 
 _local = threading.local()
 _scaled_losses: dict = {}  # id(scaled loss) -> (scaled, loss): report the loss the user wrote
-REDUCED = ("float16", "bfloat16")
 
 
 def R() -> recorder.Recorder:

@@ -19,6 +19,8 @@ import threading
 import types
 from dataclasses import dataclass
 
+from mplint.engine.imports import dotted_name as _dotted
+
 NAME = "__mplint_loops__"
 _local = threading.local()
 
@@ -210,15 +212,6 @@ def _place(frame) -> tuple[str, int]:
 
 
 # --- training loops found in the source, for the report of loops a capped run never reached -------
-
-def _dotted(node) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
 
 def _optimizers(tree) -> set[str]:
     """Names bound to a torch optimizer's construction (``opt = torch.optim.Adam(...)``)."""

@@ -11,11 +11,11 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from mplint.knowledge.dtypes import REDUCED_DTYPES
 from mplint.verify.runner import RunResult
 
 UNDERFLOW_LIMIT = 0.05  # MP804
 COLLAPSE_FACTOR = 256.0  # MP803: last scale <= first / 256
-REDUCED = ("float16", "bfloat16")
 BLOCKING = ("MP802", "MP803", "MP804", "MPT202", "MPT204")
 UPDATE_FACTOR = 64.0  # a first update this many times off the float32 reference's is the loss scale left in
 WARMUP_STEPS = 2
@@ -206,8 +206,8 @@ def metrics(run: RunResult, reference: RunResult | None = None) -> Metrics:
         if share is not None and share >= UNDERFLOW_LIMIT:
             m.findings.append({"rule": "MP804", "message": f"{name}: {share:.0%} of non-zero float32 gradients are zero"})
     for model in records.get("models", []):
-        reduced = [d for d in model.get("output_dtypes", []) if d in REDUCED]
-        if model.get("keras") == 0 and not set(model.get("parameter_dtypes", [])) & set(REDUCED):
+        reduced = [d for d in model.get("output_dtypes", []) if d in REDUCED_DTYPES]
+        if model.get("keras") == 0 and not set(model.get("parameter_dtypes", [])) & REDUCED_DTYPES:
             reduced = []  # a torch module under autocast: float16 outputs by design, its loss runs in float32
         if reduced:
             m.findings.append({"rule": "MP806", "message": f"{model['name']}: output observed as {', '.join(reduced)}"})
