@@ -60,12 +60,14 @@ class Editor:
             self.refreshes += 1
 
     async def start(self, pull: bool = False, resolve: bool = False, settings: dict | None = None,
-                    encodings: list[str] | None = None, configuration: bool = False) -> types.InitializeResult:
+                    encodings: list[str] | None = None, configuration: bool = False,
+                    server: tuple[str, ...] = ("-m", "mplint", "server")) -> types.InitializeResult:
         """``pull``: the editor pulls diagnostics (LSP 3.17); ``resolve``: it resolves code actions' edits;
         ``settings``: the ``initializationOptions``; ``encodings``: the position encodings it offers;
-        ``configuration``: the server may ask for its settings (``workspace/configuration``: ``self.section``)."""
+        ``configuration``: the server may ask for its settings (``workspace/configuration``: ``self.section``);
+        ``server``: the interpreter's arguments that run the server."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        await self.client.start_io(sys.executable, "-m", "mplint", "server", env=env, cwd=self.root)
+        await self.client.start_io(sys.executable, *server, env=env, cwd=self.root)
         capabilities = types.ClientCapabilities(
             workspace=types.WorkspaceClientCapabilities(
                 did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True),
@@ -330,6 +332,51 @@ async def test_actions_come_from_the_last_check_and_their_edits_on_resolve(edito
         [types.TextDocumentContentChangeWholeDocument(text="\n" + text)]))
     stale = await resolve(offered[0])  # listed for the text before the change: its edit would land a line off
     assert stale.edit is None
+
+
+# The server with every check that fixes refused: a quick fix must come from the last check alone.
+NO_FIX_RUNS = ("-c", "import sys\nimport mplint.server.actions as actions\n"
+               "def refused(*args, **kwargs):\n    raise AssertionError('a check ran to resolve a quick fix')\n"
+               "actions.check = refused\nfrom mplint.server.app import main\nsys.exit(main())\n")
+
+
+@session_with(resolve=True, server=NO_FIX_RUNS)
+async def test_a_quick_fix_is_resolved_from_the_last_check_without_running_the_rules(editor: Editor, root: Path):
+    text = '"""Policy."""\nfrom keras.backend import set_floatx\nimport os\n\nset_floatx("float16")\n'
+    uri = editor.open(root / "setup_policy.py", text)
+    [d] = await editor.diagnostics(uri)
+    [fix] = [a for a in await editor.actions(uri, [d]) if a.title.startswith("Fix MP602")]
+    resolve = lambda action: asyncio.wait_for(editor.client.code_action_resolve_async(action), TIMEOUT)  # noqa: E731
+    first, again = await resolve(fix), await resolve(fix)  # placed on the first resolve, then kept with the check
+    fixed = ('"""Policy."""\nfrom keras.backend import set_floatx\nimport os\nfrom keras import mixed_precision\n\n'
+             'mixed_precision.set_global_policy("mixed_float16")\n')
+    assert apply(text, first.edit.changes[uri]) == apply(text, again.edit.changes[uri]) == fixed
+    assert [(e.range.start.line, e.range.end.line, e.new_text) for e in first.edit.changes[uri]] == [
+        (4, 4, 'mixed_precision.set_global_policy("mixed_float16")'), (3, 3, "from keras import mixed_precision\n")]
+    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangeWholeDocument(text=text + "x = 1\n")]))
+    assert (await resolve(fix)).edit is None  # listed for the text before the change
+    [d] = await editor.diagnostics(uri)
+    [fix] = [a for a in await editor.actions(uri, [d]) if a.title.startswith("Fix MP602")]
+    assert apply(text + "x = 1\n", (await resolve(fix)).edit.changes[uri]) == fixed + "x = 1\n"
+    assert editor.logged == []
+
+
+@session_with(resolve=True, server=NO_FIX_RUNS)
+async def test_a_quick_fix_in_a_notebook_cell_adds_its_import_to_the_first_cell(editor: Editor, root: Path):
+    notebook = from_fs_path(str(root / "train.ipynb"))
+    cells = [("cell-1", "%matplotlib inline\nfrom keras.backend import set_floatx\n"), ("cell-2", 'set_floatx("float16")\n')]
+    uris, published = await _open_notebook(editor, root, notebook, cells)
+    [d] = published[uris["cell-2"]]
+    assert (d.code, d.range.start) == ("MP602", types.Position(0, 0))
+    [fix] = [a for a in await editor.actions(uris["cell-2"], [d]) if a.title.startswith("Fix MP602")]
+    resolved = await asyncio.wait_for(editor.client.code_action_resolve_async(fix), TIMEOUT)
+    assert sorted(resolved.edit.changes) == sorted(uris.values())
+    # where ``mplint --fix`` puts it: above the magic (a statement to libcst), not after the imports below it
+    assert apply(cells[0][1], resolved.edit.changes[uris["cell-1"]]) == (
+        "from keras import mixed_precision\n\n%matplotlib inline\nfrom keras.backend import set_floatx\n")
+    assert apply(cells[1][1], resolved.edit.changes[uris["cell-2"]]) == 'mixed_precision.set_global_policy("mixed_float16")\n'
 
 
 @session
