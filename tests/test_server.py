@@ -478,6 +478,35 @@ async def test_an_edit_that_sets_a_policy_updates_the_other_open_files_as_the_co
     assert editor.logged == []
 
 
+@session_with(pull=True)
+async def test_a_pulled_check_that_changes_the_facts_asks_the_client_to_pull_again(editor: Editor, root: Path):
+    (root / "policy.py").write_text("import keras\n")
+    model = 'import policy\nimport keras\n\nmodel = keras.Sequential([keras.layers.Dense(10, activation="softmax")])\n'
+    (root / "model.py").write_text(model)
+    policy_uri = editor.open(root / "policy.py", "import keras\n")
+    model_uri = editor.open(root / "model.py", model)
+    pull = lambda uri, previous=None: asyncio.wait_for(editor.client.text_document_diagnostic_async(  # noqa: E731
+        types.DocumentDiagnosticParams(types.TextDocumentIdentifier(uri), previous_result_id=previous)), TIMEOUT)
+    before = await pull(model_uri)
+    assert (before.kind, list(before.items)) == ("full", [])  # no policy yet: float32 everywhere
+    assert list((await pull(policy_uri)).items) == []
+    assert editor.refreshes == 0  # nothing changed the facts
+    mixed = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
+    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=policy_uri, version=2),
+        [types.TextDocumentContentChangeWholeDocument(text=mixed)]))
+    assert list((await pull(policy_uri)).items) == []  # its check finds the project's policy changed
+    for _ in range(100):
+        if editor.refreshes:
+            break
+        await asyncio.sleep(0.1)
+    assert editor.refreshes == 1
+    after = await pull(model_uri, before.result_id)  # the client pulls again, as asked
+    assert after.kind == "full" and after.result_id != before.result_id
+    assert [(rule, where) for rule, where, _ in _findings(after.items)] == [("MP101", (3, 26, 3, 70))]
+    assert editor.published.empty() and editor.logged == []
+
+
 def _answer_edits(editor: Editor) -> list[types.WorkspaceEdit]:
     """The editor applies every ``workspace/applyEdit`` the server asks for; the edits asked, in order."""
     asked: list[types.WorkspaceEdit] = []

@@ -356,6 +356,7 @@ class Server:
         with self.lock:
             if key in self.workspace.keys():
                 self.checked[key] = checked
+                self.facts_changed(key, checked)
         if any(d["data"]["imports"] for ds in found.values() for d in ds) and self.prepare_fixes not in self.idle:
             self.idle.append(self.prepare_fixes)
         return checked
@@ -378,7 +379,6 @@ class Server:
         with self.lock:
             if key not in self.workspace.keys():
                 return  # closed while it was checked
-            self.facts_changed(key, checked)
             found = dict(checked.found)
             for gone in self.published.get(key, set()) - set(found):
                 found[gone] = []
@@ -388,7 +388,7 @@ class Server:
 
     def facts_changed(self, key: str, checked: Checked) -> None:
         """When ``key``'s check found the project's facts changed (an edit set a policy, say), the other open
-        documents checked with the old facts are checked again (or pulled again)."""
+        documents checked with the old facts are checked again (pushed), or the client asked to pull again."""
         stale = [k for k, c in self.checked.items() if k != key and c.facts < checked.facts]
         if not stale:
             return
