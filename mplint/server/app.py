@@ -117,11 +117,14 @@ class Server:
                 self.rpc.fail(id_, rpc.METHOD_NOT_FOUND, f"unhandled method {method}")
 
     def _work(self) -> None:
+        quiet = IDLE_S  # how long to wait for a job before doing what can wait
         while True:
             try:
-                job, id_ = self.jobs.get(timeout=IDLE_S if self.idle else None)
-            except queue.Empty:  # nothing asked for a while: do what can wait
+                job, id_ = self.jobs.get(timeout=quiet if self.idle else None)
+                quiet = IDLE_S
+            except queue.Empty:  # nothing asked for a while: do what can wait, one after another while quiet
                 job, id_ = self.idle.pop(0), None
+                quiet = 0
             try:
                 job()
             except Exception as exc:  # the request it answers gets the error: the editor must not wait forever
