@@ -3,8 +3,8 @@
 It speaks LSP with plain JSON (``rpc``): answering ``initialize`` needs nothing heavy, and the
 checker (libcst, the rules, the project's facts) is imported and warmed on a worker thread
 meanwhile. Every check runs on that one worker, in order; what a check found is kept per
-document, so code actions, hover and pulled diagnostics are answered from the last check
-while the document is unchanged, without running again.
+document, so code actions (their quick fixes' edits too), hover and pulled diagnostics are
+answered from the last check while the document is unchanged, without running again.
 
 Diagnostics are pushed when a file or notebook is opened, changed (after a short pause in
 typing) and saved, unless the client pulls them (``textDocument/diagnostic``; notebooks are
