@@ -106,6 +106,7 @@ class Diagnostic:
     edits: tuple["Edit", ...] = ()  # the fix as text replacements (imports it adds not included)
     context: dict | None = None  # the MP context and target the finding was judged under (JSON-ready)
     related: tuple[Related, ...] = ()  # the other ends of a finding across functions or modules
+    imports: tuple[ImportSpec, ...] = ()  # the imports its fix adds (where: as applying the fix decides)
 
     @property
     def fixable(self) -> bool:

@@ -60,12 +60,14 @@ class Editor:
             self.refreshes += 1
 
     async def start(self, pull: bool = False, resolve: bool = False, settings: dict | None = None,
-                    encodings: list[str] | None = None, configuration: bool = False) -> types.InitializeResult:
+                    encodings: list[str] | None = None, configuration: bool = False,
+                    server: tuple[str, ...] = ("-m", "mplint", "server")) -> types.InitializeResult:
         """``pull``: the editor pulls diagnostics (LSP 3.17); ``resolve``: it resolves code actions' edits;
         ``settings``: the ``initializationOptions``; ``encodings``: the position encodings it offers;
-        ``configuration``: the server may ask for its settings (``workspace/configuration``: ``self.section``)."""
+        ``configuration``: the server may ask for its settings (``workspace/configuration``: ``self.section``);
+        ``server``: the interpreter's arguments that run the server."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        await self.client.start_io(sys.executable, "-m", "mplint", "server", env=env, cwd=self.root)
+        await self.client.start_io(sys.executable, *server, env=env, cwd=self.root)
         capabilities = types.ClientCapabilities(
             workspace=types.WorkspaceClientCapabilities(
                 did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True),
@@ -332,6 +334,51 @@ async def test_actions_come_from_the_last_check_and_their_edits_on_resolve(edito
     assert stale.edit is None
 
 
+# The server with every check that fixes refused: a quick fix must come from the last check alone.
+NO_FIX_RUNS = ("-c", "import sys\nimport mplint.server.actions as actions\n"
+               "def refused(*args, **kwargs):\n    raise AssertionError('a check ran to resolve a quick fix')\n"
+               "actions.check = refused\nfrom mplint.server.app import main\nsys.exit(main())\n")
+
+
+@session_with(resolve=True, server=NO_FIX_RUNS)
+async def test_a_quick_fix_is_resolved_from_the_last_check_without_running_the_rules(editor: Editor, root: Path):
+    text = '"""Policy."""\nfrom keras.backend import set_floatx\nimport os\n\nset_floatx("float16")\n'
+    uri = editor.open(root / "setup_policy.py", text)
+    [d] = await editor.diagnostics(uri)
+    [fix] = [a for a in await editor.actions(uri, [d]) if a.title.startswith("Fix MP602")]
+    resolve = lambda action: asyncio.wait_for(editor.client.code_action_resolve_async(action), TIMEOUT)  # noqa: E731
+    first, again = await resolve(fix), await resolve(fix)  # placed on the first resolve, then kept with the check
+    fixed = ('"""Policy."""\nfrom keras.backend import set_floatx\nimport os\nfrom keras import mixed_precision\n\n'
+             'mixed_precision.set_global_policy("mixed_float16")\n')
+    assert apply(text, first.edit.changes[uri]) == apply(text, again.edit.changes[uri]) == fixed
+    assert [(e.range.start.line, e.range.end.line, e.new_text) for e in first.edit.changes[uri]] == [
+        (4, 4, 'mixed_precision.set_global_policy("mixed_float16")'), (3, 3, "from keras import mixed_precision\n")]
+    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangeWholeDocument(text=text + "x = 1\n")]))
+    assert (await resolve(fix)).edit is None  # listed for the text before the change
+    [d] = await editor.diagnostics(uri)
+    [fix] = [a for a in await editor.actions(uri, [d]) if a.title.startswith("Fix MP602")]
+    assert apply(text + "x = 1\n", (await resolve(fix)).edit.changes[uri]) == fixed + "x = 1\n"
+    assert editor.logged == []
+
+
+@session_with(resolve=True, server=NO_FIX_RUNS)
+async def test_a_quick_fix_in_a_notebook_cell_adds_its_import_to_the_first_cell(editor: Editor, root: Path):
+    notebook = from_fs_path(str(root / "train.ipynb"))
+    cells = [("cell-1", "%matplotlib inline\nfrom keras.backend import set_floatx\n"), ("cell-2", 'set_floatx("float16")\n')]
+    uris, published = await _open_notebook(editor, root, notebook, cells)
+    [d] = published[uris["cell-2"]]
+    assert (d.code, d.range.start) == ("MP602", types.Position(0, 0))
+    [fix] = [a for a in await editor.actions(uris["cell-2"], [d]) if a.title.startswith("Fix MP602")]
+    resolved = await asyncio.wait_for(editor.client.code_action_resolve_async(fix), TIMEOUT)
+    assert sorted(resolved.edit.changes) == sorted(uris.values())
+    # where ``mplint --fix`` puts it: above the magic (a statement to libcst), not after the imports below it
+    assert apply(cells[0][1], resolved.edit.changes[uris["cell-1"]]) == (
+        "from keras import mixed_precision\n\n%matplotlib inline\nfrom keras.backend import set_floatx\n")
+    assert apply(cells[1][1], resolved.edit.changes[uris["cell-2"]]) == 'mixed_precision.set_global_policy("mixed_float16")\n'
+
+
 @session
 async def test_notebook_fix_all_fixes_every_cell(editor: Editor, root: Path):
     notebook = from_fs_path(str(root / "train.ipynb"))
@@ -429,6 +476,35 @@ async def test_an_edit_that_sets_a_policy_updates_the_other_open_files_as_the_co
     editor.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(policy_uri)))
     assert await editor.diagnostics(model_uri) == []
     assert editor.logged == []
+
+
+@session_with(pull=True)
+async def test_a_pulled_check_that_changes_the_facts_asks_the_client_to_pull_again(editor: Editor, root: Path):
+    (root / "policy.py").write_text("import keras\n")
+    model = 'import policy\nimport keras\n\nmodel = keras.Sequential([keras.layers.Dense(10, activation="softmax")])\n'
+    (root / "model.py").write_text(model)
+    policy_uri = editor.open(root / "policy.py", "import keras\n")
+    model_uri = editor.open(root / "model.py", model)
+    pull = lambda uri, previous=None: asyncio.wait_for(editor.client.text_document_diagnostic_async(  # noqa: E731
+        types.DocumentDiagnosticParams(types.TextDocumentIdentifier(uri), previous_result_id=previous)), TIMEOUT)
+    before = await pull(model_uri)
+    assert (before.kind, list(before.items)) == ("full", [])  # no policy yet: float32 everywhere
+    assert list((await pull(policy_uri)).items) == []
+    assert editor.refreshes == 0  # nothing changed the facts
+    mixed = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
+    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=policy_uri, version=2),
+        [types.TextDocumentContentChangeWholeDocument(text=mixed)]))
+    assert list((await pull(policy_uri)).items) == []  # its check finds the project's policy changed
+    for _ in range(100):
+        if editor.refreshes:
+            break
+        await asyncio.sleep(0.1)
+    assert editor.refreshes == 1
+    after = await pull(model_uri, before.result_id)  # the client pulls again, as asked
+    assert after.kind == "full" and after.result_id != before.result_id
+    assert [(rule, where) for rule, where, _ in _findings(after.items)] == [("MP101", (3, 26, 3, 70))]
+    assert editor.published.empty() and editor.logged == []
 
 
 def _answer_edits(editor: Editor) -> list[types.WorkspaceEdit]:

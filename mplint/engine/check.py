@@ -335,6 +335,7 @@ class _Run:
             finding.severity or meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
             edits=self.edits(finding), context=self.context.facts.context_record(),
             related=tuple(replace(r, path=r.path or self.path) for r in finding.related),
+            imports=tuple(finding.fix.imports) if finding.fix else (),
         )
 
     def edits(self, finding: Finding) -> tuple[Edit, ...]:

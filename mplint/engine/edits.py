@@ -6,7 +6,7 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from mplint.diagnostics import Finding
+from mplint.diagnostics import Finding, ImportSpec
 
 
 class _ReplaceNodes(cst.CSTTransformer):
@@ -36,20 +36,53 @@ def _overlap(a, b) -> bool:
 
 
 def apply_fixes(module: cst.Module, findings: Iterable[Finding]) -> cst.Module:
+    replacements: dict[int, object] = {}
+    imports = []
+    for finding in findings:
+        for node, new in finding.fix.replacements.items():
+            replacements[id(node)] = new
+        imports.extend(finding.fix.imports)
+    module = module.visit(_ReplaceNodes(replacements))
+    return add_imports(module, imports) if imports else module
+
+
+def add_imports(module: cst.Module, imports: Iterable[ImportSpec]) -> cst.Module:
+    """``module`` with ``imports`` added as libcst's ``AddImportsVisitor`` adds them, visiting only the
+    statements it reads or changes: the docstring, the leading imports and the statement after them (it may
+    get a blank line above). Over a whole module of a few hundred lines its matchers take a second."""
     # Imported here: libcst.codemod pulls in libcst.matchers, a large import that checks without fixes skip.
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import AddImportsVisitor
 
-    replacements: dict[int, object] = {}
     context = CodemodContext()
-    needs_imports = False
-    for finding in findings:
-        for node, new in finding.fix.replacements.items():
-            replacements[id(node)] = new
-        for spec in finding.fix.imports:
-            AddImportsVisitor.add_needed_import(context, spec.module, spec.obj, spec.asname)
-            needs_imports = True
-    module = module.visit(_ReplaceNodes(replacements))
-    if needs_imports:
-        module = AddImportsVisitor(context).transform_module(module)
-    return module
+    for spec in imports:
+        AddImportsVisitor.add_needed_import(context, spec.module, spec.obj, spec.asname)
+    head = _head_length(module.body)
+    added = AddImportsVisitor(context).transform_module(module.with_changes(body=module.body[:head]))
+    return module.with_changes(body=(*added.body, *module.body[head:]))
+
+
+def _head_length(body: Sequence[cst.BaseStatement]) -> int:
+    """How many statements ``AddImportsVisitor`` may touch: as its ``_split_module`` counts them, plus one."""
+    start = 1 if body and (_is_docstring(body[0]) or _is_strict_flag(body[0])) else 0
+    end = start
+    while end < len(body) and _single(body[end], (cst.Import, cst.ImportFrom)):
+        end += 1
+    return min(end + 1, len(body))
+
+
+def _single(statement: cst.BaseStatement, kinds) -> cst.BaseSmallStatement | None:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], kinds):
+        return statement.body[0]
+    return None
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    expr = _single(statement, cst.Expr)
+    return expr is not None and isinstance(expr.value, cst.SimpleString)
+
+
+def _is_strict_flag(statement: cst.BaseStatement) -> bool:
+    assign = _single(statement, cst.Assign)
+    return (assign is not None and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+            and assign.targets[0].target.value == "__strict__")

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from mplint import __version__
-from mplint.diagnostics import Diagnostic, Edit, FixSafety, Related, Severity
+from mplint.diagnostics import Diagnostic, Edit, FixSafety, ImportSpec, Related, Severity
 from mplint.project.extract import FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
@@ -64,6 +64,7 @@ def _diagnostic_to_json(d: Diagnostic) -> dict:
     data["edits"] = [{"line": e.line, "column": e.column, "end_line": e.end_line, "end_column": e.end_column,
                       "text": e.text} for e in d.edits]
     data["related"] = [[r.path, r.line, r.message, r.cell] for r in d.related]
+    data["imports"] = [[i.module, i.obj, i.asname] for i in d.imports]
     return data
 
 
@@ -73,6 +74,7 @@ def _diagnostic_from_json(data: dict) -> Diagnostic:
     data["fix_safety"] = FixSafety(data["fix_safety"])
     data["edits"] = tuple(Edit(**e) for e in data.get("edits", ()))
     data["related"] = tuple(Related(*r) for r in data.get("related", ()))
+    data["imports"] = tuple(ImportSpec(*i) for i in data.get("imports", ()))
     return Diagnostic(**data)
 
 

@@ -1,17 +1,17 @@
 """Code actions: each finding's fix (unsafe ones say so), a ``noqa`` comment, fix all (a file or a cell),
 and fix all over a whole notebook.
 
-Actions are listed from the last check (the diagnostics carry their rule and the finding's own
-edits in ``data``); their edits are made by ``codeAction/resolve`` when the client resolves
-edits (else before answering). A finding's fix also adds the imports the same rule's fix adds (those come from
-fixing the buffer with that rule alone and keeping the changed lines that no finding of the
-rule touches), and "fix all" is ``mplint --fix`` on the buffer (safe fixes, unsafe ones too when
-the configuration asks for them), as the command line would write it.
+Actions are listed from the last check (the diagnostics carry their rule, the finding's own edits and
+the imports its fix adds in ``data``); their edits are made by ``codeAction/resolve`` when the client
+resolves edits (else before answering). A finding's fix is its own edits and its imports, added to
+the checked text where applying the fix adds them, without running the rules again. "Fix all" is
+``mplint --fix`` on the buffer (safe fixes, unsafe ones too when the configuration asks for them), as
+the command line would write it.
 """
 
 from __future__ import annotations
 
-from mplint.diagnostics import Edit
+from mplint.diagnostics import Edit, ImportSpec
 from mplint.server import edits
 from mplint.server.documents import Buffer, Part, Settings, check, fixed_texts
 from mplint.server.positions import Codec
@@ -46,11 +46,47 @@ def fix_action(part: Part, d: dict) -> dict | None:
             "data": {"action": "fix", "uri": part.uri}}
 
 
-def resolve_fix(buffer: Buffer, part: Part, d: dict, found: list[dict], folder, codec: Codec, settings: Settings,
-                **context) -> dict:
-    """The fix's edit: the finding's own edits, and the lines the rule's fix adds that no finding of the rule in
-    ``found`` (the last check's diagnostics of the buffer) touches: its imports. ``context``: ``check``'s
-    ``others`` and ``warm``."""
+def fix_imports(d: dict) -> tuple[ImportSpec, ...]:
+    """The imports a finding's fix adds, as its check gave them."""
+    return tuple(ImportSpec(*i) for i in (_data(d) or {}).get("imports") or ())
+
+
+def with_imports(buffer: Buffer, result, imports: tuple[ImportSpec, ...]) -> dict[str, str] | None:
+    """URI -> new text of each part of ``buffer`` that adding ``imports`` changes, placed where applying a fix
+    places them; from the buffer and its last check (``result``) alone. ``None`` where its text cannot be
+    parsed back to itself (then ``fixed_by_rule`` decides)."""
+    import libcst as cst
+
+    from mplint.engine.check import parse
+    from mplint.engine.edits import add_imports
+
+    nb = getattr(result, "notebook", None)
+    text = nb.virtual if nb is not None else buffer.parts[0].text
+    module = parse(str(buffer.path), text.encode("utf-8") if nb is not None else buffer.source())
+    if not isinstance(module, cst.Module) or module.code != text:
+        return None
+    new = add_imports(module, imports).code
+    if nb is None:
+        return {buffer.parts[0].uri: new} if new != text else {}
+    texts = nb.cell_texts(new)
+    if texts is None:
+        return None
+    return {p.uri: texts[p.cell] for p in buffer.parts if p.cell in texts and texts[p.cell] != p.text}
+
+
+def fixed_by_rule(buffer: Buffer, d: dict, folder, settings: Settings, **context) -> dict[str, str]:
+    """URI -> new text of each part the finding's rule fixes: a check of the buffer fixing that rule alone.
+    ``context``: ``check``'s ``others`` and ``warm``."""
+    data = _data(d)
+    after = check(buffer, folder, fix=True, unsafe=data["safety"] == "unsafe", select=[data["rule"]], settings=settings,
+                  **context)
+    return fixed_texts(buffer, after)
+
+
+def resolve_fix(buffer: Buffer, part: Part, d: dict, found: list[dict], codec: Codec, fixed: dict[str, str]) -> dict:
+    """The fix's edit: the finding's own edits, and the lines of ``fixed`` (URI -> new text of parts: what
+    ``with_imports`` or ``fixed_by_rule`` made) that no finding of the rule in ``found`` (the last check's
+    diagnostics of the buffer) touches: the imports its fix adds."""
     data = _data(d)
     changes = {part.uri: edits.from_edits(codec, part.text, tuple(Edit(*e) for e in data["edits"]))}
     touched: dict[int | None, set[int]] = {}
@@ -58,9 +94,7 @@ def resolve_fix(buffer: Buffer, part: Part, d: dict, found: list[dict], folder, 
         if other["data"]["rule"] == data["rule"]:
             for e in other["data"]["edits"]:
                 touched.setdefault(other["data"]["cell"], set()).update(range(e[0] - 1, e[2]))
-    after = check(buffer, folder, fix=True, unsafe=data["safety"] == "unsafe", select=[data["rule"]], settings=settings,
-                  **context)
-    for uri, text in fixed_texts(buffer, after).items():
+    for uri, text in fixed.items():
         other = next(p for p in buffer.parts if p.uri == uri)
         hunks = [h for h in edits.line_hunks(other.text, text)
                  if not touched.get(other.cell, set()) & set(range(h[0], max(h[1], h[0] + 1)))]

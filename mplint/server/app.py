@@ -3,8 +3,8 @@
 It speaks LSP with plain JSON (``rpc``): answering ``initialize`` needs nothing heavy, and the
 checker (libcst, the rules, the project's facts) is imported and warmed on a worker thread
 meanwhile. Every check runs on that one worker, in order; what a check found is kept per
-document, so code actions, hover and pulled diagnostics are answered from the last check
-while the document is unchanged, without running again.
+document, so code actions (their quick fixes' edits too), hover and pulled diagnostics are
+answered from the last check while the document is unchanged, without running again.
 
 Diagnostics are pushed when a file or notebook is opened, changed (after a short pause in
 typing) and saved, unless the client pulls them (``textDocument/diagnostic``; notebooks are
@@ -20,7 +20,7 @@ import itertools
 import queue
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from mplint import __version__
@@ -48,6 +48,7 @@ class Checked:
     result: object  # FileResult
     config: object  # the project's Config
     found: dict[str, list[dict]]
+    with_imports: dict[tuple, dict[str, str] | None] = field(default_factory=dict)  # see ``Server.import_texts``
 
 
 def _get(mapping, *path, default=None):
@@ -116,11 +117,14 @@ class Server:
                 self.rpc.fail(id_, rpc.METHOD_NOT_FOUND, f"unhandled method {method}")
 
     def _work(self) -> None:
+        quiet = IDLE_S  # how long to wait for a job before doing what can wait
         while True:
             try:
-                job, id_ = self.jobs.get(timeout=IDLE_S if self.idle else None)
-            except queue.Empty:  # nothing asked for a while: do what can wait
+                job, id_ = self.jobs.get(timeout=quiet if self.idle else None)
+                quiet = IDLE_S
+            except queue.Empty:  # nothing asked for a while: do what can wait, one after another while quiet
                 job, id_ = self.idle.pop(0), None
+                quiet = 0
             try:
                 job()
             except Exception as exc:  # the request it answers gets the error: the editor must not wait forever
@@ -355,6 +359,9 @@ class Server:
         with self.lock:
             if key in self.workspace.keys():
                 self.checked[key] = checked
+                self.facts_changed(key, checked)
+        if any(d["data"]["imports"] for ds in found.values() for d in ds) and self.prepare_fixes not in self.idle:
+            self.idle.append(self.prepare_fixes)
         return checked
 
     def lint_soon(self, key: str) -> None:
@@ -375,7 +382,6 @@ class Server:
         with self.lock:
             if key not in self.workspace.keys():
                 return  # closed while it was checked
-            self.facts_changed(key, checked)
             found = dict(checked.found)
             for gone in self.published.get(key, set()) - set(found):
                 found[gone] = []
@@ -385,7 +391,7 @@ class Server:
 
     def facts_changed(self, key: str, checked: Checked) -> None:
         """When ``key``'s check found the project's facts changed (an edit set a policy, say), the other open
-        documents checked with the old facts are checked again (or pulled again)."""
+        documents checked with the old facts are checked again (pushed), or the client asked to pull again."""
         stale = [k for k, c in self.checked.items() if k != key and c.facts < checked.facts]
         if not stale:
             return
@@ -490,11 +496,26 @@ class Server:
                    for d in diagnostics)
 
     def resolve(self, params, id_) -> None:
+        """A quick fix is resolved now from the last check when that check is the one it was listed from (and
+        the imports its fix adds are known), or at once without an edit when the document changed since;
+        anything else on the worker."""
+        data = params.get("data") or {}
+        if data.get("action") == "fix" and isinstance(data.get("uri"), str):
+            key = self.workspace.key(data["uri"])
+            last, checked = self.checked.get(key), self.fresh(key)
+            if last is not None and "check" in data and last.buffer != self.workspace.buffer(key):
+                self.rpc.respond(id_, params)  # listed for a text the editor no longer has: the client asks again
+                return
+            if checked is not None and "check" in data and (data["check"] != checked.id
+                                                            or self.imports_known(checked, params)):
+                self.rpc.respond(id_, self.resolved(params, checked))
+                return
         self.later(lambda: self.rpc.respond(id_, self.resolved(params)), id_)
 
-    def resolved(self, action: dict) -> dict:
-        """``action`` with its edit (run on the worker: fixing runs the checker again); without one when none can
-        be made (the document closed or changed so that the action no longer applies)."""
+    def resolved(self, action: dict, checked: Checked | None = None) -> dict:
+        """``action`` with its edit; without one when none can be made (the document closed or changed so that
+        the action no longer applies). ``checked``: the fresh last check of its document, else it is checked
+        (on the worker) unless its last check is fresh."""
         from mplint.server import actions
         from mplint.server.documents import project_folder
 
@@ -502,25 +523,60 @@ class Server:
         if "edit" in action or data.get("action") not in ("fix", "noqa", "fixAll"):
             return action
         key = self.workspace.key(data["uri"])
-        checked = self.ensure(key)
+        checked = checked or self.ensure(key)
         part = next((p for p in checked.buffer.parts if p.uri == data["uri"]), None) if checked else None
         if part is None or data.get("check", checked.id) != checked.id:
             return action  # the document changed since: the client asks again
         folder = project_folder(checked.buffer.path, self.workspace.folders)
-        context = self.context(key)
         try:
             if data["action"] == "fix":
-                found = [d for ds in checked.found.values() for d in ds]
-                edit = actions.resolve_fix(checked.buffer, part, action["diagnostics"][0], found, folder, self.codec,
-                                           self.settings, **context)
+                d = action["diagnostics"][0]
+                found = [other for ds in checked.found.values() for other in ds]
+                fixed = self.import_texts(checked, actions.fix_imports(d))
+                if fixed is None:  # the imports could not be placed from the text alone: fix with the rule
+                    fixed = actions.fixed_by_rule(checked.buffer, d, folder, self.settings, **self.context(key))
+                edit = actions.resolve_fix(checked.buffer, part, d, found, self.codec, fixed)
             elif data["action"] == "noqa":
                 edit = actions.resolve_noqa(part, action["diagnostics"][0], checked.result, self.codec)
             else:
                 edit = actions.resolve_fix_all(checked.buffer, part, action["kind"], folder, self.codec, self.settings,
-                                               **context)
+                                               **self.context(key))
         except CheckFailed:
             edit = None
         return {**action, "edit": edit} if edit is not None else action
+
+    @staticmethod
+    def imports_known(checked: Checked, action: dict) -> bool:
+        from mplint.server import actions
+
+        imports = actions.fix_imports((action.get("diagnostics") or [{}])[0])
+        return not imports or imports in checked.with_imports
+
+    def import_texts(self, checked: Checked, imports: tuple) -> dict[str, str] | None:
+        """What adding ``imports`` makes of the checked buffer's parts (``actions.with_imports``), computed
+        once per check: by ``prepare_fixes`` while the editor is idle, else by the first resolve asking."""
+        from mplint.server import actions
+
+        if not imports:
+            return {}
+        with self.lock:
+            if imports in checked.with_imports:
+                return checked.with_imports[imports]
+        texts = actions.with_imports(checked.buffer, checked.result, imports)
+        with self.lock:
+            checked.with_imports[imports] = texts
+        return texts
+
+    def prepare_fixes(self) -> None:
+        """Idle work on the worker: the imports of each quick fix of the fresh last checks (placing them runs
+        libcst's import codemod, tens of milliseconds), so that resolving the fix is a lookup."""
+        from mplint.server import actions
+
+        with self.lock:
+            fresh = [c for key in list(self.checked) if (c := self.fresh(key)) is not None]
+        for checked in fresh:
+            for imports in {actions.fix_imports(d) for ds in checked.found.values() for d in ds} - {()}:
+                self.import_texts(checked, imports)
 
     # -- commands ------------------------------------------------------------------------------
 

@@ -40,7 +40,8 @@ def to_lsp(codec: Codec, text: str, d: Diagnostic, docs_url: str | None = None) 
         "message": d.message,
         "data": {"rule": d.rule_id, "name": d.name, "safety": d.fix_safety.value, "fix": d.fix_description,
                  "line": d.line, "column": d.column, "cell": d.cell,
-                 "edits": [[e.line, e.column, e.end_line, e.end_column, e.text] for e in d.edits]},
+                 "edits": [[e.line, e.column, e.end_line, e.end_column, e.text] for e in d.edits],
+                 "imports": [[i.module, i.obj, i.asname] for i in d.imports]},
     }
     if d.related:
         out["relatedInformation"] = [related(r) for r in d.related]
