@@ -620,7 +620,12 @@ def test_mp601_normalization_in_float32_keeps_zero_and_tiny_vectors_finite(case)
     defect's values); the fixed layer gives 0 and the unit vector, still in float16; float32 runs are identical."""
     generation, imports, normalize, where, fixed_normalize = _NORMALIZE_CASES[case]
     source = _UNIT_NORMALIZATION.format(imports=imports, normalize=normalize)
-    fixed = _fixed(source, "MP601", generation, [where], policy="mixed_float16")
+    found = lint_code(source, keras=generation, select=["MP601"], policy="mixed_float16").diagnostics
+    assert [(d.rule_id, d.line, d.column, d.fix_safety) for d in found] == [("MP601", *where, FixSafety.UNSAFE)]
+    result = lint_code(source, keras=generation, select=["MP601"], policy="mixed_float16", fix=True,
+                       unsafe_fixes=True)
+    assert result.diagnostics == []
+    fixed = result.fixed_code
     assert fixed == source.replace(normalize, fixed_normalize)
 
     def result(code):

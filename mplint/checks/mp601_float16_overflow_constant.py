@@ -218,7 +218,7 @@ class Float16OverflowConstant(Rule):
         """Normalize in float32 and cast back to the input's dtype: ``ops.cast(ops.normalize(ops.cast(x,
         "float32"), ...), x.dtype)``. Casting float32 to float32 is the identity, so float32 runs are unchanged;
         under float16 the clamp holds and the result keeps the layer's dtype. Only for a name or attribute, which
-        the fix may repeat."""
+        the fix may repeat; unsafe, since the cast back is wrong for an integer input."""
         spelled = dotted(call.func) or ""
         parts = spelled.split(".")
         if not isinstance(values, (cst.Name, cst.Attribute)) or call.args[0].keyword is not None or len(parts) < 2:
@@ -234,8 +234,11 @@ class Float16OverflowConstant(Rule):
                                         *call.args[1:]])
         replacement = cst.parse_expression(f"{cast}(__normalized__, {text}.dtype)")
         replacement = replacement.with_changes(args=[replacement.args[0].with_changes(value=inner), replacement.args[1]])
-        return Fix({call: replacement}, FixSafety.SAFE,
-                   "Normalize in float32 and cast the result back to the input's dtype (unchanged in float32).")
+        # Unsafe: an integer input (UnitNormalization's own docstring example) would come back as integer zeros
+        # where the original returns float unit vectors (torch backend) or raises (TensorFlow).
+        return Fix({call: replacement}, FixSafety.UNSAFE,
+                   "Normalize in float32 and cast the result back to the input's dtype (unchanged in float32; "
+                   "for floating inputs only: an integer input would come back as integer zeros).")
 
     def _epsilon_value(self, node: cst.BaseExpression) -> float | None:
         """A literal, or Keras' epsilon (``keras.config.epsilon()``, ``backend.epsilon()``) at its default."""
