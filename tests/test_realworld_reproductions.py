@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from mplint.diagnostics import FixSafety
 from mplint.testing import lint_code
 
 # mlcommons/training retired_benchmarks/resnet-tf2: --fp16_implementation=graph_rewrite builds the model in float32
@@ -548,9 +549,11 @@ def test_mp601_epsilon_of_keras_normalize_on_the_compute_dtype(epsilon, column, 
     line = 16 if "backend" in epsilon else 15
     path = "keras/src/layers/normalization/unit_normalization.py"
     out = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"])
-    assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [
-        ("MP601", line, column, f"`ops.normalize` clamps the squared norm with {clamp}{UNIT_NORMALIZATION_EFFECT}")]
-    fixed = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"], fix=True).fixed_code
+    assert [(d.rule_id, d.line, d.column, d.message, d.fix_safety) for d in out.diagnostics] == [
+        ("MP601", line, column, f"`ops.normalize` clamps the squared norm with {clamp}{UNIT_NORMALIZATION_EFFECT}",
+         FixSafety.UNSAFE)]  # the cast back to the input's dtype is wrong for an integer input
+    assert lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"], fix=True).fixed_code == code
+    fixed = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"], fix=True, unsafe_fixes=True).fixed_code
     assert fixed == code.replace(
         f"ops.normalize(inputs, axis=self.axis, order=2{epsilon})",
         f'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2{epsilon}), inputs.dtype)')
