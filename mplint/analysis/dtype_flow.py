@@ -37,9 +37,7 @@ from mplint.engine.code_summary import walk_ast
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
 from mplint.engine.walk import walk
-
-FLOAT16_SPELLINGS = frozenset({"float16", "half", "f2"})
-WIDE_SPELLINGS = frozenset({"float32", "float64", "double", "single", "f4", "f8"})
+from mplint.knowledge.dtypes import FLOAT16_NAMES, FLOAT16_SPELLINGS, WIDE_SPELLINGS
 _NON_FLOAT_SPELLINGS = frozenset(
     {"int8", "int16", "int32", "int64", "uint8", "uint16", "bool", "string", "bfloat16"}
 )
@@ -287,7 +285,7 @@ class DtypeFlow:
                     return self.classify(call.args[0].value) if call.args else None
             elif path in _NON_FLOAT_RESULTS:
                 return None
-            elif path in {"float16", "half"} and kname.ns in ("np", "tf"):
+            elif path in FLOAT16_NAMES and kname.ns in ("np", "tf"):
                 return Carrier(always_float16=True)
             elif kname is not None and (kname.ns == "tf" or kname.is_keras):
                 special = self._tf_call(call, kname)

@@ -14,7 +14,6 @@ from mplint.analysis.constants import Origin, literal_number, number_literal, or
 from mplint.analysis.dtype_flow import (
     flow_units,
     may_carry,
-    WIDE_SPELLINGS,
     Carrier,
     DtypeFlow,
     dtype_spelling,
@@ -23,6 +22,7 @@ from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.imports import callee_name
 from mplint.engine.code_summary import calls_in, literal_number as ast_literal_number
 from mplint.engine.names import dotted
+from mplint.knowledge.dtypes import FLOAT16_NAMES, WIDE_SPELLINGS
 from mplint.engine.rule import Rule
 from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
 
@@ -340,7 +340,7 @@ class Float16OverflowConstant(Rule):
         spelled = next((x for x in spelled if x is not None), None)
         if spelled is None:
             return None
-        means_float16 = spelled in ("float16", "half")
+        means_float16 = spelled in FLOAT16_NAMES
         if isinstance(target.operator, (cst.Equal, cst.Is)):
             return means_float16
         if isinstance(target.operator, (cst.NotEqual, cst.IsNot)):
