@@ -18,7 +18,7 @@ from mplint.analysis.dtype_flow import (
     DtypeFlow,
     dtype_spelling,
 )
-from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.diagnostics import ImportSpec, Fix, FixSafety, Related
 from mplint.engine.imports import callee_name
 from mplint.engine.code_summary import calls_in, literal_number as ast_literal_number
 from mplint.engine.names import dotted
@@ -215,30 +215,55 @@ class Float16OverflowConstant(Rule):
         )
 
     def _normalization_fix(self, call: cst.Call, kname, values: cst.BaseExpression) -> Fix | None:
-        """Normalize in float32 and cast back to the input's dtype: ``ops.cast(ops.normalize(ops.cast(x,
-        "float32"), ...), x.dtype)``. Casting float32 to float32 is the identity, so float32 runs are unchanged;
-        under float16 the clamp holds and the result keeps the layer's dtype. Only for a name or attribute, which
-        the fix may repeat; unsafe, since the cast back is wrong for an integer input."""
+        """Normalize 16-bit floats in float32 and leave every other input to the call as written:
+        ``(ops.cast(ops.normalize(ops.cast(x, "float32"), ...), x.dtype) if backend.standardize_dtype(x.dtype) in
+        ("float16", "bfloat16") else ops.normalize(x, ...))`` (TensorFlow: ``x.dtype in (tf.float16, tf.bfloat16)``).
+        float32, float64 and integer inputs run the original call, so their results are unchanged; only a name or
+        attribute, which the fix may repeat, and only one call evaluates."""
         spelled = dotted(call.func) or ""
         parts = spelled.split(".")
         if not isinstance(values, (cst.Name, cst.Attribute)) or call.args[0].keyword is not None or len(parts) < 2:
             return None
+        text = self.context.module.code_for_node(values)
+        imports = ()
         if kname.ns == "tf":
             cast, wide = f"{parts[0]}.cast", f"{parts[0]}.float32"
+            narrow = f"{text}.dtype in ({parts[0]}.float16, {parts[0]}.bfloat16)"
         elif "ops" in parts[:-1]:
             cast, wide = ".".join(parts[:parts.index("ops") + 1]) + ".cast", '"float32"'
+            backend, imports = self._keras_backend(call.func)
+            if backend is None:
+                return None
+            narrow = f'{backend}.standardize_dtype({text}.dtype) in ("float16", "bfloat16")'
         else:
             return None
-        text = self.context.module.code_for_node(values)
         inner = call.with_changes(args=[call.args[0].with_changes(value=cst.parse_expression(f"{cast}({text}, {wide})")),
                                         *call.args[1:]])
-        replacement = cst.parse_expression(f"{cast}(__normalized__, {text}.dtype)")
-        replacement = replacement.with_changes(args=[replacement.args[0].with_changes(value=inner), replacement.args[1]])
-        # Unsafe: an integer input (UnitNormalization's own docstring example) would come back as integer zeros
-        # where the original returns float unit vectors (torch backend) or raises (TensorFlow).
-        return Fix({call: replacement}, FixSafety.UNSAFE,
-                   "Normalize in float32 and cast the result back to the input's dtype (unchanged in float32; "
-                   "for floating inputs only: an integer input would come back as integer zeros).")
+        widened = cst.parse_expression(f"{cast}(__normalized__, {text}.dtype)")
+        widened = widened.with_changes(args=[widened.args[0].with_changes(value=inner), widened.args[1]])
+        replacement = cst.IfExp(test=cst.parse_expression(narrow), body=widened, orelse=call)
+        if not isinstance(self.context.parent(call), (cst.Return, cst.Assign, cst.AnnAssign, cst.Arg, cst.Expr)):
+            replacement = replacement.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return Fix({call: replacement}, FixSafety.SAFE,
+                   "Normalize float16 and bfloat16 inputs in float32 and cast the result back; every other input runs "
+                   "the call as written.", imports=imports)
+
+    def _keras_backend(self, func: cst.BaseExpression) -> tuple[str | None, tuple]:
+        """How to spell Keras 3's ``backend`` module (for ``standardize_dtype``) beside the ``ops`` of ``func``:
+        ``keras.backend`` (adding ``import keras`` where needed), or ``backend`` from ``keras.src`` inside Keras'
+        own sources, which import ``ops`` from there."""
+        qualified = sorted(self.context.names.qualified(func))
+        if any(q.startswith("keras.src.") for q in qualified):
+            scope = self.context.names.scopes.get(func)
+            for assignment in scope["backend"] if scope is not None and "backend" in scope else ():
+                statement = getattr(assignment, "node", None)
+                if not (isinstance(statement, cst.ImportFrom) and statement.module is not None
+                        and dotted(statement.module) == "keras.src"):
+                    return None, ()  # another ``backend`` is bound here
+            return "backend", (ImportSpec("keras.src", "backend"),)
+        if any(q.startswith("keras.") for q in qualified):
+            return "keras.backend", (ImportSpec("keras"),)
+        return None, ()
 
     def _epsilon_value(self, node: cst.BaseExpression) -> float | None:
         """A literal, or Keras' epsilon (``keras.config.epsilon()``, ``backend.epsilon()``) at its default."""
@@ -329,11 +354,24 @@ class Float16OverflowConstant(Rule):
         return False
 
     def _dtype_test(self, test: cst.BaseExpression) -> bool | None:
-        """For ``x.dtype == D`` style tests: whether the test being true means float16 (None: no dtype test)."""
+        """For ``x.dtype == D`` style tests (also ``backend.standardize_dtype(x.dtype) == D`` and ``... in (D1,
+        D2)``): whether the test being true means float16 (None: no dtype test)."""
         if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
             return None
         target = test.comparisons[0]
-        sides = (test.left, target.comparator)
+        left = test.left
+        if isinstance(left, cst.Call) and len(left.args) == 1 and (dotted(left.func) or "").endswith("standardize_dtype"):
+            left = left.args[0].value
+        if isinstance(target.operator, (cst.In, cst.NotIn)):
+            if not (isinstance(left, cst.Attribute) and left.attr.value in ("dtype", "compute_dtype")
+                    and isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set))):
+                return None
+            spelled = [dtype_spelling(self.context, e.value) for e in target.comparator.elements]
+            if None in spelled:
+                return None
+            means_float16 = any(x in FLOAT16_NAMES for x in spelled)
+            return means_float16 if isinstance(target.operator, cst.In) else not means_float16
+        sides = (left, target.comparator)
         if not any(isinstance(side, cst.Attribute) and side.attr.value in ("dtype", "compute_dtype") for side in sides):
             return None
         spelled = [dtype_spelling(self.context, side) for side in sides]
