@@ -247,7 +247,8 @@ class ExperimentalMixedPrecisionApi(Rule):
         self.handled.add(id(arg.value))
         value = read_loss_scale(self.context, arg.value)
         if self.context.names.callee(call, ["mixed_precision.experimental.Policy"]):
-            head = "`loss_scale=` of the experimental `Policy` is G1 API: the `Policy` of Keras 2 and 3 has none (TypeError)"
+            head = ("`loss_scale=` of the experimental `Policy` is G1 API, with no counterpart in the `Policy` of Keras 2 and 3 "
+                    "(TypeError there)")
         else:
             head = "`Policy(..., loss_scale=...)` is G1 API (TypeError in Keras 2 and 3)"
         if value.kind == "dynamic":
