@@ -140,9 +140,9 @@ def test_pytorch_24_01_through_arg_is_bounded_by_22_11_and_25_12(tmp_path, capsy
     torch = "torch 1.13.0a0-2.10.0a0"
     assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:24.01-py3 in Dockerfile: {torch})"
     code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
-    # the range reaches 2.4, and torch.amp.autocast("cuda") exists on all of it: the fix is safe
+    # the range reaches 2.4, and torch.autocast("cuda") exists on all of it: the fix is safe
     assert (code, found) == (1, [("MPT502", 6, '`torch.cuda.amp.autocast` is deprecated since torch 2.4 (FutureWarning): '
-                                  'write `torch.amp.autocast("cuda")` (target torch 1.13.0a0-2.10.0a0, from '
+                                  'write `torch.autocast("cuda")` (target torch 1.13.0a0-2.10.0a0, from '
                                   'nvcr.io/nvidia/pytorch:24.01-py3 in Dockerfile: torch 1.13.0a0-2.10.0a0)', "safe")])
 
 
@@ -155,9 +155,13 @@ def test_distribution_metadata_pins_torch(tmp_path, capsys, files):
     where = next(iter(files))
     assert _facts(capsys, tmp_path)[-1] == f"torch: torch >= 1.7 ({where} pins torch>=1.7.0)"
     code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    # torch 1.7-1.9 have only torch.cuda.amp.autocast: no rewrite is right on the whole range
     assert found == [("MPT502", 6, '`torch.cuda.amp.autocast` is deprecated since torch 2.4 (FutureWarning): write '
-                      f'`torch.amp.autocast("cuda")` (target torch >= 1.7, from {where} pins torch>=1.7.0); the fix '
-                      'holds for torch >= 1.12 only', "unsafe")]
+                      f'`torch.autocast("cuda")` (target torch >= 1.7, from {where} pins torch>=1.7.0); no automatic '
+                      'fix: `torch.autocast` exists from torch 1.10 only, and the range admits older torch (pin torch '
+                      '>= 1.10, or set `torch` in the config, for the fix)', None)]
+    main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MPT502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == TORCH_LOOP
 
 
 @pytest.mark.parametrize("setup_py, source", [
@@ -573,3 +577,83 @@ def test_try_imports_lists_what_a_try_body_imports():
     assert list(try_imports(node)) == [("torch.amp", "GradScaler"), ("torch.amp", "autocast"),
                                        ("tensorflow.keras.mixed_precision", "experimental"),
                                        ("keras.optimizers", "LossScaleOptimizer")]
+
+
+# -- what a README documents: for a folder whose pins say nothing -------------------------------------------
+
+STACK_README = """\
+# ResNet
+
+The model has been tested using the following stack:
+- NVIDIA Docker 2.5.0-1 + Docker 19.03.13
+- docker image tensorflow/tensorflow:2.4.0-gpu
+"""
+
+
+def test_an_image_the_readme_documents_is_the_target_and_keras2_code_is_left_alone(tmp_path, capsys):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "bench/README.md": STACK_README, "bench/tf2/train.py": KERAS2_LOOP})
+    assert _facts(capsys, tmp_path) == [
+        "target: Keras 2 (TF 2.4) (tensorflow/tensorflow:2.4.0-gpu in bench/README.md: TF 2.4)"]
+    assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
+
+
+@pytest.mark.parametrize("readme, evidence", [
+    ("Install:\n\n```bash\npip install tensorflow==2.16.1 numpy\n```\n", "pip install tensorflow==2.16.1"),
+    ("Run `python3 -m pip install -U \"tensorflow>=2.16\"` first.\n", 'python3 -m pip install tensorflow>=2.16'),
+    ("Use the container `tensorflow/tensorflow:2.16.1-gpu`.\n", "tensorflow/tensorflow:2.16.1-gpu"),
+])
+def test_a_keras3_install_the_readme_documents_makes_the_mp502_fix_safe(tmp_path, capsys, readme, evidence):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "README.md": readme, "train.py": KERAS2_LOOP})
+    code, found = _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path))
+    assert (code, [(rule, line, safety) for rule, line, _, safety in found]) == (1, [("MP502", 7, "safe")])
+    assert f"from {evidence} in README.md: TF " in found[0][2]
+
+
+def test_documented_alternatives_span_one_range_and_unversioned_mentions_say_nothing(tmp_path, capsys):
+    readme = ("Tested on `tensorflow/tensorflow:1.15.2-gpu` and `tensorflow/tensorflow:2.4.0-gpu`.\n"
+              "Also works with `pip install tensorflow` and tensorflow/tensorflow:latest-gpu.\n")
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "README.md": readme, "train.py": KERAS2_LOOP})
+    evidence = "tensorflow/tensorflow:1.15.2-gpu and tensorflow/tensorflow:2.4.0-gpu in README.md: TF 1.15-2.4"
+    assert _facts(capsys, tmp_path) == [f"target: G0 (TF1) or G1 (TF 2.1-2.3) or Keras 2 (TF 1.15-2.4) ({evidence})"]
+
+
+def test_a_pin_beats_the_readme_of_the_same_folder(tmp_path, capsys):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "README.md": STACK_README, "requirements.txt": "tensorflow>=2.16\n",
+                           "train.py": KERAS2_LOOP})
+    assert _facts(capsys, tmp_path) == [
+        "target: Keras 3 (TF >= 2.16) (requirements.txt pins tensorflow>=2.16)"]
+
+
+def test_a_readme_names_the_torch_of_a_folder_without_torch_pins(tmp_path, capsys):
+    readme = "Build with\n\n    docker pull nvcr.io/nvidia/pytorch:20.02-py3\n    pip install -r requirements.txt\n"
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "README.md": readme, "requirements.txt": "numpy\n",
+                           "train.py": TORCH_LOOP})
+    assert _facts(capsys, tmp_path)[-1] == (
+        "torch: torch 1.4.0a0 (nvcr.io/nvidia/pytorch:20.02-py3 in README.md: torch 1.4.0a0)")
+    assert _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path)) == (0, [])  # deprecated from 2.4 only
+
+
+def test_a_readme_changed_between_two_cached_runs_is_read_again(tmp_path, capsys):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "README.md": STACK_README, "train.py": KERAS2_LOOP})
+    assert _run(capsys, "--select", "MP502", str(tmp_path)) == (0, [])
+    (tmp_path / "README.md").write_text("pip install tensorflow==2.16.1\n")
+    code, found = _run(capsys, "--select", "MP502", str(tmp_path))
+    assert (code, [(rule, safety) for rule, _, _, safety in found]) == (1, [("MP502", "safe")])
+
+
+def test_conda_pytorch_is_torch(tmp_path, capsys):
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": TORCH_LOOP,
+                           "environment.yml": "dependencies:\n  - python=3.9\n  - pytorch=1.10\n  - cudatoolkit=11.3\n"})
+    assert _facts(capsys, tmp_path)[-1] == "torch: torch 1.10 (environment.yml pins torch==1.10.*)"
+
+
+def test_torch_evidence_names_the_pin_file_by_its_place_in_the_repository(tmp_path, capsys):
+    (tmp_path / ".git").mkdir()
+    write_files(tmp_path, {"training/domino/core/requirements.txt": "torch\napex\n",
+                           "training/domino/core/layers.py": TORCH_LOOP})
+    code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert (code, found) == (1, [("MPT502", 6, (
+        '`torch.cuda.amp.autocast` is deprecated since torch 2.4 (FutureWarning): write `torch.autocast("cuda")` '
+        "(target torch >= 1.6, from training/domino/core/requirements.txt names torch with no version); no automatic "
+        "fix: `torch.autocast` exists from torch 1.10 only, and the range admits older torch (pin torch >= 1.10, or "
+        "set `torch` in the config, for the fix)"), None)])

@@ -7,7 +7,8 @@ constants, names and ``+``), setup.cfg, conda environment files, Pipfiles, the `
 PKG-INFO/METADATA, and the image of the stage a Dockerfile runs (``ARG``/``ENV`` substituted; NGC
 ``YY.MM`` tags bounded by the verified releases of ``mplint.knowledge.ngc_images``, the unflavoured TensorFlow
 ``YY.MM-py3`` of the TF 1 years included, official ``tensorflow/tensorflow:X.Y`` and
-``pytorch/pytorch:X.Y.Z-...``).
+``pytorch/pytorch:X.Y.Z-...``). Last in each folder, what its README documents: the versioned images it names and
+its install commands (``pip install tensorflow==2.4.0``), for a folder whose pins say nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from functools import cache
+from itertools import chain
 from typing import TYPE_CHECKING, Iterable
 
 from mplint.project.generation import Generation
@@ -177,7 +179,7 @@ def _conda(path: Path) -> list[Requirement]:
     specs: list[str] = []
     for item in data.get("dependencies", []) if isinstance(data, dict) else []:
         if isinstance(item, str):  # conda: name=2.8 or name=2.8.* or name>=2.8
-            specs.append(re.sub(r"^([\w.-]+)=(?!=)", r"\1==", item.split("::")[-1]).replace(" ", ""))
+            specs.append(_conda_spec(item))
         elif isinstance(item, dict):
             specs += [s for s in item.get("pip", []) if isinstance(s, str)]
     out = []
@@ -186,6 +188,13 @@ def _conda(path: Path) -> list[Requirement]:
         if req is not None:
             out.append(req)
     return out
+
+
+def _conda_spec(item: str) -> str:
+    """A conda package spec as a pip one: ``pytorch=1.10`` -> ``torch==1.10`` (conda's PyTorch package is
+    ``pytorch``), ``tensorflow-gpu=2.4.1`` -> ``tensorflow-gpu==2.4.1``."""
+    spec = re.sub(r"^([\w.-]+)=(?!=)", r"\1==", item.split("::")[-1]).replace(" ", "")
+    return re.sub(r"^pytorch(?=[=<>!~]|$)", "torch", spec)
 
 
 def _setup_py(path: Path) -> list[Requirement]:
@@ -373,6 +382,61 @@ def _metadata(path: Path) -> list[Requirement]:
     return [r for r in map(_requirement, headers.get_all("Requires-Dist") or []) if r is not None]
 
 
+# --- the environment a README documents: the images it names and its install commands ---------------------
+
+_README = re.compile(r"^readme(?:\.(?:md|markdown|rst|txt))?$", re.I)
+_DOCUMENTED_IMAGE = re.compile(r"(?<![\w./-])((?:nvcr\.io/nvidia/(?:tensorflow|pytorch))|(?:(?:docker\.io|ghcr\.io)/)?"
+                               r"(?:tensorflow/tensorflow|pytorch/pytorch)):(\w[\w.-]*)")
+_INSTALL = re.compile(r"\b(pip3?|python3?\s+-m\s+pip|uv\s+pip|conda|mamba)\s+install\b([^\n`|;&]*)")
+_FRAMEWORKS = {"torch", "keras", "tf-keras", *_TF_PACKAGES}
+
+
+def _readmes(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if _README.match(p.name) and p.is_file())
+    except OSError:
+        return []
+
+
+def _documented(path: Path) -> list[tuple[str, list[Requirement]]]:
+    """What a README says the code runs on, one entry per framework: the versioned container images it names
+    (``docker image tensorflow/tensorflow:2.4.0-gpu``), the versioned framework requirements of its install
+    commands (``pip install tensorflow==2.4.0``, ``conda install pytorch=1.10``). Several for one framework are
+    alternatives: the range spans them all. Unversioned mentions (``pip install torch``, ``:latest``) say nothing, and
+    neither does an optional source build (``git clone -b v2.1.0 .../pytorch``: "for better performance")."""
+    text = _read(path)
+    found: list[tuple[str, Requirement]] = []
+    for m in _DOCUMENTED_IMAGE.finditer(text):
+        image = f"{m.group(1)}:{m.group(2)}"
+        found += [(image, r) for r in _image_requirements(image) if r.specifier]
+    for m in _INSTALL.finditer(text):
+        conda = m.group(1) in ("conda", "mamba")
+        for word in m.group(2).split():
+            word = word.strip("\"'")
+            req = None if word.startswith("-") else _requirement(_conda_spec(word) if conda else word)
+            if req is not None and req.specifier and req.name.lower() in _FRAMEWORKS:
+                found.append((f"{m.group(1)} install {word}", req))
+    families: dict[str, list[tuple[str, Requirement]]] = {}
+    for what, req in found:
+        name = req.name.lower()
+        families.setdefault("tensorflow" if name in _TF_PACKAGES else name, []).append((what, req))
+    return [(" and ".join(dict.fromkeys(w for w, _ in items)), [_either(family, [r for _, r in items])])
+            for family, items in families.items()]
+
+
+def _either(family: str, requirements: list[Requirement]) -> Requirement:
+    """One requirement admitting every version any of ``requirements`` admits (documented alternatives)."""
+    if len(requirements) == 1:
+        return requirements[0]
+    samples = _samples("keras" if family == "keras" else "tensorflow")
+    allowed = [v for req in requirements for v in _allowed(req, samples)]
+    open_above = any(not any(s.operator in ("<", "<=", "==", "~=", "===") for s in req.specifier) for req in requirements)
+    low, high = min(allowed), max(allowed)
+    name = requirements[0].name
+    either = f"{name}>={low}" if open_above else f"{name}=={low}" if low == high else f"{name}>={low},<={high}"
+    return _requirement(either) or requirements[0]
+
+
 _READERS = (("pyproject.toml", "_pyproject"), ("setup.py", "_setup_py"), ("setup.cfg", "_setup_cfg"),
             ("environment.yml", "_conda"), ("environment.yaml", "_conda"), ("Pipfile", "_pipfile"))
 
@@ -417,13 +481,24 @@ def pin_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str,
             yield f"{image} in {path.name}", requirements
 
 
+def documented_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str, list[Requirement]]]:
+    """("<what> in README.md", requirements) of what the folder's README documents (``_documented``): evidence
+    for a framework that no pin source of the folder names."""
+    parsed = {} if parsed is None else parsed
+    for path in _readmes(folder):
+        if path not in parsed:
+            parsed[path] = _documented(path)
+        for what, requirements in parsed[path]:
+            yield f"{what} in {path.name}", requirements
+
+
 def pin_files(folders: Iterable[Path]) -> set[Path]:
     """Every file the pin finder may read for ``folders``: their pin sources and the files those include
     (``-r``/``-c``, at any depth). Found by name and a textual scan, so that a cache key needs no parser."""
     found: set[Path] = set()
     todo: list[Path] = []
     for folder in folders:
-        todo += _requirement_files(folder) + _metadata_files(folder) + _dockerfiles(folder)
+        todo += _requirement_files(folder) + _metadata_files(folder) + _dockerfiles(folder) + _readmes(folder)
         todo += [folder / name for name, _ in _READERS if (folder / name).is_file()]
     while todo:
         path = todo.pop()
@@ -508,7 +583,7 @@ def _evidence(req: Requirement, where: str, admits: str = "") -> str:
 
 
 def _folder_generation(folder: Path, root: Path, parsed: dict | None = None) -> Generation | None:
-    for name, reqs in pin_sources(folder, parsed):
+    for name, reqs in chain(pin_sources(folder, parsed), documented_sources(folder, parsed)):
         image, _, file = name.rpartition(" in ")  # "<image> in Dockerfile": the file is what lies in the folder
         where = (folder / file).relative_to(root).as_posix() if folder.is_relative_to(root) else file
         where = f"{image} in {where}" if image else where

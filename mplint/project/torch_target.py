@@ -1,15 +1,15 @@
 """The PyTorch version a file targets, from the nearest dependency pins above it.
 
-The MPT rules write different code for different torch versions: ``torch.amp.autocast``/
+The MPT rules write different code for different torch versions: ``torch.autocast``/
 ``torch.amp.custom_fwd`` replace the ``torch.cuda.amp`` spellings from 2.4 (MPT502), and
 ``torch.amp.GradScaler("cpu"/"cuda")`` exists from 2.3. ``torch_target(path)`` reads the pins of the
-project around ``path`` with ``packaging``'s requirement parser: ``requirements*.txt`` and
-``requirements/*.txt``, ``pyproject.toml`` (PEP 621 dependencies and extras, Poetry dependencies) and
-``setup.cfg`` (``install_requires`` and extras). The search walks up from the file's folder and stops at
-the first folder that pins torch or that is a project root (``config.marked_root``: packaging metadata, pins,
-an mplint config, ``.git``): a project that does not pin torch is unpinned, whatever a parent folder says.
-Unpinned is not "the current torch": it is every supported torch (``SUPPORTED``, from the first with
-``torch.cuda.amp``), so a fix that writes a newer API is unsafe there.
+project around ``path`` (every source ``mplint.project.pins`` reads: requirements files, pyproject, setup.py,
+setup.cfg, conda files, Pipfiles, distribution metadata, Dockerfile images) and, in a folder none of whose pins
+names torch, what its README documents (a versioned image, ``pip install torch==...``). The search walks up from
+the file's folder and stops at the first folder with such evidence or that is a project root
+(``config.marked_root``: packaging metadata, pins, an mplint config, ``.git``): a project that does not pin torch
+is unpinned, whatever a parent folder says. Unpinned is not "the current torch": it is every supported torch
+(``SUPPORTED``, from the first with ``torch.cuda.amp``), so a fix that writes a newer API is not offered there.
 
 Every pin source is read by ``mplint.project.pins`` (one set of parsers for TensorFlow, Keras and torch);
 the pin files' digest is part of the results cache key, so a changed pin is never answered from the cache.
@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from mplint.project.config import marked_root
-from mplint.project.pins import pin_sources
+from mplint.project.pins import documented_sources, pin_sources
 
 # Versions a specifier is tested against (plus the versions it names itself).
 _SAMPLES = tuple(Version(v) for v in [*(f"1.{m}.0" for m in range(14)), *(f"2.{m}.0" for m in range(31))])
@@ -136,7 +136,7 @@ def _evidence(req: Requirement, where: str) -> str:
         low, high = bounds.get(">="), bounds.get("<=")
         return f"{where}: torch {low}-{high}" if low and high else f"{where}: torch >= {low}" if low else \
             f"{where}: torch <= {high}"
-    return f"{where} pins {req}"
+    return f"{where} pins {req}" if req.specifier else f"{where} names torch with no version"
 
 
 def _mentioned(req: Requirement) -> list[Version]:
@@ -150,6 +150,22 @@ def _mentioned(req: Requirement) -> list[Version]:
 
 
 def _torch_requirements(folder: Path, parsed: dict | None = None) -> Iterable[tuple[Requirement, str]]:
-    """Requirements on torch in ``folder``, read by the same parsers as every other pin (``pins.pin_sources``)."""
-    for where, requirements in pin_sources(folder, parsed):
-        yield from ((r, where) for r in requirements if r.name.lower() == "torch")
+    """Requirements on torch in ``folder``, read by the same parsers as every other pin (``pins.pin_sources``),
+    each with where it lies: the file's path in its git repository (a monorepo has many ``requirements.txt``)."""
+    place = _place_in_repository(folder)
+    for sources in (pin_sources, documented_sources):  # what the README documents counts where no pin names torch
+        found = [(r, where) for where, requirements in sources(folder, parsed) for r in requirements
+                 if r.name.lower() == "torch"]
+        for req, where in found:
+            image, _, file = where.rpartition(" in ")
+            yield req, f"{image} in {place}{file}" if image else f"{place}{where}"
+        if found:
+            return
+
+
+def _place_in_repository(folder: Path) -> str:
+    """``training/sub/`` for a folder of a git repository (its top holds ``.git``); empty at its top or outside one."""
+    for top in [folder, *folder.parents]:
+        if (top / ".git").exists():
+            return "" if top == folder else f"{folder.relative_to(top).as_posix()}/"
+    return ""
