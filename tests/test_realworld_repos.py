@@ -169,7 +169,8 @@ def test_plants_are_found_on_their_line_and_rule(repos):
 
 def test_the_check_exits_1_until_every_finding_and_fix_has_a_verdict(realworld, repos, tmp_path, monkeypatch, capsys):
     mirror = tmp_path / "mirror"
-    commit = make_repo(mirror / "owner+tiny" / "repo", {"train.py": SCALER, "sub/run.py": AUTOCAST})
+    commit = make_repo(mirror / "owner+tiny" / "repo", {"train.py": SCALER, "sub/run.py": AUTOCAST,
+                                                        "requirements.txt": "torch>=2.4\n"})
     monkeypatch.setattr(repos, "REPOSITORIES", [repos.Repository("owner/tiny", commit, "t")])
     snapshot = tmp_path / "snapshot.yaml"
     args = ["--repos", "--cache", str(tmp_path / "cache"), "--mirror", str(mirror), "--snapshot", str(snapshot)]
@@ -184,7 +185,7 @@ def test_the_check_exits_1_until_every_finding_and_fix_has_a_verdict(realworld, 
     assert [(f["path"], f["rule"], f["line"], f["verdict"]) for f in recorded["findings"]] == [
         ("sub/run.py", "MPT502", 3, "unreviewed"), ("train.py", "MPT502", 3, "unreviewed")]
     assert [(f["path"], f["applied"], f["edits"]) for f in recorded["fixes"]] == [
-        ("sub/run.py", True, [{"line": 3, "before": "torch.cuda.amp.autocast()", "after": 'torch.amp.autocast("cuda")'}]),
+        ("sub/run.py", True, [{"line": 3, "before": "torch.cuda.amp.autocast()", "after": 'torch.autocast("cuda")'}]),
         ("train.py", True, [{"line": 3, "before": "torch.cuda.amp.GradScaler()",
                              "after": 'torch.amp.GradScaler("cuda")'}])]
     assert recorded["path_independence"]["owner/tiny"]["runs"] == 3  # sub/, a sampled file, the other finding's file

@@ -363,8 +363,8 @@ def test_j_torch_amp_spellings_behave_as_the_deprecated_ones_without_their_warni
     """torch 2.13 on CPU: the rewritten autocast (positional enabled/dtype become keywords), GradScaler and
     custom_fwd/custom_bwd configure exactly what the torch.cuda.amp / torch.cpu.amp spellings configured, compute
     the same values and gradients under CPU autocast, and emit no FutureWarning. Older torch is not executed here:
-    the names and parameters written were read in the torch wheels' sources (torch.amp.autocast(device_type, dtype,
-    enabled, cache_enabled) in 1.12, torch.amp.GradScaler(device, ..., enabled) in 2.3, torch.amp.custom_fwd(fwd, *,
+    the names and parameters written were read in the torch wheels' sources (torch.autocast(device_type, enabled,
+    **kwargs) with dtype and cache_enabled in 1.10, torch.amp.GradScaler(device, ..., enabled) in 2.3, torch.amp.custom_fwd(fwd, *,
     device_type, cast_inputs) and custom_bwd(bwd, *, device_type) in 2.4), the first versions the fix is safe from."""
     imported = '''import torch
 from torch.cuda.amp import GradScaler, autocast
@@ -382,7 +382,7 @@ def run():
     fixed = _fixed(imported, "MPT502", files=pins)
     assert fixed == imported.replace("from torch.cuda.amp import GradScaler, autocast\n", "").replace(
         "GradScaler(enabled=True)", 'torch.amp.GradScaler("cuda", enabled=True)').replace(
-        "autocast(True, torch.float16)", 'torch.amp.autocast("cuda", enabled=True, dtype=torch.float16)')
+        "autocast(True, torch.float16)", 'torch.autocast("cuda", enabled=True, dtype=torch.float16)')
     (before, old_warnings), (after, new_warnings) = _run_recording(imported), _run_recording(fixed)
     assert old_warnings and new_warnings == []
     config = ("device", "fast_dtype", "_cache_enabled")  # _enabled: off on both, CUDA being absent
@@ -392,7 +392,7 @@ def run():
     # what cannot run without CUDA: every argument of the old spellings is a parameter of the new ones, by name
     old_scaler, new_scaler = (inspect.signature(c).parameters for c in (torch.cuda.amp.GradScaler, torch.amp.GradScaler))
     assert list(new_scaler) == ["device", *old_scaler]
-    old_region, new_region = (inspect.signature(c).parameters for c in (torch.cuda.amp.autocast, torch.amp.autocast))
+    old_region, new_region = (inspect.signature(c).parameters for c in (torch.cuda.amp.autocast, torch.autocast))
     assert list(old_region) == ["enabled", "dtype", "cache_enabled"] and set(old_region) < set(new_region)
     assert before["scaler"]._device == "cuda"
 
@@ -424,7 +424,7 @@ def run():
     fixed = _fixed(functions, "MPT502", files=pins)
     assert fixed == functions.replace("torch.cuda.amp.custom_fwd(cast_inputs", 'torch.amp.custom_fwd(device_type="cuda", cast_inputs').replace(
         "@torch.cuda.amp.custom_bwd", '@torch.amp.custom_bwd(device_type="cuda")').replace(
-        "torch.cpu.amp.autocast()", 'torch.amp.autocast("cpu")')
+        "torch.cpu.amp.autocast()", 'torch.autocast("cpu")')
     (before, old_warnings), (after, new_warnings) = _run_recording(functions), _run_recording(fixed)
     assert old_warnings and new_warnings == []
     (out_before, grad_before), (out_after, grad_after) = before["result"], after["result"]

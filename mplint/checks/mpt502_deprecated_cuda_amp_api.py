@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 
 import libcst as cst
+from packaging.version import Version
 
 from mplint.analysis.call_args import keyword_arg
 from mplint.checks._torch_rule import TorchRule
-from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.analysis.version_guards import branch_admits
+from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.knowledge.api_versions import torch_since
 
@@ -21,8 +22,12 @@ _DEPRECATED = {
                        ("grad_scaler.GradScaler", "GradScaler"), ("custom_fwd", "custom_fwd"), ("custom_bwd", "custom_bwd"))
     if device == "cuda" or not name.startswith("custom")
 }
+# What each name becomes: `torch.autocast` (from 1.10) is the same class as `torch.amp.autocast` (from 1.12), so the
+# rewrite of autocast holds on more of a range; the others exist under torch.amp only.
+_REPLACEMENT = {"autocast": "torch.autocast", "GradScaler": "torch.amp.GradScaler", "custom_fwd": "torch.amp.custom_fwd",
+                "custom_bwd": "torch.amp.custom_bwd"}
 _NEW_API = re.compile(r"(?<!cuda\.)(?<!cpu\.)\bamp\.(?:GradScaler|autocast|custom_fwd|custom_bwd)\(|\bautocast\(\s*(?:device_type=)?[\"']|GradScaler\(\s*(?:device=)?[\"']")
-# torch.cuda.amp.autocast(enabled, dtype, cache_enabled) -> torch.amp.autocast(device_type, dtype, enabled, cache_enabled)
+# torch.cuda.amp.autocast(enabled, dtype, cache_enabled) -> torch.autocast(device_type, dtype, enabled, cache_enabled)
 _AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
 
 
@@ -82,20 +87,37 @@ class DeprecatedCudaAmpApi(TorchRule):
         path, device, name = found
         new = self._new_spelling(call, device, name)
         message = (f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning): write "
-                   f"`{self.code(new) if new is not None else f'torch.amp.{name}'}` (target "
+                   f"`{self.code(new) if new is not None else _REPLACEMENT[name]}` (target "
                    f"{self.target.described})")
-        since = torch_since(f"torch.amp.{name}")
+        since = torch_since(_REPLACEMENT[name])
         fix = None
         from mplint.engine.check import in_compatibility_branch  # the engine's own test of a version gate
 
+        needs = self._call_needs(call, device, name)
         if admits is not None or in_compatibility_branch(self.context, node):
             message += "; no automatic fix: a version test guards this code"
-        elif new is not None and self.target.at_least(since):
+        elif new is not None and (self.target.at_least(since) or needs is not None and needs[0] >= Version(since)):
+            if needs is not None and not self.target.at_least(since):
+                message += f"; {needs[1]}, where `{_REPLACEMENT[name]}` exists too"
             fix = self._fix(node, func, new, FixSafety.SAFE)
-        elif new is not None:  # right on part of the range only
-            message += f"; the fix holds for torch >= {since} only"
-            fix = self._fix(node, func, new, FixSafety.UNSAFE)
+        elif new is not None:
+            # The old spelling is the only one the older part of the range has: a rewrite would break it there.
+            message += (f"; no automatic fix: `{_REPLACEMENT[name]}` exists from torch {since} only, and the range "
+                        f"admits older torch (pin torch >= {since}, or set `torch` in the config, for the fix)")
         self.report(node, message, fix)
+
+    def _call_needs(self, call: cst.Call | None, device: str, name: str) -> tuple[Version, str] | None:
+        """The torch the deprecated call itself needs, whatever the pins say: ``torch.cpu.amp.autocast`` came with
+        torch 1.10, and so did the ``dtype``/``cache_enabled`` parameters of ``torch.cuda.amp.autocast`` (1.6-1.9
+        take ``enabled`` alone), so where the line runs ``torch.autocast`` exists."""
+        if name != "autocast":
+            return None
+        if device == "cpu":
+            return Version("1.10"), "`torch.cpu.amp` itself needs torch >= 1.10"
+        if call is not None and (len([a for a in call.args if a.keyword is None]) > 1 or any(
+                a.keyword is not None and a.keyword.value in ("dtype", "cache_enabled") for a in call.args)):
+            return Version("1.10"), "the call's own `dtype`/`cache_enabled` needs torch >= 1.10"
+        return None
 
     def _bound_to_new_api_too(self, func: cst.BaseExpression) -> bool:
         """``GradScaler()`` (or ``amp.GradScaler()``) whose name an import of torch.amp binds too: the shim
@@ -116,7 +138,7 @@ class DeprecatedCudaAmpApi(TorchRule):
         return False
 
     def _new_spelling(self, call: cst.Call | None, device: str, name: str) -> cst.BaseExpression | None:
-        func = cst.parse_expression(f"torch.amp.{name}")
+        func = cst.parse_expression(_REPLACEMENT[name])
         old_args = list(call.args) if call is not None else []
         if any(a.star for a in old_args):
             return None

@@ -8,11 +8,12 @@ Keras (read from the sources at their release tags, every tag of each span: ``ke
 pre-2.6 commit whose ``LossScaleOptimizer`` is the non-experimental one (its tag was not available to check against).
 Generations: 1 = TF 2.1-2.3 (``experimental`` only), 2 = Keras 2 (TF 2.4-2.15, tf_keras), 3 = Keras 3.
 
-torch (not read at tags: the repository is too large to fetch; each row cites the report that dates it):
-``torch.autocast`` is missing on 1.9.1 and present from 1.10; ``torch.amp.GradScaler`` is missing on 2.2.1 and
-present from 2.3; ``torch.amp.custom_fwd/custom_bwd`` came with the 2.4 deprecation of the ``torch.cuda.amp`` ones.
-``torch.amp.autocast`` is given from 1.12, the rule catalog's version, which no source here confirmed; a later bound
-than the truth only makes a fix unsafe more often, never wrong.
+torch (read in the Python sources of the PyPI wheels of each release: 1.6.0, 1.9.0, 1.10.0, 1.11.0, 1.12.0, 1.13.0,
+2.0.0-2.4.0; the repository itself is too large to fetch): ``torch/__init__.py`` binds ``autocast`` from 1.10
+(``from .autocast_mode import autocast``; absent on 1.9.0), ``torch/amp/`` first exists in 1.12 (``autocast_mode.py``,
+``torch.amp.autocast``), ``torch/amp/grad_scaler.py`` in 2.3, and ``torch/amp/__init__.py`` exports ``custom_fwd``/
+``custom_bwd`` from 2.4. ``torch.autocast(device_type, enabled=True, **kwargs)`` of 1.10 takes ``dtype`` and
+``cache_enabled`` as keywords, as every later one does.
 
 ``tests/test_api_versions.py`` checks the newest end of each row against the frameworks installed here and that every
 name a fix writes is in this table for every version of the range the fix is offered for.
@@ -74,19 +75,17 @@ class TorchName(NamedTuple):
 _AMP_2_4 = ("https://github.com/pytorch/pytorch/pull/126531 (merged 2024-05, the 2.4 deprecation of torch.cuda.amp."
             "custom_fwd/custom_bwd in favour of torch.amp's); https://pytorch.org/docs/2.4/amp.html")
 
+_WHEELS = "the torch wheels' sources (see the module docstring)"
 TORCH = {
-    "torch.cuda.amp.autocast": TorchName("1.6", "the first torch with torch.cuda.amp (mmengine AmpOptimWrapper: "
-                                                "'requires PyTorch >= 1.6'; WongKinYiu/ScaledYOLOv4#22)"),
-    "torch.cuda.amp.GradScaler": TorchName("1.6", "as torch.cuda.amp.autocast"),
-    "torch.cuda.amp.custom_fwd": TorchName("1.6", "as torch.cuda.amp.autocast"),
-    "torch.cuda.amp.custom_bwd": TorchName("1.6", "as torch.cuda.amp.autocast"),
-    "torch.autocast": TorchName("1.10", "huggingface/pytorch-image-models#1712 (absent on 1.9.1); mmengine.runner.amp "
-                                        "('update it to torch.autocast in 1.10.0')"),
-    "torch.amp.autocast": TorchName("1.12", "rule catalog vocabulary; not confirmed here (see the module docstring)"),
-    "torch.amp.GradScaler": TorchName("2.3", "meta-pytorch/tnt#751 (AttributeError: module 'torch.amp' has no "
-                                             "attribute 'GradScaler' on 2.2.1)"),
-    "torch.amp.custom_fwd": TorchName("2.4", _AMP_2_4),
-    "torch.amp.custom_bwd": TorchName("2.4", _AMP_2_4),
+    "torch.cuda.amp.autocast": TorchName("1.6", f"torch/cuda/amp/autocast_mode.py in 1.6.0, {_WHEELS}"),
+    "torch.cuda.amp.GradScaler": TorchName("1.6", f"torch/cuda/amp/grad_scaler.py in 1.6.0, {_WHEELS}"),
+    "torch.cuda.amp.custom_fwd": TorchName("1.6", f"torch/cuda/amp/autocast_mode.py in 1.6.0, {_WHEELS}"),
+    "torch.cuda.amp.custom_bwd": TorchName("1.6", f"torch/cuda/amp/autocast_mode.py in 1.6.0, {_WHEELS}"),
+    "torch.autocast": TorchName("1.10", f"torch/__init__.py in 1.10.0, absent from 1.9.0, {_WHEELS}"),
+    "torch.amp.autocast": TorchName("1.12", f"torch/amp/autocast_mode.py in 1.12.0, no torch/amp in 1.11.0, {_WHEELS}"),
+    "torch.amp.GradScaler": TorchName("2.3", f"torch/amp/grad_scaler.py in 2.3.0, absent from 2.2.0, {_WHEELS}"),
+    "torch.amp.custom_fwd": TorchName("2.4", f"torch/amp/__init__.py in 2.4.0, absent from 2.3.0, {_WHEELS}; {_AMP_2_4}"),
+    "torch.amp.custom_bwd": TorchName("2.4", f"torch/amp/__init__.py in 2.4.0, absent from 2.3.0, {_WHEELS}; {_AMP_2_4}"),
 }
 
 TORCH_SINCE = {name: row.since for name, row in TORCH.items()}
