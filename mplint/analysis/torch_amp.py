@@ -77,6 +77,9 @@ class AutocastRegion:
     dtype: str | None  # float16 | bfloat16 | float32 | None when computed
     enabled: bool | None  # None: follows a condition or an expression
     enabled_when: Condition | None = None  # the region computes in ``dtype`` only where this holds
+    # a dtype computed at run time that can be float16: ``{"float16": torch.float16, ...}[dtype]`` with
+    # ``dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"`` (the text of the dtype argument)
+    may_be_float16: str | None = None
 
     @property
     def float16(self) -> bool:
@@ -106,7 +109,7 @@ class TorchAmp:
         self.regions: list[AutocastRegion] = []
         for with_node in context.nodes(cst.With):
             for item in with_node.items:
-                region = self._region(with_node, item.item)
+                region = self._region(with_node, self._context_manager(item.item))
                 if region is not None:
                     self.regions.append(region)
 
@@ -143,11 +146,25 @@ class TorchAmp:
         found = self.context.names.torch_api(call.func, AUTOCAST_APIS)
         return found.path if found is not None and found.ns == "torch" else None
 
+    def _context_manager(self, item: cst.BaseExpression) -> cst.BaseExpression:
+        """``with ctx:`` where ``ctx`` is bound once to an autocast (or a conditional one): that expression."""
+        if not isinstance(item, cst.Name) or "autocast" not in self.context.text:
+            return item
+        value = self._bound_once(item)
+        if isinstance(value, cst.IfExp) and (self.autocast_call(value.body) or self.autocast_call(value.orelse)) \
+                or self.autocast_call(value):
+            return value
+        return item
+
     def _region(self, with_node: cst.With, item: cst.BaseExpression) -> AutocastRegion | None:
         condition = None
         if isinstance(item, cst.IfExp) and self.autocast_call(item.body):
             condition = condition_of(self.context, item.test)
             item = item.body
+        elif isinstance(item, cst.IfExp) and self.autocast_call(item.orelse):  # nullcontext() if cpu else autocast(...)
+            condition = condition_of(self.context, item.test)
+            condition = Condition(condition.key, not condition.value) if condition is not None else None
+            item = item.orelse
         api = self.autocast_call(item)
         if api is None:
             return None
@@ -170,7 +187,54 @@ class TorchAmp:
                 condition = condition_of(self.context, enabled_arg)
         if condition is not None:
             enabled = None if enabled is not False else False
-        return AutocastRegion(with_node, call, device, dtype, enabled, condition)
+        may_be_float16 = None
+        if dtype is None and dtype_arg is not None and self._can_be_float16(dtype_arg):
+            may_be_float16 = self.context.module.code_for_node(dtype_arg)
+        return AutocastRegion(with_node, call, device, dtype, enabled, condition, may_be_float16)
+
+    def _can_be_float16(self, node: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether a dtype computed at run time can be float16: a conditional with a float16 arm, a name bound
+        once to one, or a dict of dtypes indexed by such a name (``{"float16": torch.float16, ...}[dtype]``)."""
+        if depth > 4:
+            return False
+        if self.dtype_of(node) == FLOAT16:
+            return True
+        if isinstance(node, cst.IfExp):
+            return self._can_be_float16(node.body, depth + 1) or self._can_be_float16(node.orelse, depth + 1)
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Dict) and len(node.slice) == 1:
+            key = node.slice[0].slice
+            keys = self._strings(key.value, depth + 1) if isinstance(key, cst.Index) else None
+            return any(isinstance(e, cst.DictElement) and self.dtype_of(e.value) == FLOAT16
+                       and (keys is None or _string(e.key) in keys) for e in node.value.elements)
+        if isinstance(node, cst.Name):
+            value = self._bound_once(node)
+            return value is not None and self._can_be_float16(value, depth + 1)
+        return False
+
+    def _bound_once(self, name: cst.Name) -> cst.BaseExpression | None:
+        """What a name bound once holds (its assignment, or its parameter's default); None: bound on several paths."""
+        from mplint.analysis.constants import origin_of
+
+        try:
+            found = origin_of(self.context, name)
+        except Exception:  # names libcst's scopes cannot place
+            return None
+        return found.value if found is not None and not isinstance(found.value, cst.Name) else None
+
+    def _strings(self, node: cst.BaseExpression, depth: int) -> set[str] | None:
+        """The strings an expression can be (a literal, a conditional of them, a name bound once to one); None:
+        unknown."""
+        if depth > 4:
+            return None
+        if (text := _string(node)) is not None:
+            return {text}
+        if isinstance(node, cst.IfExp):
+            body, orelse = self._strings(node.body, depth + 1), self._strings(node.orelse, depth + 1)
+            return body | orelse if body is not None and orelse is not None else None
+        if isinstance(node, cst.Name):
+            value = self._bound_once(node)
+            return self._strings(value, depth + 1) if value is not None else None
+        return None
 
     def dtype_of(self, node: cst.BaseExpression | None) -> str | None:
         """``torch.float16``/``torch.half``/``"float16"``/a name bound once to one of them -> its name."""

@@ -248,7 +248,8 @@ class TrainingLoopFlow:
         return out
 
     def _enter(self, node: cst.With, paths: list[_Path]) -> list[_Path]:
-        regions = [r for r in self.amp.regions if r.node is node and r.dtype == FLOAT16 and r.enabled is not False]
+        regions = [r for r in self.amp.regions if r.node is node and (r.dtype == FLOAT16 or r.may_be_float16)
+                   and r.enabled is not False]
         if not regions:
             return paths
         conditions = frozenset(None if r.enabled is True else r.enabled_when for r in regions)

@@ -21,11 +21,21 @@ class MissingGradScaler(TorchRule):
 
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(TrainingLoopFlow)
+        regions = [r for r in self.context.analysis(TorchAmp.of).regions if r.enabled is not False]
+        computed = sorted({r.may_be_float16 for r in regions if r.may_be_float16})
+        certain = any(r.dtype == FLOAT16 for r in regions)
         for backward in flow.findings(MISSING_SCALER):
             steps = sorted(flow.unscaled_steps.get(id(backward), {}).values(), key=self.context.source_order)
-            self.report(backward, "the loss comes from a float16 autocast region but `backward()` and the optimizer step run "
-                                  "without a GradScaler: small gradients underflow to zero in float16; scale the loss with "
-                                  f"{self._advice()}", self._fix(backward, steps))
+            if certain:
+                self.report(backward, "the loss comes from a float16 autocast region but `backward()` and the optimizer "
+                                      "step run without a GradScaler: small gradients underflow to zero in float16; scale "
+                                      f"the loss with {self._advice()}", self._fix(backward, steps))
+            else:  # the dtype is chosen at run time (bfloat16 where the GPU has it, else float16): no one fix
+                self.report(backward, f"the loss comes from an autocast region whose dtype `{computed[0]}` is chosen at "
+                                      "run time and can be float16, but `backward()` and the optimizer step run without a "
+                                      "GradScaler: where it is float16 (GPUs without bfloat16) small gradients underflow "
+                                      f"to zero; scale the loss with {self._enabled_where_float16(computed[0])}; no "
+                                      "automatic fix")
 
     def _devices(self) -> set[str]:
         return {r.device for r in self.context.analysis(TorchAmp.of).regions if r.dtype == FLOAT16 and r.device}
@@ -36,6 +46,16 @@ class MissingGradScaler(TorchRule):
         if self.context.facts.torch_target.at_least("2.3"):
             return f'torch.amp.GradScaler("{device}")'
         return "torch.cuda.amp.GradScaler()" if device == "cuda" else None
+
+    def _enabled_where_float16(self, dtype: str) -> str:
+        """A GradScaler on only where the computed dtype is float16: ``torch.cuda.amp.GradScaler(enabled=ptdtype ==
+        torch.float16)``."""
+        devices = {r.device for r in self.context.analysis(TorchAmp.of).regions if r.may_be_float16 and r.device}
+        spelling = self._spelling(devices.pop() if len(devices) == 1 else "cuda")
+        if spelling is None:
+            return f"a GradScaler enabled where `{dtype}` is float16"
+        enabled = f"enabled={dtype} == torch.float16"
+        return f"`{spelling[:-1]}{', ' if not spelling.endswith('()') else ''}{enabled})`"
 
     def _advice(self) -> str:
         devices = self._devices()
