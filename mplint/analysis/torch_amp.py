@@ -247,13 +247,8 @@ class TorchAmp:
             if k.ns == "torch" and k.path in _DTYPES:
                 return _DTYPES[k.path]
         if isinstance(node, cst.Name):
-            from mplint.analysis.constants import _assigned_value  # one binding, or None
-
-            try:
-                value = _assigned_value(self.context, node)
-            except Exception:  # names libcst's scopes cannot place
-                value = None
-            if value is not None and not isinstance(value, cst.Name):
+            value = self._bound_once(node)
+            if value is not None:
                 return self.dtype_of(value)
         return None
 
