@@ -133,17 +133,26 @@ def test_pytorch_image_through_arg_is_bounded_by_the_verified_releases(tmp_path,
 
 
 @pytest.mark.parametrize("form", ["${FROM_IMAGE_NAME}", "$FROM_IMAGE_NAME"])
-def test_pytorch_24_01_through_arg_is_bounded_by_22_11_and_25_12(tmp_path, capsys, form):
-    # 24.01's own notes are not stored: the range runs from 22.11 (1.13.0a0+936e930) to 25.12 (2.10.0a0+b4e4ee81d3)
+def test_pytorch_24_10_through_arg_is_bounded_by_24_01_and_25_12(tmp_path, capsys, form):
+    # 24.10's own notes are not stored: the range runs from 24.01 (2.2.0a0+81ea7a4) to 25.12 (2.10.0a0+b4e4ee81d3)
     write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": TORCH_LOOP,
-                           "Dockerfile": f"ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:24.01-py3\nFROM {form}\n"})
-    torch = "torch 1.13.0a0-2.10.0a0"
-    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:24.01-py3 in Dockerfile: {torch})"
+                           "Dockerfile": f"ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:24.10-py3\nFROM {form}\n"})
+    torch = "torch 2.2.0a0-2.10.0a0"
+    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:24.10-py3 in Dockerfile: {torch})"
     code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
     # the range reaches 2.4, and torch.autocast("cuda") exists on all of it: the fix is safe
     assert (code, found) == (1, [("MPT502", 6, '`torch.cuda.amp.autocast` is deprecated since torch 2.4 (FutureWarning): '
-                                  'write `torch.autocast("cuda")` (target torch 1.13.0a0-2.10.0a0, from '
-                                  'nvcr.io/nvidia/pytorch:24.01-py3 in Dockerfile: torch 1.13.0a0-2.10.0a0)', "safe")])
+                                  'write `torch.autocast("cuda")` (target torch 2.2.0a0-2.10.0a0, from '
+                                  'nvcr.io/nvidia/pytorch:24.10-py3 in Dockerfile: torch 2.2.0a0-2.10.0a0)', "safe")])
+
+
+def test_pytorch_24_01_is_torch_2_2_and_draws_no_deprecation(tmp_path, capsys):
+    # NVIDIA's own build of the 24.01 release is torch-2.2.0a0+81ea7a4.nv24.01: before the 2.4 deprecation
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": TORCH_LOOP,
+                           "Dockerfile": "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:24.01-py3\nFROM ${FROM_IMAGE_NAME}\n"})
+    torch = "torch 2.2.0a0"
+    assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:24.01-py3 in Dockerfile: {torch})"
+    assert _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path)) == (0, [])
 
 
 @pytest.mark.parametrize("files", [
@@ -276,6 +285,8 @@ def test_guard_arms(test, true, false):
 
 
 PT = "https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/"
+JETSON_24_01 = ("https://developer.download.nvidia.com/compute/redist/jp/v60dp/pytorch/"
+                "torch-2.2.0a0+81ea7a4.nv24.01-cp310-cp310-linux_aarch64.whl")
 TF = "https://docs.nvidia.com/deeplearning/dgx/tensorflow-release-notes/"
 NV_TF1 = "https://github.com/NVIDIA/tensorflow/releases"
 TF_BLOG = "https://developer.nvidia.com/blog/accelerating-tensorflow-on-a100-gpus/"
@@ -309,7 +320,9 @@ TF_BLOG = "https://developer.nvidia.com/blog/accelerating-tensorflow-on-a100-gpu
     (ngc_images.PYTORCH, (21, 3), ("1.8.0a0", "1.10.0a0"), [PT + "rel_20-12.html", PT + "rel_21-09.html"]),
     (ngc_images.PYTORCH, (20, 6), ("1.5.0a0", "1.6.0a0"), [PT + "rel_20-03.html", PT + "rel_20-12.html"]),
     (ngc_images.PYTORCH, (22, 4), ("1.10.0a0", "1.13.0a0"), [PT + "rel_21-09.html", PT + "rel-22-11.html"]),
-    (ngc_images.PYTORCH, (24, 1), ("1.13.0a0", "2.10.0a0"), [PT + "rel-22-11.html", PT + "rel-25-12.html"]),
+    (ngc_images.PYTORCH, (24, 1), ("2.2.0a0", "2.2.0a0"), [JETSON_24_01]),
+    (ngc_images.PYTORCH, (23, 10), ("1.13.0a0", "2.2.0a0"), [PT + "rel-22-11.html", JETSON_24_01]),
+    (ngc_images.PYTORCH, (24, 4), ("2.2.0a0", "2.10.0a0"), [JETSON_24_01, PT + "rel-25-12.html"]),
     (ngc_images.PYTORCH, (19, 5), (None, "1.1.0"), [PT + "rel_19-06.html"]),
     (ngc_images.PYTORCH, (26, 2), ("2.10.0a0", None), [PT + "rel-25-12.html"]),
     (ngc_images.TENSORFLOW1, (19, 10), ("1.10.0", "1.15.2"), [TF + "rel_18.10.html", TF_BLOG]),
@@ -332,7 +345,8 @@ def test_ngc_tables_move_forward_with_their_framework():
         assert [row.release for row in table] == sorted({row.release for row in table})
         assert [Version(row.version) for row in table] == sorted(Version(row.version) for row in table)
         assert all(row.source.startswith(("https://docs.nvidia.com/", "https://developer.nvidia.com/",
-                                          "https://github.com/NVIDIA/")) for row in table)
+                                          "https://github.com/NVIDIA/", "https://developer.download.nvidia.com/"))
+                   for row in table)
 
 
 @pytest.mark.parametrize("image, torch", [
@@ -342,7 +356,8 @@ def test_ngc_tables_move_forward_with_their_framework():
     ("nvcr.io/nvidia/pytorch:20.10-py3", "torch 1.7.0a0"),
     ("nvcr.io/nvidia/pytorch:21.09-py3", "torch 1.10.0a0"),
     ("nvcr.io/nvidia/pytorch:22.04-py3", "torch 1.10.0a0-1.13.0a0"),
-    ("nvcr.io/nvidia/pytorch:24.04-py3", "torch 1.13.0a0-2.10.0a0"),
+    ("nvcr.io/nvidia/pytorch:24.04-py3", "torch 2.2.0a0-2.10.0a0"),
+    ("nvcr.io/nvidia/pytorch:24.01-py3", "torch 2.2.0a0"),
     ("nvcr.io/nvidia/pytorch:19.05-py3", ("torch <= 1.1", "torch <= 1.1.0")),  # the range drops a release's ".0"
     ("nvcr.io/nvidia/pytorch:26.01-py3", "torch >= 2.10.0a0"),
 ])

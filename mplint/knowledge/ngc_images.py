@@ -7,11 +7,14 @@ its ``source`` names, and the comment beside it quotes the sentence. The sources
 ("PyTorch container image version YY.MM is based on ...", "TensorFlow container image version YY.MM is based on
 TensorFlow 1.8.0", and the notes' "NVIDIA PyTorch Container Versions" table, one line per release), NVIDIA's
 ``NVIDIA/tensorflow`` release pages ("NVIDIA TensorFlow release YY.MM is based on TensorFlow 1.15.5") and release
-tags (``v1.15.5+nv22.01``, with the version its packaging script names at the tag) and NVIDIA's developer blog.
+tags (``v1.15.5+nv22.01``, with the version its packaging script names at the tag), NVIDIA's developer blog, and
+NVIDIA's own builds of a framework release, whose version label names the release (the PyTorch wheels NVIDIA publishes
+for Jetson under ``developer.download.nvidia.com``, ``torch-2.2.0a0+81ea7a4.nv24.01``: NVIDIA's PyTorch of its 24.01
+framework release).
 Where the stored text was a public verbatim copy of an NVIDIA page (a repository quoting the notes under their
 address), ``source`` is the NVIDIA page and the comment says so. Releases whose stored pages did not show the version
-are not in the table: every TensorFlow 2 release, and PyTorch 19.11-20.01, 20.06, 21.01-21.08, 21.10-22.10 and
-22.12-25.11 among others. A row is added only with a page that states it.
+are not in the table: every TensorFlow 2 release, and PyTorch 19.11-20.01, 20.06, 21.01-21.08, 21.10-22.10,
+22.12-23.12 and 24.02-25.11 among others. A row is added only with a page or an NVIDIA build that states it.
 
 A tag between two rows is bounded by them (``between``): NVIDIA's containers move forward with their framework, so a
 release ships no older a version than an earlier release and no newer one than a later release. A tag before the
@@ -68,6 +71,10 @@ PYTORCH = (
     # "PyTorch container image version 22.11 is based on 1.13.0a0+936e930." (quoted under this address in
     # github.com/cmu-sei/juneberry, docker/cudadev.Dockerfile)
     Release((22, 11), "1.13.0a0", _PT_NOTES + "rel-22-11.html"),
+    # NVIDIA's Jetson build of the 24.01 release, torch-2.2.0a0+81ea7a4.nv24.01-cp310-cp310-linux_aarch64.whl
+    # (a repository's comment agrees: "In NVIDIA PyTorch container 24.01, the PyTorch version is 2.2.0a0+81ea7a4")
+    Release((24, 1), "2.2.0a0", "https://developer.download.nvidia.com/compute/redist/jp/v60dp/pytorch/"
+                                "torch-2.2.0a0+81ea7a4.nv24.01-cp310-cp310-linux_aarch64.whl"),
     Release((25, 12), "2.10.0a0", _PT_NOTES + "rel-25-12.html"),  # "based on 2.10.0a0+b4e4ee81d3"
 )
 
