@@ -53,6 +53,8 @@ def test_fix_removes_gradient_underflow_of_custom_loop(capsys):
     before, after = metrics(doc, "before"), metrics(doc, "after")
     assert before["underflow"] > 0.5
     assert after["underflow"] < 0.01
+    # the fix inserts a line above the loop: the fixed run still names the loop by the original's line
+    assert [u["loop"] for u in before["units"]] == [u["loop"] for u in after["units"]] == ["loop at underflow_loop.py:33"]
     assert rules(doc, "before") == ["MP804"]
     assert (before["scale_first"], after["scale_first"]) == (None, 32768.0)
 
@@ -176,10 +178,52 @@ for step in range(100):
     assert code == 0
     units = metrics(doc, "run")["units"]
     assert [(u["unit"], u["steps"], u["model"]) for u in units] == [
-        ("fit() #1 / SGD", 3, "sequential"), ("custom loop #1 / SGD", 3, "sequential")]
+        ("fit() #1 / SGD", 3, "sequential"), ("loop at two_loops.py:7 / SGD", 3, "sequential")]
     code, out = verify(capsys, script, "--steps", "3")
     assert "at most 3 steps per training loop" in out
-    assert "│ fit() #1 / SGD " in out and "│ custom loop #1 / SGD " in out
+    assert "│ fit() #1 / SGD " in out and "│ loop at two_loops.py:7 / SGD " in out
+
+
+_TWO_CUSTOM_LOOPS = """import keras
+import tensorflow as tf
+
+model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+warmup, optimizer = keras.optimizers.SGD(0.001), keras.optimizers.Adam(0.01)
+
+
+@tf.function
+def train_step(opt, x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x)))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
+for step in range(100):  # warm-up, in a tf.function
+    train_step(warmup, tf.ones((8, 4)))
+print("warm-up over")
+for epoch in range(10):  # the main loop, eager
+    for step in range(20):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(tf.ones((8, 4)))))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+print("training over")
+"""
+
+
+def test_two_keras_custom_loops_in_a_row_each_get_the_step_cap(capsys, tmp_path):
+    """A warm-up loop calling a tf.function, then an eager epoch/batch loop: each is ended at its own cap (the
+    tf.function's steps are counted from the Python call around them) and the script goes on after each."""
+    script = tmp_path / "two_loops.py"
+    script.write_text(_TWO_CUSTOM_LOOPS)
+    code, doc = verify_json(capsys, script, "--steps", "3")
+    assert code == 0
+    run = doc["runs"]["run"]
+    assert run["status"] == "completed"
+    assert [(u["unit"], u["steps"]) for u in metrics(doc, "run")["units"]] == [
+        ("loop at two_loops.py:17 / SGD", 3), ("loop at two_loops.py:20 / Adam", 3)]
 
 
 def test_guide_keras2_loop_crashes_on_keras3_and_its_fix_is_a_verified_repair(capsys):
@@ -335,9 +379,9 @@ def test_gan_is_reported_per_optimizer_and_model(capsys):
     assert run["model_outputs"] == {"generator": ["float16"], "discriminator": ["float32"]}
     generator, discriminator = run["units"]
     assert (generator["unit"], generator["model"], generator["steps"]) == (
-        "custom loop #1 / LossScaleOptimizer(Adam)", "generator", 6)
+        "loop at gan_loop.py:39 / LossScaleOptimizer(Adam)", "generator", 6)
     assert (discriminator["unit"], discriminator["model"], discriminator["steps"]) == (
-        "custom loop #1 / LossScaleOptimizer(Adam) #2", "discriminator", 6)
+        "loop at gan_loop.py:39 / LossScaleOptimizer(Adam) #2", "discriminator", 6)
     assert generator["final_loss"] > 100 and discriminator["final_loss"] < 10  # each its own tape's loss
     assert generator["scale_history"] == [16384.0, 8192.0, 4096.0, 2048.0, 1024.0, 512.0]
     assert generator["skipped_steps"] == 6
@@ -347,6 +391,6 @@ def test_gan_is_reported_per_optimizer_and_model(capsys):
     low, high = generator["ms_spread"]
     assert low <= generator["ms_per_iteration"] <= high
     assert [f["message"] for f in run["findings"]] == [
-        "generator (custom loop #1): loss scale 16384 -> 512, 6 skipped steps",
+        "generator (loop at gan_loop.py:39): loss scale 16384 -> 512, 6 skipped steps",
         "generator: output observed as float16"]
     assert doc["verdict"] == "problems: MP803"

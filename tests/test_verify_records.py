@@ -53,3 +53,14 @@ def test_a_crash_is_reported_by_its_error_line_without_the_stderr_tail_after_it(
         "could not verify demo.py: the run run crashed: AttributeError: module 'keras.backend' has no attribute 'Variable'")
     exited = RunResult("run", "exited", "the script exited with status 2", {}, stderr_tail="error: --data-dir is required")
     assert _failure(exited, tmp_path / "demo.py")["message"].endswith("status 2 (error: --data-dir is required)")
+
+
+def test_a_fixed_copy_maps_its_lines_to_the_original_script(tmp_path):
+    from mplint.verify.runner import original_lines
+
+    original, fixed = tmp_path / "train.py", tmp_path / "fixed.py"
+    original.write_text("import keras\nopt = make()\nfor x in data:\n    step(x)\nprint('done')\n")
+    fixed.write_text("import keras\nopt = make()\nopt = wrap(opt)\nfor x in data:\n    step2(x)\nprint('done')\n")
+    # line 3 was inserted (it takes the line before it), 4-6 moved down by one (5 also changed)
+    assert original_lines(original, fixed) == {"3": 2, "4": 3, "5": 4, "6": 5}
+    assert original_lines(original, original) == {}

@@ -18,6 +18,7 @@ from mplint.verify import datasets, hooks, loops, recorder, sandbox, torch_hooks
 def install_tensorflow(tf) -> None:
     tf.random.set_seed(recorder.RECORDER.config["seed"])
     hooks.patch_method(type(tf.GradientTape()), "gradient", hooks.wrap_gradient)
+    hooks.patch_method(type(tf.function(lambda: None)), "__call__", hooks.wrap_traced_call)  # a step, seen from Python
     tf.function = hooks.wrap_function(tf.function)
     tf.saved_model.save = hooks.wrap_path_arg(1)(tf.saved_model.save)
     tf.summary.create_file_writer = hooks.wrap_path_arg(0)(tf.summary.create_file_writer)

@@ -92,8 +92,37 @@ def _outermost(method):
         _local.depth = depth
 
 
+def before_step() -> None:
+    """Before a training step the script takes outside fit(): an eager ``apply_gradients``/``apply``, or a call of
+    a ``tf.function`` (whose optimizer steps run inside, out of Python's reach). The script's loop around it becomes
+    the current loop, and once every optimizer of that loop has made its capped steps the loop is ended there
+    (LoopCapped) and the script goes on to its next loop, as a PyTorch loop is."""
+    rec = R()
+    tf = sys.modules.get("tensorflow")
+    if rec.in_fit or rec.finished or getattr(_local, "depth", 0) or tf is not None and tf.inside_function():
+        return
+    from mplint.verify import loops, torch_hooks
+
+    site = loops.current(rec.config["script"])
+    if site.frame is None:
+        return  # no loop of the script around it: the step cap of record_step applies
+    loop = rec.enter_loop(site.key, torch_hooks.loop_label(site, rec.loop_keys))
+    units = [unit for unit, known in rec.units.items() if known["loop"] == loop]
+    if units and all(rec.steps_of(unit) >= rec.cap for unit in units):
+        torch_hooks.end_loop(site, loop)
+
+
+def wrap_traced_call(original):
+    def __call__(self, *args, **kwargs):
+        before_step()
+        return original(self, *args, **kwargs)
+
+    return __call__
+
+
 def wrap_apply_gradients(original):
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        before_step()
         pairs = list(grads_and_vars)
         result, outer = _outermost(lambda: original(self, pairs, *args, **kwargs))
         if outer:
@@ -105,6 +134,7 @@ def wrap_apply_gradients(original):
 
 def wrap_apply(original):
     def apply(self, grads, trainable_variables=None, *args, **kwargs):
+        before_step()
         grads = list(grads)
         result, outer = _outermost(lambda: original(self, grads, trainable_variables, *args, **kwargs))
         if outer:

@@ -1,4 +1,4 @@
-"""Training loops of a PyTorch script, each with its own step cap.
+"""Training loops of a PyTorch or Keras script, each with its own step cap.
 
 The script is compiled with each ``for``/``while`` loop wrapped so that it can be ended from
 inside: a step past a loop's cap raises ``LoopCapped``, which only that loop's wrapper catches, and
@@ -96,19 +96,22 @@ class _WrapLoops(ast.NodeTransformer):
     visit_For = visit_While = _wrap
 
 
-def _imports_torch(tree) -> bool:
+_FRAMEWORKS = frozenset({"torch", "tensorflow", "keras", "tf_keras"})
+
+
+def _imports_a_framework(tree) -> bool:
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "torch" for alias in node.names):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] in _FRAMEWORKS for alias in node.names):
             return True
-        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "torch":
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in _FRAMEWORKS:
             return True
     return False
 
 
 def _wrapped(source, path: str, always: bool = False):
-    """The code of a file with its loops wrapped when it imports torch (or ``always``), else None."""
+    """The code of a file with its loops wrapped when it imports a framework (or ``always``), else None."""
     tree = ast.parse(source, path)
-    return compile(_WrapLoops().visit(tree), path, "exec") if always or _imports_torch(tree) else None
+    return compile(_WrapLoops().visit(tree), path, "exec") if always or _imports_a_framework(tree) else None
 
 
 class _WrappingLoader(importlib.machinery.SourceFileLoader):
@@ -143,7 +146,7 @@ class _SiblingModules(importlib.abc.MetaPathFinder):
 
 def run(script: str) -> None:
     """Run ``script`` as ``__main__``, as ``runpy.run_path`` does; with its loops wrapped when it
-    imports torch (a Keras model trained by a torch loop included)."""
+    imports torch, TensorFlow or Keras."""
     try:
         with open(script, "rb") as fh:
             code = _wrapped(fh.read(), script)

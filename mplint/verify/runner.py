@@ -117,13 +117,37 @@ def copy_folder(source: Path, work: Path) -> list[str]:
     return left_out
 
 
+def original_lines(original: Path, fixed: Path) -> dict[str, int]:
+    """The original script's line for each line of its fixed copy that moved (a line a fix inserted takes the
+    line before it), so that the fixed run names its loops as the original does."""
+    import difflib
+
+    try:
+        before = original.read_text(encoding="utf-8", errors="replace").splitlines()
+        after = fixed.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        for j in range(j1, j2):
+            if tag == "equal":
+                line = i1 + (j - j1) + 1
+            elif tag == "replace":
+                line = i1 + min(j - j1, i2 - i1 - 1) + 1
+            else:  # inserted: the original line before the insertion
+                line = max(i1, 1)
+            if line != j + 1:
+                found[str(j + 1)] = line
+    return found
+
+
 def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunOptions,
             text: Path | None) -> RunResult:
     scratch = base / "scratch"
     work, tmp = scratch / "work", scratch / "tmp"
     left_out = copy_folder(script.parent, work)
     tmp.mkdir()
-    script = work / script.name
+    original, script = script, work / script.name
     if text is not None:
         shutil.copyfile(text, script)
     records = scratch / "records.json"
@@ -131,7 +155,7 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
         "script": str(script), "argv": argv, "steps": options.steps, "seed": options.seed,
         "scratch": str(scratch), "records": str(records), "force_policy": options.force_policy,
         "capture_grads": options.capture_grads, "source_dir": options.source_dir, "isolated": options.isolated,
-        "framework": options.framework,
+        "framework": options.framework, "line_map": original_lines(original, text) if text is not None else {},
     }
     (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(tmp), KERAS_HOME=str(scratch / "keras_home"),

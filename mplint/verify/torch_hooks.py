@@ -38,16 +38,25 @@ def _loss_value(loss) -> float | None:
         return None
 
 
-def _loop_label(site: loops.Site, known: dict) -> str:
+def loop_label(site: loops.Site, known: dict) -> str:
+    """``loop at train.py:12``, named by the original script's lines in a fixed copy's run too."""
+    place = _original_place
     if site.line is None:  # the loop is not the script's (a library's trainer): name the call into it
-        return "loop in the call at {}:{}".format(*site.calls[0]) if site.calls else "custom loop #1"
-    label = f"loop at {site.file}:{site.line}"
+        return "loop in the call at {}:{}".format(*place(*site.calls[0])) if site.calls else "custom loop #1"
+    label = "loop at {}:{}".format(*place(site.file, site.line))
     first = next((key for key, known_label in known.items() if known_label == label), None)
     if first is not None and first != site.key and site.calls:  # one loop of a function called twice
         if first[0]:
-            R().loop_aliases[label] = "{} via {}:{}".format(label, *first[0][-1])
-        label += " via {}:{}".format(*site.calls[-1])
+            R().loop_aliases[label] = "{} via {}:{}".format(label, *place(*first[0][-1]))
+        label += " via {}:{}".format(*place(*site.calls[-1]))
     return label
+
+
+def _original_place(file: str, line: int) -> tuple[str, int]:
+    config = R().config
+    if file == os.path.basename(config["script"]):
+        line = config.get("line_map", {}).get(str(line), line)
+    return file, line
 
 
 def _before_step(optimizer) -> None:
@@ -56,12 +65,19 @@ def _before_step(optimizer) -> None:
     script runs no loop around the step, or caught the stop, the run ends here."""
     rec = R()
     site = loops.current(rec.config["script"])
-    loop = rec.enter_loop(site.key, _loop_label(site, rec.loop_keys))
+    loop = rec.enter_loop(site.key, loop_label(site, rec.loop_keys))
     unit = rec.unit_of(id(optimizer), type(optimizer).__name__)
     if site.step_line is not None:
         rec.step_lines.add(site.step_line)
     if rec.steps_of(unit) < rec.cap:
         return
+    end_loop(site, loop)
+
+
+def end_loop(site: loops.Site, loop: str) -> None:
+    """End the loop that reached its cap (LoopCapped, caught by the loop, and the script goes on after it); where
+    the script runs no loop around the step, or caught the stop, the run ends here."""
+    rec = R()
     if site.frame is None or loop in rec.capped_loops:
         if loop in rec.capped_loops:
             rec.note("loop_stops", f"the script caught the end of the {loop} and went on: the run ended at its next step")
