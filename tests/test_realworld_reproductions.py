@@ -512,7 +512,7 @@ def test_mp601_the_same_epsilon_with_a_dtype_the_caller_must_pick_is_library_cod
 
 
 # keras-team/keras keras/src/layers/normalization/unit_normalization.py (a planted defect the check missed): the
-# epsilon reaches float16 inside `ops.normalize`, which clamps the squared norm with epsilon * epsilon. Executed by
+# epsilon reaches float16 inside `ops.normalize`, which bounds the L2 norm by it (epsilon * epsilon, or 1 / epsilon). Executed by
 # tests/test_keras_fixes_executed.py::test_mp601_normalization_in_float32_keeps_zero_and_tiny_vectors_finite.
 KERAS_UNIT_NORMALIZATION = '''from keras.src import ops
 from keras.src.api_export import keras_export
@@ -532,15 +532,23 @@ class UnitNormalization(Layer):
 '''
 KERAS_LAYERS = {**KERAS_PACKAGE, "keras/src/layers/__init__.py": "", "keras/src/layers/normalization/__init__.py": ""}
 UNIT_NORMALIZATION_EFFECT = (
-    " in the dtype of `inputs`, the compute dtype: under a float16 policy it flushes to 0 (smallest subnormal 6e-8), "
-    "so rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf; normalize in float32; "
+    ", so rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf; normalize in float32; "
     "library code of keras (users pick the policy)")
 
 
 @pytest.mark.parametrize("epsilon,column,clamp", [
-    (", epsilon=1e-12", 71, "epsilon * epsilon = 1e-24 (`epsilon=1e-12`)"),
-    (", epsilon=backend.epsilon()", 71, "epsilon * epsilon = 1e-14 (`epsilon=backend.epsilon()`)"),
-    ("", 16, "epsilon * epsilon = 1e-14 (the default epsilon 1e-07, `keras.config.epsilon()`)"),
+    (", epsilon=1e-12", 71, "(`epsilon=1e-12`) in the dtype of `inputs`, the compute dtype: under a float16 policy the "
+                            "bound is lost (the floor epsilon * epsilon = 1e-24 on the squared norm flushes to 0, "
+                            "smallest subnormal 6e-8, and the cap 1 / epsilon = 1e+12 that other Keras releases put on "
+                            "rsqrt overflows to inf)"),
+    (", epsilon=backend.epsilon()", 71, "(`epsilon=backend.epsilon()`) in the dtype of `inputs`, the compute dtype: "
+                                        "under a float16 policy the bound is lost (the floor epsilon * epsilon = 1e-14 "
+                                        "on the squared norm flushes to 0, smallest subnormal 6e-8, and the cap 1 / "
+                                        "epsilon = 1e+07 that other Keras releases put on rsqrt overflows to inf)"),
+    ("", 16, "(the default epsilon 1e-07, `keras.config.epsilon()`) in the dtype of `inputs`, the compute dtype: under "
+             "a float16 policy the bound is lost (the floor epsilon * epsilon = 1e-14 on the squared norm flushes to 0, "
+             "smallest subnormal 6e-8, and the cap 1 / epsilon = 1e+07 that other Keras releases put on rsqrt "
+             "overflows to inf)"),
 ])
 def test_mp601_epsilon_of_keras_normalize_on_the_compute_dtype(epsilon, column, clamp):
     code = KERAS_UNIT_NORMALIZATION.replace(", epsilon=1e-12", epsilon).replace(
@@ -550,7 +558,7 @@ def test_mp601_epsilon_of_keras_normalize_on_the_compute_dtype(epsilon, column, 
     path = "keras/src/layers/normalization/unit_normalization.py"
     out = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"])
     assert [(d.rule_id, d.line, d.column, d.message, d.fix_safety) for d in out.diagnostics] == [
-        ("MP601", line, column, f"`ops.normalize` clamps the squared norm with {clamp}{UNIT_NORMALIZATION_EFFECT}",
+        ("MP601", line, column, f"`ops.normalize` bounds the L2 norm by epsilon {clamp}{UNIT_NORMALIZATION_EFFECT}",
          FixSafety.SAFE)]  # only float16/bfloat16 inputs take the float32 path; every other input runs the call as is
     fixed = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"], fix=True).fixed_code
     original = f"ops.normalize(inputs, axis=self.axis, order=2{epsilon})"

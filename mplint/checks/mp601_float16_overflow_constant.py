@@ -199,14 +199,18 @@ class Float16OverflowConstant(Rule):
             what = f"the default epsilon {epsilon:g}" + (", `keras.config.epsilon()`" if known.squared else "")
         else:
             what = f"`epsilon={spelled}`"
-        if squared:
-            how = f"the squared norm with epsilon * epsilon = {clamp:g}"
+        where = f"({what}) in the dtype of `{self._code(values)}`, the compute dtype: under a float16 policy"
+        if squared:  # Keras 3 bounds the L2 norm either way: a floor on the squared norm, or (newer) a cap on rsqrt
+            capped = f", and the cap 1 / epsilon = {1 / epsilon:g} that other Keras releases put on rsqrt overflows " \
+                "to inf" if 1 / epsilon > FLOAT16_MAX else ""
+            head = (f"`{name}` bounds the L2 norm by epsilon {where} the bound is lost (the floor epsilon * epsilon = "
+                    f"{clamp:g} on the squared norm flushes to 0, smallest subnormal 6e-8{capped})")
         else:
             how = f"the squared norm with {clamp:g}" if not known.squared else f"the norm with {clamp:g}"
+            head = f"`{name}` clamps {how} {where} it flushes to 0 (smallest subnormal 6e-8)"
         self.report(
             given if given is not None else call,
-            f"`{name}` clamps {how} ({what}) in the dtype of `{self._code(values)}`, the compute dtype: under a "
-            "float16 policy it flushes to 0 (smallest subnormal 6e-8), so "
+            head + ", so "
             + ("rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf"
                if squared or not known.squared else "dividing by the norm turns a zero vector into NaN")
             + "; normalize in float32"
