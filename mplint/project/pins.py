@@ -464,9 +464,7 @@ def pin_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str,
     parsed = {} if parsed is None else parsed
 
     def read(path: Path, reader):
-        if path not in parsed:
-            parsed[path] = reader(path)
-        return parsed[path]
+        return _read_once(parsed, path, reader)
 
     for path in _requirement_files(folder):
         yield path.name if path.parent == folder else f"requirements/{path.name}", read(path, _requirements_file)
@@ -486,10 +484,15 @@ def documented_sources(folder: Path, parsed: dict | None = None) -> Iterable[tup
     for a framework that no pin source of the folder names."""
     parsed = {} if parsed is None else parsed
     for path in _readmes(folder):
-        if path not in parsed:
-            parsed[path] = _documented(path)
-        for what, requirements in parsed[path]:
+        for what, requirements in _read_once(parsed, path, _documented):
             yield f"{what} in {path.name}", requirements
+
+
+def _read_once(parsed: dict, path: Path, reader):
+    """``reader(path)``, kept in ``parsed`` for the rest of the run."""
+    if path not in parsed:
+        parsed[path] = reader(path)
+    return parsed[path]
 
 
 def pin_files(folders: Iterable[Path]) -> set[Path]:
