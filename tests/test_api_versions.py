@@ -4,6 +4,7 @@ version of the range the fix is offered for (safe) or the fix is unsafe and says
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 
 import pytest
@@ -18,8 +19,11 @@ from mplint.testing import lint_code
 def test_every_torch_name_exists_in_the_installed_torch(name):
     torch = pytest.importorskip("torch")
     assert Version(torch.__version__.split("+")[0]) >= Version(TORCH[name].since)
-    module, _, attr = name.rpartition(".")
+    api, _, parameter = name.partition("(")  # "torch.cuda.amp.autocast(dtype=)": a parameter of the API
+    module, _, attr = api.rpartition(".")
     assert hasattr(importlib.import_module(module), attr)
+    if parameter:
+        assert parameter.rstrip("=)") in inspect.signature(getattr(importlib.import_module(module), attr)).parameters
     assert TORCH[name].source
 
 

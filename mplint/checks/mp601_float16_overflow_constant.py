@@ -364,7 +364,8 @@ class Float16OverflowConstant(Rule):
             return None
         target = test.comparisons[0]
         left = test.left
-        if isinstance(left, cst.Call) and len(left.args) == 1 and (dotted(left.func) or "").endswith("standardize_dtype"):
+        if isinstance(left, cst.Call) and len(left.args) == 1 \
+                and self.context.names.matches(left.func, ["backend.standardize_dtype"], ["keras"]):
             left = left.args[0].value
         if isinstance(target.operator, (cst.In, cst.NotIn)):
             if not (isinstance(left, cst.Attribute) and left.attr.value in ("dtype", "compute_dtype")

@@ -113,10 +113,12 @@ class DeprecatedCudaAmpApi(TorchRule):
         if name != "autocast":
             return None
         if device == "cpu":
-            return Version("1.10"), "`torch.cpu.amp` itself needs torch >= 1.10"
+            since = torch_since("torch.cpu.amp.autocast")
+            return Version(since), f"`torch.cpu.amp` itself needs torch >= {since}"
         if call is not None and (len([a for a in call.args if a.keyword is None]) > 1 or any(
                 a.keyword is not None and a.keyword.value in ("dtype", "cache_enabled") for a in call.args)):
-            return Version("1.10"), "the call's own `dtype`/`cache_enabled` needs torch >= 1.10"
+            since = torch_since("torch.cuda.amp.autocast(dtype=)")
+            return Version(since), f"the call's own `dtype`/`cache_enabled` needs torch >= {since}"
         return None
 
     def _bound_to_new_api_too(self, func: cst.BaseExpression) -> bool:

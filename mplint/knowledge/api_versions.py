@@ -81,6 +81,10 @@ TORCH = {
     "torch.cuda.amp.GradScaler": TorchName("1.6", f"torch/cuda/amp/grad_scaler.py in 1.6.0, {_WHEELS}"),
     "torch.cuda.amp.custom_fwd": TorchName("1.6", f"torch/cuda/amp/autocast_mode.py in 1.6.0, {_WHEELS}"),
     "torch.cuda.amp.custom_bwd": TorchName("1.6", f"torch/cuda/amp/autocast_mode.py in 1.6.0, {_WHEELS}"),
+    "torch.cpu.amp.autocast": TorchName("1.10", f"torch/cpu/amp/autocast_mode.py in 1.10.0, no torch/cpu in 1.9.0, "
+                                                f"{_WHEELS}"),
+    # the dtype/cache_enabled parameters: torch.cuda.amp.autocast(enabled=True) alone in 1.6-1.9
+    "torch.cuda.amp.autocast(dtype=)": TorchName("1.10", f"torch/cuda/amp/autocast_mode.py in 1.10.0 and 1.9.0, {_WHEELS}"),
     "torch.autocast": TorchName("1.10", f"torch/__init__.py in 1.10.0, absent from 1.9.0, {_WHEELS}"),
     "torch.amp.autocast": TorchName("1.12", f"torch/amp/autocast_mode.py in 1.12.0, no torch/amp in 1.11.0, {_WHEELS}"),
     "torch.amp.GradScaler": TorchName("2.3", f"torch/amp/grad_scaler.py in 2.3.0, absent from 2.2.0, {_WHEELS}"),
