@@ -16,6 +16,8 @@ library in the way. Each session measures, from the client's side:
   client resolving edits (as VS Code does); then ``codeAction/resolve`` of the first quick fix;
 - hover on the first finding, and a pulled ``textDocument/diagnostic`` (a second session in pull mode:
   the first pull after opening, and a pull after an edit).
+- first diagnostics again from the start, of a server opened on the project after the pull session ended
+  (what a server keeps on disk, in mplint's case the project's ``.mplint_cache/``, is there);
 - the server's CPU time (all its threads, from the kernel's scheduler statistics) from its start to the
   first diagnostics, and for an edit (from the ``didChange`` to the diagnostics it gets): on a shared machine
   the latencies include waiting for a core, these figures much less so. Edits come 1.5 s apart, as after a
@@ -225,6 +227,18 @@ def pull_session(command: list[str], root: Path) -> dict:
         client.close()
 
 
+def reopen_session(command: list[str], root: Path) -> dict:
+    """An editor opened again on a project checked before (by an earlier session or ``mplint``): its first
+    diagnostics, from the process start."""
+    client, _ = start(command, root, pull=False)
+    try:
+        uri, _, sent = open_file(client, root / "layers.py")
+        at, _ = client.published(uri)
+        return {"reopen_from_start": at - client.started, "cpu_reopen": client.cpu()}
+    finally:
+        client.close()
+
+
 def servers(ruff: str | None, before: Path | None) -> dict[str, list[str]]:
     found = {"mplint": [sys.executable, "-m", "mplint", "server"]}
     if before:  # another checkout of mplint (e.g. ``git archive <commit> | tar -x -C DIR``), its code first on the path
@@ -248,11 +262,13 @@ def version(command: list[str]) -> str:
 
 
 ROWS = [("initialize", "initialize (start to answer)"), ("open", "first diagnostics after didOpen"),
-        ("open_from_start", "first diagnostics from start"), ("edit", "diagnostics after an edit"),
+        ("open_from_start", "first diagnostics from start"),
+        ("reopen_from_start", "first diagnostics from start, the project checked before"), ("edit", "diagnostics after an edit"),
         ("edit_after_pause", "... less mplint's typing pause"), ("code_action", "code actions (from the last check)"),
         ("resolve", "codeAction/resolve of a quick fix"), ("hover", "hover on a finding"),
         ("pull_open", "pulled diagnostics, first"), ("pull_edit", "pulled diagnostics after an edit"),
-        ("cpu_open", "server CPU, start to first diagnostics"), ("cpu_edit", "server CPU for an edit (to its diagnostics)")]
+        ("cpu_open", "server CPU, start to first diagnostics"),
+        ("cpu_reopen", "server CPU, start to first diagnostics, the project checked before"), ("cpu_edit", "server CPU for an edit (to its diagnostics)")]
 
 
 def interpreter_floor(repeats: int) -> float:
@@ -289,8 +305,12 @@ def main() -> None:
         for name, command in commands.items():
             sessions = []
             for _ in range(args.repeats):
-                (root / ".mplint_cache").exists() and shutil.rmtree(root / ".mplint_cache")
-                sessions.append({**push_session(command, root, args.edits), **pull_session(command, root)})
+                row = {}
+                for session in (lambda: push_session(command, root, args.edits), lambda: pull_session(command, root)):
+                    (root / ".mplint_cache").exists() and shutil.rmtree(root / ".mplint_cache")  # cold
+                    row.update(session())
+                row.update(reopen_session(command, root))  # after the pull session, whatever it kept
+                sessions.append(row)
             keys = {k for s in sessions for k in s}
             figures[name] = {k: statistics.median(s[k] for s in sessions if k in s) * (1 if k in ("diagnostics", "pulled") else 1000)
                              for k in keys}

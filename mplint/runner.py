@@ -46,6 +46,7 @@ class RunOptions:
     config_path: Path | None = None
     add_noqa: bool = False  # suppress every current finding with a noqa comment
     only: set[Path] | None = None  # check only these (absolute) files; the others still feed project facts
+    facts_only: bool = False  # read the project facts and check no file (the language server's warm-up)
     stdin: tuple[Path, bytes] | None = None  # (file name, content) of a file read from standard input; never written
     on_progress: Callable[[str, int, int | None], None] | None = None  # (phase, files done, files in it): PHASES
     jobs: int | None = None  # worker processes; None: one per core
@@ -207,6 +208,8 @@ def run(options: RunOptions) -> RunReport:
         if not (top.force_exclude and is_excluded(stdin_path, top.root, top.exclude, top.extend_exclude)):
             found.files.append(SourcePath(stdin_path, Path(options.stdin[0]).as_posix()))
             only = {stdin_path}
+    if options.facts_only:
+        only = set()
     project_of = _ProjectOf(top, options.config_path is not None, options.warm.roots if options.warm else None)
     groups: dict[Path, list[SourcePath]] = {}
     for source in found.files:

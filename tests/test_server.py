@@ -554,3 +554,52 @@ async def test_the_explain_rule_command_answers_the_rule_page(editor: Editor, ro
     with pytest.raises(Exception, match="unknown command 'mplint.nothing'"):
         await asyncio.wait_for(editor.client.workspace_execute_command_async(
             types.ExecuteCommandParams(command="mplint.nothing")), TIMEOUT)
+
+
+# Each check's answer is recorded with whether the checker (libcst) had been imported by then.
+RECORDING_SERVER = """
+import sys
+from mplint.server import app
+
+ensure = app.Server.ensure
+
+
+def recorded(self, key):
+    checked = ensure(self, key)
+    with open(sys.argv[1], "a") as record:
+        record.write(f"{'libcst' in sys.modules}\\n")
+    return checked
+
+
+app.Server.ensure = recorded
+from mplint.cli import main
+
+sys.exit(main(["server"]))
+"""
+
+
+def test_a_server_opened_again_answers_an_unchanged_file_from_what_the_last_one_kept(tmp_path):
+    """The first server checks (importing libcst), and on shutdown keeps its results in the project's cache; the
+    next server opened on the project answers the unchanged file from there before importing the checker, with
+    the same findings. A file changed on disk since is checked again."""
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    layers = tmp_path / "layers.py"
+    layers.write_text(POLICY + MODEL)
+    record = tmp_path.parent / f"{tmp_path.name}-checks.txt"
+
+    async def session() -> list[tuple]:
+        editor = Editor(tmp_path)
+        await editor.start(server=("-c", RECORDING_SERVER, str(record)))
+        try:
+            return _findings(await editor.diagnostics(editor.open(layers, layers.read_text())))
+        finally:
+            await editor.stop()
+
+    first = asyncio.run(session())
+    assert [f[0] for f in first] == ["MP101"]
+    assert sorted(p.name for p in (tmp_path / ".mplint_cache" / "v2").glob("results-*.json")) != []
+    again = asyncio.run(session())
+    assert again == first == _cli_findings(tmp_path, "layers.py")
+    layers.write_text(POLICY + FIXED_MODEL)
+    assert asyncio.run(session()) == []
+    assert record.read_text().split() == ["True", "False", "True"]

@@ -18,8 +18,10 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+from typing import TYPE_CHECKING
 
-import libcst as cst
+if TYPE_CHECKING:  # libcst is imported by the first parse: enabling reuse must not wait for it
+    import libcst as cst
 
 KEPT = 8192  # chunks kept (each version of an edited statement adds one)
 
@@ -38,6 +40,8 @@ class StatementReuse:
             return None
 
     def _assemble(self, text: str, parts: list[str]) -> cst.Module | None:
+        import libcst as cst
+
         body, header, footer, indent, used = [], (), (), None, set()
         for i, part in enumerate(parts):
             if part in used:  # the same statement twice in one file: its nodes must not be shared

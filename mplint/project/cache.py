@@ -123,7 +123,9 @@ class _Store:
     def put(self, key: str, value) -> None:
         if self.path is not None:
             if self.limit is not None:
-                self.entries[key] = value
+                if self.entries.get(key) != value:
+                    self.entries[key] = value
+                    self.dirty = True
                 while len(self.entries) > self.limit:
                     del self.entries[next(iter(self.entries))]
                 return
@@ -148,6 +150,27 @@ class _Store:
                 self.path.write_bytes(data)
         except OSError:
             pass  # read-only tree: results stay correct, just uncached
+
+
+    def merge_into_disk(self) -> None:
+        """A shared store's new entries added to its file as it is on disk now (entries other runs wrote since
+        are kept): entries are keyed by content digests, so whichever run wrote them, none is ever wrong."""
+        if self.path is None or not self.dirty:
+            return
+        on_disk = _Store(self.path)
+        for key, value in self.entries.items():
+            on_disk.entries.pop(key, None)  # put again below, as the newest
+            on_disk.put(key, value)
+        on_disk.live = set(list(on_disk.entries)[-SHARED_LIMIT:])  # bounded: an editor never runs the pruning command line
+        on_disk.save()
+        self.dirty = False
+
+
+def persist_shared() -> None:
+    """Write what the editor's checks found (the read-only runs' stores) into the projects' caches, for the next
+    server or command line run to reuse: the language server calls it once the editor is idle."""
+    for store in list(_SHARED.values()):
+        store.merge_into_disk()
 
 
 def _module_facts_to_json(facts: ProjectFacts) -> dict:

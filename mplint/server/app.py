@@ -166,18 +166,28 @@ class Server:
         self.rpc.respond(id_, {"capabilities": capabilities, "serverInfo": {"name": "mplint", "version": __version__}})
 
     def warm(self) -> None:
-        """Import the checker and build the first workspace folder's facts before the first document asks;
-        then, once the worker is idle, what fixing imports (for the first ``codeAction/resolve``)."""
-        from mplint.server.documents import Part, check
+        """Build the first workspace folder's facts before the first document asks; the checker itself (libcst,
+        the rules, the catalog) is imported by the first check that needs it, else once the worker is idle, then
+        what fixing imports (for the first ``codeAction/resolve``). A document whose result the project's cache
+        holds (``mplint`` was run on it) so gets its diagnostics without waiting for the checker."""
+        from mplint.server.documents import warm_facts
 
         folder = self.workspace.folders[0] if self.workspace.folders else None
         if folder is not None and folder.is_dir():
             try:
-                check(Buffer(folder / "untitled.py", (Part("untitled:warm", ""),)), folder, settings=self.settings,
-                      warm=self.warmed())
+                warm_facts(folder, self.settings, self.warmed())
             except CheckFailed:
                 pass  # the first real check reports it
-        self.idle.append(self.warm_fixes)
+        self.idle += [self.warm_checker, self.warm_fixes]
+
+    @staticmethod
+    def warm_checker() -> None:
+        import libcst
+
+        from mplint.checks import all_rules
+
+        all_rules()
+        libcst.parse_module("x = 1\n")  # the native parser's first call sets itself up
 
     @staticmethod
     def warm_fixes() -> None:
@@ -196,7 +206,22 @@ class Server:
 
     def shutdown(self, params, id_) -> None:
         self.shutting_down = True
-        self.rpc.respond(id_, None)
+
+        def persisted() -> None:  # after the checks already asked for
+            try:
+                self.persist()
+            finally:
+                self.rpc.respond(id_, None)
+
+        self.later(persisted, id_)
+
+    @staticmethod
+    def persist() -> None:
+        """What the checks found and read, into the projects' ``.mplint_cache/``: the next server (or ``mplint``
+        run) answers unchanged files from it without importing the checker."""
+        from mplint.project.cache import persist_shared
+
+        persist_shared()
 
     # -- documents -----------------------------------------------------------------------------
 
@@ -362,6 +387,8 @@ class Server:
                 self.facts_changed(key, checked)
         if any(d["data"]["imports"] for ds in found.values() for d in ds) and self.prepare_fixes not in self.idle:
             self.idle.append(self.prepare_fixes)
+        if self.persist not in self.idle:
+            self.idle.append(self.persist)
         return checked
 
     def lint_soon(self, key: str) -> None:

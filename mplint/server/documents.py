@@ -135,6 +135,22 @@ def check_with_config(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe
     return next(r for r in report.results if r.path == name), report.config
 
 
+def warm_facts(folder: Path, settings: Settings, warm) -> None:
+    """Read ``folder``'s project facts into ``warm`` and check nothing: no rule, no libcst is imported, so a
+    document opened meanwhile is not kept waiting for them (its result may be in the project's cache)."""
+    from mplint.catalog import CatalogError
+    from mplint.project.config import ConfigError
+    from mplint.runner import RunOptions, run
+
+    options = RunOptions(paths=[folder], stdin=(folder / "untitled.py", b""), facts_only=True, jobs=1,
+                         select=None if settings.select is None else list(settings.select),
+                         extend_select=list(settings.extend_select), ignore=list(settings.ignore), warm=warm)
+    try:
+        run(options)
+    except (ConfigError, CatalogError) as exc:
+        raise CheckFailed(str(exc)) from exc
+
+
 def fixed_texts(buffer: Buffer, result: FileResult) -> dict[str, str]:
     """URI -> new text of each part a fix run changed."""
     if result.fixed_source is None:
