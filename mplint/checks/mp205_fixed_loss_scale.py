@@ -35,18 +35,46 @@ class FixedLossScale(Rule):
         api = self.context.names.kname(node.func)  # the resolved API: `Wrap` of `import LossScaleOptimizer as Wrap`
         if api is None:
             return  # `train(None, loss_scale_factor=2.0)` is no Keras API
-        name = api.last
-        if name == "FixedLossScale":
-            self.report(node, f"FixedLossScale: {_WHY}")
+        problems = _problems(node, api)
+        if problems and api.last == LSO and self._chosen_over_dynamic(node):
             return
-        for i, arg in enumerate(node.args):
-            key = arg.keyword.value if arg.keyword else None
-            if key == "loss_scale_factor" and api.path.startswith("optimizers.") \
-                    and not (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
-                self.report(arg, f"loss_scale_factor= multiplies the loss by a constant: {_WHY}")
-            elif name == LSO and key == "dynamic" and isinstance(arg.value, cst.Name) and arg.value.value == "False":
-                self.report(arg, f"LossScaleOptimizer(dynamic=False): {_WHY}")
-            elif name == LSO and (key == "loss_scale" or (key is None and i == 1)) and _number(arg.value):
-                self.report(arg, f"LossScaleOptimizer with a numeric loss scale: {_WHY}")
-            elif name in ("Policy", "DTypePolicy") and key == "loss_scale" and _number(arg.value):
-                self.report(arg, f"Policy(loss_scale=<number>): {_WHY}")
+        for where, message in problems:
+            self.report(where, f"{message}: {_WHY}")
+
+    def _chosen_over_dynamic(self, call: cst.Call) -> bool:
+        """``if loss_scale == "dynamic": LSO(opt) else: LSO(opt, dynamic=False, initial_scale=loss_scale)``: the
+        code scales dynamically unless its caller asks for a fixed scale; that choice is the caller's to make."""
+        child: cst.CSTNode = call
+        for ancestor in self.context.ancestors(call):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return False
+            if isinstance(ancestor, (cst.If, cst.IfExp)) and child in (ancestor.body, ancestor.orelse):
+                other = ancestor.orelse if child is ancestor.body else ancestor.body
+                if other is not None and any(self._dynamic(c) for c in self.context.nodes_within(other, cst.Call)):
+                    return True
+            child = ancestor
+        return False
+
+    def _dynamic(self, call: cst.Call) -> bool:
+        api = self.context.names.kname(call.func)
+        return api is not None and api.last == LSO and not _problems(call, api)
+
+
+def _problems(node: cst.Call, api) -> list[tuple[cst.CSTNode, str]]:
+    """Where the call fixes the loss scale, and how the message names it."""
+    name = api.last
+    if name == "FixedLossScale":
+        return [(node, "FixedLossScale")]
+    found = []
+    for i, arg in enumerate(node.args):
+        key = arg.keyword.value if arg.keyword else None
+        if key == "loss_scale_factor" and api.path.startswith("optimizers.") \
+                and not (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
+            found.append((arg, "loss_scale_factor= multiplies the loss by a constant"))
+        elif name == LSO and key == "dynamic" and isinstance(arg.value, cst.Name) and arg.value.value == "False":
+            found.append((arg, "LossScaleOptimizer(dynamic=False)"))
+        elif name == LSO and (key == "loss_scale" or (key is None and i == 1)) and _number(arg.value):
+            found.append((arg, "LossScaleOptimizer with a numeric loss scale"))
+        elif name in ("Policy", "DTypePolicy") and key == "loss_scale" and _number(arg.value):
+            found.append((arg, "Policy(loss_scale=<number>)"))
+    return found

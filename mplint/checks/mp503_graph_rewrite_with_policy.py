@@ -5,6 +5,8 @@ from __future__ import annotations
 import libcst as cst
 from mplint.engine import matchers as m
 
+from mplint.analysis.exclusive_guards import exclusive
+from mplint.analysis.policy_calls import policy_setter
 from mplint.diagnostics import Fix, FixSafety
 from mplint.knowledge.policies import FLOAT32_POLICIES, MIXED_POLICIES, UNKNOWN_POLICY
 from mplint.engine.names import dotted
@@ -44,6 +46,23 @@ class GraphRewriteWithPolicy(Rule):
         mixed policy another (``--fp16_implementation=graph_rewrite`` builds the model in float32)."""
         return self._float32_mode() and self.context.enclosing(node, (cst.If, cst.IfExp)) is not None
 
+    def _apart_from_policy(self, node: cst.CSTNode) -> bool:
+        """Every mixed policy of the program is set in this file under a guard that excludes the rewrite's
+        (``if FLAGS.fp16_implementation == "keras"`` / ``== "graph_rewrite"``): the two never run together."""
+        mixed = [p for p in self.context.facts.policies if p.policy not in FLOAT32_POLICIES]
+        if not mixed or any(p.path != self.context.path or p.cell is not None for p in mixed):
+            return False
+        setters = [c for c in self.context.nodes(cst.Call) if policy_setter(self.context, c)]
+        for site in mixed:
+            at_line = [c for c in setters if self.context.position(c).start.line == site.line]
+            if not at_line or not all(exclusive(self.context, node, c) for c in at_line):
+                return False
+        return True
+
+    def _report(self, node: cst.CSTNode, message: str, fix: Fix | None) -> None:
+        if not self._apart_from_policy(node):
+            self.report(node, message, fix)
+
     def visit_Call(self, node: cst.Call) -> None:
         if self._mode_switch(node):
             return
@@ -57,7 +76,7 @@ class GraphRewriteWithPolicy(Rule):
             if m.matches(key, m.SimpleString()) and key.evaluated_value == AMP_ENV and _enabled(value):
                 statement = self._statement_of(node)
                 fix = self._delete(statement) if statement is not None and statement.body[0].value is node else None
-                self.report(node, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", fix)
+                self._report(node, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", fix)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         """``os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"``."""
@@ -71,7 +90,7 @@ class GraphRewriteWithPolicy(Rule):
             return
         if self._mode_switch(node):
             return
-        self.report(target, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", self._delete(node))
+        self._report(target, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", self._delete(node))
 
     def _report_rewrite(self, call: cst.Call) -> None:
         statement = self._statement_of(call)
@@ -85,7 +104,7 @@ class GraphRewriteWithPolicy(Rule):
                 target = small.targets[0].target
                 same = target.deep_equals(optimizer)  # `opt = rewrite(opt)`, `self.opt = rewrite(self.opt)`
                 fix = self._delete(statement) if same else self._keep_optimizer(small, optimizer)
-        self.report(
+        self._report(
             call,
             f"`{REWRITE_FUNCTION}` applies TensorFlow's graph rewrite: {self._why()}. "
             "The rewrite also added loss scaling; compile() adds a LossScaleOptimizer under mixed_float16",
@@ -104,7 +123,7 @@ class GraphRewriteWithPolicy(Rule):
             fix = self._delete(statement) if statement is not None and statement.body[0].value is call else None
         else:
             fix = self._fix(options, options.with_changes(elements=_without(options.elements, amp[0])))
-        self.report(amp[0], f'`"{AMP_OPTION}": True` turns on TensorFlow\'s graph rewrite: {self._why()}', fix)
+        self._report(amp[0], f'`"{AMP_OPTION}": True` turns on TensorFlow\'s graph rewrite: {self._why()}', fix)
 
     def _statement_of(self, call: cst.Call) -> cst.SimpleStatementLine | None:
         parent = self.context.parent(call)
