@@ -306,9 +306,9 @@ def main() -> None:
             sessions = []
             for _ in range(args.repeats):
                 row = {}
-                for session in (lambda: push_session(command, root, args.edits), lambda: pull_session(command, root)):
+                for session, extra in ((push_session, (args.edits,)), (pull_session, ())):
                     (root / ".mplint_cache").exists() and shutil.rmtree(root / ".mplint_cache")  # cold
-                    row.update(session())
+                    row.update(session(command, root, *extra))
                 row.update(reopen_session(command, root))  # after the pull session, whatever it kept
                 sessions.append(row)
             keys = {k for s in sessions for k in s}

@@ -58,7 +58,7 @@ def catalog_dir() -> Path:
     for candidate in _CATALOG_DIRS:
         if candidate.is_dir():
             return candidate
-    raise CatalogError("rule catalog not found (looked in %s)" % ", ".join(map(str, _CATALOG_DIRS)))
+    raise CatalogError(f"rule catalog not found (looked in {', '.join(map(str, _CATALOG_DIRS))})")
 
 
 def _example(raw: dict, where: str) -> Example:
@@ -105,7 +105,7 @@ def _load(path: Path) -> RuleMeta:
         raise CatalogError(f"{path}: malformed rule file ({exc!r})") from exc
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_catalog() -> dict[str, RuleMeta]:
     """All rules by ID, in ID order."""
     metas = [_load(p) for p in sorted(catalog_dir().glob("MP*.yaml"))]
@@ -130,7 +130,7 @@ class RuleKey:
 _HEAD = re.compile(r"\Aid: (MPT?\d+)\nname: ([a-z0-9-]+)\n(?:default: (true|false)\n)?")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rule_keys() -> tuple[RuleKey, ...]:
     """Every rule's key, in ID order (the same rules as ``load_catalog``)."""
     keys = []

@@ -234,7 +234,6 @@ def _check_once(args, options, progress: bool) -> int:
     """One run and its report; the exit code."""
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
-    from mplint.output import renderer
     from mplint.runner import run
 
     bar = _ProgressBar() if progress and not args.silent else None

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:  # libcst stays out of runs that only read the cache
     import libcst as cst
@@ -70,7 +71,7 @@ class Finding:
     node: cst.CSTNode
     message: str
     fix: Fix | None = None
-    severity: "Severity | None" = None  # None: the catalog's; a rule lowers it where the target makes it so
+    severity: Severity | None = None  # None: the catalog's; a rule lowers it where the target makes it so
     related: tuple[Related, ...] = ()  # "" as path: the finding's own file
     guards_read: bool = False  # the rule judged the version guards around it itself (no blanket silence there)
 
@@ -103,7 +104,7 @@ class Diagnostic:
     fix_description: str = ""
     fixed: bool = False
     cell: int | None = None  # notebook cell (1-based) when the file is a notebook
-    edits: tuple["Edit", ...] = ()  # the fix as text replacements (imports it adds not included)
+    edits: tuple[Edit, ...] = ()  # the fix as text replacements (imports it adds not included)
     context: dict | None = None  # the MP context and target the finding was judged under (JSON-ready)
     related: tuple[Related, ...] = ()  # the other ends of a finding across functions or modules
     imports: tuple[ImportSpec, ...] = ()  # the imports its fix adds (where: as applying the fix decides)

@@ -11,8 +11,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from mplint.catalog import load_catalog
-from mplint.rule_docs import SAFETY as _SAFETY, rule_url
-
+from mplint.rule_docs import SAFETY as _SAFETY
+from mplint.rule_docs import rule_url
 
 
 def find(rule: str):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
-from typing import Callable
+from collections.abc import Callable
 
 POOL_MIN_FILES = 8
 _WORK: tuple[Callable, list] | None = None

@@ -20,7 +20,7 @@ SAFETY = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def project_docs_url() -> str | None:
     """``[project.urls] Documentation``: from pyproject.toml in a source checkout (the installed metadata of an
     editable install can be older), else from the installed package's metadata."""

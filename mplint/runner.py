@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from mplint.catalog import load_catalog
+from mplint.checks import all_rules
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.engine.check_options import PARSE_ERROR, CheckOptions
 from mplint.engine.notebooks import check_notebook, is_notebook
-from mplint.checks import all_rules
 from mplint.engine.registry import select
 from mplint.fixes.write_back import ENGINE_CODES, write_back
 from mplint.pool import parallel_map
-from mplint.project.build import FactsMemo, configured_target, pin_files_digest, facts_key, facts_of, module_facts_of, signature
+from mplint.project.build import (
+    FactsMemo,
+    configured_target,
+    facts_key,
+    facts_of,
+    module_facts_of,
+    pin_files_digest,
+    signature,
+)
 from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.project.config import Config, load_config, marked_root
 from mplint.project.discovery import Discovery, SourcePath, discover, is_excluded, module_name
 from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
-
 
 PHASES = ("discovery", "facts", "programs", "checks", "fixes")  # what ``on_progress`` reports, in order
 
@@ -123,7 +130,7 @@ class RunReport:
     results: list[FileResult]
     errors: list[str]  # fatal-for-one-path problems (missing paths, write failures)
     config: Config
-    projects: list["ProjectSummary"] = field(default_factory=list)  # every project checked, in order
+    projects: list[ProjectSummary] = field(default_factory=list)  # every project checked, in order
     noqa_added: int = 0  # lines that got a noqa comment (--add-noqa)
     noqa_skipped: int = 0  # findings whose line cannot carry a comment
     changed_on_disk: list[str] = field(default_factory=list)  # files left unfixed: changed after they were read
@@ -430,7 +437,7 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         else:
             todo.append((source, data, check_for(source)))
     progress.expect("checks", len(todo))
-    for (source, data, check), result in zip(todo, _check_all(todo, options.jobs, progress.stepper("checks"))):
+    for (source, _, _), result in zip(todo, _check_all(todo, options.jobs, progress.stepper("checks"))):
         done[source.path] = result
     writes = [s.path for s, _ in loaded if s.path in done and done[s.path].fixed_source is not None and s.path != stdin_path]
     if options.write and writes:
@@ -491,7 +498,7 @@ def _check_one(work: tuple[SourcePath, bytes, CheckOptions]) -> FileResult:
 
 def _check_all(todo, jobs: int | None, step: Callable[[], None] | None) -> list[FileResult]:
     results = parallel_map(_check_one, todo, jobs, step)
-    for (source, data, _), result in zip(todo, results):
+    for (_, data, _), result in zip(todo, results):
         if result.original_source is None:
             result.original_source = data
     return results

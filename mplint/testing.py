@@ -22,8 +22,8 @@ from mplint.diagnostics import Diagnostic
 from mplint.project.build import signature
 from mplint.project.facts import ProjectFacts
 from mplint.project.programs import in_memory_facts
-from mplint.runner import MAX_FACT_ROUNDS, RunOptions, _targets as targets_the_generation, run
-
+from mplint.runner import MAX_FACT_ROUNDS, RunOptions, run
+from mplint.runner import _targets as targets_the_generation
 
 # What a run leaves in a project: a copy for a test holds only the project's own files.
 RUN_LEFTOVERS = shutil.ignore_patterns(".mplint_cache", "__pycache__", ".pytest_cache", ".*.mplint-tmp")

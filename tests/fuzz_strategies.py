@@ -21,14 +21,14 @@ from pathlib import Path
 
 import libcst as cst
 from hypothesis import HealthCheck, settings
-from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from mplint.catalog import load_catalog
+from mplint.checks import all_rules
 from mplint.diagnostics import FileResult
 from mplint.engine.check import FIX_REVERTED, PARSE_ERROR, RULE_CRASHED, CheckOptions, check_source
 from mplint.project.programs import in_memory_facts
-from mplint.checks import all_rules
 
 REPO = Path(__file__).resolve().parent.parent
 

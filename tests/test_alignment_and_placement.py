@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from mplint.analysis.constants import evaluate
-from mplint.testing import lint_code
-from mplint.testing import copy_tree
+from mplint.testing import copy_tree, lint_code
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

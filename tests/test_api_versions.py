@@ -8,10 +8,10 @@ import inspect
 import re
 
 import pytest
+from conftest import KERAS_LOOP, PER_LAYER
 from packaging.version import Version
 
 from mplint.knowledge.api_versions import KERAS, LOSS_SCALE_OPTIMIZER, TORCH, TORCH_SINCE, keras_holds
-from conftest import KERAS_LOOP, PER_LAYER
 from mplint.testing import lint_code
 
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fuzz_strategies import Program, options_for
+
 from mplint.cli import main
 from mplint.engine import budget
 from mplint.engine.check import check_source

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import tomllib
 
 import jsonschema
 import pytest
+import tomllib
+from conftest import REPO
 from markdown_it import MarkdownIt
 
 from mplint.engine.registry import unknown_selectors
 from mplint.project import config as cfg
 from mplint.project.config import ConfigError, parse_config
 from mplint.project.config_schema import schema, text
-from conftest import REPO
 
 SCHEMA_FILE = REPO / "mplint.schema.json"
 VALIDATOR = jsonschema.Draft7Validator(schema())

@@ -4,14 +4,14 @@ tells a user to install mplint from a package index it is not published on."""
 from __future__ import annotations
 
 import re
-import tomllib
 
 import pytest
+import tomllib
 import yaml
+from conftest import REPO
 from markdown_it import MarkdownIt
 
 from mplint.project.config import load_file
-from conftest import REPO
 
 PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
 _MD = MarkdownIt()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import Crashes, DenseWithoutDtype, NeverSettles, ReturnEverywhere, UnsafeImportAdder
 
 from mplint.diagnostics import FixSafety

@@ -9,9 +9,9 @@ import pytest
 
 from mplint.engine.names import KName, canonical, resolve_relative
 from mplint.knowledge.policies import UNKNOWN_POLICY
-from mplint.project.pins import generation_from_pins
 from mplint.project.build import project_facts
 from mplint.project.extract import extract_file_facts
+from mplint.project.pins import generation_from_pins
 from mplint.runner import RunOptions, run
 
 

@@ -4,11 +4,11 @@ tabs, trailing blanks, a missing final newline) survives as it was, through the 
 from __future__ import annotations
 
 import functools
-import os
-
-from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fuzz_strategies import Program, options_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from mplint.cli import main
 from mplint.engine.check import check_source
 from mplint.engine.fidelity import keep_untouched, lines
@@ -72,7 +72,7 @@ def files(draw) -> bytes:
     out = [b"import keras" + draw(blank) + draw(line_ending)]
     others = draw(st.lists(st.sampled_from(OTHERS), max_size=5))
     at = draw(st.integers(0, len(others)))
-    for i, text in enumerate([*others[:at], FLAGGED, *others[at:]]):
+    for text in [*others[:at], FLAGGED, *others[at:]]:
         lead = draw(st.sampled_from((b"", b"\x0c"))) if text else draw(blank)
         out.append(lead + text + draw(blank) + draw(line_ending))
         if text == b"def f():":

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import REPO
+
 from mplint.cli import main
 from mplint.testing import copy_tree
-
 
 
 def _findings(doc: dict) -> list[tuple]:

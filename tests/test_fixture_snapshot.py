@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from mplint.testing import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent

@@ -36,7 +36,6 @@ from fuzz_strategies import (
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from mplint.checks import all_rules
 from mplint.testing import lint_code
 
 pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")  # generated code such as `1()` warns

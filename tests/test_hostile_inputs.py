@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 import mplint.runner
-from mplint.cli import main
-from mplint.project.config import ConfigError, load_config
-from mplint.engine.check import MAX_SOURCE_BYTES, CheckOptions, check_source
 from mplint.checks import all_rules
+from mplint.cli import main
+from mplint.engine.check import MAX_SOURCE_BYTES, CheckOptions, check_source
+from mplint.project.config import ConfigError, load_config
 from mplint.project.facts import ProjectFacts
 
 GOOD = 'import keras\nm = keras.Sequential([keras.layers.Dense(3, activation="softmax")])\n'

@@ -466,7 +466,7 @@ def test_mp303_tpu_path_gets_mixed_bfloat16_and_the_gpu_path_keeps_mixed_float16
     configure = _CONFIGURE.format(keras=name)
     fixed = _fixed(configure, "MP303", generation, [(7, 9)], files={"train.py": (
         "import tensorflow as tf\nfrom example import configure\n\nstrategy = tf.distribute.get_strategy()\n"
-        f"optimizer = configure(strategy, tf.keras.optimizers.Adam())\n")})
+        "optimizer = configure(strategy, tf.keras.optimizers.Adam())\n")})
     assert fixed == configure.replace(
         "        mixed_precision.set_global_policy('mixed_float16')\n        optimizer = mixed_precision.LossScaleOptimizer(optimizer)\n    else",
         "        mixed_precision.set_global_policy('mixed_bfloat16')\n        optimizer = optimizer\n    else")

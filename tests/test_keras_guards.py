@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import write_files
 
 from mplint.analysis.keras_guards import MODULE_FEATURES

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import write_files
 
 from mplint.cli import main
@@ -277,7 +276,8 @@ def _findings(capsys, root: Path, *args: str) -> dict[str, list[tuple]]:
 def test_generated_projects_give_the_same_findings_for_every_way_of_naming_paths(capsys, monkeypatch):
     """Each generated project's findings are those its structure implies (so a nested project's program or a
     published package's float32 tool script that changed them fails here), for every way of naming paths."""
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
     @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
     @given(st.data())

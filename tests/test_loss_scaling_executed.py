@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from mplint.testing import copy_tree
 
 pytest.importorskip("tensorflow")

@@ -12,8 +12,7 @@ import libcst as cst
 import pytest
 
 from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow
-from mplint.testing import lint_code
-from mplint.testing import copy_tree
+from mplint.testing import copy_tree, lint_code
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from mplint.catalog import load_catalog
+from mplint.checks import all_rules
+from mplint.engine.check import check_source
 from mplint.engine.check_options import CheckOptions
 from mplint.engine.code_summary import summarize
-from mplint.engine.check import check_source
+from mplint.knowledge.policies import UNKNOWN_POLICY
 from mplint.project.extract import PolicySite, extract_file_facts
 from mplint.project.facts import ProjectFacts
 from mplint.project.generation import Generation
-from mplint.knowledge.policies import UNKNOWN_POLICY
-from mplint.checks import all_rules
 from mplint.runner import RunOptions, run
 from mplint.testing import copy_tree
 

@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_prefilter import _every_rule_active, _keys
 
 from mplint.catalog import load_catalog
 from mplint.engine.check import check_source
 from mplint.engine.check_options import CheckOptions
 from mplint.runner import RunOptions, run
-from test_prefilter import _every_rule_active, _keys
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))

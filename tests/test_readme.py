@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
+from conftest import REPO
 from markdown_it import MarkdownIt
 
 from mplint.cli import rules_markdown
-from conftest import REPO
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "fixtures.txt"
 

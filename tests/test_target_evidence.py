@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from conftest import write_files, KERAS_LOOP, PER_LAYER
+from conftest import KERAS_LOOP, PER_LAYER, write_files
 
 from mplint.cli import main
 from mplint.knowledge import ngc_images

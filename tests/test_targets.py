@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import write_files
 
 from mplint.cli import main
-from mplint.project.pins import PinFinder, generation_from_pins
 from mplint.project.build import project_facts
+from mplint.project.pins import PinFinder, generation_from_pins
 from mplint.testing import copy_tree
 
 REPO = Path(__file__).resolve().parent.parent

@@ -37,7 +37,7 @@ import pytest
 # The test extra installs torch==2.13.0, so CI runs these; an install without torch skips them, saying why.
 torch = pytest.importorskip("torch", reason="torch is not installed: these tests execute the MPT fixes with PyTorch on CPU (see docs/install.md)")
 
-from mplint.testing import lint_code
+from mplint.testing import lint_code  # noqa: E402  (after the skip: collecting needs no torch)
 
 pytestmark = pytest.mark.torch
 

@@ -9,17 +9,16 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from mplint.knowledge.apinames import canonical, torch_canonical
+from mplint.checks import all_rules
 from mplint.engine.check import check_source
 from mplint.engine.check_options import CheckOptions
-from mplint.checks import all_rules
+from mplint.knowledge.apinames import canonical, torch_canonical
 from mplint.project.build import project_facts
 from mplint.project.cache import _module_facts_from_json, _module_facts_to_json
 from mplint.project.facts import ProjectFacts
 from mplint.project.torch_target import UNPINNED, torch_target
 from mplint.runner import RunOptions, run
-from mplint.testing import lint_code
-from mplint.testing import copy_tree
+from mplint.testing import copy_tree, lint_code
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -341,9 +341,8 @@ def test_the_documented_pytorch_example_prints_what_the_page_shows():
     import contextlib
     import io
 
-    from markdown_it import MarkdownIt
-
     from conftest import REPO
+    from markdown_it import MarkdownIt
 
     page = (REPO / "docs" / "runtime.md").read_text().split("## PyTorch", 1)[1]
     fences = {token.info: token.content for token in MarkdownIt().parse(page) if token.type == "fence"}

@@ -38,6 +38,7 @@ from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
 from mplint.engine.walk import walk
 from mplint.knowledge.dtypes import FLOAT16_NAMES, FLOAT16_SPELLINGS, WIDE_SPELLINGS
+
 _NON_FLOAT_SPELLINGS = frozenset(
     {"int8", "int16", "int32", "int64", "uint8", "uint16", "bool", "string", "bfloat16"}
 )

@@ -29,11 +29,11 @@ class _Allowed:
     only: frozenset | None = None
     never: frozenset = frozenset()
 
-    def meet(self, other: "_Allowed") -> "_Allowed":
+    def meet(self, other: _Allowed) -> _Allowed:
         only = self.only if other.only is None else other.only if self.only is None else self.only & other.only
         return _Allowed(only, self.never | other.never)
 
-    def disjoint(self, other: "_Allowed") -> bool:
+    def disjoint(self, other: _Allowed) -> bool:
         mine = None if self.only is None else self.only - self.never
         theirs = None if other.only is None else other.only - other.never
         if mine is not None and theirs is not None and not mine & theirs:

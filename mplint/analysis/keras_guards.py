@@ -22,7 +22,17 @@ from mplint.engine.check import IMPORT_ERRORS, VERSION_WORDS
 from mplint.engine.early_exits import exits_before
 from mplint.engine.names import dotted
 from mplint.knowledge.api_versions import (
-    ERA_GENERATION, ERAS, G1, K2, K2_EARLY, K3, KERAS, LOSS_SCALE_OPTIMIZER, eras_label, eras_of, keras_eras,
+    ERA_GENERATION,
+    ERAS,
+    G1,
+    K2,
+    K2_EARLY,
+    K3,
+    KERAS,
+    LOSS_SCALE_OPTIMIZER,
+    eras_label,
+    eras_of,
+    keras_eras,
 )
 
 ALL = frozenset(ERAS)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import libcst as cst
 
@@ -19,9 +19,9 @@ from mplint.analysis.call_args import argument, keyword_value
 from mplint.analysis.constants import Constant, evaluate_int, may_be_unaligned, only_used_where
 from mplint.analysis.discarded_results import discarded
 from mplint.analysis.model_outputs import is_output_layer
+from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
-from mplint.diagnostics import Fix, FixSafety
 from mplint.knowledge.dtypes import WIDE_DTYPES
 
 # Layer -> the arguments that become matmul/conv dimensions: (position, keyword).

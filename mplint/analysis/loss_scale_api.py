@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword
+from mplint.engine import matchers as m
 from mplint.engine.context import FileContext
 from mplint.engine.names import KName, dotted
 from mplint.knowledge.loss_scale_names import LSO_PATHS

@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.knowledge.apinames import KERAS_NAMESPACES
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
 from mplint.engine.names import last_name
+from mplint.knowledge.apinames import KERAS_NAMESPACES
 
 _SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _MAX_HOPS = 20  # guards against assignment cycles such as `x = y; y = x`

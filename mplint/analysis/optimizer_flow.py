@@ -42,7 +42,14 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
+
 from mplint.analysis.keras_guards import KerasRange, code_range, program_range, test_arms
+from mplint.diagnostics import ImportSpec, Related
+from mplint.engine import matchers as m
+from mplint.engine.code_summary import CodeSummary
+from mplint.engine.context import FileContext
+from mplint.engine.names import canonical, last_name, module_imports
+from mplint.engine.walk import walk
 from mplint.knowledge.api_versions import ERA_GENERATION
 from mplint.knowledge.loss_scale_names import (
     LSO,
@@ -53,14 +60,7 @@ from mplint.knowledge.loss_scale_names import (
     UNSCALE_METHOD,
     scale_method,
 )
-from mplint.engine import matchers as m
-from mplint.engine.code_summary import CodeSummary
-
-from mplint.engine.context import FileContext
-from mplint.diagnostics import ImportSpec, Related
 from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
-from mplint.engine.names import canonical, last_name, module_imports
-from mplint.engine.walk import walk
 
 CLIPS = frozenset({"clip_by_global_norm", "clip_by_norm", "clip_by_value"})
 APPLY_METHODS = frozenset({"apply_gradients", "apply"})
@@ -135,7 +135,7 @@ class GradientPath:
         return any(op.kind == "unscale" for op in self.ops)
 
 
-def describe_when(paths: list["GradientPath"], chosen: list["GradientPath"]) -> str:
+def describe_when(paths: list[GradientPath], chosen: list[GradientPath]) -> str:
     """``"when `amp` is true, "`` for a finding that holds on ``chosen`` out of ``paths``; empty
     when it holds on every path (or the flags cannot tell the paths apart)."""
     if not chosen or len(chosen) == len(paths):
@@ -514,7 +514,7 @@ MAX_ATOMS = 6  # flags and optimizer tests one site is split on (2**6 paths); be
 class _Paths:
     """Splits one gradient site into the paths its flags and optimizer tests select."""
 
-    def __init__(self, flow: "OptimizerFlow", site: GradientSite, before: list[cst.SimpleStatementLine]):
+    def __init__(self, flow: OptimizerFlow, site: GradientSite, before: list[cst.SimpleStatementLine]):
         self.flow = flow
         self.context = flow.context
         self.site = site

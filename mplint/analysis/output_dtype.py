@@ -10,11 +10,11 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.call_args import keyword, keyword_arg
-from mplint.engine.context import FileContext
 from mplint.diagnostics import ImportSpec
-from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
+from mplint.engine.context import FileContext
 from mplint.engine.names import KName, canonical, dotted
 from mplint.engine.walk import descendants
+from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNOWN_POLICY
 
 FLOAT32 = frozenset({"float32", "float64"})
 REDUCED = FLOAT16_POLICIES | BFLOAT16_POLICIES

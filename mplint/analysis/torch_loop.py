@@ -71,10 +71,10 @@ class _Path:
             return True
         return False if Condition(condition.key, not condition.value) in self.assumed else None
 
-    def assume(self, conditions: list[Condition]) -> "_Path":
+    def assume(self, conditions: list[Condition]) -> _Path:
         return replace(self, assumed=self.assumed | frozenset(conditions))
 
-    def forget(self, keys: set[str]) -> "_Path":
+    def forget(self, keys: set[str]) -> _Path:
         """A new loop iteration: conditions on names the loop rebinds no longer hold, and an optimizer
         named by the loop variable (``for opt in optimizers: scaler.unscale_(opt)``) is another one."""
         return replace(self, assumed=frozenset(c for c in self.assumed if c.key.split(".")[0] not in keys),

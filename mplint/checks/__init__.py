@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from mplint.engine.rule import Rule
 
 
-@functools.lru_cache(maxsize=None)
-def all_rules() -> dict[str, type["Rule"]]:
+@functools.cache
+def all_rules() -> dict[str, type[Rule]]:
     """Every rule, by ID: the ``Rule`` subclasses each rule module defines, with their catalog entries."""
     import importlib
     import inspect

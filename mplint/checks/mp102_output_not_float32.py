@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.model_outputs import OutputSite, builds_model, reported_outputs
 from mplint.analysis.dtype_flow import FLOAT32 as DTYPE_FLOAT32
 from mplint.analysis.dtype_flow import DtypeFlow
+from mplint.analysis.model_outputs import OutputSite, builds_model, reported_outputs
 from mplint.analysis.output_dtype import (
     FLOAT32,
     INTEGER_LAYERS,

@@ -10,13 +10,13 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.analysis.constants import literal_number
 from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, flow_units, may_carry
-from mplint.knowledge.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
 from mplint.analysis.output_dtype import binding_for, cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in
-from mplint.knowledge.apinames import KName
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
+from mplint.knowledge.apinames import KName
+from mplint.knowledge.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
 
 # Calls whose results a sum grows from without bound (log-probabilities, exponentials).
 _UNBOUNDED = frozenset({"log", "log_softmax", "log_sigmoid", "exp", "softplus", "logsumexp", "reduce_logsumexp"})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.knowledge.loss_scale_names import LSO
 from mplint.engine.rule import Rule
+from mplint.knowledge.loss_scale_names import LSO
 
 _WHY = "a fixed loss scale overflows to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"
 

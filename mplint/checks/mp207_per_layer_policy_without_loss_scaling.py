@@ -14,8 +14,8 @@ from mplint.analysis.optimizer_flow import (
     written_names,
 )
 from mplint.diagnostics import Fix, FixSafety
-from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 from mplint.engine.rule import Rule
+from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 
 
 class PerLayerPolicyWithoutLossScaling(Rule):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.policy_calls import policy_setter, policy_values, sets_policy
-from mplint.engine.context import FileContext
 from mplint.diagnostics import Fix, FixSafety
-from mplint.knowledge.loss_scale_names import LSO_PATHS
-from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES
+from mplint.engine.context import FileContext
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
+from mplint.knowledge.loss_scale_names import LSO_PATHS
+from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES
 
 _TPU_NAMES = frozenset({"TPUStrategy", "TPUStrategyV2", "TPUClusterResolver", "initialize_tpu_system"})
 _TPU_STRATEGIES = frozenset({"TPUStrategy", "TPUStrategyV2"})

@@ -7,11 +7,11 @@ import ast
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
+from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.knowledge.dtypes import FLOAT16_NAMES, FLOAT16_SPELLINGS
 
 # Last names of every call _float16_conversion accepts (the pre-filter's test).

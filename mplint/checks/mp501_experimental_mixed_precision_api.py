@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-from packaging.version import Version
 from libcst.helpers import get_full_name_for_node
+from packaging.version import Version
 
-from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword, keyword_arg
 from mplint.analysis.keras_guards import guarded_target
 from mplint.analysis.loss_scale_api import (
@@ -28,7 +27,8 @@ from mplint.analysis.loss_scale_api import (
     read_loss_scale,
     without_arg,
 )
-from mplint.diagnostics import FixSafety, Fix, ImportSpec, Severity
+from mplint.diagnostics import Fix, FixSafety, ImportSpec, Severity
+from mplint.engine import matchers as m
 from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
 from mplint.knowledge.api_versions import G1, K2, K3

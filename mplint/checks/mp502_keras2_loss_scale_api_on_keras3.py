@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.engine import matchers as m
 from mplint.analysis.call_args import keyword
 from mplint.analysis.keras_guards import guarded_target
 from mplint.analysis.loss_scale_api import (
@@ -21,12 +20,12 @@ from mplint.analysis.loss_scale_api import (
     loss_scale_optimizer_call,
 )
 from mplint.diagnostics import Fix, FixSafety
+from mplint.engine import matchers as m
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.knowledge.api_versions import K3
 from mplint.knowledge.loss_scale_names import KERAS2_METHODS as _METHODS
 from mplint.knowledge.loss_scale_names import KERAS3_RENAMES as _ATTRIBUTES
-
 
 
 class Keras2LossScaleApiOnKeras3(Rule):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import libcst as cst
-from mplint.engine import matchers as m
 
 from mplint.analysis.exclusive_guards import exclusive
 from mplint.analysis.policy_calls import policy_setter
 from mplint.diagnostics import Fix, FixSafety
-from mplint.knowledge.policies import FLOAT32_POLICIES, MIXED_POLICIES, UNKNOWN_POLICY
+from mplint.engine import matchers as m
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
+from mplint.knowledge.policies import FLOAT32_POLICIES, MIXED_POLICIES, UNKNOWN_POLICY
 
 REWRITE_FUNCTION = "enable_mixed_precision_graph_rewrite"
 AMP_OPTION = "auto_mixed_precision"

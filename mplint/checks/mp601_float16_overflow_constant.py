@@ -12,18 +12,19 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.analysis.constants import Origin, literal_number, number_literal, origin_of, signed
 from mplint.analysis.dtype_flow import (
-    flow_units,
-    may_carry,
     Carrier,
     DtypeFlow,
     dtype_spelling,
+    flow_units,
+    may_carry,
 )
-from mplint.diagnostics import ImportSpec, Fix, FixSafety, Related
+from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
+from mplint.engine.code_summary import calls_in
+from mplint.engine.code_summary import literal_number as ast_literal_number
 from mplint.engine.imports import callee_name
-from mplint.engine.code_summary import calls_in, literal_number as ast_literal_number
 from mplint.engine.names import dotted
-from mplint.knowledge.dtypes import FLOAT16_NAMES, WIDE_SPELLINGS
 from mplint.engine.rule import Rule
+from mplint.knowledge.dtypes import FLOAT16_NAMES, WIDE_SPELLINGS
 from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
 
 # What a fixed constant becomes in float16: Keras' own large negative for float16

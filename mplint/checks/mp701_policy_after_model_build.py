@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.policy_calls import REDUCED_POLICIES, policy_setter, policy_values, sets_policy
+from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.context import FileContext
 from mplint.engine.names import last_name
-from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 

@@ -88,7 +88,7 @@ class MissingGradScaler(TorchRule):
             construction: cst.FlattenSentinel([construction, cst.parse_statement(f"scaler = {scaler}\n")]),
             backward.func: backward.func.with_changes(value=cst.parse_expression(f"scaler.scale({backward.func.value.value})")),
         }
-        for step, line in zip(steps, step_lines):
+        for line in step_lines:
             replacements[line] = cst.FlattenSentinel([
                 cst.parse_statement(f"scaler.step({optimizer})\n").with_changes(leading_lines=line.leading_lines),
                 cst.parse_statement("scaler.update()\n").with_changes(trailing_whitespace=line.trailing_whitespace),

@@ -8,8 +8,8 @@ import libcst as cst
 from packaging.version import Version
 
 from mplint.analysis.call_args import keyword_arg
-from mplint.checks._torch_rule import TorchRule
 from mplint.analysis.version_guards import branch_admits
+from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.knowledge.api_versions import torch_since

@@ -20,16 +20,16 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from mplint.catalog import load_catalog
-from mplint.engine.code_summary import summarize
+from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
 from mplint.engine import budget, statement_reuse
 from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
+from mplint.engine.code_summary import summarize
 from mplint.engine.context import FileContext
+from mplint.engine.edits import apply_fixes, choose_non_overlapping
 from mplint.engine.facts import per_project_table
+from mplint.engine.fidelity import keep_untouched
 from mplint.engine.lazy_positions import Starts, statement_starts
 from mplint.engine.names import last_name
-from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
-from mplint.engine.edits import apply_fixes, choose_non_overlapping
-from mplint.engine.fidelity import keep_untouched
 from mplint.engine.rule import Rule
 from mplint.engine.suppressions import parse_suppressions
 from mplint.engine.walk import walk
@@ -142,7 +142,7 @@ def _aliased_triggers(rule: type[Rule], facts: Facts) -> tuple[bytes, ...]:
     return per_project_table(facts.reexports, rule, compute)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _handlers(rule: type[Rule]) -> tuple[dict[str, str], dict[str, str]]:
     """Node type -> method name, for visit_X and leave_X methods of a rule class (computed once)."""
     visits, leaves = {}, {}

@@ -20,8 +20,8 @@ OVER_BUDGET = "MP003"
 
 @dataclass(frozen=True)
 class CheckOptions:
-    rules: tuple[type["Rule"], ...]
-    facts: "Facts"  # the module's project facts (``mplint.project.facts.ProjectFacts``)
+    rules: tuple[type[Rule], ...]
+    facts: Facts  # the module's project facts (``mplint.project.facts.ProjectFacts``)
     fix: bool = False
     unsafe_fixes: bool = False
     #: the rules' ``candidate`` tests (off only to prove in tests that they hide no finding)

@@ -21,8 +21,8 @@ import functools
 import io
 import re
 import tokenize
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from mplint.engine.imports import callee_name, import_bindings, resolve_relative
 from mplint.knowledge.apinames import KName, canonical, torch_canonical

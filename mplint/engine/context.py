@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import bisect
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
@@ -54,7 +55,7 @@ class FileContext:
         table = self.facts.summaries_of(kind)
         return next((table[q] for q in self.names.project_paths(func) if q in table), None)
 
-    def analysis(self, factory: Callable[["FileContext"], T]) -> T:
+    def analysis(self, factory: Callable[[FileContext], T]) -> T:
         """A per-file analysis shared by several rules, computed once (e.g. model outputs)."""
         if factory not in self._analyses:
             self._analyses[factory] = factory(self)

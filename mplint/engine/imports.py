@@ -7,7 +7,7 @@ resolver (``names``, on libcst's tree) share these, so the three read an import 
 from __future__ import annotations
 
 import ast
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def callee_name(call: ast.Call) -> str:

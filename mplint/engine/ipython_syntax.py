@@ -241,7 +241,7 @@ def _candidates(groups: list[list[tuple]]) -> list[tuple]:
 def _assignment(tokens: list[tuple]) -> tuple | None:
     """``x = %magic args`` or ``x = !cmd``: the first ``=`` outside brackets followed by one."""
     depth = 0
-    for i, (kind, text, line, _, physical) in enumerate(tokens):
+    for i, (_, text, _, _, physical) in enumerate(tokens):
         if text == "=" and depth == 0:
             after = tokens[i + 1:i + 3]
             if len(after) == 2 and after[0][1] == "%" and after[1][0] == "name":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider

@@ -11,7 +11,7 @@ applies the project's re-exports (``from pkg.backend import keras``).
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ScopeProvider
@@ -191,7 +191,7 @@ class NameResolver:
         return {resolve_relative(q.name, self._module_name, self._is_package) for q in names}
 
     @property
-    def bindings(self) -> "_FileBindings":
+    def bindings(self) -> _FileBindings:
         if self._bindings is None:
             self._bindings = _FileBindings(self._wrapper.module, self._source or b"")
         return self._bindings

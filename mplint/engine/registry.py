@@ -6,7 +6,7 @@ subclass is a rule, and its YAML in the catalog is its metadata.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from mplint.catalog import RuleKey, RuleMeta, rule_keys
 

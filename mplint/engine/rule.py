@@ -32,17 +32,17 @@ class Rule:
     #: Byte strings or compiled byte regexes of which a file must contain at least one for
     #: the rule to run on it (the engine never parses a file no active rule admits).
     #: Empty means every file. The second pre-filter is ``candidate``, on what the file's code mentions.
-    triggers: ClassVar[tuple["bytes | re.Pattern[bytes]", ...]] = ()
+    triggers: ClassVar[tuple[bytes | re.Pattern[bytes], ...]] = ()
     #: Kinds of project function summaries (``ProjectFacts.summaries``) the rule reads at call sites: the
     #: names of the project's functions of these kinds are triggers too (a call is all such a file may show).
     summary_triggers: ClassVar[tuple[str, ...]] = ()
     #: Filled from the catalog when the rule is registered.
-    meta: ClassVar["RuleMeta"]
+    meta: ClassVar[RuleMeta]
     #: API-generation rules: silent in the arms of a version gate (a compatibility shim), except for findings the
     #: rule marks ``guards_read`` after judging the arm's own range itself.
     silent_in_compatibility_branches: ClassVar[bool] = False
 
-    def __init__(self, context: "FileContext") -> None:
+    def __init__(self, context: FileContext) -> None:
         self.context = context
         self.findings: list[Finding] = []
 
@@ -54,12 +54,12 @@ class Rule:
             raise TypeError(f"{cls.__name__}.{wrong[0]}: rules get visit_<Node>/leave_<Node> calls only (see mplint.engine.rule)")
 
     @classmethod
-    def active_for(cls, facts: "Facts") -> bool:
+    def active_for(cls, facts: Facts) -> bool:
         """Whether the rule can fire at all in this project (inactive rules cost nothing)."""
         return True
 
     @classmethod
-    def candidate(cls, code: "CodeSummary") -> bool:
+    def candidate(cls, code: CodeSummary) -> bool:
         """Whether a file whose code mentions ``code`` can hold a finding of this rule.
 
         Checked on files the triggers admit, before libcst parses them. It must be a necessary

@@ -11,7 +11,7 @@ It drives any object with ``on_visit(node) -> bool`` and ``on_leave(node)``, suc
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
 import libcst as cst
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from mplint.project.writer import BACKUP_SUFFIX, TEMP_SUFFIX
 
@@ -43,11 +43,11 @@ def _handle(path: Path, remove: bool, now: float) -> str | None:
         return (f"backup of {original} left by an interrupted in-place rewrite; {original} may be partly "
                 "written: compare the two, then delete the backup")
     if age < STALE_SECONDS:
-        return f"temporary file of a write in progress (another mplint run?); left alone"
+        return "temporary file of a write in progress (another mplint run?); left alone"
     if not remove:
-        return f"temporary file left by an interrupted run; the next --fix removes it"
+        return "temporary file left by an interrupted run; the next --fix removes it"
     try:
         path.unlink()
     except OSError as exc:
         return f"temporary file left by an interrupted run; cannot remove it: {exc.strerror or exc}"
-    return f"removed a temporary file left by an interrupted run"
+    return "removed a temporary file left by an interrupted run"

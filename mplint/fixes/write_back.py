@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import tokenize
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from mplint.diagnostics import FileResult
 from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED

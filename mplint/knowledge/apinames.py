@@ -9,8 +9,8 @@ without parsing; ``mplint.engine.names`` adds resolution of names in parsed file
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 # Longest prefix first: the first match wins.
 _NAMESPACES: tuple[tuple[str, str], ...] = (

@@ -6,7 +6,7 @@ A format's module is imported when it is used: SARIF needs the whole rule catalo
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 _MODULES = {"text": "text", "json": "json_format", "github": "github", "sarif": "sarif"}
 FORMAT_NAMES = tuple(_MODULES)

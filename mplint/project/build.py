@@ -3,11 +3,12 @@ module's facts and the project summary. One implementation for the CLI, the lang
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
-from mplint.engine.notebooks import Notebook, is_notebook, load as load_notebook
+from mplint.engine.notebooks import Notebook, is_notebook
+from mplint.engine.notebooks import load as load_notebook
 from mplint.pool import parallel_map
 from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.project.config import Config, load_config, marked_root
@@ -88,7 +89,7 @@ def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs:
                 cache.store_facts(source.display, digests[source.path], facts)
             found[source.path] = facts
     if memo is not None:
-        for source, data in loaded:
+        for source, _ in loaded:
             if source.path in found:
                 memo.files[(source.display, digests[source.path])] = found[source.path]
         while len(memo.files) > FILES_KEPT:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
-
-import fnmatch
-import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pathspec is imported only for patterns that need it (.gitignore files, path globs)
@@ -62,7 +61,7 @@ class _NamePatterns:
         return bool((self.folder if rel.endswith("/") else self.any).match(name))
 
 
-def _spec(patterns: Iterable[str]) -> "pathspec.PathSpec | _NamePatterns":
+def _spec(patterns: Iterable[str]) -> pathspec.PathSpec | _NamePatterns:
     patterns = list(patterns)
     if all(_NAME_PATTERN.fullmatch(p) and "**" not in p for p in patterns):
         return _NamePatterns(patterns)
@@ -71,7 +70,7 @@ def _spec(patterns: Iterable[str]) -> "pathspec.PathSpec | _NamePatterns":
     return pathspec.GitIgnoreSpec.from_lines(patterns)
 
 
-def _gitignore(folder: Path) -> "pathspec.PathSpec | None":
+def _gitignore(folder: Path) -> pathspec.PathSpec | None:
     try:
         text = (folder / ".gitignore").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -123,7 +122,7 @@ def discover(
     def is_excluded(path: Path, is_dir: bool) -> bool:
         return _matches(excluded, path, root, is_dir)
 
-    def ignores_above(folder: Path) -> list[tuple[Path, "pathspec.PathSpec"]]:
+    def ignores_above(folder: Path) -> list[tuple[Path, pathspec.PathSpec]]:
         """.gitignore files from the project root down to ``folder``."""
         if not respect_gitignore:
             return []

@@ -13,7 +13,8 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from mplint.engine.imports import callee_name, dotted_name as _dotted, import_bindings
+from mplint.engine.imports import callee_name, import_bindings
+from mplint.engine.imports import dotted_name as _dotted
 from mplint.knowledge.apinames import canonical, keras_namespace
 from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL

@@ -58,10 +58,10 @@ class ProjectFacts:
     # imports re-export them under): name -> kind -> (value, index, default, path, line). Shared by every module.
     summaries: dict = field(default_factory=dict, compare=False)
     # The torch range the pins nearest the module admit, None where none pins torch (see ``torch_target``).
-    torch_pin: "TorchTarget | None" = None
+    torch_pin: TorchTarget | None = None
 
     @property
-    def torch_target(self) -> "TorchTarget":
+    def torch_target(self) -> TorchTarget:
         """The torch versions the module may run on: what the PyTorch rules' fixes may write for. Unpinned is
         every supported torch (``mplint.project.torch_target``, imported only by the rules that ask)."""
         if self.torch_pin is not None:
@@ -223,7 +223,7 @@ class ProjectSummary:
     reached: dict[str, list[str]] = field(default_factory=dict)  # program entry -> the modules it reaches
     library: dict[str, str] = field(default_factory=dict)  # file checked -> whether it is library code and why
 
-    def reaching(self, checked: set[str], library: dict[str, str] | None = None) -> "ProjectSummary":
+    def reaching(self, checked: set[str], library: dict[str, str] | None = None) -> ProjectSummary:
         """The summary of a run that checks ``checked`` (display paths): the programs that reach one of them,
         and the library status of each file checked."""
         programs = [p for p in self.programs if not checked.isdisjoint(self.reached.get(p["entry"], ()))] \

@@ -16,11 +16,12 @@ from __future__ import annotations
 import ast
 import configparser
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from functools import cache
 from itertools import chain
-from typing import TYPE_CHECKING, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mplint.project.generation import Generation
 

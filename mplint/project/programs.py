@@ -12,15 +12,16 @@ import functools
 import os
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mplint.knowledge.apinames import canonical
+from mplint.knowledge.policies import FLOAT32_POLICIES, is_floatx_setter, is_policy_setter
 from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts
 from mplint.project.generation import DEFAULT, Generation, from_imports
 from mplint.project.pins import PinFinder
-from mplint.knowledge.policies import FLOAT32_POLICIES, is_floatx_setter, is_policy_setter
 from mplint.project.published import Distribution
 
 

@@ -17,9 +17,9 @@ the pin files' digest is part of the results cache key, so a changed pin is neve
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version

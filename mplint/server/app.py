@@ -20,8 +20,8 @@ import itertools
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from mplint import __version__
 from mplint.server import rpc
@@ -191,8 +191,9 @@ class Server:
 
     @staticmethod
     def warm_fixes() -> None:
-        import mplint.engine.edits  # noqa: F401
         from libcst.codemod.visitors import AddImportsVisitor  # noqa: F401  (imported by fixes that add imports)
+
+        import mplint.engine.edits  # noqa: F401
 
     def initialized(self, params, id_) -> None:
         if _get(self.capabilities, "workspace", "didChangeWatchedFiles", "dynamicRegistration"):

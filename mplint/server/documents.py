@@ -68,7 +68,7 @@ class Settings:
     unsafe_fixes: bool | None = None
 
     @classmethod
-    def of(cls, raw) -> "Settings":
+    def of(cls, raw) -> Settings:
         """From the client's JSON: ``{"select": [...], "extendSelect": [...], "ignore": [...], "unsafeFixes": bool}``,
         alone or under an ``"mplint"`` key; anything else is left at the project's configuration."""
         if isinstance(raw, dict) and isinstance(raw.get("mplint"), dict):
@@ -116,9 +116,8 @@ def check_with_config(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe
     """``check``'s result and the configuration it was checked with (for the rules' documentation links)."""
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
-    from mplint.runner import RunOptions, run
-
     from mplint.project.discovery import display_path
+    from mplint.runner import RunOptions, run
 
     if select is None and settings.select is not None:
         select = list(settings.select)

@@ -52,7 +52,7 @@ class Codec:
         lines = lines_of(text)
         if line >= len(lines) or not lines[line]:
             return len(text)
-        start = sum(len(l) for l in lines[:line])
+        start = sum(len(earlier) for earlier in lines[:line])
         body = lines[line].rstrip("\r\n")
         return start + self.column(body, character)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from typing import BinaryIO, Callable
+from collections.abc import Callable
+from typing import BinaryIO
 
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602

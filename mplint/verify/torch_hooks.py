@@ -145,7 +145,6 @@ def _pre_step(optimizer, args, kwargs) -> None:
 
 
 def _post_step(optimizer, args, kwargs) -> None:
-    import torch
 
     before = getattr(_local, "before", None)
     update = None
