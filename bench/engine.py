@@ -70,8 +70,13 @@ def files(root: Path) -> list[Path]:
 
 
 def measure(code: Path, path: Path, repeats: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", WORKER, str(code), str(path), str(repeats)],
-                          capture_output=True, text=True, check=True, cwd=path.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, str(code), str(path), str(repeats)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=path.parent,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -96,27 +101,47 @@ def main() -> None:
                     runs[name] += found["times"]
                     seen[name] = found
             lines = len(path.read_text().splitlines())
-            figures[labels[path]] = {name: {"median_ms": statistics.median(runs[name]) * 1000, "min_ms": min(runs[name]) * 1000,
-                                            "lines": lines, "findings": seen[name]["findings"], "rules": seen[name]["rules"]}
-                                     for name in codes}
+            figures[labels[path]] = {
+                name: {
+                    "median_ms": statistics.median(runs[name]) * 1000,
+                    "min_ms": min(runs[name]) * 1000,
+                    "lines": lines,
+                    "findings": seen[name]["findings"],
+                    "rules": seen[name]["rules"],
+                }
+                for name in codes
+            }
     names = list(codes)
     load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
-    text_lines = [f"# Per-file engine cost ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-                  f"Machine: {platform.machine()}, {os.cpu_count()} cores ({load}), Python {platform.python_version()}. "
-                  f"CPU time of one warm `check_source`, median (min) of {args.rounds} rounds x {args.repeats} checks, "
-                  "milliseconds; checkouts take turns each round. Checkouts: "
-                  + ", ".join(f"{n} ({c})" for n, c in codes.items()) + ".", "",
-                  "| file | lines | findings | " + " | ".join(names) + " |", "|---|---:|---:|" + "---:|" * len(names)]
+    text_lines = [
+        f"# Per-file engine cost ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({load}), Python {platform.python_version()}. "
+        f"CPU time of one warm `check_source`, median (min) of {args.rounds} rounds x {args.repeats} checks, "
+        "milliseconds; checkouts take turns each round. Checkouts: "
+        + ", ".join(f"{n} ({c})" for n, c in codes.items())
+        + ".",
+        "",
+        "| file | lines | findings | " + " | ".join(names) + " |",
+        "|---|---:|---:|" + "---:|" * len(names),
+    ]
     for label, per in figures.items():
         first = per[names[0]]
-        text_lines.append(f"| {label} | {first['lines']} | " + " / ".join(str(per[n]["findings"]) for n in names) + " | "
-                          + " | ".join(f"{per[n]['median_ms']:.0f} ({per[n]['min_ms']:.0f})" for n in names) + " |")
+        text_lines.append(
+            f"| {label} | {first['lines']} | "
+            + " / ".join(str(per[n]["findings"]) for n in names)
+            + " | "
+            + " | ".join(f"{per[n]['median_ms']:.0f} ({per[n]['min_ms']:.0f})" for n in names)
+            + " |"
+        )
     text = "\n".join(text_lines) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
     (RESULTS / f"engine-{stamp}.md").write_text(text)
-    (RESULTS / f"engine-{stamp}.json").write_text(json.dumps({"figures": figures, "load": [load_before, os.getloadavg()[0]]}, indent=2))
+    (RESULTS / f"engine-{stamp}.json").write_text(
+        json.dumps({"figures": figures, "load": [load_before, os.getloadavg()[0]]}, indent=2)
+    )
     (RESULTS / "engine-latest.md").write_text(text)
 
 

@@ -48,8 +48,10 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 TIMEOUT = 120
 
-HEADER = 'import os\nimport keras\nfrom keras import layers\n\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
-BLOCK = '''
+HEADER = (
+    'import os\nimport keras\nfrom keras import layers\n\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
+)
+BLOCK = """
 
 def block_{i}(x, units={units}):
     h = layers.Dense(units, activation="relu")(x)
@@ -58,7 +60,7 @@ def block_{i}(x, units={units}):
     for _ in range(2):
         h = h + layers.Dense(units)(h)
     return h
-'''
+"""
 FOOTER = '\n\nmodel = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax")])\n'
 
 
@@ -75,8 +77,14 @@ class Client:
 
     def __init__(self, command: list[str], root: Path):
         self.started = time.perf_counter()
-        self.process = subprocess.Popen(command, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+        self.process = subprocess.Popen(
+            command,
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         self.failed: dict | None = None  # the error of the last request answered with one
         self.inbox: queue.Queue = queue.Queue()
         self.ids = iter(range(1, 1_000_000))
@@ -134,7 +142,9 @@ class Client:
                 return at, message
 
     def published(self, uri: str) -> tuple[float, list]:
-        at, message = self.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == uri)
+        at, message = self.wait(
+            lambda m: m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == uri
+        )
         return at, message["params"]["diagnostics"]
 
     def close(self) -> None:
@@ -147,10 +157,15 @@ class Client:
 
 
 def capabilities(pull: bool) -> dict:
-    text = {"codeAction": {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix", "source"]}},
-                           "resolveSupport": {"properties": ["edit"]}, "dataSupport": True},
-            "hover": {"contentFormat": ["markdown", "plaintext"]},
-            "publishDiagnostics": {"relatedInformation": True}}
+    text = {
+        "codeAction": {
+            "codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix", "source"]}},
+            "resolveSupport": {"properties": ["edit"]},
+            "dataSupport": True,
+        },
+        "hover": {"contentFormat": ["markdown", "plaintext"]},
+        "publishDiagnostics": {"relatedInformation": True},
+    }
     if pull:
         text["diagnostic"] = {"dynamicRegistration": False}
     return {"textDocument": text, "workspace": {"configuration": False}, "general": {"positionEncodings": ["utf-16"]}}
@@ -158,24 +173,37 @@ def capabilities(pull: bool) -> dict:
 
 def start(command: list[str], root: Path, pull: bool) -> tuple[Client, float]:
     client = Client(command, root)
-    took, _ = client.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri(),
-                                            "workspaceFolders": [{"uri": root.as_uri(), "name": "project"}],
-                                            "capabilities": capabilities(pull)})
+    took, _ = client.request(
+        "initialize",
+        {
+            "processId": os.getpid(),
+            "rootUri": root.as_uri(),
+            "workspaceFolders": [{"uri": root.as_uri(), "name": "project"}],
+            "capabilities": capabilities(pull),
+        },
+    )
     client.notify("initialized", {})
     return client, time.perf_counter() - client.started
 
 
 def open_file(client: Client, path: Path) -> tuple[str, str, float]:
     uri, text = path.as_uri(), path.read_text()
-    sent = client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
+    sent = client.notify(
+        "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}
+    )
     return uri, text, sent
 
 
 def edit(client: Client, uri: str, version: int) -> float:
     """One line added near the top, as typing a line and pausing would send it."""
     at = {"line": 4, "character": 0}
-    return client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
-                                                    "contentChanges": [{"range": {"start": at, "end": at}, "text": f"x{version} = {version}\n"}]})
+    return client.notify(
+        "textDocument/didChange",
+        {
+            "textDocument": {"uri": uri, "version": version},
+            "contentChanges": [{"range": {"start": at, "end": at}, "text": f"x{version} = {version}\n"}],
+        },
+    )
 
 
 def push_session(command: list[str], root: Path, edits: int) -> dict:
@@ -183,8 +211,13 @@ def push_session(command: list[str], root: Path, edits: int) -> dict:
     try:
         uri, text, sent = open_file(client, root / "layers.py")
         at, diagnostics = client.published(uri)
-        row = {"initialize": initialize, "open": at - sent, "open_from_start": at - client.started,
-               "cpu_open": client.cpu(), "diagnostics": len(diagnostics)}
+        row = {
+            "initialize": initialize,
+            "open": at - sent,
+            "open_from_start": at - client.started,
+            "cpu_open": client.cpu(),
+            "diagnostics": len(diagnostics),
+        }
         changes, cpu = [], []
         for version in range(2, 2 + edits):
             time.sleep(1.5)  # past mplint's idle work (it imports what fixing needs once nothing is asked for 1 s)
@@ -196,14 +229,17 @@ def push_session(command: list[str], root: Path, edits: int) -> dict:
         row["edit"] = statistics.median(changes)
         row["cpu_edit"] = statistics.median(cpu)
         whole = {"start": {"line": 0, "character": 0}, "end": {"line": 10_000, "character": 0}}
-        row["code_action"], offered = client.request("textDocument/codeAction", {
-            "textDocument": {"uri": uri}, "range": whole, "context": {"diagnostics": diagnostics}})
+        row["code_action"], offered = client.request(
+            "textDocument/codeAction",
+            {"textDocument": {"uri": uri}, "range": whole, "context": {"diagnostics": diagnostics}},
+        )
         fixes = [a for a in offered or [] if a.get("kind") == "quickfix" and "edit" not in a]
         if fixes:
             row["resolve"], _ = client.request("codeAction/resolve", fixes[0])
         if diagnostics:
-            row["hover"], _ = client.request("textDocument/hover", {"textDocument": {"uri": uri},
-                                                                     "position": diagnostics[0]["range"]["start"]})
+            row["hover"], _ = client.request(
+                "textDocument/hover", {"textDocument": {"uri": uri}, "position": diagnostics[0]["range"]["start"]}
+            )
             if client.failed:
                 del row["hover"]  # a server without hover
         return row
@@ -242,8 +278,11 @@ def reopen_session(command: list[str], root: Path) -> dict:
 def servers(ruff: str | None, before: Path | None) -> dict[str, list[str]]:
     found = {"mplint": [sys.executable, "-m", "mplint", "server"]}
     if before:  # another checkout of mplint (e.g. ``git archive <commit> | tar -x -C DIR``), its code first on the path
-        found[before.name] = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(before)!r}); "
-                                          "from mplint.cli import main; sys.exit(main(['server']))"]
+        found[before.name] = [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(before)!r}); from mplint.cli import main; sys.exit(main(['server']))",
+        ]
     ruff = ruff or shutil.which("ruff")
     if ruff:
         found["ruff"] = [ruff, "server"]
@@ -261,14 +300,22 @@ def version(command: list[str]) -> str:
     return subprocess.run([command[0], "--version"], capture_output=True, text=True).stdout.strip()
 
 
-ROWS = [("initialize", "initialize (start to answer)"), ("open", "first diagnostics after didOpen"),
-        ("open_from_start", "first diagnostics from start"),
-        ("reopen_from_start", "first diagnostics from start, the project checked before"), ("edit", "diagnostics after an edit"),
-        ("edit_after_pause", "... less mplint's typing pause"), ("code_action", "code actions (from the last check)"),
-        ("resolve", "codeAction/resolve of a quick fix"), ("hover", "hover on a finding"),
-        ("pull_open", "pulled diagnostics, first"), ("pull_edit", "pulled diagnostics after an edit"),
-        ("cpu_open", "server CPU, start to first diagnostics"),
-        ("cpu_reopen", "server CPU, start to first diagnostics, the project checked before"), ("cpu_edit", "server CPU for an edit (to its diagnostics)")]
+ROWS = [
+    ("initialize", "initialize (start to answer)"),
+    ("open", "first diagnostics after didOpen"),
+    ("open_from_start", "first diagnostics from start"),
+    ("reopen_from_start", "first diagnostics from start, the project checked before"),
+    ("edit", "diagnostics after an edit"),
+    ("edit_after_pause", "... less mplint's typing pause"),
+    ("code_action", "code actions (from the last check)"),
+    ("resolve", "codeAction/resolve of a quick fix"),
+    ("hover", "hover on a finding"),
+    ("pull_open", "pulled diagnostics, first"),
+    ("pull_edit", "pulled diagnostics after an edit"),
+    ("cpu_open", "server CPU, start to first diagnostics"),
+    ("cpu_reopen", "server CPU, start to first diagnostics, the project checked before"),
+    ("cpu_edit", "server CPU for an edit (to its diagnostics)"),
+]
 
 
 def interpreter_floor(repeats: int) -> float:
@@ -295,7 +342,9 @@ def main() -> None:
     import compileall
 
     for code in [REPO / "mplint", *([args.before / "mplint"] if args.before else [])]:
-        compileall.compile_dir(code, quiet=1)  # bytecode, as an installed package has (even with PYTHONDONTWRITEBYTECODE)
+        compileall.compile_dir(
+            code, quiet=1
+        )  # bytecode, as an installed package has (even with PYTHONDONTWRITEBYTECODE)
     load_before = os.getloadavg()[0]
     floor = interpreter_floor(args.repeats)
     figures: dict[str, dict[str, float]] = {}
@@ -312,31 +361,52 @@ def main() -> None:
                 row.update(reopen_session(command, root))  # after the pull session, whatever it kept
                 sessions.append(row)
             keys = {k for s in sessions for k in s}
-            figures[name] = {k: statistics.median(s[k] for s in sessions if k in s) * (1 if k in ("diagnostics", "pulled") else 1000)
-                             for k in keys}
+            figures[name] = {
+                k: statistics.median(s[k] for s in sessions if k in s) * (1 if k in ("diagnostics", "pulled") else 1000)
+                for k in keys
+            }
             if name != "ruff":
                 figures[name]["edit_after_pause"] = figures[name]["edit"] - DEBOUNCE_S * 1000
-            counts[name] = {"diagnostics": figures[name].pop("diagnostics", 0), "pulled": figures[name].pop("pulled", 0)}
+            counts[name] = {
+                "diagnostics": figures[name].pop("diagnostics", 0),
+                "pulled": figures[name].pop("pulled", 0),
+            }
     names = list(figures)
     load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
-    lines = [f"# Language-server latency ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores ({load}), Python {platform.python_version()} "
-             f"(`python -c pass`: {floor:.0f} ms). "
-             f"Median of {args.repeats} sessions per server (servers one after another), milliseconds. Servers: "
-             + ", ".join(version(c) for c in commands.values()) + ". "
-             f"mplint checks an edit after typing pauses {DEBOUNCE_S * 1000:.0f} ms.", "",
-             "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines = [
+        f"# Language-server latency ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({load}), Python {platform.python_version()} "
+        f"(`python -c pass`: {floor:.0f} ms). "
+        f"Median of {args.repeats} sessions per server (servers one after another), milliseconds. Servers: "
+        + ", ".join(version(c) for c in commands.values())
+        + ". "
+        f"mplint checks an edit after typing pauses {DEBOUNCE_S * 1000:.0f} ms.",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for key, label in ROWS:
-        lines.append(f"| {label} | " + " | ".join(f"{figures[n][key]:.0f}" if key in figures[n] else "-" for n in names) + " |")
-    lines += ["", "Findings in layers.py: " + ", ".join(f"{n} {counts[n]['diagnostics']:.0f} pushed, {counts[n]['pulled']:.0f} pulled"
-                                                     for n in names) + "."]
+        lines.append(
+            f"| {label} | " + " | ".join(f"{figures[n][key]:.0f}" if key in figures[n] else "-" for n in names) + " |"
+        )
+    lines += [
+        "",
+        "Findings in layers.py: "
+        + ", ".join(f"{n} {counts[n]['diagnostics']:.0f} pushed, {counts[n]['pulled']:.0f} pulled" for n in names)
+        + ".",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
     (RESULTS / f"lsp-{stamp}.md").write_text(text)
-    (RESULTS / f"lsp-{stamp}.json").write_text(json.dumps({"figures": figures, "counts": counts, "python_floor_ms": floor,
-                                                                  "load": [load_before, os.getloadavg()[0]]}, indent=2))
+    (RESULTS / f"lsp-{stamp}.json").write_text(
+        json.dumps(
+            {"figures": figures, "counts": counts, "python_floor_ms": floor, "load": [load_before, os.getloadavg()[0]]},
+            indent=2,
+        )
+    )
     (RESULTS / "lsp-latest.md").write_text(text)
 
 

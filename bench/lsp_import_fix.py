@@ -21,9 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lsp  # noqa: E402
 
-TEXT = (lsp.HEADER.replace('keras.mixed_precision.set_global_policy("mixed_float16")\n', "")
-        + "from keras.backend import set_floatx\n" + "".join(lsp.BLOCK.format(i=i, units=32 + 8 * i) for i in range(32))
-        + '\n\nset_floatx("float16")\n')
+TEXT = (
+    lsp.HEADER.replace('keras.mixed_precision.set_global_policy("mixed_float16")\n', "")
+    + "from keras.backend import set_floatx\n"
+    + "".join(lsp.BLOCK.format(i=i, units=32 + 8 * i) for i in range(32))
+    + '\n\nset_floatx("float16")\n'
+)
 WHOLE = {"start": {"line": 0, "character": 0}, "end": {"line": 10_000, "character": 0}}
 
 
@@ -35,8 +38,10 @@ def session(command: list[str], root: Path, pause: float) -> float:
         uri, _, _ = lsp.open_file(client, path)
         _, diagnostics = client.published(uri)
         time.sleep(pause)
-        _, offered = client.request("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": WHOLE,
-                                                                "context": {"diagnostics": diagnostics}})
+        _, offered = client.request(
+            "textDocument/codeAction",
+            {"textDocument": {"uri": uri}, "range": WHOLE, "context": {"diagnostics": diagnostics}},
+        )
         [fix] = [a for a in offered if a["title"].startswith("Fix MP602")]
         took, resolved = client.request("codeAction/resolve", fix)
         assert "from keras import mixed_precision, layers" in str(resolved.get("edit")), resolved
@@ -57,8 +62,10 @@ def main() -> None:
                 continue  # no import-adding fix to resolve
             for pause in (0.0, 2.0, 3.0):
                 times = [session(command, root, pause) for _ in range(args.repeats)]
-                print(f"{name}: resolve {pause:.0f} s after the diagnostics: median {statistics.median(times):.0f} ms "
-                      f"({', '.join(f'{t:.0f}' for t in times)})")
+                print(
+                    f"{name}: resolve {pause:.0f} s after the diagnostics: median {statistics.median(times):.0f} ms "
+                    f"({', '.join(f'{t:.0f}' for t in times)})"
+                )
 
 
 if __name__ == "__main__":

@@ -88,7 +88,9 @@ PACKAGES = [
     Package("mesh-tensorflow", "0.1.21", "747d46696ad260ae59a566fc1726749b99080973b07aae098be5714931a3ad80"),
     Package("dm-sonnet", "2.0.2", "4c2364cc9ed5f1d9754e00e52a59b8b4fb5194c109b66390f33c44a9c5a34b89"),
     Package("tensorflow-similarity", "0.17.1", "da5d27a699a8bc12d6292a01f39c9529d22700d95b8607bdec69c91168718331"),
-    Package("tensorflow-model-optimization", "0.8.1", "182e5807ed12768984f9708c6f7dbc090e4678d265fdebdb50ee7e12620ae33a"),
+    Package(
+        "tensorflow-model-optimization", "0.8.1", "182e5807ed12768984f9708c6f7dbc090e4678d265fdebdb50ee7e12620ae33a"
+    ),
     # PyTorch packages (the MPT rules). deepspeed publishes only an sdist.
     Package("timm", "1.0.31", "5bd50f7d0fe6d09bf9285ac2523234a1b7e6bf075c0be3e7aed09139fcb617c7", PYTORCH),
     Package("accelerate", "1.15.0", "97eacca0b73e45cb867dbf8c5d5d4dc32219544300e0c8992c7334dc2ef33cec", PYTORCH),
@@ -98,10 +100,23 @@ PACKAGES = [
     Package("transformers", "5.23.0", "018e82fd07490ad5bb58414f65e31576033dc7f36bed10c574843f69b90991bf", PYTORCH),
     Package("diffusers", "0.42.1", "9154faa704ce00e0b77f568e0d64786064368528aab5fc14eeea92f87d788014", PYTORCH),
     Package("pytorch-ignite", "0.5.5", "9a397b0899968612efd00ac75bad64f20a9a91a8244f37bdcb8888af61455cf9", PYTORCH),
-    Package("deepspeed", "0.19.8", "9e491abd0827ea5c389dd702e15e11e13d83d904bac4a20d6c2a4cb37207a9af", PYTORCH, sdist=True),
+    Package(
+        "deepspeed", "0.19.8", "9e491abd0827ea5c389dd702e15e11e13d83d904bac4a20d6c2a4cb37207a9af", PYTORCH, sdist=True
+    ),
 ]
-PLATFORM_ARGS = ["--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
-                 "--implementation", "cp", "--abi", "cp311", "--abi", "none"]
+PLATFORM_ARGS = [
+    "--only-binary=:all:",
+    "--platform",
+    "manylinux2014_x86_64",
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp311",
+    "--abi",
+    "none",
+]
 PACKAGE_NAMES = [p.name for p in PACKAGES] + [KERAS_SRC]
 REPOSITORY_NAMES = [r.name for r in repos.REPOSITORIES]
 FRAMEWORKS = {**{p.name: p.framework for p in PACKAGES}, KERAS_SRC: TENSORFLOW}
@@ -112,6 +127,7 @@ class FetchError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------- fetching
+
 
 def default_cache() -> Path:
     return Path(os.environ.get("MPLINT_REALWORLD_CACHE") or Path.home() / ".cache" / "mplint-realworld")
@@ -129,7 +145,7 @@ def archive_in(folder: Path, package: Package) -> Path | None:
     # Wheels normalise the name to underscores; sdists are named either way depending on the build backend.
     stems = {f"{package.name.replace('-', sep)}-{package.version}".lower() for sep in "_-"}
     if package.sdist:
-        found = [p for p in folder.glob("*.tar.gz") if p.name.lower()[:-len(".tar.gz")] in stems]
+        found = [p for p in folder.glob("*.tar.gz") if p.name.lower()[: -len(".tar.gz")] in stems]
     else:
         found = [p for p in folder.glob("*.whl") if any(p.name.lower().startswith(stem + "-") for stem in stems)]
     return found[0] if found else None
@@ -141,8 +157,18 @@ def download(package: Package, downloads: Path) -> Path:
         downloads.mkdir(parents=True, exist_ok=True)
         # For an sdist pip also prepares its metadata (runs its build backend in an isolated environment) once.
         kind = ["--no-binary=:all:"] if package.sdist else PLATFORM_ARGS
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", *kind,
-               "--dest", str(downloads), f"{package.name}=={package.version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            *kind,
+            "--dest",
+            str(downloads),
+            f"{package.name}=={package.version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         archive = archive_in(downloads, package)
         if proc.returncode or archive is None:
@@ -227,6 +253,7 @@ def package_version(name: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- checking
 
+
 @dataclass
 class PackageRun:
     name: str
@@ -244,8 +271,11 @@ def children_cpu() -> float:
 
 
 def run_mplint(tree: Path) -> tuple[dict, float, float]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               MPLINT_NO_PROGRESS="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        MPLINT_NO_PROGRESS="1",
+    )
     cmd = [sys.executable, "-m", "mplint", ".", "--format", "json", "--no-cache", "--exit-zero"]
     cpu, start = children_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
@@ -259,15 +289,23 @@ def finding_from(diagnostic: dict, package: str) -> dict:
     path = diagnostic["path"]
     if diagnostic.get("cell") is not None:
         path = f"{path}:cell {diagnostic['cell']}"
-    return {"package": package, "path": path, "rule": diagnostic["rule"], "line": diagnostic["start"]["line"],
-            "col": diagnostic["start"]["column"], "message": diagnostic["message"]}
+    return {
+        "package": package,
+        "path": path,
+        "rule": diagnostic["rule"],
+        "line": diagnostic["start"]["line"],
+        "col": diagnostic["start"]["column"],
+        "message": diagnostic["message"],
+    }
 
 
 def check(name: str, cache: Path) -> PackageRun:
     run = PackageRun(name)
     try:
         run.version = package_version(name)
-        tree = fetch_keras_src(cache) if name == KERAS_SRC else fetch(next(p for p in PACKAGES if p.name == name), cache)
+        tree = (
+            fetch_keras_src(cache) if name == KERAS_SRC else fetch(next(p for p in PACKAGES if p.name == name), cache)
+        )
         report, run.wall_s, run.cpu_s = run_mplint(tree)
     except (FetchError, OSError, ValueError) as exc:
         run.error = str(exc)
@@ -281,12 +319,19 @@ def check(name: str, cache: Path) -> PackageRun:
 
 # ---------------------------------------------------------------------------------------------- snapshot
 
+
 def key(finding: dict) -> tuple:
     return finding["package"], finding["path"], finding["rule"], finding["line"], finding["col"]
 
 
-SECTIONS = {"packages": dict, "repositories": dict, "findings": list, "fixes": list, "plants": list,
-            "path_independence": dict}
+SECTIONS = {
+    "packages": dict,
+    "repositories": dict,
+    "findings": list,
+    "fixes": list,
+    "plants": list,
+    "path_independence": dict,
+}
 
 
 def load_snapshot(path: Path) -> dict:
@@ -321,9 +366,9 @@ def write_snapshot(path: Path, snapshot: dict) -> None:
 
 @dataclass
 class Comparison:
-    new: list[dict]          # reported now, not in the snapshot
-    vanished: list[dict]     # current in the snapshot, not reported now
-    reappeared: list[dict]   # vanished in the snapshot, reported again (the old verdict applies)
+    new: list[dict]  # reported now, not in the snapshot
+    vanished: list[dict]  # current in the snapshot, not reported now
+    reappeared: list[dict]  # vanished in the snapshot, reported again (the old verdict applies)
     changed: list[tuple[dict, dict]]  # (snapshot entry, finding): same place and rule, different message
     verdicts: list[tuple[dict, str]]  # every current finding with its verdict
 
@@ -365,6 +410,7 @@ def updated(recorded: list[dict], findings: list[dict], packages: set[str]) -> l
 
 # ---------------------------------------------------------------------------------------------- report
 
+
 def precision_table(verdicts: list[tuple[dict, str]], field_name: str) -> list[dict]:
     counts: dict[str, Counter] = defaultdict(Counter)
     for finding, verdict in verdicts:
@@ -374,15 +420,23 @@ def precision_table(verdicts: list[tuple[dict, str]], field_name: str) -> list[d
     for name in sorted(counts, key=lambda n: (n == "all", n)):
         c = counts[name]
         judged = c["tp"] + c["fp"]
-        rows.append({field_name: name, "tp": c["tp"], "fp": c["fp"], "unreviewed": c["unreviewed"],
-                     "precision": round(c["tp"] / judged, 3) if judged else None})
+        rows.append(
+            {
+                field_name: name,
+                "tp": c["tp"],
+                "fp": c["fp"],
+                "unreviewed": c["unreviewed"],
+                "precision": round(c["tp"] / judged, 3) if judged else None,
+            }
+        )
     return rows
 
 
 def framework_table(verdicts: list[tuple[dict, str]]) -> list[dict]:
     """Precision over the TensorFlow/Keras packages (keras-src included) and over the PyTorch packages."""
-    tagged = [(dict(finding, framework=FRAMEWORKS.get(finding["package"], "other")), verdict)
-              for finding, verdict in verdicts]
+    tagged = [
+        (dict(finding, framework=FRAMEWORKS.get(finding["package"], "other")), verdict) for finding, verdict in verdicts
+    ]
     return precision_table(tagged, "framework")
 
 
@@ -394,7 +448,9 @@ def format_table(rows: list[dict], columns: list[str]) -> list[str]:
 
     text = [list(columns)] + [[cell(c, r.get(c)) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in text) for i in range(len(columns))]
-    return ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))) for row in text]
+    return [
+        "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))) for row in text
+    ]
 
 
 def describe(finding: dict) -> str:
@@ -404,16 +460,23 @@ def describe(finding: dict) -> str:
 
 def vanished_by_verdict(vanished: list[dict]) -> dict[str, list[dict]]:
     """Lost true positives first: a fix that silences them is a regression, not progress."""
-    return {title: [e for e in vanished if test(e.get("verdict"))] for title, test in (
-        ("VANISHED TRUE POSITIVES (lost: regression?)", lambda v: v == "tp"),
-        ("VANISHED FALSE POSITIVES (fixed)", lambda v: v == "fp"),
-        ("VANISHED UNREVIEWED", lambda v: v not in ("tp", "fp")))}
+    return {
+        title: [e for e in vanished if test(e.get("verdict"))]
+        for title, test in (
+            ("VANISHED TRUE POSITIVES (lost: regression?)", lambda v: v == "tp"),
+            ("VANISHED FALSE POSITIVES (fixed)", lambda v: v == "fp"),
+            ("VANISHED UNREVIEWED", lambda v: v not in ("tp", "fp")),
+        )
+    }
 
 
 def change_sections(comparison: Comparison) -> list[str]:
     out = []
-    sections = {"NEW (need review)": comparison.new, **vanished_by_verdict(comparison.vanished),
-                "REAPPEARED (old verdict applies)": comparison.reappeared}
+    sections = {
+        "NEW (need review)": comparison.new,
+        **vanished_by_verdict(comparison.vanished),
+        "REAPPEARED (old verdict applies)": comparison.reappeared,
+    }
     for title, items in sections.items():
         if items:
             out += [f"{title}: {len(items)}"] + [f"  {describe(f)}" for f in items] + [""]
@@ -429,15 +492,26 @@ def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
     out += change_sections(comparison)
     package_rows = {r["package"]: r for r in precision_table(comparison.verdicts, "package")}
     empty = {"tp": 0, "fp": 0, "unreviewed": 0, "precision": None}
-    rows = [dict(package_rows.get(run.name, empty), package=run.name, version=run.version, files=run.files,
-                 cold_s=None if run.error else run.wall_s, cpu_s=None if run.error else run.cpu_s) for run in runs]
+    rows = [
+        dict(
+            package_rows.get(run.name, empty),
+            package=run.name,
+            version=run.version,
+            files=run.files,
+            cold_s=None if run.error else run.wall_s,
+            cpu_s=None if run.error else run.cpu_s,
+        )
+        for run in runs
+    ]
     rows.append(dict(package_rows.get("all", empty), package="all"))
     out += ["per package (cold `mplint --no-cache`: wall time, and CPU time of mplint and its workers):"]
     out += format_table(rows, ["package", "version", "files", "cold_s", "cpu_s", "tp", "fp", "unreviewed", "precision"])
-    out += ["", "per rule:"] + format_table(precision_table(comparison.verdicts, "rule"),
-                                           ["rule", "tp", "fp", "unreviewed", "precision"])
-    out += ["", "per framework:"] + format_table(framework_table(comparison.verdicts),
-                                                ["framework", "tp", "fp", "unreviewed", "precision"])
+    out += ["", "per rule:"] + format_table(
+        precision_table(comparison.verdicts, "rule"), ["rule", "tp", "fp", "unreviewed", "precision"]
+    )
+    out += ["", "per framework:"] + format_table(
+        framework_table(comparison.verdicts), ["framework", "tp", "fp", "unreviewed", "precision"]
+    )
     unreviewed = sum(1 for _, v in comparison.verdicts if v == "unreviewed")
     out += ["", f"{len(comparison.verdicts)} current findings, {unreviewed} unreviewed (not counted in precision)"]
     return out
@@ -445,45 +519,78 @@ def text_report(runs: list[PackageRun], comparison: Comparison) -> list[str]:
 
 def json_report(runs: list[PackageRun], comparison: Comparison) -> dict:
     return {
-        "packages": [{"name": r.name, "version": r.version, "framework": FRAMEWORKS.get(r.name), "files": r.files,
-                      "cold_wall_s": round(r.wall_s, 2),
-                      "cold_cpu_s": round(r.cpu_s, 2),
-                      "findings": len(r.findings), "error": r.error or None} for r in runs],
+        "packages": [
+            {
+                "name": r.name,
+                "version": r.version,
+                "framework": FRAMEWORKS.get(r.name),
+                "files": r.files,
+                "cold_wall_s": round(r.wall_s, 2),
+                "cold_cpu_s": round(r.cpu_s, 2),
+                "findings": len(r.findings),
+                "error": r.error or None,
+            }
+            for r in runs
+        ],
         "new": comparison.new,
         "vanished": comparison.vanished,
         "vanished_tp": sum(1 for e in comparison.vanished if e.get("verdict") == "tp"),
         "reappeared": comparison.reappeared,
         "message_changed": [{"finding": f, "was": e.get("message")} for e, f in comparison.changed],
-        "precision": {"by_rule": precision_table(comparison.verdicts, "rule"),
-                      "by_package": precision_table(comparison.verdicts, "package"),
-                      "by_framework": framework_table(comparison.verdicts)},
+        "precision": {
+            "by_rule": precision_table(comparison.verdicts, "rule"),
+            "by_package": precision_table(comparison.verdicts, "package"),
+            "by_framework": framework_table(comparison.verdicts),
+        },
         "unreviewed": sum(1 for _, v in comparison.verdicts if v == "unreviewed"),
     }
 
 
 # ---------------------------------------------------------------------------------------------- main
 
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cache", type=Path, default=None, help="download cache (default: $MPLINT_REALWORLD_CACHE "
-                        "or ~/.cache/mplint-realworld)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="download cache (default: $MPLINT_REALWORLD_CACHE or ~/.cache/mplint-realworld)",
+    )
     parser.add_argument("--package", action="append", choices=PACKAGE_NAMES, help="check only this package")
     parser.add_argument("--update", action="store_true", help="write new findings into the snapshot as unreviewed")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--repos", action="store_true", help="check the pinned git repositories instead of packages")
     parser.add_argument("--repo", action="append", choices=REPOSITORY_NAMES, help="check only this repository")
-    parser.add_argument("--mirror", type=Path, default=None, help="folder of local git copies (<owner+name>/repo, "
-                        "<owner+name>.git or <owner+name>); repositories not there are cloned from --remote")
+    parser.add_argument(
+        "--mirror",
+        type=Path,
+        default=None,
+        help="folder of local git copies (<owner+name>/repo, "
+        "<owner+name>.git or <owner+name>); repositories not there are cloned from --remote",
+    )
     parser.add_argument("--remote", default=repos.DEFAULT_REMOTE, help="clone URL template (default: %(default)s)")
-    parser.add_argument("--paths", action="store_true", help="also lint each top-level folder and a sample of "
-                        "single files and compare their findings with the root run")
+    parser.add_argument(
+        "--paths",
+        action="store_true",
+        help="also lint each top-level folder and a sample of "
+        "single files and compare their findings with the root run",
+    )
     parser.add_argument("--sample", type=int, default=50, help="single files per repository for --paths")
     parser.add_argument("--seed", type=int, default=0, help="seed of the --paths sample")
-    parser.add_argument("--cached-facts", action="store_true", help="with --paths: the path runs (not the root run) "
-                        "read the facts of unchanged files from a shared cache, every file is checked afresh "
-                        "(bench/mplint_cached_facts.py)")
-    parser.add_argument("--recorded", action="store_true", help="with --repos: report the snapshot's last run "
-                        "(findings, fixes, cold times, path differences) without linting anything")
+    parser.add_argument(
+        "--cached-facts",
+        action="store_true",
+        help="with --paths: the path runs (not the root run) "
+        "read the facts of unchanged files from a shared cache, every file is checked afresh "
+        "(bench/mplint_cached_facts.py)",
+    )
+    parser.add_argument(
+        "--recorded",
+        action="store_true",
+        help="with --repos: report the snapshot's last run "
+        "(findings, fixes, cold times, path differences) without linting anything",
+    )
     parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -493,8 +600,10 @@ def warn_version_drift(runs: list[PackageRun], snapshot: dict) -> None:
     for run in runs:
         reviewed_on = snapshot["packages"].get(run.name)
         if run.version and reviewed_on and reviewed_on != run.version:
-            print(f"warning: {run.name} {run.version} is checked, the snapshot was reviewed on {reviewed_on}",
-                  file=sys.stderr)
+            print(
+                f"warning: {run.name} {run.version} is checked, the snapshot was reviewed on {reviewed_on}",
+                file=sys.stderr,
+            )
 
 
 def recorded_run(repo: repos.Repository, snapshot: dict) -> repos.RepoRun:
@@ -504,9 +613,14 @@ def recorded_run(repo: repos.Repository, snapshot: dict) -> repos.RepoRun:
         return repos.RepoRun(repo.name, repo.commit, error="not recorded at this commit (run with --update)")
     current = [f for f in snapshot["findings"] if f["package"] == repo.name and f.get("status", "current") == "current"]
     fixes = [f for f in snapshot["fixes"] if f["package"] == repo.name and f.get("status", "current") == "current"]
-    return repos.RepoRun(repo.name, repo.commit, files=entry["files"], wall_s=entry["cold_s"],
-                         findings=[{k: f[k] for k in ("package", "path", "rule", "line", "col", "message")} for f in current],
-                         fixes=[{k: v for k, v in f.items() if k not in ("verdict", "reason", "status")} for f in fixes])
+    return repos.RepoRun(
+        repo.name,
+        repo.commit,
+        files=entry["files"],
+        wall_s=entry["cold_s"],
+        findings=[{k: f[k] for k in ("package", "path", "rule", "line", "col", "message")} for f in current],
+        fixes=[{k: v for k, v in f.items() if k not in ("verdict", "reason", "status")} for f in fixes],
+    )
 
 
 def check_repositories(args: argparse.Namespace, cache: Path) -> int:
@@ -517,11 +631,15 @@ def check_repositories(args: argparse.Namespace, cache: Path) -> int:
             runs.append(recorded_run(repo, recorded_snapshot))
             continue
         print(f"checking {repo.name} ...", file=sys.stderr, flush=True)
-        run = repos.check_repository(repo, cache, args.mirror, args.remote, REPO, args.paths, args.sample, args.seed,
-                                      args.cached_facts)
+        run = repos.check_repository(
+            repo, cache, args.mirror, args.remote, REPO, args.paths, args.sample, args.seed, args.cached_facts
+        )
         if run.skipped:
-            print(f"warning: {repo.name}: {len(run.skipped)} files the git copy lacks were left out: "
-                  f"{', '.join(run.skipped[:5])}{' ...' if len(run.skipped) > 5 else ''}", file=sys.stderr)
+            print(
+                f"warning: {repo.name}: {len(run.skipped)} files the git copy lacks were left out: "
+                f"{', '.join(run.skipped[:5])}{' ...' if len(run.skipped) > 5 else ''}",
+                file=sys.stderr,
+            )
         runs.append(run)
     checked = {r.name for r in runs if not r.error}
     findings = [f for r in runs if not r.error for f in r.findings]
@@ -536,33 +654,70 @@ def check_repositories(args: argparse.Namespace, cache: Path) -> int:
             run.path_checked, run.path_differences = recorded["runs"], recorded["differences"]
         reviewed_on = (snapshot["repositories"].get(run.name) or {}).get("commit")
         if reviewed_on not in (None, run.commit):
-            print(f"warning: {run.name} {run.commit[:12]} is checked, the snapshot was reviewed on {reviewed_on[:12]}",
-                  file=sys.stderr)
+            print(
+                f"warning: {run.name} {run.commit[:12]} is checked, the snapshot was reviewed on {reviewed_on[:12]}",
+                file=sys.stderr,
+            )
     if args.update and not args.recorded:
         snapshot["findings"] = updated(snapshot["findings"], findings, checked)
         snapshot["fixes"] = repos.updated_fixes(snapshot["fixes"], fixes, checked)
-        snapshot["repositories"].update({r.name: {"commit": r.commit, "files": r.files, "cold_s": round(r.wall_s, 1)}
-                                         for r in runs if not r.error})
+        snapshot["repositories"].update(
+            {r.name: {"commit": r.commit, "files": r.files, "cold_s": round(r.wall_s, 1)} for r in runs if not r.error}
+        )
         if args.paths:
-            snapshot["path_independence"].update({
-                r.name: {"commit": r.commit, "runs": r.path_checked, "sample": args.sample, "seed": args.seed,
-                         **({"cached_facts": True} if args.cached_facts else {}),
-                         "differences": r.path_differences} for r in runs if not r.error})
+            snapshot["path_independence"].update(
+                {
+                    r.name: {
+                        "commit": r.commit,
+                        "runs": r.path_checked,
+                        "sample": args.sample,
+                        "seed": args.seed,
+                        **({"cached_facts": True} if args.cached_facts else {}),
+                        "differences": r.path_differences,
+                    }
+                    for r in runs
+                    if not r.error
+                }
+            )
         write_snapshot(args.snapshot, snapshot)
     if args.json:
-        print(json.dumps({
-            "repositories": [{"name": r.name, "commit": r.commit, "files": r.files, "cold_wall_s": round(r.wall_s, 2),
-                              "findings": len(r.findings), "fixes": len(r.fixes), "skipped": r.skipped,
-                              "path_runs": r.path_checked, "path_differences": r.path_differences,
-                              "error": r.error or None} for r in runs],
-            "new": comparison.new, "vanished": comparison.vanished,
-            "fixes_unreviewed": [f for f, v in fix_verdicts if v == "unreviewed"], "fixes_vanished": vanished_fixes,
-            **{f"by_{group}": repos.review_table(comparison.verdicts, fix_verdicts, plants, group)
-               for group in ("package", "rule", "framework")},
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "repositories": [
+                        {
+                            "name": r.name,
+                            "commit": r.commit,
+                            "files": r.files,
+                            "cold_wall_s": round(r.wall_s, 2),
+                            "findings": len(r.findings),
+                            "fixes": len(r.fixes),
+                            "skipped": r.skipped,
+                            "path_runs": r.path_checked,
+                            "path_differences": r.path_differences,
+                            "error": r.error or None,
+                        }
+                        for r in runs
+                    ],
+                    "new": comparison.new,
+                    "vanished": comparison.vanished,
+                    "fixes_unreviewed": [f for f, v in fix_verdicts if v == "unreviewed"],
+                    "fixes_vanished": vanished_fixes,
+                    **{
+                        f"by_{group}": repos.review_table(comparison.verdicts, fix_verdicts, plants, group)
+                        for group in ("package", "rule", "framework")
+                    },
+                },
+                indent=2,
+            )
+        )
     else:
-        print("\n".join(change_sections(comparison) + repos.repos_report(runs, comparison.verdicts, fix_verdicts,
-                                                                         plants, vanished_fixes)))
+        print(
+            "\n".join(
+                change_sections(comparison)
+                + repos.repos_report(runs, comparison.verdicts, fix_verdicts, plants, vanished_fixes)
+            )
+        )
     if any(r.error for r in runs):
         return 2
     unreviewed = [v for _, v in comparison.verdicts + fix_verdicts if v == "unreviewed"]

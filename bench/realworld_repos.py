@@ -44,7 +44,7 @@ DEFAULT_REMOTE = "https://github.com/{name}.git"
 
 @dataclass(frozen=True)
 class Repository:
-    name: str    # owner/name on GitHub
+    name: str  # owner/name on GitHub
     commit: str  # the reviewed commit
     layout: str  # the kind of layout it stands for
 
@@ -87,6 +87,7 @@ def framework_of(rule: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- materialising
 
+
 def git(git_dir: Path, *args: str, stdin: bytes | None = None) -> bytes:
     proc = subprocess.run(["git", "--git-dir", str(git_dir), *args], input=stdin, capture_output=True)
     if proc.returncode:
@@ -115,16 +116,23 @@ def cloned(repo: Repository, cache: Path, remote: str) -> Path:
     target = cache / "git" / f"{repo.slug}.git"
     if not git_dir_of(target):
         target.parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(["git", "clone", "--bare", "--quiet", remote.format(name=repo.name), str(target)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", "clone", "--bare", "--quiet", remote.format(name=repo.name), str(target)],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode:
             raise RepoError(f"git clone failed: {proc.stderr.strip()[-300:]}")
     return target
 
 
 def has_commit(git_dir: Path, commit: str) -> bool:
-    return subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "-e", f"{commit}^{{commit}}"],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["git", "--git-dir", str(git_dir), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def missing_blobs(git_dir: Path, commit: str) -> list[str]:
@@ -142,8 +150,9 @@ def missing_blobs(git_dir: Path, commit: str) -> list[str]:
     return sorted(blobs[line.split()[0]] for line in answer.splitlines() if line.endswith(b" missing"))
 
 
-def materialise(repo: Repository, cache: Path, mirror: Path | None = None,
-                remote: str = DEFAULT_REMOTE) -> tuple[Path, list[str]]:
+def materialise(
+    repo: Repository, cache: Path, mirror: Path | None = None, remote: str = DEFAULT_REMOTE
+) -> tuple[Path, list[str]]:
     """The repository's tree at its commit (cached), and the paths left out because their blobs are absent."""
     tree = cache / "repos" / f"{repo.slug}-{repo.commit[:12]}"
     skipped_list = tree.parent / f"{tree.name}.skipped"
@@ -153,7 +162,9 @@ def materialise(repo: Repository, cache: Path, mirror: Path | None = None,
     if not has_commit(git_dir, repo.commit):
         git(git_dir, "fetch", "--quiet", "origin", repo.commit)
     skipped = missing_blobs(git_dir, repo.commit)
-    archive = git(git_dir, "archive", "--format=tar", repo.commit, "--", ".", *(f":(exclude,literal){p}" for p in skipped))
+    archive = git(
+        git_dir, "archive", "--format=tar", repo.commit, "--", ".", *(f":(exclude,literal){p}" for p in skipped)
+    )
     tree.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=tree.name + ".", dir=tree.parent))
     try:
@@ -175,8 +186,11 @@ CACHED_FACTS = Path(__file__).resolve().parent / "mplint_cached_facts.py"
 
 def mplint(cwd: Path, *args: str, repo_root: Path, cached_facts: bool = False) -> dict:
     """``mplint ARGS`` from ``cwd``, cold; ``cached_facts``: facts from ``.mplint_cache/``, no cached results."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
-               MPLINT_NO_PROGRESS="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
+        MPLINT_NO_PROGRESS="1",
+    )
     start = [sys.executable, str(CACHED_FACTS)] if cached_facts else [sys.executable, "-m", "mplint"]
     cmd = [*start, *args, "--format", "json", *([] if cached_facts else ["--no-cache"]), "--exit-zero"]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
@@ -191,8 +205,14 @@ def where(diagnostic: dict) -> str:
 
 
 def finding_of(diagnostic: dict, repo: str) -> dict:
-    return {"package": repo, "path": where(diagnostic), "rule": diagnostic["rule"],
-            "line": diagnostic["start"]["line"], "col": diagnostic["start"]["column"], "message": diagnostic["message"]}
+    return {
+        "package": repo,
+        "path": where(diagnostic),
+        "rule": diagnostic["rule"],
+        "line": diagnostic["start"]["line"],
+        "col": diagnostic["start"]["column"],
+        "message": diagnostic["message"],
+    }
 
 
 def source_of(tree: Path, diagnostic: dict) -> str:
@@ -207,16 +227,18 @@ def text_between(source: str, start: dict, end: dict) -> str:
     lines = source.splitlines(keepends=True)
 
     def offset(position: dict) -> int:
-        return sum(len(line) for line in lines[:position["line"] - 1]) + position["column"] - 1
+        return sum(len(line) for line in lines[: position["line"] - 1]) + position["column"] - 1
 
-    return source[offset(start):offset(end)]
+    return source[offset(start) : offset(end)]
 
 
 def fix_of(diagnostic: dict, repo: str, tree: Path, applied: bool) -> dict:
     """A fix as reviewable text: what each edit replaced and with what (imports it added are not edits)."""
     source = source_of(tree, diagnostic)
-    edits = [{"line": e["start"]["line"], "before": text_between(source, e["start"], e["end"]), "after": e["text"]}
-             for e in diagnostic["fix"]["edits"]]
+    edits = [
+        {"line": e["start"]["line"], "before": text_between(source, e["start"], e["end"]), "after": e["text"]}
+        for e in diagnostic["fix"]["edits"]
+    ]
     return {**finding_of(diagnostic, repo), "safety": diagnostic["fix"]["safety"], "applied": applied, "edits": edits}
 
 
@@ -274,8 +296,15 @@ def path_differences(repo: str, root: list[dict], run: str, diagnostics: list[di
         only_root = sorted(root_files.get(path, set()) - run_files.get(path, set()))
         only_run = sorted(run_files.get(path, set()) - root_files.get(path, set()))
         if only_root or only_run:
-            differences.append({"package": repo, "run": run, "path": path,
-                                "only_root": [list(x) for x in only_root], "only_run": [list(x) for x in only_run]})
+            differences.append(
+                {
+                    "package": repo,
+                    "run": run,
+                    "path": path,
+                    "only_root": [list(x) for x in only_root],
+                    "only_run": [list(x) for x in only_run],
+                }
+            )
     return differences
 
 
@@ -293,8 +322,17 @@ class RepoRun:
     error: str = ""
 
 
-def check_repository(repo: Repository, cache: Path, mirror: Path | None, remote: str, repo_root: Path,
-                     paths: bool = False, sample: int = 50, seed: int = 0, cached_facts: bool = False) -> RepoRun:
+def check_repository(
+    repo: Repository,
+    cache: Path,
+    mirror: Path | None,
+    remote: str,
+    repo_root: Path,
+    paths: bool = False,
+    sample: int = 50,
+    seed: int = 0,
+    cached_facts: bool = False,
+) -> RepoRun:
     run = RepoRun(repo.name, repo.commit)
     try:
         tree, run.skipped = materialise(repo, cache, mirror, remote)
@@ -305,15 +343,17 @@ def check_repository(repo: Repository, cache: Path, mirror: Path | None, remote:
         run.findings = [finding_of(d, repo.name) for d in report["diagnostics"]]
         run.fixes = applied_fixes(repo.name, tree, repo_root)
         if paths:
-            run.path_checked, run.path_differences = check_paths(repo.name, tree, report["diagnostics"], repo_root,
-                                                                 sample, seed, cached_facts)
+            run.path_checked, run.path_differences = check_paths(
+                repo.name, tree, report["diagnostics"], repo_root, sample, seed, cached_facts
+            )
     except (RepoError, OSError, ValueError, tarfile.TarError) as exc:
         run.error = str(exc)
     return run
 
 
-def check_paths(repo: str, tree: Path, root: list[dict], repo_root: Path, sample: int, seed: int,
-                cached_facts: bool) -> tuple[int, list[dict]]:
+def check_paths(
+    repo: str, tree: Path, root: list[dict], repo_root: Path, sample: int, seed: int, cached_facts: bool
+) -> tuple[int, list[dict]]:
     """Each path run compared with the (cold) root run: the folders and the sample, then each file holding a root
     finding on its own (a sample rarely holds one, and they are the findings a narrower run could lose). With
     ``cached_facts`` the runs share a facts cache in a copy of the tree (the materialised tree stays as it is)."""
@@ -336,7 +376,10 @@ def check_paths(repo: str, tree: Path, root: list[dict], repo_root: Path, sample
 
 # ---------------------------------------------------------------------------------------------- review tables
 
-def compare_fixes(fixes: list[dict], recorded: list[dict], repos: set[str]) -> tuple[list[tuple[dict, str]], list[dict]]:
+
+def compare_fixes(
+    fixes: list[dict], recorded: list[dict], repos: set[str]
+) -> tuple[list[tuple[dict, str]], list[dict]]:
     """Every applied fix with its recorded verdict ('unreviewed' when new), and recorded fixes no longer applied."""
     entries = {fix_key(e): e for e in recorded if e["package"] in repos}
     now = {fix_key(f): f for f in fixes}
@@ -360,17 +403,41 @@ def updated_fixes(recorded: list[dict], fixes: list[dict], repos: set[str]) -> l
 
 
 def plant_found(plant: dict, findings: list[dict]) -> bool:
-    return any(f["package"] == plant["package"] and f["path"] == plant["path"] and f["rule"] == plant["rule"]
-               and f["line"] == plant["line"] for f in findings)
+    return any(
+        f["package"] == plant["package"]
+        and f["path"] == plant["path"]
+        and f["rule"] == plant["rule"]
+        and f["line"] == plant["line"]
+        for f in findings
+    )
 
 
-COLUMNS = ["findings", "tp", "fp", "unreviewed", "precision", "fixes", "right", "harmful", "no-op",
-           "fix_unreviewed", "fix_correct", "plants", "found", "recall"]
+COLUMNS = [
+    "findings",
+    "tp",
+    "fp",
+    "unreviewed",
+    "precision",
+    "fixes",
+    "right",
+    "harmful",
+    "no-op",
+    "fix_unreviewed",
+    "fix_correct",
+    "plants",
+    "found",
+    "recall",
+]
 
 
-def review_table(finding_verdicts: list[tuple[dict, str]], fix_verdicts: list[tuple[dict, str]],
-                 plants: list[tuple[dict, bool]], group: str) -> list[dict]:
+def review_table(
+    finding_verdicts: list[tuple[dict, str]],
+    fix_verdicts: list[tuple[dict, str]],
+    plants: list[tuple[dict, bool]],
+    group: str,
+) -> list[dict]:
     """Rows per ``group`` (package, rule or framework) and "all": precision, fix correctness, recall."""
+
     def group_of(item: dict) -> str:
         return framework_of(item["rule"]) if group == "framework" else item[group]
 
@@ -412,7 +479,9 @@ def format_rows(rows: list[dict], columns: list[str]) -> list[str]:
 
     text = [list(columns)] + [[cell(c, r.get(c)) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in text) for i in range(len(columns))]
-    return ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))) for row in text]
+    return [
+        "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))) for row in text
+    ]
 
 
 def describe_fix(fix: dict) -> str:
@@ -421,8 +490,13 @@ def describe_fix(fix: dict) -> str:
     return f"{fix['package']}: {fix['path']}:{fix['line']}:{fix['col']}: {fix['rule']} ({state}) {edits}"
 
 
-def repos_report(runs: list[RepoRun], finding_verdicts: list[tuple[dict, str]], fix_verdicts: list[tuple[dict, str]],
-                 plants: list[tuple[dict, bool]], vanished_fixes: list[dict]) -> list[str]:
+def repos_report(
+    runs: list[RepoRun],
+    finding_verdicts: list[tuple[dict, str]],
+    fix_verdicts: list[tuple[dict, str]],
+    plants: list[tuple[dict, bool]],
+    vanished_fixes: list[dict],
+) -> list[str]:
     out = []
     failed = [f"  {r.name}: {r.error}" for r in runs if r.error]
     if failed:
@@ -431,7 +505,11 @@ def repos_report(runs: list[RepoRun], finding_verdicts: list[tuple[dict, str]], 
     if new_fixes:
         out += [f"FIXES WITHOUT A VERDICT: {len(new_fixes)}"] + [f"  {describe_fix(f)}" for f in new_fixes] + [""]
     if vanished_fixes:
-        out += [f"FIXES NO LONGER APPLIED: {len(vanished_fixes)}"] + [f"  {describe_fix(f)}" for f in vanished_fixes] + [""]
+        out += (
+            [f"FIXES NO LONGER APPLIED: {len(vanished_fixes)}"]
+            + [f"  {describe_fix(f)}" for f in vanished_fixes]
+            + [""]
+        )
     missed = [p for p, found in plants if not found]
     if missed:
         out += [f"PLANTED DEFECTS NOT FOUND: {len(missed)}"]
@@ -440,20 +518,29 @@ def repos_report(runs: list[RepoRun], finding_verdicts: list[tuple[dict, str]], 
     if differences:
         out += [f"PATH-DEPENDENT FINDINGS: {len(differences)} files"]
         for d in differences:
-            out += [f"  {d['package']}: {d['path']} (`mplint {d['run']}` vs `mplint .`): "
-                    f"only in the root run {d['only_root']}, only in this run {d['only_run']}"]
+            out += [
+                f"  {d['package']}: {d['path']} (`mplint {d['run']}` vs `mplint .`): "
+                f"only in the root run {d['only_root']}, only in this run {d['only_run']}"
+            ]
         out += [""]
     rows = {r["package"]: r for r in review_table(finding_verdicts, fix_verdicts, plants, "package")}
     table = []
     for run in runs:
-        row = dict(rows.get(run.name) or {}, package=run.name, commit=run.commit[:12], files=run.files,
-                   cold_s=None if run.error else run.wall_s,
-                   path_runs=run.path_checked or None, path_diffs=len(run.path_differences) if run.path_checked else None)
+        row = dict(
+            rows.get(run.name) or {},
+            package=run.name,
+            commit=run.commit[:12],
+            files=run.files,
+            cold_s=None if run.error else run.wall_s,
+            path_runs=run.path_checked or None,
+            path_diffs=len(run.path_differences) if run.path_checked else None,
+        )
         table.append(row)
     table.append(dict(rows.get("all") or {}, package="all"))
     per_repo = ["package", "commit", "files", "cold_s", *COLUMNS, "path_runs", "path_diffs"]
     out += ["per repository (cold `mplint . --no-cache`, wall s):"] + format_rows(table, per_repo)
     for group in ("rule", "framework"):
-        out += ["", f"per {group}:"] + format_rows(review_table(finding_verdicts, fix_verdicts, plants, group),
-                                                  [group, *COLUMNS])
+        out += ["", f"per {group}:"] + format_rows(
+            review_table(finding_verdicts, fix_verdicts, plants, group), [group, *COLUMNS]
+        )
     return out

@@ -71,8 +71,10 @@ def copy_timm(dest: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     wheels = sorted(cache.glob(f"{name}-{version}-*.whl"))
     if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache), f"{name}=={version}"],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache), f"{name}=={version}"],
+            check=True,
+        )
         wheels = sorted(cache.glob(f"{name}-{version}-*.whl"))
     target = dest / "timm_src"
     with zipfile.ZipFile(wheels[0]) as wheel:
@@ -114,7 +116,9 @@ _WRAPPER = (
 def timed(cmd: list[str], cwd: Path) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, *cmd], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     stderr = proc.stderr.decode(errors="replace")
@@ -165,7 +169,9 @@ def bench_corpus(label: str, folder: Path, repeats: int, peers: bool, jobs: int 
         if shutil.which("fixit"):
             rows.append(measure("fixit lint", ["fixit", "lint", "."], folder, repeats))
         if shutil.which("ruff"):
-            rows.append(measure("ruff check --no-cache", ["ruff", "check", "--no-cache", "--exit-zero", "."], folder, repeats))
+            rows.append(
+                measure("ruff check --no-cache", ["ruff", "check", "--no-cache", "--exit-zero", "."], folder, repeats)
+            )
     files, lines = lines_in(folder)
     for row in rows:
         row.update(corpus=label, files=files, lines=lines, lines_per_s=lines / row["wall"] if row["wall"] else 0.0)
@@ -176,7 +182,10 @@ def bench_corpus(label: str, folder: Path, repeats: int, peers: bool, jobs: int 
 # and which heavy modules it must not import at all.
 IMPORT_BUDGET = {
     "version": (15.0, ("mplint.runner", "yaml", "rich", "libcst", "pathspec", "packaging", "tomllib")),
-    "warm": (90.0, ("yaml", "rich", "libcst", "pathspec", "multiprocessing", "mplint.checks.mp101_float16_softmax_output")),
+    "warm": (
+        90.0,
+        ("yaml", "rich", "libcst", "pathspec", "multiprocessing", "mplint.checks.mp101_float16_softmax_output"),
+    ),
 }
 
 
@@ -188,7 +197,7 @@ def import_profile(cmd: list[str], cwd: Path, baseline: frozenset[str] = frozens
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
             continue
-        _, cumulative, name = line[len("import time:"):].split("|")
+        _, cumulative, name = line[len("import time:") :].split("|")
         if cumulative.strip().isdigit():
             modules.append(name.strip())
             if not name.startswith("  ") and name.strip() not in baseline:
@@ -203,7 +212,10 @@ def startup_budget(root: Path, repeats: int) -> dict:
     subprocess.run([*mplint, "."], cwd=small, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     out = {"interpreter": measure("python -c pass", [sys.executable, "-c", "pass"], small, repeats * 3)["wall"]}
     baseline = frozenset(import_profile(["-c", "pass"], small)["modules"])
-    for label, cmd in (("version", ["-m", "mplint", "--version"]), ("warm", ["-m", "mplint", "--exit-zero", "--output-file", os.devnull, "."])):
+    for label, cmd in (
+        ("version", ["-m", "mplint", "--version"]),
+        ("warm", ["-m", "mplint", "--exit-zero", "--output-file", os.devnull, "."]),
+    ):
         profile = import_profile(cmd, small, baseline)
         budget, banned = IMPORT_BUDGET[label]
         out[f"{label}_imports_ms"] = profile["ms"]
@@ -211,7 +223,9 @@ def startup_budget(root: Path, repeats: int) -> dict:
         out[f"{label}_banned_imported"] = sorted(m for m in banned if m in profile["modules"])
     out["small_warm"] = measure("mplint warm (100 files)", [*mplint, "."], small, repeats * 3)["wall"]
     if shutil.which("ruff"):
-        out["small_ruff"] = measure("ruff (100 files)", ["ruff", "check", "--no-cache", "--exit-zero", "."], small, repeats * 3)["wall"]
+        out["small_ruff"] = measure(
+            "ruff (100 files)", ["ruff", "check", "--no-cache", "--exit-zero", "."], small, repeats * 3
+        )["wall"]
     return out
 
 
@@ -224,7 +238,9 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    return (
+        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
 
 
 def report(rows: list[dict], extra: dict) -> str:
@@ -251,30 +267,47 @@ def targets(rows: list[dict], scaling: list[dict], jobs_rows: list[dict], startu
     lines = []
     torch_cold, torch_fixit = get("timm", "mplint cold"), get("timm", "fixit lint")
     if torch_cold and torch_fixit:
-        lines.append(f"cold check on timm (PyTorch) vs fixit lint: {torch_fixit['wall'] / torch_cold['wall']:.1f}x faster (target >= 20x)")
+        lines.append(
+            f"cold check on timm (PyTorch) vs fixit lint: {torch_fixit['wall'] / torch_cold['wall']:.1f}x faster (target >= 20x)"
+        )
     cold, warm = get("keras_src", "mplint cold"), get("keras_src", "mplint warm")
     fixit, ruff = get("keras_src", "fixit lint"), get("keras_src", "ruff check --no-cache")
     if cold and fixit:
-        lines.append(f"cold check on keras_src vs fixit lint: {fixit['wall'] / cold['wall']:.1f}x faster (target >= 20x)")
+        lines.append(
+            f"cold check on keras_src vs fixit lint: {fixit['wall'] / cold['wall']:.1f}x faster (target >= 20x)"
+        )
     if warm and ruff:
-        lines.append(f"warm check vs ruff check --no-cache: {warm['wall'] / ruff['wall']:.2f}x ruff's time (target <= 3x)")
+        lines.append(
+            f"warm check vs ruff check --no-cache: {warm['wall'] / ruff['wall']:.2f}x ruff's time (target <= 3x)"
+        )
     peak = max(r["rss_mb"] for r in rows if r["tool"].startswith("mplint"))
     lines.append(f"peak RSS of one mplint process: {peak:.0f} MB (target < 300 MB)")
     if len(scaling) >= 2:
         base = scaling[0]
-        parts = [f"{r['files']} files: {r['wall']:.2f}s ({r['wall'] / base['wall'] / (r['files'] / base['files']):.2f} of linear)" for r in scaling]
+        parts = [
+            f"{r['files']} files: {r['wall']:.2f}s ({r['wall'] / base['wall'] / (r['files'] / base['files']):.2f} of linear)"
+            for r in scaling
+        ]
         lines.append("scaling (synthetic, cold): " + "; ".join(parts))
     if len(jobs_rows) == 2:
-        lines.append(f"--jobs 2 vs --jobs 1 (keras_src, cold): {jobs_rows[0]['wall'] / jobs_rows[1]['wall']:.2f}x (target >= 1.6x)")
-    lines.append(f"`mplint --version`: {startup['version']:.3f}s; one small file: {startup['one_file']:.3f}s (target < 0.5 s)")
+        lines.append(
+            f"--jobs 2 vs --jobs 1 (keras_src, cold): {jobs_rows[0]['wall'] / jobs_rows[1]['wall']:.2f}x (target >= 1.6x)"
+        )
+    lines.append(
+        f"`mplint --version`: {startup['version']:.3f}s; one small file: {startup['one_file']:.3f}s (target < 0.5 s)"
+    )
     for label in ("version", "warm"):
         banned = imports[f"{label}_banned_imported"]
-        lines.append(f"imports of {'`--version`' if label == 'version' else 'a warm run'}: {imports[f'{label}_imports_ms']:.0f} ms "
-                     f"(budget {imports[f'{label}_import_budget_ms']:.0f} ms){'; imports ' + ', '.join(banned) if banned else ''}")
+        lines.append(
+            f"imports of {'`--version`' if label == 'version' else 'a warm run'}: {imports[f'{label}_imports_ms']:.0f} ms "
+            f"(budget {imports[f'{label}_import_budget_ms']:.0f} ms){'; imports ' + ', '.join(banned) if banned else ''}"
+        )
     if "small_ruff" in imports:
-        lines.append(f"warm check, 100 files: {imports['small_warm']:.3f}s vs `ruff check --no-cache` {imports['small_ruff']:.3f}s: "
-                     f"{imports['small_warm'] / imports['small_ruff']:.2f}x ruff's time (target <= 3x; the interpreter alone "
-                     f"takes {imports['interpreter']:.3f}s)")
+        lines.append(
+            f"warm check, 100 files: {imports['small_warm']:.3f}s vs `ruff check --no-cache` {imports['small_ruff']:.3f}s: "
+            f"{imports['small_warm'] / imports['small_ruff']:.2f}x ruff's time (target <= 3x; the interpreter alone "
+            f"takes {imports['interpreter']:.3f}s)"
+        )
     return lines
 
 
@@ -284,9 +317,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 repeat, synthetic scales 1x and 4x only")
     parser.add_argument("--no-peers", action="store_true", help="skip fixit and ruff")
     parser.add_argument("--base-files", type=int, default=250, help="synthetic corpus size at 1x")
-    parser.add_argument("--corpora", default="keras_src,synthetic,timm", help="comma-separated: keras_src, synthetic, timm")
-    parser.add_argument("--repo", type=Path, action="append", default=[],
-                        help="a whole repository to add rows for (copied first; repeatable), with its peers in the same run")
+    parser.add_argument(
+        "--corpora", default="keras_src,synthetic,timm", help="comma-separated: keras_src, synthetic, timm"
+    )
+    parser.add_argument(
+        "--repo",
+        type=Path,
+        action="append",
+        default=[],
+        help="a whole repository to add rows for (copied first; repeatable), with its peers in the same run",
+    )
     args = parser.parse_args()
     corpora = set(args.corpora.split(","))
     everything = corpora >= {"keras_src", "synthetic", "timm"}
@@ -301,9 +341,28 @@ def main() -> None:
         if "keras_src" in corpora:
             keras = copy_keras(root)
             rows += bench_corpus("keras_src", keras, repeats, not args.no_peers, None)
-            jobs_rows = [measure(f"mplint cold --jobs {j}", [sys.executable, "-m", "mplint", "--exit-zero", "--no-cache",
-                                                              "--jobs", str(j), "--format", "json", "--output-file", os.devnull, "."],
-                                 keras, repeats) for j in (1, 2)]
+            jobs_rows = [
+                measure(
+                    f"mplint cold --jobs {j}",
+                    [
+                        sys.executable,
+                        "-m",
+                        "mplint",
+                        "--exit-zero",
+                        "--no-cache",
+                        "--jobs",
+                        str(j),
+                        "--format",
+                        "json",
+                        "--output-file",
+                        os.devnull,
+                        ".",
+                    ],
+                    keras,
+                    repeats,
+                )
+                for j in (1, 2)
+            ]
         if "timm" in corpora:
             rows += bench_corpus("timm", copy_timm(root), repeats, not args.no_peers, None)
         for repo in args.repo:  # copied: the runs write a cache and a --fix copy beside it
@@ -320,7 +379,9 @@ def main() -> None:
         (alone / "small.py").write_text("import keras\nx = keras.layers.Dense(8)\n")
         startup = {
             "version": measure("version", [sys.executable, "-m", "mplint", "--version"], alone, 5)["wall"],
-            "one_file": measure("one file", [sys.executable, "-m", "mplint", "--no-cache", "--exit-zero", "small.py"], alone, 5)["wall"],
+            "one_file": measure(
+                "one file", [sys.executable, "-m", "mplint", "--no-cache", "--exit-zero", "small.py"], alone, 5
+            )["wall"],
         }
     extra = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
     extra["targets"] = targets(rows, scaling, jobs_rows, startup, imports)
@@ -328,13 +389,18 @@ def main() -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
     text = report(rows, extra)
     (RESULTS / f"{stamp}.md").write_text(text)
-    (RESULTS / f"{stamp}.json").write_text(json.dumps({"rows": rows, "jobs": jobs_rows, "startup": startup, "imports": imports, **extra}, indent=2))
+    (RESULTS / f"{stamp}.json").write_text(
+        json.dumps({"rows": rows, "jobs": jobs_rows, "startup": startup, "imports": imports, **extra}, indent=2)
+    )
     if everything:
         (RESULTS / "latest.md").write_text(text)
     print(text)
     for row in rows + jobs_rows:
         if row["rc"] not in (0, 1):
-            print(f"warning: {row['tool']} on {row.get('corpus', 'keras_src')} exited {row['rc']}: {row['stderr']}", file=sys.stderr)
+            print(
+                f"warning: {row['tool']} on {row.get('corpus', 'keras_src')} exited {row['rc']}: {row['stderr']}",
+                file=sys.stderr,
+            )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ import io
 import re
 import tokenize
 
-_NOQA_CODES = re.compile(r"#\s*noqa(?P<colon>:\s*)?(?P<codes>[A-Za-z0-9_\-]+(?:[ \t]*,[ \t]*[A-Za-z0-9_\-]+|[ \t]+[A-Za-z0-9_\-]+)*)?", re.I)
+_NOQA_CODES = re.compile(
+    r"#\s*noqa(?P<colon>:\s*)?(?P<codes>[A-Za-z0-9_\-]+(?:[ \t]*,[ \t]*[A-Za-z0-9_\-]+|[ \t]+[A-Za-z0-9_\-]+)*)?", re.I
+)
 
 
 def _merge(comment: str, codes: list[str]) -> str | None:
@@ -24,7 +26,7 @@ def _merge(comment: str, codes: list[str]) -> str | None:
         return None  # a bare noqa covers every rule
     existing = [c for c in re.split(r"[\s,]+", m.group("codes")) if c]
     merged = existing + [c for c in codes if c.upper() not in {e.upper() for e in existing}]
-    return comment[: m.start("codes")] + ", ".join(merged) + comment[m.end("codes"):]
+    return comment[: m.start("codes")] + ", ".join(merged) + comment[m.end("codes") :]
 
 
 def add_noqa(code: str, targets: dict[int, set[str]]) -> tuple[str, int, int]:
@@ -48,13 +50,13 @@ def add_noqa(code: str, targets: dict[int, set[str]]) -> tuple[str, int, int]:
             continue
         text = lines[number - 1]
         body = text.rstrip("\r\n")
-        ending = text[len(body):]
+        ending = text[len(body) :]
         if number in comments:
             tok = comments[number]
             merged = _merge(tok.string, codes)
             if merged is None or merged == tok.string:
                 continue
-            body = body[: tok.start[1]] + merged + body[tok.end[1]:]
+            body = body[: tok.start[1]] + merged + body[tok.end[1] :]
         else:
             body = f"{body.rstrip()}  # noqa: {', '.join(codes)}"
         lines[number - 1] = body + ending

@@ -17,8 +17,6 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _CATALOG_DIRS = (_PACKAGE_DIR / "catalog", _PACKAGE_DIR.parent / "rules")
 
 
-
-
 class CatalogError(Exception):
     pass
 
@@ -68,7 +66,9 @@ def _example(raw: dict, where: str) -> Example:
     if any(len(e) != 2 for e in expect):
         raise CatalogError(f"{where}: 'expect' entries are 'line:column'")
     settings = {k: raw[k] for k in ("keras", "policy", "files", "path", "unsafe") if k in raw}
-    return Example(code=raw["code"], expect=expect, fixed=raw.get("fixed"), settings=settings, title=raw.get("title", ""))
+    return Example(
+        code=raw["code"], expect=expect, fixed=raw.get("fixed"), settings=settings, title=raw.get("title", "")
+    )
 
 
 def _load(path: Path) -> RuleMeta:
@@ -137,7 +137,9 @@ def rule_keys() -> tuple[RuleKey, ...]:
     for path in sorted(catalog_dir().glob("MP*.yaml")):
         m = _HEAD.match(path.read_text(encoding="utf-8")[:200])
         if m is None:
-            raise CatalogError(f"{path}: must start with 'id: MPnnn' (or MPTnnn), 'name: kebab-case-name' and optionally 'default: false'")
+            raise CatalogError(
+                f"{path}: must start with 'id: MPnnn' (or MPTnnn), 'name: kebab-case-name' and optionally 'default: false'"
+            )
         keys.append(RuleKey(m.group(1), m.group(2), m.group(3) != "false"))
     return tuple(sorted(keys, key=lambda k: k.id))
 

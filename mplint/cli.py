@@ -47,56 +47,114 @@ def _check_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"mplint {__version__}")
     p.add_argument("--fix", action="store_true", help="apply safe fixes")
     unsafe = p.add_mutually_exclusive_group()
-    unsafe.add_argument("--unsafe-fixes", dest="unsafe_fixes", action="store_true", default=None,
-                        help="also apply fixes that may change results or checkpoints (with --fix or --diff)")
+    unsafe.add_argument(
+        "--unsafe-fixes",
+        dest="unsafe_fixes",
+        action="store_true",
+        default=None,
+        help="also apply fixes that may change results or checkpoints (with --fix or --diff)",
+    )
     unsafe.add_argument("--no-unsafe-fixes", dest="unsafe_fixes", action="store_false")
     p.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing")
-    p.add_argument("--fix-only", action=argparse.BooleanOptionalAction, default=False,
-                   help="apply fixes but report no remaining finding and exit 0 for them (implies --fix)")
-    p.add_argument("--show-fixes", action=argparse.BooleanOptionalAction, default=False,
-                   help="list the fixes applied, per file and rule, and each finding's documentation link")
+    p.add_argument(
+        "--fix-only",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="apply fixes but report no remaining finding and exit 0 for them (implies --fix)",
+    )
+    p.add_argument(
+        "--show-fixes",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="list the fixes applied, per file and rule, and each finding's documentation link",
+    )
     p.add_argument("--watch", "-w", action="store_true", help="check again whenever a file changes (Ctrl-C ends)")
     p.add_argument("--select", action=_Extend, default=None, metavar="RULES", help="rule IDs, prefixes (MP2) or names")
     p.add_argument("--ignore", action=_Extend, default=[], metavar="RULES")
     p.add_argument("--extend-select", action=_Extend, default=[], metavar="RULES")
-    p.add_argument("--per-file-ignores", action=_Extend, default=None, metavar="GLOB:RULES",
-                   help="pairs glob:rule, comma-separated (replace the config's per-file-ignores)")
-    p.add_argument("--extend-per-file-ignores", action=_Extend, default=[], metavar="GLOB:RULES",
-                   help="pairs glob:rule added to the config's per-file-ignores")
-    p.add_argument("--exclude", action=_Extend, default=None, metavar="PATTERNS",
-                   help="gitignore-style patterns to skip (replace the config's exclude and the defaults)")
-    p.add_argument("--extend-exclude", action=_Extend, default=[], metavar="PATTERNS",
-                   help="gitignore-style patterns to skip as well")
-    p.add_argument("--force-exclude", action=argparse.BooleanOptionalAction, default=None,
-                   help="apply the excludes to paths given on the command line too (pre-commit passes every file)")
+    p.add_argument(
+        "--per-file-ignores",
+        action=_Extend,
+        default=None,
+        metavar="GLOB:RULES",
+        help="pairs glob:rule, comma-separated (replace the config's per-file-ignores)",
+    )
+    p.add_argument(
+        "--extend-per-file-ignores",
+        action=_Extend,
+        default=[],
+        metavar="GLOB:RULES",
+        help="pairs glob:rule added to the config's per-file-ignores",
+    )
+    p.add_argument(
+        "--exclude",
+        action=_Extend,
+        default=None,
+        metavar="PATTERNS",
+        help="gitignore-style patterns to skip (replace the config's exclude and the defaults)",
+    )
+    p.add_argument(
+        "--extend-exclude",
+        action=_Extend,
+        default=[],
+        metavar="PATTERNS",
+        help="gitignore-style patterns to skip as well",
+    )
+    p.add_argument(
+        "--force-exclude",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="apply the excludes to paths given on the command line too (pre-commit passes every file)",
+    )
     p.add_argument("--format", choices=("text", "json", "github", "sarif"), default="text")
     p.add_argument("--output-file", type=Path, help="write the report here instead of standard output")
     p.add_argument("--keras", type=int, choices=(2, 3), help="target Keras generation (overrides config and pins)")
-    p.add_argument("--target", choices=("tf1", "tf2.3", "keras2", "keras3"),
-                   help="target TensorFlow/Keras for every program: TF1, TF 2.1-2.3, Keras 2 or Keras 3 (overrides config and pins)")
-    p.add_argument("--policy", choices=POLICY_NAMES,
-                   help="the policy the code runs under (overrides what the code sets)")
+    p.add_argument(
+        "--target",
+        choices=("tf1", "tf2.3", "keras2", "keras3"),
+        help="target TensorFlow/Keras for every program: TF1, TF 2.1-2.3, Keras 2 or Keras 3 (overrides config and pins)",
+    )
+    p.add_argument(
+        "--policy", choices=POLICY_NAMES, help="the policy the code runs under (overrides what the code sets)"
+    )
     p.add_argument("--config", type=Path, help="config file (pyproject.toml or .mplint.yaml)")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     p.add_argument("--quiet", "-q", action="store_true", help="print the findings and nothing else")
-    p.add_argument("--silent", "-s", action="store_true",
-                   help="print nothing (the exit code still says whether findings remain)")
-    p.add_argument("--color", action=argparse.BooleanOptionalAction, default=None,
-                   help="colour the text output, or not (default: at a terminal; FORCE_COLOR, NO_COLOR as Ruff reads them)")
+    p.add_argument(
+        "--silent", "-s", action="store_true", help="print nothing (the exit code still says whether findings remain)"
+    )
+    p.add_argument(
+        "--color",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="colour the text output, or not (default: at a terminal; FORCE_COLOR, NO_COLOR as Ruff reads them)",
+    )
     p.add_argument("--statistics", action="store_true", help="count findings per rule")
-    p.add_argument("--show-facts", action="store_true",
-                   help="print each program's entry point, the policies it sets, its target and TPU use; check nothing")
+    p.add_argument(
+        "--show-facts",
+        action="store_true",
+        help="print each program's entry point, the policies it sets, its target and TPU use; check nothing",
+    )
     p.add_argument("--jobs", "-j", type=int, metavar="N", help="worker processes (default: one per core)")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not update .mplint_cache/")
     adoption = p.add_argument_group("adoption and integrations")
-    adoption.add_argument("--add-noqa", action="store_true",
-                          help="add '# noqa: MPnnn' comments suppressing every current finding (a baseline)")
-    adoption.add_argument("--changed-since", metavar="REV",
-                          help="check only files changed since git revision REV, plus untracked files "
-                          "(project facts still come from all PATHS)")
-    adoption.add_argument("--stdin-filename", metavar="NAME",
-                          help="read the source of file NAME from standard input; with --fix print the fixed "
-                          "source to standard output and the report to standard error")
+    adoption.add_argument(
+        "--add-noqa",
+        action="store_true",
+        help="add '# noqa: MPnnn' comments suppressing every current finding (a baseline)",
+    )
+    adoption.add_argument(
+        "--changed-since",
+        metavar="REV",
+        help="check only files changed since git revision REV, plus untracked files "
+        "(project facts still come from all PATHS)",
+    )
+    adoption.add_argument(
+        "--stdin-filename",
+        metavar="NAME",
+        help="read the source of file NAME from standard input; with --fix print the fixed "
+        "source to standard output and the report to standard error",
+    )
     return p
 
 
@@ -111,8 +169,13 @@ class _ProgressBar:
     """rich progress on standard error, one line per phase (discovery, facts, programs, checks, fixes), started only
     once a run proves long: some phase has ``min_files`` files or more."""
 
-    LABELS = {"discovery": "Finding files", "facts": "Reading project facts", "programs": "Walking programs",
-              "checks": "Checking files", "fixes": "Writing fixes"}
+    LABELS = {
+        "discovery": "Finding files",
+        "facts": "Reading project facts",
+        "programs": "Walking programs",
+        "checks": "Checking files",
+        "fixes": "Writing fixes",
+    }
 
     def __init__(self, console=None, min_files: int = PROGRESS_MIN_FILES):
         self.console, self.min_files = console, min_files
@@ -303,8 +366,15 @@ def _write_report(args, report, stdin) -> None:
     if not args.silent and not (args.fix_only and args.format != "text"):
         out = open(args.output_file, "w", encoding="utf-8") if args.output_file else default_out
         try:
-            renderer(args.format)(report, out, statistics=args.statistics, colour=args.color, quiet=args.quiet,
-                                  show_fixes=args.show_fixes, fix_only=args.fix_only)
+            renderer(args.format)(
+                report,
+                out,
+                statistics=args.statistics,
+                colour=args.color,
+                quiet=args.quiet,
+                show_fixes=args.show_fixes,
+                fix_only=args.fix_only,
+            )
         finally:
             if out not in (sys.stdout, sys.stderr):
                 out.close()
@@ -342,14 +412,20 @@ def _print_diff(report, out) -> bool:
         if getattr(result, "fixed_cells", None):
             for cell, after in sorted(result.fixed_cells.items()):
                 before = next(c.text for c in result.notebook.cells if c.index == cell)
-                out.writelines(difflib.unified_diff(
-                    _lines(before), _lines(after),
-                    _diff_label("a", f"{result.path}:cell {cell}"), _diff_label("b", f"{result.path}:cell {cell}"),
-                ))
+                out.writelines(
+                    difflib.unified_diff(
+                        _lines(before),
+                        _lines(after),
+                        _diff_label("a", f"{result.path}:cell {cell}"),
+                        _diff_label("b", f"{result.path}:cell {cell}"),
+                    )
+                )
             continue
         before = _decode(result.original_source).splitlines(keepends=True)
         after = _decode(result.fixed_source).splitlines(keepends=True)
-        out.writelines(difflib.unified_diff(before, after, _diff_label("a", result.path), _diff_label("b", result.path)))
+        out.writelines(
+            difflib.unified_diff(before, after, _diff_label("a", result.path), _diff_label("b", result.path))
+        )
     return changed
 
 
@@ -389,8 +465,12 @@ def _run_rules(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="mplint rules", description="List every rule of the catalog.")
     parser.add_argument("--format", choices=("table", "markdown"), default="table")
-    parser.add_argument("--pages", type=Path, metavar="DIR",
-                        help="write one Markdown page per rule (and an index) into DIR, e.g. docs/rules")
+    parser.add_argument(
+        "--pages",
+        type=Path,
+        metavar="DIR",
+        help="write one Markdown page per rule (and an index) into DIR, e.g. docs/rules",
+    )
     args = parser.parse_args(argv)
     if args.pages:
         from mplint.rule_docs import write_pages
@@ -405,7 +485,9 @@ def _run_rules(argv: list[str]) -> int:
     for column in ("ID", "name", "fix", "kind", "default", "summary"):
         table.add_column(column, overflow="fold")
     for meta in load_catalog().values():
-        table.add_row(meta.id, meta.name, meta.fix_safety.value, meta.kind, "yes" if meta.default_enabled else "no", meta.summary)
+        table.add_row(
+            meta.id, meta.name, meta.fix_safety.value, meta.kind, "yes" if meta.default_enabled else "no", meta.summary
+        )
     Console(highlight=False, emoji=False, markup=False).print(table)
     return EXIT_OK
 
@@ -437,8 +519,12 @@ def _run_verify(argv: list[str]) -> int:
 
 
 def _run_server(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="mplint server", description="Run the language server (LSP) on standard input and output.")
-    parser.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; standard I/O is the only transport")
+    parser = argparse.ArgumentParser(
+        prog="mplint server", description="Run the language server (LSP) on standard input and output."
+    )
+    parser.add_argument(
+        "--stdio", action="store_true", help="accepted for editors that pass it; standard I/O is the only transport"
+    )
     parser.parse_args(argv)
     from mplint.server.app import main as serve
 
@@ -451,8 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         argv = argv[1:]
     try:
-        code = {"check": _run_check, "rules": _run_rules, "explain": _run_explain, "rule": _run_rule,
-                "verify": _run_verify, "server": _run_server}[command](argv)
+        code = {
+            "check": _run_check,
+            "rules": _run_rules,
+            "explain": _run_explain,
+            "rule": _run_rule,
+            "verify": _run_verify,
+            "server": _run_server,
+        }[command](argv)
         if not sys.stdout.closed:  # the language server closes standard output when the editor ends it
             sys.stdout.flush()  # a closed pipe shows here rather than in the interpreter's last flush
         return code

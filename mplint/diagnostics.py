@@ -132,7 +132,11 @@ class Diagnostic:
                 "description": self.fix_description,
                 "applied": self.fixed,
                 "edits": [
-                    {"start": {"line": e.line, "column": e.column}, "end": {"line": e.end_line, "column": e.end_column}, "text": e.text}
+                    {
+                        "start": {"line": e.line, "column": e.column},
+                        "end": {"line": e.end_line, "column": e.end_column},
+                        "text": e.text,
+                    }
                     for e in self.edits
                 ],
             },

@@ -29,8 +29,9 @@ def explain(rule: str, console: Console | None = None) -> bool:
     if meta is None:
         known = [m.id for m in load_catalog().values()] + [m.name for m in load_catalog().values()]
         hint = difflib.get_close_matches(rule, known, n=1)
-        console.print(f"mplint: error: unknown rule {rule!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""),
-                      markup=False)
+        console.print(
+            f"mplint: error: unknown rule {rule!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""), markup=False
+        )
         return False
     console.print(Panel(Text.assemble((f"{meta.id} {meta.name}", "bold"), "\n", meta.summary), expand=False))
     generations = ", ".join(f"G{g}" for g in meta.generations) or "PyTorch (torch.amp, torch.cuda.amp, apex.amp)"
@@ -42,7 +43,11 @@ def explain(rule: str, console: Console | None = None) -> bool:
         console.print(Markdown("Use instead:"))
         console.print(Syntax(meta.example_fixed, "python", theme="ansi_dark", background_color="default"))
     console.print(Markdown(f"## Fix\n\n{meta.fix}\n\n## Fix safety\n\n{_SAFETY[meta.fix_safety.value]}"))
-    extra = [f"Applies to: {generations}", f"Kind: {meta.kind}", f"Enabled by default: {'yes' if meta.default_enabled else 'no'}"]
+    extra = [
+        f"Applies to: {generations}",
+        f"Kind: {meta.kind}",
+        f"Enabled by default: {'yes' if meta.default_enabled else 'no'}",
+    ]
     console.print(Markdown("## Details\n\n" + "\n".join(f"- {e}" for e in extra)))
     if meta.proof:
         console.print(Markdown("## Proof\n\n" + "\n".join(f"- {p}" for p in meta.proof)))

@@ -19,7 +19,9 @@ def _work_on(index: int):
     return function(items[index])
 
 
-def parallel_map(function: Callable, items: list, jobs: int | None, on_result: Callable[[], None] | None = None) -> list:
+def parallel_map(
+    function: Callable, items: list, jobs: int | None, on_result: Callable[[], None] | None = None
+) -> list:
     """``[function(item) for item in items]``, over a fork pool of ``jobs`` workers when it pays."""
     global _WORK
     jobs = jobs or os.cpu_count() or 1
@@ -37,8 +39,9 @@ def parallel_map(function: Callable, items: list, jobs: int | None, on_result: C
     _WORK = (function, items)
     gc.freeze()  # objects alive now (modules, the catalog) stay shared with the forked workers, never copied
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("fork"),
-                                 initializer=_tune_worker) as pool:
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("fork"), initializer=_tune_worker
+        ) as pool:
             results = []
             # Small chunks: a few files of a project cost most of its time, and must not queue behind each other.
             for result in pool.map(_work_on, range(len(items)), chunksize=max(1, len(items) // (jobs * 32))):

@@ -65,8 +65,20 @@ def _fence(code: str) -> list[str]:
 
 def page(meta) -> str:
     """A rule's page in Markdown: what, why, example, fix, fix safety, proof (when the YAML names one), details."""
-    out = [f"# {meta.id} `{meta.name}`", "", meta.summary, "", "## What it does", "", meta.what, "",
-           "## Why is this bad?", "", meta.why, ""]
+    out = [
+        f"# {meta.id} `{meta.name}`",
+        "",
+        meta.summary,
+        "",
+        "## What it does",
+        "",
+        meta.what,
+        "",
+        "## Why is this bad?",
+        "",
+        meta.why,
+        "",
+    ]
     if meta.example:
         out += ["## Example", "", *_fence(meta.example), ""]
         if meta.example_fixed:
@@ -75,8 +87,15 @@ def page(meta) -> str:
     if meta.proof:
         out += ["## Proof", "", *(f"- {p}" for p in meta.proof), ""]
     generations = ", ".join(f"G{g}" for g in meta.generations) or "PyTorch (torch.amp, torch.cuda.amp, apex.amp)"
-    out += ["## Details", "", f"- Applies to: {generations}", f"- Kind: {meta.kind}",
-            f"- Severity: {meta.severity.value}", f"- Enabled by default: {'yes' if meta.default_enabled else 'no'}", ""]
+    out += [
+        "## Details",
+        "",
+        f"- Applies to: {generations}",
+        f"- Kind: {meta.kind}",
+        f"- Severity: {meta.severity.value}",
+        f"- Enabled by default: {'yes' if meta.default_enabled else 'no'}",
+        "",
+    ]
     if meta.references:
         out += ["## References", "", *(f"- <{r}>" for r in meta.references), ""]
     out += [f"<!-- Generated from rules/{meta.source.name} by `mplint rules --pages docs/rules`: edit the YAML. -->"]
@@ -85,9 +104,15 @@ def page(meta) -> str:
 
 def index(metas) -> str:
     """docs/rules/README.md: every rule, linked to its page."""
-    rows = ["# Rules", "", "One page per rule, generated from [`rules/`](../../rules/) "
-            "(`mplint rules --pages docs/rules`); `mplint rule MP101` prints the same page at a terminal.", "",
-            "| ID | name | fix | summary |", "|---|---|---|---|"]
+    rows = [
+        "# Rules",
+        "",
+        "One page per rule, generated from [`rules/`](../../rules/) "
+        "(`mplint rules --pages docs/rules`); `mplint rule MP101` prints the same page at a terminal.",
+        "",
+        "| ID | name | fix | summary |",
+        "|---|---|---|---|",
+    ]
     rows += [f"| [{m.id}]({m.id}.md) | `{m.name}` | {m.fix_safety.value} | {m.summary} |" for m in metas]
     return "\n".join(rows) + "\n"
 

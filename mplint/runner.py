@@ -91,10 +91,18 @@ class Warm:
         return self.configs[key]
 
     def discover(self, paths, root, exclude, extend_exclude, respect_gitignore, force_exclude=False):
-        key = (tuple(paths), root, tuple(exclude) if exclude is not None else None, tuple(extend_exclude),
-               respect_gitignore, force_exclude)
+        key = (
+            tuple(paths),
+            root,
+            tuple(exclude) if exclude is not None else None,
+            tuple(extend_exclude),
+            respect_gitignore,
+            force_exclude,
+        )
         if key not in self.found:
-            self.found[key] = discover(paths, root, exclude, extend_exclude, respect_gitignore, force_exclude=force_exclude)
+            self.found[key] = discover(
+                paths, root, exclude, extend_exclude, respect_gitignore, force_exclude=force_exclude
+            )
         found = self.found[key]
         return replace(found, files=list(found.files), errors=list(found.errors))
 
@@ -154,7 +162,17 @@ def _read(source: SourcePath) -> bytes | Diagnostic:
         return source.path.read_bytes()
     except OSError as exc:
         meta = load_catalog()[PARSE_ERROR]
-        return Diagnostic(source.display, PARSE_ERROR, meta.name, f"cannot read file: {exc.strerror or exc}", 1, 1, 1, 2, meta.severity)
+        return Diagnostic(
+            source.display,
+            PARSE_ERROR,
+            meta.name,
+            f"cannot read file: {exc.strerror or exc}",
+            1,
+            1,
+            1,
+            2,
+            meta.severity,
+        )
 
 
 def _enabled_rules(config: Config, options: RunOptions) -> set[str]:
@@ -201,12 +219,20 @@ def run(options: RunOptions) -> RunReport:
     leaks into another checked in the same run.
     """
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
-    top = with_overrides(_load_config(options, [stdin_path] if stdin_path else options.paths, options.config_path),
-                         options)
+    top = with_overrides(
+        _load_config(options, [stdin_path] if stdin_path else options.paths, options.config_path), options
+    )
     progress = _Progress(options.on_progress)
     progress.expect("discovery", None)
-    found = _discover(options, options.paths, top.root, top.exclude, top.extend_exclude, top.respect_gitignore,
-                      force_exclude=top.force_exclude)
+    found = _discover(
+        options,
+        options.paths,
+        top.root,
+        top.exclude,
+        top.extend_exclude,
+        top.respect_gitignore,
+        force_exclude=top.force_exclude,
+    )
     progress.finish("discovery", len(found.files))
     only = options.only
     if stdin_path is not None:
@@ -273,8 +299,9 @@ def _leftovers(files: list[SourcePath], options: RunOptions) -> list[str]:
     return [f"{display_path(path, cwd)}: {what}" for path, what in leftover_notices(folders, remove=writes)]
 
 
-def _whole_project(root: Path, config: Config, given: list[SourcePath], options: RunOptions, project_of: _ProjectOf,
-                   same_config: bool) -> list[SourcePath]:
+def _whole_project(
+    root: Path, config: Config, given: list[SourcePath], options: RunOptions, project_of: _ProjectOf, same_config: bool
+) -> list[SourcePath]:
     """Every file of the project at ``root`` (not those of projects nested in it), and the given ones."""
     if same_config and any(Path(os.path.abspath(p)) in (root, *root.parents) for p in options.paths):
         return given  # the given paths cover the project, discovered with its own config
@@ -310,6 +337,7 @@ class _Progress:
         def step() -> None:
             self.done[phase] += 1
             self.callback(phase, self.done[phase], self.total[phase])
+
         return step
 
 
@@ -335,8 +363,9 @@ def _settings(config: Config, options: RunOptions) -> tuple[Generation | None, s
 MAX_FACT_ROUNDS = 3
 
 
-def _check_until_facts_settle(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport,
-                              progress: _Progress, root: Path) -> None:
+def _check_until_facts_settle(
+    config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport, progress: _Progress, root: Path
+) -> None:
     """Check a project; when fixes changed what the project facts say (a fix that sets a policy), check again.
 
     A second ``mplint --fix`` must change nothing, so the fixes of one run must already see the
@@ -355,18 +384,37 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
         for result in written:
             originals.setdefault(result.path, result.original_source)
             overrides[by_display[result.path].path] = result.fixed_source
-        fresh = facts_of([(s, overrides.get(s.path) or _read(s)) for s in sources], None, {}, options.jobs,
-                         progress.expect, progress.stepper("facts"))
-        if signature(module_facts_of(config, sources, fresh, *_settings(config, options), root=root,
-                                     expect=progress.expect, step=progress.stepper("programs"))[0]) == signature(facts):
+        fresh = facts_of(
+            [(s, overrides.get(s.path) or _read(s)) for s in sources],
+            None,
+            {},
+            options.jobs,
+            progress.expect,
+            progress.stepper("facts"),
+        )
+        if signature(
+            module_facts_of(
+                config,
+                sources,
+                fresh,
+                *_settings(config, options),
+                root=root,
+                expect=progress.expect,
+                step=progress.stepper("programs"),
+            )[0]
+        ) == signature(facts):
             break
         for result in report.results[mark:]:  # check again: the files are the fixed ones now
             earlier, count = fixed.get(result.path, ([], 0))
             fixed[result.path] = (earlier + [d for d in result.diagnostics if d.fixed], count + result.fixes_applied)
         del report.results[mark:]
     checked = [s for s in sources if options.only is None or s.path in options.only]
-    report.projects.append(summary.reaching({s.display for s in checked}, {
-        s.display: facts[s.path].library_status() for s in checked if s.path in facts}))
+    report.projects.append(
+        summary.reaching(
+            {s.display for s in checked},
+            {s.display: facts[s.path].library_status() for s in checked if s.path in facts},
+        )
+    )
     for result in report.results[mark:]:
         earlier, count = fixed.get(result.path, ([], 0))
         if count:
@@ -377,21 +425,40 @@ def _check_until_facts_settle(config: Config, sources: list[SourcePath], options
             result.original_source = originals.get(result.path, result.original_source)
 
 
-def _check_project(config: Config, sources: list[SourcePath], options: RunOptions, report: RunReport,
-                   progress: _Progress, overrides: dict[Path, bytes], root: Path) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
+def _check_project(
+    config: Config,
+    sources: list[SourcePath],
+    options: RunOptions,
+    report: RunReport,
+    progress: _Progress,
+    overrides: dict[Path, bytes],
+    root: Path,
+) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     enabled = _enabled_rules(config, options)
     stdin_path = Path(os.path.abspath(options.stdin[0])) if options.stdin else None
     loaded, digests = _load(sources, options, overrides, stdin_path)
     cache = ProjectCache(config.root, options.cache, read_only=stdin_path is not None)
     memo = options.warm.facts if options.warm else None
     file_facts = facts_of(loaded, cache, digests, options.jobs, progress.expect, progress.stepper("facts"), memo)
-    facts_by_path, summary = module_facts_of(config, sources, file_facts, *_settings(config, options), cache, digests,
-                                             root, memo, progress.expect, progress.stepper("programs"))
+    facts_by_path, summary = module_facts_of(
+        config,
+        sources,
+        file_facts,
+        *_settings(config, options),
+        cache,
+        digests,
+        root,
+        memo,
+        progress.expect,
+        progress.stepper("programs"),
+    )
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
     # Pins decide targets (the torch pin too, in each module's facts): they are part of the key.
     pins = memo.pin_files_digest(config.root, sources) if memo else pin_files_digest(config.root, sources)
-    cache.use_settings(settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()), pins))
+    cache.use_settings(
+        settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()), pins)
+    )
     active: dict[ProjectFacts, tuple] = {}
     facts_digests: dict[int, str] = {}  # by id: the facts live as long as this function
 
@@ -403,7 +470,8 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
             shared = reexports_digests.get(id(facts.reexports))
             if shared is None:
                 shared = reexports_digests[id(facts.reexports)] = content_hash(
-                    repr((sorted(facts.reexports.items()), sorted(facts.summaries.items()))).encode())
+                    repr((sorted(facts.reexports.items()), sorted(facts.summaries.items()))).encode()
+                )
             digest = facts_digests[id(facts)] = content_hash(repr(facts_key(facts, shared)).encode())
         return digest
 
@@ -411,12 +479,19 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
         """Rule modules are imported only when some file must really be checked (never on a warm run)."""
         facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
         if facts not in active:
-            active[facts] = tuple(r for rid, r in all_rules().items()
-                                  if rid in enabled and _targets(r, facts) and r.active_for(facts))
+            active[facts] = tuple(
+                r for rid, r in all_rules().items() if rid in enabled and _targets(r, facts) and r.active_for(facts)
+            )
         ignored = _per_file_ignored(config, source.path)
         parses = source.path in file_facts and file_facts[source.path].parses and not is_notebook(source.path)
-        return CheckOptions(tuple(r for r in active[facts] if r.id not in ignored), facts, options.fix, unsafe,
-                            options.prefilter, parses)
+        return CheckOptions(
+            tuple(r for r in active[facts] if r.id not in ignored),
+            facts,
+            options.fix,
+            unsafe,
+            options.prefilter,
+            parses,
+        )
 
     def key_of(source: SourcePath) -> str:
         facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
@@ -439,7 +514,9 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
     progress.expect("checks", len(todo))
     for (source, _, _), result in zip(todo, _check_all(todo, options.jobs, progress.stepper("checks"))):
         done[source.path] = result
-    writes = [s.path for s, _ in loaded if s.path in done and done[s.path].fixed_source is not None and s.path != stdin_path]
+    writes = [
+        s.path for s, _ in loaded if s.path in done and done[s.path].fixed_source is not None and s.path != stdin_path
+    ]
     if options.write and writes:
         progress.expect("fixes", len(writes))
     step_fix = progress.stepper("fixes")
@@ -451,14 +528,25 @@ def _check_project(config: Config, sources: list[SourcePath], options: RunOption
             final = result.fixed_source if result.fixed_source is not None else data
             if not any(d.rule_id in ENGINE_CODES for d in result.diagnostics):
                 facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
-                cache.store_result(source.display, f"{content_hash(final)}-{facts_digest(facts)}",
-                                   [d for d in result.diagnostics if not d.fixed])
+                cache.store_result(
+                    source.display,
+                    f"{content_hash(final)}-{facts_digest(facts)}",
+                    [d for d in result.diagnostics if not d.fixed],
+                )
         if isinstance(data, bytes) and options.write and source.path != stdin_path:
             fixing = result.fixed_source is not None
             # the written text is not what the facts parsed
             recheck = lambda new, s=source: _check_file(s, new, replace(check_for(s), fix=False, parses=False))  # noqa: E731
-            result, added, skipped = write_back(source.path, source.display, data, result, recheck,
-                                                options.add_noqa, report.errors, report.changed_on_disk)
+            result, added, skipped = write_back(
+                source.path,
+                source.display,
+                data,
+                result,
+                recheck,
+                options.add_noqa,
+                report.errors,
+                report.changed_on_disk,
+            )
             report.noqa_added += added
             report.noqa_skipped += skipped
             if step_fix and fixing:

@@ -109,10 +109,14 @@ def check_code(
     text = code
     for _ in range(MAX_FACT_ROUNDS):
         facts = memory_facts(text, display, keras, policy)
-        rules = tuple(r for rid, r in all_rules().items()
-                      if rid in enabled and targets_the_generation(r, facts) and r.active_for(facts))
-        result = check_source(display, text.encode("utf-8"), CheckOptions(rules, facts, fix, unsafe_fixes),
-                              name, is_package)
+        rules = tuple(
+            r
+            for rid, r in all_rules().items()
+            if rid in enabled and targets_the_generation(r, facts) and r.active_for(facts)
+        )
+        result = check_source(
+            display, text.encode("utf-8"), CheckOptions(rules, facts, fix, unsafe_fixes), name, is_package
+        )
         if result.fixed_source is None:
             break
         text = result.fixed_source.decode("utf-8")

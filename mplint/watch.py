@@ -26,8 +26,13 @@ def snapshot(options) -> dict[Path, tuple[int, int]]:
     except Exception:  # a broken config is reported by the run itself; watch its file all the same
         config = None
     root = config.root if config else Path.cwd()
-    found = discover(options.paths, root, config.exclude if config else None,
-                     config.extend_exclude if config else (), config.respect_gitignore if config else True)
+    found = discover(
+        options.paths,
+        root,
+        config.exclude if config else None,
+        config.extend_exclude if config else (),
+        config.respect_gitignore if config else True,
+    )
     watched = [s.path for s in found.files]
     if options.config_path:
         watched.append(Path(os.path.abspath(options.config_path)))

@@ -34,8 +34,11 @@ class DenseWithoutDtype(Rule):
         if self.context.names.matches(node.func, ["layers.Dense"]) and not any(
             a.keyword and a.keyword.value == "dtype" for a in node.args
         ):
-            arg = cst.Arg(cst.SimpleString('"float32"'), keyword=cst.Name("dtype"),
-                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            arg = cst.Arg(
+                cst.SimpleString('"float32"'),
+                keyword=cst.Name("dtype"),
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            )
             self.report(node, "Dense without dtype", Fix({node: node.with_changes(args=[*node.args, arg])}))
 
 
@@ -132,8 +135,13 @@ def realworld():
 # `mplint verify` runs scripts only inside a private view of the file system (Linux mount namespaces). On a machine
 # that cannot give one, verify refuses to run (exit 2, tested with the probe faked); the tests that run scripts
 # through it are skipped there with the machine's reason instead of failing on the refusal.
-_RUNS_SCRIPTS = {"test_verify.py", "test_verify_faults.py", "test_verify_install.py", "test_verify_isolation.py",
-                 "test_verify_torch.py"}
+_RUNS_SCRIPTS = {
+    "test_verify.py",
+    "test_verify_faults.py",
+    "test_verify_install.py",
+    "test_verify_isolation.py",
+    "test_verify_torch.py",
+}
 
 
 # A rule's code, as the catalog spells it (MP101, MPT203): ``pytest -k MP201`` selects every test whose code names it.

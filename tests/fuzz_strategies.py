@@ -55,6 +55,7 @@ def fuzz_settings(ci_examples: int, long_examples: int) -> settings:
 
 # -- corpus -------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Program:
     name: str
@@ -74,10 +75,15 @@ def _corpus() -> list[Program]:
         for kind in ("flagged", "clean"):
             for i, example in enumerate(getattr(meta, kind)):
                 s = example.settings
-                programs.append(Program(
-                    f"{meta.id}-{kind}-{i}", example.code, s.get("keras"), s.get("policy"),
-                    tuple(sorted((s.get("files") or {}).items())),
-                ))
+                programs.append(
+                    Program(
+                        f"{meta.id}-{kind}-{i}",
+                        example.code,
+                        s.get("keras"),
+                        s.get("policy"),
+                        tuple(sorted((s.get("files") or {}).items())),
+                    )
+                )
     return programs
 
 
@@ -86,9 +92,13 @@ CORPUS = _corpus()
 
 # -- running the engine -------------------------------------------------------
 
+
 def options_for(program: Program, code: str, fix: bool, prefilter: bool = True) -> CheckOptions:
     """CheckOptions as the runner builds them, with a mixed_float16 policy when the code sets none."""
-    files = {"example.py": code.encode("utf-8", "surrogatepass"), **{name: text.encode() for name, text in program.files}}
+    files = {
+        "example.py": code.encode("utf-8", "surrogatepass"),
+        **{name: text.encode() for name, text in program.files},
+    }
     facts = in_memory_facts(files, program.keras, program.policy)["example.py"]  # no pins
     if not facts.reduced_precision:
         facts = in_memory_facts(files, program.keras, "mixed_float16")["example.py"]
@@ -96,7 +106,9 @@ def options_for(program: Program, code: str, fix: bool, prefilter: bool = True) 
     return CheckOptions(rules, facts, fix=fix, unsafe_fixes=True, prefilter=prefilter)
 
 
-def check(program: Program, source: bytes, fix: bool, facts_from: bytes | None = None, prefilter: bool = True) -> FileResult:
+def check(
+    program: Program, source: bytes, fix: bool, facts_from: bytes | None = None, prefilter: bool = True
+) -> FileResult:
     """``check_source`` with options built from ``facts_from`` (default: ``source``), as one runner pass would."""
     code = (source if facts_from is None else facts_from).decode("utf-8", "replace")
     return check_source("example.py", source, options_for(program, code, fix, prefilter), "example", False)
@@ -142,7 +154,9 @@ def assert_engine_properties(program: Program, source: bytes, fixes_without_pref
     # no rule can match never reaches libcst, so there is nothing to report about it.)
     found = [(d.rule_id, d.line, d.column, d.message) for d in lint.diagnostics if d.rule_id != PARSE_ERROR]
     unfiltered = check(program, source, fix=False, prefilter=False)
-    unfiltered_found = [(d.rule_id, d.line, d.column, d.message) for d in unfiltered.diagnostics if d.rule_id != PARSE_ERROR]
+    unfiltered_found = [
+        (d.rule_id, d.line, d.column, d.message) for d in unfiltered.diagnostics if d.rule_id != PARSE_ERROR
+    ]
     assert found == unfiltered_found, "the pre-filter hid a finding"
 
     if fixes_without_prefilter:  # every rule visits, whatever the code mentions
@@ -173,8 +187,11 @@ def assert_engine_properties(program: Program, source: bytes, fixes_without_pref
     for d in fixed.diagnostics:
         if d.fixed:
             was = old_lines[d.line - 1].strip() if d.line <= len(old_lines) else None
-            still = [r for r in relint.diagnostics if r.rule_id == d.rule_id and r.column == d.column
-                     and new_lines[r.line - 1].strip() == was]
+            still = [
+                r
+                for r in relint.diagnostics
+                if r.rule_id == d.rule_id and r.column == d.column and new_lines[r.line - 1].strip() == was
+            ]
             assert not still, f"{d.rule_id} at {d.line}:{d.column} was fixed but is still reported: {still[0].message}"
 
     # fixing changes nothing outside the flagged spans (imports added at the top aside)
@@ -186,7 +203,9 @@ def assert_engine_properties(program: Program, source: bytes, fixes_without_pref
                 allowed.update(range(e.line, e.end_line + 1))
     # fixes of later rounds are placed in that round's text: allow for the lines earlier rounds added or removed
     replaced, inserted = _changed_regions(old_lines, new_lines)
-    added = sum(len(lines) for _, lines in inserted) + sum(max(len(by) - (last - first + 1), 0) for first, last, by in replaced)
+    added = sum(len(lines) for _, lines in inserted) + sum(
+        max(len(by) - (last - first + 1), 0) for first, last, by in replaced
+    )
     removed = sum(max(last - first + 1 - len(by), 0) for first, last, by in replaced)
     first_round = {(d.rule_id, d.line, d.column) for d in lint.diagnostics}
     for d in fixed.diagnostics:
@@ -202,10 +221,13 @@ def assert_engine_properties(program: Program, source: bytes, fixes_without_pref
     kept = [line for n, line in enumerate(old_lines, start=1) if n not in allowed and not _is_import(line)]
     remaining = iter(new_lines)
     for line in kept:
-        assert any(line == candidate for candidate in remaining), f"a line outside every flagged span changed or moved: {line!r}"
+        assert any(line == candidate for candidate in remaining), (
+            f"a line outside every flagged span changed or moved: {line!r}"
+        )
 
 
 # -- mutations ----------------------------------------------------------------
+
 
 class _RenameName(cst.CSTTransformer):
     def __init__(self, old: str, new: str):
@@ -308,7 +330,11 @@ class _Decorate(cst.CSTTransformer):
             return updated_node
         comment = cst.EmptyLine(comment=cst.Comment(COMMENTS[pick % len(COMMENTS)]))
         blank = cst.EmptyLine()
-        return updated_node.with_changes(leading_lines=[*updated_node.leading_lines, blank, comment][-3:] if pick % 2 else [*updated_node.leading_lines, comment])
+        return updated_node.with_changes(
+            leading_lines=[*updated_node.leading_lines, blank, comment][-3:]
+            if pick % 2
+            else [*updated_node.leading_lines, comment]
+        )
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
         return self._leading(updated_node)
@@ -347,7 +373,14 @@ def decorate(code: str, choices: list[int]) -> str:
     return cst.parse_module(code).visit(_Decorate(choices)).code
 
 
-WRAPPERS = ("def _wrapped():", "class Wrapped:", "if True:", 'if __name__ == "__main__":', "try:", "with open(__file__):")
+WRAPPERS = (
+    "def _wrapped():",
+    "class Wrapped:",
+    "if True:",
+    'if __name__ == "__main__":',
+    "try:",
+    "with open(__file__):",
+)
 
 
 def wrap(code: str, header: str) -> str:
@@ -358,7 +391,9 @@ def wrap(code: str, header: str) -> str:
     while keep < len(body) and _stays_at_top(body[keep], keep):
         keep += 1
     inner = body[keep:] or [cst.SimpleStatementLine([cst.Pass()])]
-    compound = cst.parse_statement(f"{header}\n    pass\n" + ("except Exception:\n    pass\n" if header == "try:" else ""))
+    compound = cst.parse_statement(
+        f"{header}\n    pass\n" + ("except Exception:\n    pass\n" if header == "try:" else "")
+    )
     new = compound.with_changes(body=compound.body.with_changes(body=inner))
     return module.with_changes(body=[*body[:keep], new]).code
 
@@ -369,7 +404,11 @@ def _stays_at_top(stmt, index: int) -> bool:
     small = stmt.body[0]
     if isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) and small.module.value == "__future__":
         return True
-    return index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+    return (
+        index == 0
+        and isinstance(small, cst.Expr)
+        and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def odd_text(code: str, pick: int) -> str:
@@ -395,7 +434,9 @@ def _trailing_spaces(code: str) -> str:
     except (tokenize.TokenError, SyntaxError):
         return code
     lines = code.split("\n")
-    return "\n".join(line + " \t" if n + 1 in ends and not line.endswith("\\") else line for n, line in enumerate(lines))
+    return "\n".join(
+        line + " \t" if n + 1 in ends and not line.endswith("\\") else line for n, line in enumerate(lines)
+    )
 
 
 @st.composite
@@ -408,7 +449,9 @@ def mutated_programs(draw, programs=CORPUS) -> tuple[Program, str]:
         if step == "rename":
             aliases = import_aliases(cst.parse_module(code))
             if aliases:
-                code = rename_alias(code, draw(st.sampled_from(aliases)), draw(st.sampled_from(("x", "_", "2", "_alias"))))
+                code = rename_alias(
+                    code, draw(st.sampled_from(aliases)), draw(st.sampled_from(("x", "_", "2", "_alias")))
+                )
         elif step == "swap":
             pairs = independent_pairs(code)
             if pairs:

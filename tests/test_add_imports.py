@@ -42,19 +42,22 @@ def test_every_fixture_gets_the_imports_the_whole_module_visit_adds():
     assert compared >= 3 * 15
 
 
-@pytest.mark.parametrize("source", [
-    "",
-    "# a comment only\n",
-    '"""Docstring."""\n',
-    '"""Docstring."""\nimport os\n\nx = 1\n',
-    "__strict__ = True\nfrom keras import layers\ny = layers\n",
-    "from keras import layers  # merged into this one\nimport os\n\n\ndef f():\n    import keras\n    return keras\n",
-    "import os; import sys\nx = 1\n",  # two imports on one line: not an import statement of its own
-    "from keras import *\nx = 1\n",
-    "import os\nimport keras\n",  # nothing after the imports
-    "import os\n# a comment above the first statement\nclass A:\n    pass\n",
-    "x = 1\nimport keras\n",  # an import after a statement is not looked at
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "",
+        "# a comment only\n",
+        '"""Docstring."""\n',
+        '"""Docstring."""\nimport os\n\nx = 1\n',
+        "__strict__ = True\nfrom keras import layers\ny = layers\n",
+        "from keras import layers  # merged into this one\nimport os\n\n\ndef f():\n    import keras\n    return keras\n",
+        "import os; import sys\nx = 1\n",  # two imports on one line: not an import statement of its own
+        "from keras import *\nx = 1\n",
+        "import os\nimport keras\n",  # nothing after the imports
+        "import os\n# a comment above the first statement\nclass A:\n    pass\n",
+        "x = 1\nimport keras\n",  # an import after a statement is not looked at
+    ],
+)
 def test_edge_cases_match_the_whole_module_visit(source: str):
     module = cst.parse_module(source)
     for imports in SPECS:

@@ -31,6 +31,7 @@ def _json(capsys) -> dict:
 
 # -- --add-noqa ---------------------------------------------------------------
 
+
 def test_add_noqa_suppresses_every_finding_and_merges_codes(project, capsys):
     (project / "a.py").write_text(POLICY + BAD_MODEL + "\n")
     (project / "b.py").write_text(POLICY + BAD_MODEL + "  # noqa: E501\n")
@@ -48,7 +49,10 @@ def test_add_noqa_suppresses_every_finding_and_merges_codes(project, capsys):
 
 
 def test_add_noqa_on_multiline_finding_uses_its_first_line(project):
-    code = POLICY + "model = keras.Sequential([\n    layers.Dense(\n        10,\n        activation=\"softmax\",\n    ),\n])\n"
+    code = (
+        POLICY
+        + 'model = keras.Sequential([\n    layers.Dense(\n        10,\n        activation="softmax",\n    ),\n])\n'
+    )
     (project / "m.py").write_text(code)
     assert main(["--select", "MP101", "--add-noqa", "m.py"]) == 0
     assert (project / "m.py").read_text() == code.replace("    layers.Dense(\n", "    layers.Dense(  # noqa: MP101\n")
@@ -59,7 +63,9 @@ def test_add_noqa_writes_into_the_notebook_cell(project):
     before = path.read_bytes()
     assert main(["--select", "MP101", "--add-noqa", "train.ipynb"]) == 0
     old = b'    layers.Dense(10, activation=\\"softmax\\"),\\n'
-    assert path.read_bytes() == before.replace(old, b'    layers.Dense(10, activation=\\"softmax\\"),  # noqa: MP101\\n')
+    assert path.read_bytes() == before.replace(
+        old, b'    layers.Dense(10, activation=\\"softmax\\"),  # noqa: MP101\\n'
+    )
     assert main(["--select", "MP101", "train.ipynb"]) == 0
 
 
@@ -70,8 +76,11 @@ def test_add_noqa_refuses_fix(project, capsys):
 
 # -- --changed-since ----------------------------------------------------------
 
+
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True, capture_output=True
+    )
 
 
 @pytest.fixture
@@ -92,7 +101,9 @@ def test_changed_since_checks_changed_and_untracked_files_only(repo, capsys):
     doc = _json(capsys)
     # old.py has a finding but did not change; the policy set in unchanged policy.py still counts
     assert [(d["path"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [
-        ("edited.py", "MP101", 4), ("new.py", "MP101", 4)]
+        ("edited.py", "MP101", 4),
+        ("new.py", "MP101", 4),
+    ]
     assert doc["summary"]["files"] == 2
 
 
@@ -119,6 +130,7 @@ def test_changed_since_outside_git_is_a_usage_error(project, capsys):
 
 
 # -- --stdin-filename ---------------------------------------------------------
+
 
 def _stdin(monkeypatch, text: str) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
@@ -170,6 +182,7 @@ def test_stdin_notebook_fix_prints_the_notebook(project, monkeypatch, capfdbinar
 
 # -- progress bar -------------------------------------------------------------
 
+
 class _Stream:
     def __init__(self, tty: bool):
         self.tty = tty
@@ -178,12 +191,15 @@ class _Stream:
         return self.tty
 
 
-@pytest.mark.parametrize("tty,env,shown", [
-    (True, {}, True),
-    (True, {"CI": "true"}, False),
-    (True, {"TERM": "dumb"}, False),
-    (False, {}, False),
-])
+@pytest.mark.parametrize(
+    "tty,env,shown",
+    [
+        (True, {}, True),
+        (True, {"CI": "true"}, False),
+        (True, {"TERM": "dumb"}, False),
+        (False, {}, False),
+    ],
+)
 def test_progress_only_for_a_terminal_outside_ci(tty, env, shown):
     assert show_progress(_Stream(tty), env) is shown
 
@@ -229,10 +245,19 @@ def test_progress_on_a_terminal_shows_every_phase(project):
     # one round of checks)
     # the program model after each reading of the facts: one program (a.py, the only entry point) each time,
     # counted up from none
-    assert [s for s in seen if s[0] == "programs"] == [("programs", 0, 1), ("programs", 1, 1), ("programs", 1, 2),
-                                                        ("programs", 2, 2)]
-    assert finals == {"discovery": (111, 111), "facts": (222, 222), "programs": (2, 2), "checks": (111, 111),
-                      "fixes": (1, 1)}
+    assert [s for s in seen if s[0] == "programs"] == [
+        ("programs", 0, 1),
+        ("programs", 1, 1),
+        ("programs", 1, 2),
+        ("programs", 2, 2),
+    ]
+    assert finals == {
+        "discovery": (111, 111),
+        "facts": (222, 222),
+        "programs": (2, 2),
+        "checks": (111, 111),
+        "fixes": (1, 1),
+    }
 
 
 def test_progress_never_reaches_piped_output(project, capsys, monkeypatch):
@@ -246,8 +271,9 @@ def test_progress_never_reaches_piped_output(project, capsys, monkeypatch):
 
     terminal = io.StringIO()
     monkeypatch.setattr(mplint.cli, "show_progress", lambda stream, environ: True)
-    monkeypatch.setattr(mplint.cli, "_ProgressBar",
-                        lambda: _ProgressBar(Console(file=terminal, force_terminal=True, width=120)))
+    monkeypatch.setattr(
+        mplint.cli, "_ProgressBar", lambda: _ProgressBar(Console(file=terminal, force_terminal=True, width=120))
+    )
     assert main(["--select", "MP101", "--no-cache", "--diff", "."]) == 1
     shown = capsys.readouterr()
     assert "Checking files" in terminal.getvalue()

@@ -26,7 +26,11 @@ def mplint(project: Path, *args: str) -> tuple[int, list[tuple[str, str, int, in
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mplint", ".", "--format", "json", *args],
-        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     report = json.loads(done.stdout)
     found = [
@@ -97,7 +101,9 @@ def test_mp304_is_off_by_default_and_extend_select_enables_it(project):
     assert code == 1 and all(rule != "MP304" for _, rule, *_ in found)
     code, found = mplint(folder, "--extend-select", "MP304")
     assert code == 1
-    assert [(rule, line, column) for _, rule, line, column, _ in found] == [("MP303", 17, 1)]  # all sizes are 128-aligned
+    assert [(rule, line, column) for _, rule, line, column, _ in found] == [
+        ("MP303", 17, 1)
+    ]  # all sizes are 128-aligned
     tagger = project("lstm_tagger")
     (tagger / "tpu.py").write_text(  # a second program: trains the tagger on a TPU
         "import tensorflow as tf\nimport train\n"
@@ -107,7 +113,12 @@ def test_mp304_is_off_by_default_and_extend_select_enables_it(project):
     code, found = mplint(tagger)
     assert code == 1 and all(rule != "MP304" for _, rule, *_ in found)
     expected = [  # VOCAB_SIZE = 2000 is 8- but not 128-aligned
-        ("MP304", 30, 26), ("MP304", 30, 38), ("MP304", 31, 42), ("MP304", 33, 42), ("MP304", 34, 22), ("MP304", 43, 40),
+        ("MP304", 30, 26),
+        ("MP304", 30, 38),
+        ("MP304", 31, 42),
+        ("MP304", 33, 42),
+        ("MP304", 34, 22),
+        ("MP304", 43, 40),
     ]
     code, found = mplint(tagger, "--extend-select", "tpu-dimension-alignment")
     assert code == 1
@@ -122,7 +133,9 @@ def test_constants_evaluate_module_constants_arithmetic_and_defaults():
     from mplint.engine.context import FileContext
     from mplint.project.facts import ProjectFacts
 
-    source = "A = 10\nB = A * 3 + 2\nC = 1\nC = 2\ndef f(width=A // 4, other=x):\n    return B, width, C, other, 2 ** 100\n"
+    source = (
+        "A = 10\nB = A * 3 + 2\nC = 1\nC = 2\ndef f(width=A // 4, other=x):\n    return B, width, C, other, 2 ** 100\n"
+    )
     wrapper = MetadataWrapper(cst.parse_module(source))
     context = FileContext("m.py", wrapper, ProjectFacts(), "m", False)
     ret = wrapper.module.body[4].body.body[0].body[0].value

@@ -74,8 +74,11 @@ def test_requirements_pin_below_2_16_silences_mp502(tmp_path, capsys):
     code, report = _check(capsys, str(project), "--select", "MP502")
     assert (code, _found(report)) == (0, [])
     assert report["projects"][0]["keras_generation"] == {
-        "value": 2, "oldest": 1, "label": "G1 (TF 2.1-2.3) or Keras 2 (TF 2.0-2.15)",
-        "source": "requirements.txt pins tensorflow<2.16"}
+        "value": 2,
+        "oldest": 1,
+        "label": "G1 (TF 2.1-2.3) or Keras 2 (TF 2.0-2.15)",
+        "source": "requirements.txt pins tensorflow<2.16",
+    }
 
 
 def test_pyproject_dependency_keeps_mp502(tmp_path, capsys):
@@ -114,9 +117,17 @@ def test_fixed_scale_under_keras3_holds_back_the_import_rewrite(tmp_path, capsys
 @pytest.mark.parametrize(
     "scenario,expected",
     [
-        ("tf23_legacy_script", ["from tensorflow.keras import mixed_precision", "set_global_policy(policy)",
-                                "LossScaleOptimizer(tf.keras.optimizers.Adam(1e-3))", "gradients = scaled_gradients",
-                                "optimizer.scale_loss(loss)", "float(optimizer.dynamic_scale)"]),
+        (
+            "tf23_legacy_script",
+            [
+                "from tensorflow.keras import mixed_precision",
+                "set_global_policy(policy)",
+                "LossScaleOptimizer(tf.keras.optimizers.Adam(1e-3))",
+                "gradients = scaled_gradients",
+                "optimizer.scale_loss(loss)",
+                "float(optimizer.dynamic_scale)",
+            ],
+        ),
         ("keras2_loop_on_keras3", ["optimizer.scale_loss(loss)", "float(optimizer.dynamic_scale)"]),
     ],
 )
@@ -140,7 +151,9 @@ def test_fixed_fixture_runs_on_keras3(scenario, expected, tmp_path, capsys):
     assert "grads = optimizer.get_unscaled_gradients(grads)" not in fixed
 
     env = {**os.environ, "TRAIN_STEPS": "3", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run([sys.executable, str(script)], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=project, env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "step 2 loss" in run.stdout
     assert "loss scale 32768" in run.stdout
@@ -150,6 +163,8 @@ def test_unfixed_tf23_script_fails_on_keras3(tmp_path):
     pytest.importorskip("tensorflow")
     env = {**os.environ, "TRAIN_STEPS": "1", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
     script = FIXTURES / "tf23_legacy_script" / "train.py"
-    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode != 0
     assert "ImportError" in run.stderr and "experimental" in run.stderr

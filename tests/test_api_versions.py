@@ -49,7 +49,9 @@ def test_module_names_and_constructor_keywords_on_the_installed_generations():
             owner = keras
             for part in module.split("."):
                 owner = getattr(owner, part, None)
-            here = generation in row.generations and (row.tf_until is None or Version(keras.__version__) <= Version(row.tf_until + ".99"))
+            here = generation in row.generations and (
+                row.tf_until is None or Version(keras.__version__) <= Version(row.tf_until + ".99")
+            )
             assert (owner is not None and hasattr(owner, attr)) is here, (generation, name)
         # the keywords both generations accept, and the one only Keras 2 has
         keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(), initial_scale=256.0, dynamic_growth_steps=10)
@@ -83,8 +85,10 @@ def test_every_replacement_mpt502_writes_is_in_the_table():
 # --- every name a Keras fix writes, on the range it is offered for ------------------------------------------------
 
 
-_WRITTEN = re.compile(r"\.(get_scaled_loss|get_unscaled_gradients|scale_loss|dynamic_scale)\(|"
-                      r"(mixed_precision|optimizers)\.LossScaleOptimizer\(")
+_WRITTEN = re.compile(
+    r"\.(get_scaled_loss|get_unscaled_gradients|scale_loss|dynamic_scale)\(|"
+    r"(mixed_precision|optimizers)\.LossScaleOptimizer\("
+)
 
 
 def _written(text: str) -> set[str]:

@@ -33,14 +33,26 @@ def _env() -> dict:
 
 def _forward(folder: Path, policy: str) -> np.ndarray:
     out = folder / f"out-{policy}.npy"
-    subprocess.run([sys.executable, "run_attention.py", policy, str(out)], cwd=folder, env=_env(), check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "run_attention.py", policy, str(out)],
+        cwd=folder,
+        env=_env(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return np.load(out)
 
 
 def _mplint(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mplint", "--select", "MP601", *args, "attention.py"], cwd=folder,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "mplint", "--select", "MP601", *args, "attention.py"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")

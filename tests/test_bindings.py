@@ -17,7 +17,7 @@ from mplint.project.facts import ProjectFacts
 
 REPO = Path(__file__).resolve().parent.parent
 
-TRICKY = '''
+TRICKY = """
 import numpy as np
 from keras import layers as L
 
@@ -85,7 +85,7 @@ def read_counter():
 def deleted():
     gone = 3
     del gone
-'''
+"""
 
 
 def _contexts():
@@ -114,7 +114,8 @@ def test_constants_agree_with_scope_provider(label, code, monkeypatch):
     scopes = context.names.scopes
     # Names that are read (constant evaluation only ever looks up reads): the ScopeProvider's accesses.
     names = [
-        n for n in context.nodes(cst.Name)
+        n
+        for n in context.nodes(cst.Name)
         if scopes.get(n) is not None and any(a.node is n for a in scopes[n].accesses[n])
     ]
     fast = [constants.evaluate(context, name) for name in names]
@@ -131,9 +132,14 @@ def test_constants_agree_with_scope_provider(label, code, monkeypatch):
 
 def _rebound_later(context: FileContext, name: cst.Name) -> bool:
     found = binding_nodes(context, name)
-    return found is not None and len(found) > 1 or any(
-        isinstance(node, cst.AugAssign) and node.target.value == name.value for node in context.nodes(cst.AugAssign)
-        if isinstance(node.target, cst.Name)
+    return (
+        found is not None
+        and len(found) > 1
+        or any(
+            isinstance(node, cst.AugAssign) and node.target.value == name.value
+            for node in context.nodes(cst.AugAssign)
+            if isinstance(node.target, cst.Name)
+        )
     )
 
 

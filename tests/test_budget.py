@@ -20,20 +20,28 @@ from mplint.engine.check import check_source
 
 REPO = Path(__file__).resolve().parent.parent
 SOFTMAX = 'm = tf.keras.Sequential([tf.keras.layers.Dense(3, activation="softmax")])\n'
-NODES_MESSAGE = ("not fully checked: more than 50,000 syntax nodes (the per-file budget, about 300 MB); its imports "
-                 "and policies still count for the project, its own findings are not looked for")
+NODES_MESSAGE = (
+    "not fully checked: more than 50,000 syntax nodes (the per-file budget, about 300 MB); its imports "
+    "and policies still count for the project, its own findings are not looked for"
+)
 
 
 def data_module(elements: int) -> str:
     """A module that imports TensorFlow and holds generated data, with one finding libcst would have to reach."""
-    return ("import tensorflow as tf\nDATA = [" + ", ".join(str(i) for i in range(elements)) + "]\n" + SOFTMAX
-            + "x = tf.constant(DATA)\n")
+    return (
+        "import tensorflow as tf\nDATA = ["
+        + ", ".join(str(i) for i in range(elements))
+        + "]\n"
+        + SOFTMAX
+        + "x = tf.constant(DATA)\n"
+    )
 
 
 @functools.cache
 def options(fix: bool = False):
-    return options_for(Program("budget", "import tensorflow as tf\n", policy="mixed_float16"),
-                       "import tensorflow as tf\n", fix=fix)
+    return options_for(
+        Program("budget", "import tensorflow as tf\n", policy="mixed_float16"), "import tensorflow as tf\n", fix=fix
+    )
 
 
 @pytest.fixture
@@ -48,13 +56,19 @@ def project(tmp_path, monkeypatch):
 def test_100k_element_list_is_mp003_and_the_run_goes_on(project):
     """Before the budget this file took 506 MB and 85 s (750 MB, 208 s on the machine of the report)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "MPLINT_NO_PROGRESS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "mplint", ".", "--fix", "--format", "json", "--no-cache", "--jobs", "1"],
-                            cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mplint", ".", "--fix", "--format", "json", "--no-cache", "--jobs", "1"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err.decode()[-2000:]
     doc = json.loads(out)
     assert [(d["path"], d["rule"], d["message"], d["start"]["line"]) for d in doc["diagnostics"]] == [
-        ("data.py", "MP003", NODES_MESSAGE, 1)]
+        ("data.py", "MP003", NODES_MESSAGE, 1)
+    ]
     assert [(d["path"], d["rule"]) for d in doc["fixed"]] == [("good.py", "MP101")]
     assert (project / "data.py").read_text() == data_module(100_000)
 
@@ -63,10 +77,12 @@ def test_100k_element_list_peak_memory_is_under_300_mb(project):
     (project / "good.py").unlink()
     env = {**os.environ, "PYTHONPATH": str(REPO), "MPLINT_NO_PROGRESS": "1"}
     # measured by a small parent: a child forked from this (large) test process would report its size too
-    measure = ("import resource, subprocess, sys\n"
-               "code = subprocess.run([sys.executable, '-m', 'mplint', '.', '--no-cache', '--jobs', '1'],\n"
-               "                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode\n"
-               "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    measure = (
+        "import resource, subprocess, sys\n"
+        "code = subprocess.run([sys.executable, '-m', 'mplint', '.', '--no-cache', '--jobs', '1'],\n"
+        "                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode\n"
+        "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
     done = subprocess.run([sys.executable, "-c", measure], cwd=project, env=env, capture_output=True, text=True)
     code, peak_kb = map(int, done.stdout.split())
     assert code == 1
@@ -86,9 +102,15 @@ def test_time_budget_stops_a_slow_check_and_restores_the_timer(monkeypatch):
     monkeypatch.setattr(budget, "MAX_SECONDS", 0.05)
     before = signal.getsignal(signal.SIGALRM)
     result = check_source("data.py", data_module(20_000).encode(), options(fix=True))  # about a second of libcst
-    assert [(d.rule_id, d.message) for d in result.diagnostics] == [("MP003", (
-        "not fully checked: checking took longer than 0.05 s (the per-file budget); "
-        "no finding or fix of this file is reported"))]
+    assert [(d.rule_id, d.message) for d in result.diagnostics] == [
+        (
+            "MP003",
+            (
+                "not fully checked: checking took longer than 0.05 s (the per-file budget); "
+                "no finding or fix of this file is reported"
+            ),
+        )
+    ]
     assert result.fixed_source is None
     assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 

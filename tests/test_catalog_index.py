@@ -10,12 +10,15 @@ from mplint.catalog import load_catalog, rule_keys
 
 def test_rule_keys_agree_with_the_catalog():
     assert [(k.id, k.name, k.default_enabled) for k in rule_keys()] == [
-        (m.id, m.name, m.default_enabled) for m in load_catalog().values()]
+        (m.id, m.name, m.default_enabled) for m in load_catalog().values()
+    ]
 
 
 def test_version_and_selection_import_no_parser():
-    code = ("import sys; from mplint.cli import _check_parser; from mplint.engine.registry import select; "
-            "select(None, ['MP3']); print(sorted(m for m in ('yaml', 'libcst', 'rich', 'pathspec') if m in sys.modules))")
+    code = (
+        "import sys; from mplint.cli import _check_parser; from mplint.engine.registry import select; "
+        "select(None, ['MP3']); print(sorted(m for m in ('yaml', 'libcst', 'rich', 'pathspec') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "[]\n"
 
@@ -25,8 +28,10 @@ def test_a_run_answered_from_the_cache_imports_no_parser(tmp_path):
     (tmp_path / "requirements.txt").write_text("tensorflow>=2.16\n")
     for n in range(3):
         (tmp_path / "pkg" / f"m{n}.py").write_text("import keras\nmodel = keras.Sequential([keras.layers.Dense(10)])\n")
-    code = ("import sys; from mplint.cli import main; main(['--exit-zero', '.']); "
-            "print(sorted(m for m in ('yaml', 'libcst', 'rich', 'pathspec', 'multiprocessing', 'tomllib') if m in sys.modules))")
+    code = (
+        "import sys; from mplint.cli import main; main(['--exit-zero', '.']); "
+        "print(sorted(m for m in ('yaml', 'libcst', 'rich', 'pathspec', 'multiprocessing', 'tomllib') if m in sys.modules))"
+    )
     first = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert "libcst" in first.stdout  # the cold run parsed the files
     warm = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)

@@ -36,7 +36,9 @@ def test_syntax_error_among_good_files_is_reported_and_others_checked(tmp_path, 
     monkeypatch.chdir(make(tmp_path, {"a.py": GOOD, "b.py": "def f(:\n", "c.py": GOOD}))
     code, doc = run_json(["."], capsys)
     assert code == 1
-    assert [(d["path"], d["rule"], d["start"]) for d in doc["diagnostics"]] == [("b.py", "MP000", {"line": 1, "column": 7})]
+    assert [(d["path"], d["rule"], d["start"]) for d in doc["diagnostics"]] == [
+        ("b.py", "MP000", {"line": 1, "column": 7})
+    ]
     assert doc["summary"]["files"] == 3
 
 
@@ -54,17 +56,20 @@ def test_exit_zero(tmp_path, monkeypatch):
 
 
 def test_gitignore_and_excludes_are_respected(tmp_path, monkeypatch, capsys):
-    make(tmp_path, {
-        ".gitignore": "generated/\n*_pb2.py\n",
-        "generated/x.py": "def f(:\n",
-        "model_pb2.py": "def f(:\n",
-        "sub/.gitignore": "local.py\n",
-        "sub/local.py": "def f(:\n",
-        "sub/kept.py": "def f(:\n",
-        ".venv/lib.py": "def f(:\n",
-        "build/out.py": "def f(:\n",
-        "vendor/v.py": "def f(:\n",
-    })
+    make(
+        tmp_path,
+        {
+            ".gitignore": "generated/\n*_pb2.py\n",
+            "generated/x.py": "def f(:\n",
+            "model_pb2.py": "def f(:\n",
+            "sub/.gitignore": "local.py\n",
+            "sub/local.py": "def f(:\n",
+            "sub/kept.py": "def f(:\n",
+            ".venv/lib.py": "def f(:\n",
+            "build/out.py": "def f(:\n",
+            "vendor/v.py": "def f(:\n",
+        },
+    )
     (tmp_path / ".mplint.yaml").write_text("extend-exclude: [vendor]\n")
     monkeypatch.chdir(tmp_path)
     _, doc = run_json(["."], capsys)
@@ -136,8 +141,10 @@ def test_an_unmarked_tree_is_one_project_and_policies_follow_imports(tmp_path, m
 
 
 def test_a_run_that_changes_nothing_writes_no_cache(tmp_path, monkeypatch, capsys):
-    softmax = "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n" \
-              "m = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    softmax = (
+        "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "m = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    )
     monkeypatch.chdir(make(tmp_path, {"a.py": softmax, "b.py": GOOD}))
     first = run_json(["."], capsys)
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")}
@@ -151,8 +158,10 @@ def test_a_run_that_changes_nothing_writes_no_cache(tmp_path, monkeypatch, capsy
 def test_stdin_reads_the_cache_and_never_writes_it(tmp_path, monkeypatch, capsys):
     import io
 
-    softmax = "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n" \
-              "m = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    softmax = (
+        "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "m = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    )
     monkeypatch.chdir(make(tmp_path, {"a.py": softmax, "b.py": GOOD}))
     run_json(["."], capsys)
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")}
@@ -172,5 +181,7 @@ def test_diff_labels_relative_paths_like_git_and_absolute_paths_as_given(tmp_pat
     monkeypatch.chdir(make(tmp_path / "elsewhere", {}))
     assert main(["--diff", "--select", "MP602", str(tmp_path / "p" / "train.py")]) == 1
     absolute = capsys.readouterr().out.splitlines()[:2]
-    assert (relative, absolute) == (["--- a/train.py", "+++ b/train.py"],
-                                    [f"--- {tmp_path}/p/train.py", f"+++ {tmp_path}/p/train.py"])
+    assert (relative, absolute) == (
+        ["--- a/train.py", "+++ b/train.py"],
+        [f"--- {tmp_path}/p/train.py", f"+++ {tmp_path}/p/train.py"],
+    )

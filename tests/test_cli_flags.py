@@ -21,10 +21,14 @@ REPO = Path(__file__).resolve().parent.parent
 POLICY = 'import keras\nfrom keras import layers\n\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
 MODEL = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax")])\n'
 FIXED = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax", dtype="float32")])\n'
-MESSAGE = ("MP101 [*] softmax output layer computes in reduced precision (mixed_float16 set at {path}:4): float16 "
-           'probabilities round to 0 or 1 and the loss becomes inf/NaN; give this layer dtype="float32"')
-HELP = ('  = help: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to float32. '
-        "(safe fix)")
+MESSAGE = (
+    "MP101 [*] softmax output layer computes in reduced precision (mixed_float16 set at {path}:4): float16 "
+    'probabilities round to 0 or 1 and the loss becomes inf/NaN; give this layer dtype="float32"'
+)
+HELP = (
+    '  = help: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to float32. '
+    "(safe fix)"
+)
 
 
 def finding(path: str) -> list[str]:
@@ -57,6 +61,7 @@ def lines(capsys) -> tuple[list[str], str]:
 
 # -- --quiet / --silent --------------------------------------------------------
 
+
 def test_quiet_prints_the_findings_and_nothing_else(project, capsys):
     assert main(["-q", "train.py"]) == 1
     assert lines(capsys) == (finding("train.py"), "")
@@ -74,6 +79,7 @@ def test_silent_prints_nothing_and_keeps_the_exit_code(project, capsys):
 
 # -- --fix-only / --show-fixes -------------------------------------------------
 
+
 def test_fix_only_fixes_and_reports_no_remaining_finding(project, capsys):
     (project / "broken.py").write_text("def f(:\n")
     assert main(["--fix-only", "train.py", "broken.py"]) == 0
@@ -90,19 +96,23 @@ def test_fix_only_fixes_and_reports_no_remaining_finding(project, capsys):
 
 def test_show_fixes_lists_the_fixes_per_file_and_rule(project, capsys):
     assert main(["--fix", "--show-fixes", "--no-cache", "train.py", "tests/test_model.py"]) == 0
-    assert lines(capsys) == ([
-        "Fixed 2 errors:",
-        "- tests/test_model.py:",
-        "    1 \u00d7 MP101 (float16-softmax-output)",
-        "- train.py:",
-        "    1 \u00d7 MP101 (float16-softmax-output)",
-    ], "")
+    assert lines(capsys) == (
+        [
+            "Fixed 2 errors:",
+            "- tests/test_model.py:",
+            "    1 \u00d7 MP101 (float16-softmax-output)",
+            "- train.py:",
+            "    1 \u00d7 MP101 (float16-softmax-output)",
+        ],
+        "",
+    )
     (project / "train.py").write_text(POLICY + MODEL)
     assert main(["--fix", "--no-show-fixes", "train.py"]) == 0
     assert lines(capsys) == (["Fixed 1 error."], "")
 
 
 # -- --color / --no-color and the environment ----------------------------------
+
 
 def test_color_flags_win_over_the_environment(project, capsys, monkeypatch):
     assert main(["--color", "train.py"]) == 1
@@ -118,19 +128,22 @@ class _Terminal:
         return True
 
 
-@pytest.mark.parametrize("environ, terminal, expected", [
-    ({}, True, True),
-    ({}, False, False),
-    ({"NO_COLOR": "1"}, True, False),
-    ({"NO_COLOR": ""}, True, False),  # set at all: off, as Ruff's colour crate reads it
-    ({"FORCE_COLOR": "1"}, False, True),
-    ({"FORCE_COLOR": ""}, False, False),  # empty: not set
-    ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False, True),  # Ruff applies FORCE_COLOR over everything
-    ({"CLICOLOR_FORCE": "1", "NO_COLOR": "1"}, False, True),
-    ({"CLICOLOR_FORCE": "0"}, False, False),
-    ({"CLICOLOR": "0"}, True, False),
-    ({"TERM": "dumb"}, True, False),
-])
+@pytest.mark.parametrize(
+    "environ, terminal, expected",
+    [
+        ({}, True, True),
+        ({}, False, False),
+        ({"NO_COLOR": "1"}, True, False),
+        ({"NO_COLOR": ""}, True, False),  # set at all: off, as Ruff's colour crate reads it
+        ({"FORCE_COLOR": "1"}, False, True),
+        ({"FORCE_COLOR": ""}, False, False),  # empty: not set
+        ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False, True),  # Ruff applies FORCE_COLOR over everything
+        ({"CLICOLOR_FORCE": "1", "NO_COLOR": "1"}, False, True),
+        ({"CLICOLOR_FORCE": "0"}, False, False),
+        ({"CLICOLOR": "0"}, True, False),
+        ({"TERM": "dumb"}, True, False),
+    ],
+)
 def test_colour_follows_the_environment_as_ruff_reads_it(environ, terminal, expected):
     assert use_colour(_Terminal() if terminal else object(), environ) is expected
     assert use_colour(object(), environ, choice=True) is True
@@ -138,6 +151,7 @@ def test_colour_follows_the_environment_as_ruff_reads_it(environ, terminal, expe
 
 
 # -- --exclude / --extend-exclude / --force-exclude ----------------------------
+
 
 def test_exclude_and_extend_exclude_take_gitignore_patterns(project, capsys):
     assert main(["-q", "--exclude", "tests/,vendor/**/*.py", "."]) == 1
@@ -174,6 +188,7 @@ def test_force_exclude_applies_to_stdin_filename(project, capsys, monkeypatch):
 
 # -- --per-file-ignores ----------------------------------------------------------
 
+
 def test_per_file_ignores_take_ruffs_glob_colon_rule_pairs(project, capsys):
     (project / ".mplint.yaml").write_text("select: [MP101]\nper-file-ignores: {'vendor/*': [MP101]}\n")
     assert main(["-q", "--per-file-ignores", "tests/*:MP101,train.py:float16-softmax-output", "."]) == 1
@@ -188,6 +203,7 @@ def test_per_file_ignores_take_ruffs_glob_colon_rule_pairs(project, capsys):
 
 # -- --add-noqa --------------------------------------------------------------------
 
+
 def test_add_noqa_prints_only_the_count(project, capsys):
     (project / "b.py").write_text(POLICY + MODEL + MODEL.replace("model", "other"))
     assert main(["--add-noqa", "train.py", "b.py"]) == 0
@@ -198,6 +214,7 @@ def test_add_noqa_prints_only_the_count(project, capsys):
 
 
 # -- mplint rule -------------------------------------------------------------------
+
 
 def test_rule_is_explain(capsys):
     assert main(["explain", "MP101"]) == 0
@@ -215,6 +232,7 @@ def test_rule_is_explain(capsys):
 
 # -- --watch -----------------------------------------------------------------------
 
+
 def _reader(stream) -> queue.Queue:
     """Lines of ``stream`` as they come, read on a thread so that every wait has a bound."""
     lines: queue.Queue = queue.Queue()
@@ -226,8 +244,14 @@ def test_watch_checks_again_after_a_file_changes(project):
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "MPLINT_WATCH_POLL": "0.2"}
     (project / "vendor" / "lib.py").unlink()
     (project / "tests" / "test_model.py").unlink()
-    process = subprocess.Popen([sys.executable, "-m", "mplint", "--watch", "-q", "."], cwd=project, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mplint", "--watch", "-q", "."],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out = _reader(process.stdout)
         first = [out.get(timeout=60) for _ in range(7)]
@@ -248,4 +272,5 @@ def test_watch_checks_again_after_a_file_changes(project):
 def test_watch_refuses_what_it_cannot_repeat(project, capsys):
     assert main(["--watch", "--add-noqa", "."]) == 2
     assert capsys.readouterr().err == (
-        "mplint: error: --watch cannot be combined with --stdin-filename, --add-noqa or --show-facts\n")
+        "mplint: error: --watch cannot be combined with --stdin-filename, --add-noqa or --show-facts\n"
+    )

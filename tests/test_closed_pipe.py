@@ -28,8 +28,9 @@ def project(tmp_path_factory) -> Path:
 
 def mplint(project: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "MPLINT_NO_PROGRESS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "mplint", *args], cwd=project, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mplint", *args], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def assert_quiet(proc: subprocess.Popen, code: int = 1) -> None:
@@ -53,10 +54,18 @@ def test_reader_gone_after_one_line(project, fmt):
     assert_quiet(proc)
 
 
-@pytest.mark.parametrize("args,code", [
-    (["rules"], 0), (["rules", "--format", "markdown"], 0), (["explain", "MP101"], 0),
-    ([".", "--diff"], 1), ([".", "--statistics"], 1), ([".", "--show-facts"], 0), ([".", "--exit-zero"], 0),
-])
+@pytest.mark.parametrize(
+    "args,code",
+    [
+        (["rules"], 0),
+        (["rules", "--format", "markdown"], 0),
+        (["explain", "MP101"], 0),
+        ([".", "--diff"], 1),
+        ([".", "--statistics"], 1),
+        ([".", "--show-facts"], 0),
+        ([".", "--exit-zero"], 0),
+    ],
+)
 def test_other_outputs_reader_gone(project, args, code):
     proc = mplint(project, *args)
     proc.stdout.close()

@@ -15,8 +15,11 @@ def write(path, text):
 
 
 def test_pyproject_is_found_upward_and_parsed(tmp_path):
-    write(tmp_path / "pyproject.toml", '[tool.mplint]\nselect = ["MP1"]\nkeras = 2\npolicy = "mixed_float16"\n'
-          'per-file-ignores = {"tests/*" = ["MP101"]}\nunsafe-fixes = true\nextend-exclude = ["gen"]\n')
+    write(
+        tmp_path / "pyproject.toml",
+        '[tool.mplint]\nselect = ["MP1"]\nkeras = 2\npolicy = "mixed_float16"\n'
+        'per-file-ignores = {"tests/*" = ["MP101"]}\nunsafe-fixes = true\nextend-exclude = ["gen"]\n',
+    )
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     assert find_config(tmp_path / "src" / "pkg") == tmp_path / "pyproject.toml"
     config = load_config([tmp_path / "src" / "pkg"])
@@ -32,15 +35,18 @@ def test_pyproject_without_section_is_skipped_for_yaml_above(tmp_path):
     assert config.keras == 3 and config.ignore == ["MP102"] and config.root == tmp_path
 
 
-@pytest.mark.parametrize("text,message", [
-    ("[tool.mplint]\nselct = ['MP1']\n", "unknown setting 'selct' (did you mean 'select'?)"),
-    ("[tool.mplint]\nkeras = 4\n", "'keras' must be 2 or 3, got 4"),
-    ("[tool.mplint]\npolicy = 'mixed_flaot16'\n", "(did you mean 'mixed_float16'?)"),
-    ("[tool.mplint]\nselect = 'MP1'\n", "'select' must be a list of strings"),
-    ("[tool.mplint]\nignore = ['MP999x']\n", "'ignore' names unknown rule 'MP999x'"),
-    ("[tool.mplint]\nunsafe-fixes = 'yes'\n", "'unsafe-fixes' must be true or false"),
-    ("[tool.mplint\n", "invalid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[tool.mplint]\nselct = ['MP1']\n", "unknown setting 'selct' (did you mean 'select'?)"),
+        ("[tool.mplint]\nkeras = 4\n", "'keras' must be 2 or 3, got 4"),
+        ("[tool.mplint]\npolicy = 'mixed_flaot16'\n", "(did you mean 'mixed_float16'?)"),
+        ("[tool.mplint]\nselect = 'MP1'\n", "'select' must be a list of strings"),
+        ("[tool.mplint]\nignore = ['MP999x']\n", "'ignore' names unknown rule 'MP999x'"),
+        ("[tool.mplint]\nunsafe-fixes = 'yes'\n", "'unsafe-fixes' must be true or false"),
+        ("[tool.mplint\n", "invalid TOML"),
+    ],
+)
 def test_bad_pyproject_values_are_named(tmp_path, text, message):
     write(tmp_path / "pyproject.toml", text)
     with pytest.raises(ConfigError) as err:

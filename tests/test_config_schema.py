@@ -43,18 +43,21 @@ def test_rule_selectors_of_the_schema_are_those_the_config_accepts():
     assert unknown_selectors(["MP9", "MP1010"]) == ["MP9", "MP1010"] and not {"MP9", "MP1010"} & set(selectors)
 
 
-@pytest.mark.parametrize("settings", [
-    {"selct": ["MP1"]},
-    {"select": ["MP999"]},
-    {"select": "MP101"},
-    {"keras": 4},
-    {"target": "keras4"},
-    {"policy": "mixed_float8"},
-    {"unsafe-fixes": "yes"},
-    {"force-exclude": 1},
-    {"per-file-ignores": {"tests/*": ["MP999"]}},
-    {"docs-url": "docs/"},
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"selct": ["MP1"]},
+        {"select": ["MP999"]},
+        {"select": "MP101"},
+        {"keras": 4},
+        {"target": "keras4"},
+        {"policy": "mixed_float8"},
+        {"unsafe-fixes": "yes"},
+        {"force-exclude": 1},
+        {"per-file-ignores": {"tests/*": ["MP999"]}},
+        {"docs-url": "docs/"},
+    ],
+)
 def test_what_the_schema_rejects_the_config_rejects(settings, tmp_path):
     assert not VALIDATOR.is_valid(settings)
     with pytest.raises(ConfigError):
@@ -62,10 +65,21 @@ def test_what_the_schema_rejects_the_config_rejects(settings, tmp_path):
 
 
 def test_what_the_schema_accepts_the_config_accepts(tmp_path):
-    settings = {"select": ["MP", "float16-softmax-output"], "ignore": ["MPT5"], "extend-select": ["MP304"],
-                "per-file-ignores": {"tests/*": ["MP101"]}, "exclude": ["build"], "extend-exclude": ["gen"],
-                "respect-gitignore": False, "force-exclude": True, "keras": 2, "target": "tf2.3",
-                "policy": "mixed_bfloat16", "unsafe-fixes": True, "docs-url": "https://docs.example.org/mplint"}
+    settings = {
+        "select": ["MP", "float16-softmax-output"],
+        "ignore": ["MPT5"],
+        "extend-select": ["MP304"],
+        "per-file-ignores": {"tests/*": ["MP101"]},
+        "exclude": ["build"],
+        "extend-exclude": ["gen"],
+        "respect-gitignore": False,
+        "force-exclude": True,
+        "keras": 2,
+        "target": "tf2.3",
+        "policy": "mixed_bfloat16",
+        "unsafe-fixes": True,
+        "docs-url": "https://docs.example.org/mplint",
+    }
     assert set(settings) == set(cfg._KEYS)
     VALIDATOR.validate(settings)
     config = parse_config(settings, "pyproject.toml", tmp_path)

@@ -36,8 +36,13 @@ def _anchors(page) -> set[str]:
 
 
 def _links(page) -> list[str]:
-    return [child.attrs["href"] for t in _tokens(page) if t.type == "inline"
-            for child in t.children or [] if child.type == "link_open"]
+    return [
+        child.attrs["href"]
+        for t in _tokens(page)
+        if t.type == "inline"
+        for child in t.children or []
+        if child.type == "link_open"
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
@@ -74,7 +79,9 @@ _UNPUBLISHED = re.compile(r"pip install\s+[\"']?mplint(\[[\w,]+\])?[\"']?(?!\s*@
 def test_no_page_installs_mplint_from_a_package_index():
     texts = {p.relative_to(REPO).as_posix(): p.read_text(encoding="utf-8") for p in PAGES}
     texts |= {p.relative_to(REPO).as_posix(): p.read_text(encoding="utf-8") for p in (REPO / "mplint").rglob("*.py")}
-    assert _UNPUBLISHED.search("run `pip install mplint` first") and _UNPUBLISHED.search('pip install "mplint[runtime]"')
+    assert _UNPUBLISHED.search("run `pip install mplint` first") and _UNPUBLISHED.search(
+        'pip install "mplint[runtime]"'
+    )
     assert not _UNPUBLISHED.search('python -m pip install "mplint @ git+https://example.org/mplint.git@main"')
     assert [name for name, text in texts.items() if _UNPUBLISHED.search(text) or "<URL" in text] == []
 

@@ -177,6 +177,7 @@ def test_files_no_rule_admits_skip_libcst_but_syntax_errors_still_show(monkeypat
     [d] = check(b"def f(:\n", DenseWithoutDtype).diagnostics
     assert (d.rule_id, d.line, d.column, d.message) == ("MP000", 1, 7, "syntax error: invalid syntax")
     import libcst
+
     monkeypatch.setattr(libcst, "parse_module", lambda *a: (_ for _ in ()).throw(AssertionError("parsed")))
     assert check(b"x = 2\n", DenseWithoutDtype).diagnostics == []
 
@@ -184,7 +185,10 @@ def test_files_no_rule_admits_skip_libcst_but_syntax_errors_still_show(monkeypat
 def test_nested_fixes_are_applied_over_rounds():
     source = b"from keras import layers\nlayers.Dense(layers.Dense(1))\n"
     result = check(source, DenseWithoutDtype, fix=True)
-    assert result.fixed_source == b'from keras import layers\nlayers.Dense(layers.Dense(1, dtype="float32"), dtype="float32")\n'
+    assert (
+        result.fixed_source
+        == b'from keras import layers\nlayers.Dense(layers.Dense(1, dtype="float32"), dtype="float32")\n'
+    )
 
 
 def test_positions_match_libcsts_position_provider():
@@ -225,15 +229,21 @@ def _lazy_positions(source: bytes):
     return lazy, whole_module(wrapper), nodes
 
 
-@pytest.mark.parametrize("source, per_statement", [
-    (b"# header\n\nimport keras\n\n\ndef f(x):\n    return keras.layers.Dense(3)(x)\n    # kept by the block\n# dedented\ny = f(1)\n", True),
-    (b"a = 1; b = (\n  2)\nc = \\\n  3\n\n\n", True),
-    (b'x = 1\r\ny = (\r\n 2)\r\n\r\ndef f():\r\n    return """a\r\nb"""\r\n', True),
-    (b"\xef\xbb\xbfx = 1\nif x:\n    y = 2\nelse:\n\ty = 3\n", True),
-    (b"# c\n\n@ (deco)  # x\n\n@other\nclass A:\n    x = 1\n\ny = 2", True),  # no final newline
-    (b"@(\n  deco\n)\ndef f():\n    pass\n", False),  # the decorator's expression starts a line below its "@"
-    (b"x = 1\n\\\n\ny = 2\n", False),  # a continued blank line
-])
+@pytest.mark.parametrize(
+    "source, per_statement",
+    [
+        (
+            b"# header\n\nimport keras\n\n\ndef f(x):\n    return keras.layers.Dense(3)(x)\n    # kept by the block\n# dedented\ny = f(1)\n",
+            True,
+        ),
+        (b"a = 1; b = (\n  2)\nc = \\\n  3\n\n\n", True),
+        (b'x = 1\r\ny = (\r\n 2)\r\n\r\ndef f():\r\n    return """a\r\nb"""\r\n', True),
+        (b"\xef\xbb\xbfx = 1\nif x:\n    y = 2\nelse:\n\ty = 3\n", True),
+        (b"# c\n\n@ (deco)  # x\n\n@other\nclass A:\n    x = 1\n\ny = 2", True),  # no final newline
+        (b"@(\n  deco\n)\ndef f():\n    pass\n", False),  # the decorator's expression starts a line below its "@"
+        (b"x = 1\n\\\n\ny = 2\n", False),  # a continued blank line
+    ],
+)
 def test_lazy_positions_are_libcsts_for_every_node(source, per_statement):
     """Positions computed per top-level statement equal PositionProvider's for the whole module; where a
     statement's first line cannot be told from CPython's tree, the whole module's are used."""
@@ -244,7 +254,9 @@ def test_lazy_positions_are_libcsts_for_every_node(source, per_statement):
 
 
 def test_lazy_positions_place_only_the_statements_asked_about():
-    source = b"import keras\n\n" + b"".join(b"def f%d(x):\n    return keras.layers.Dense(%d)(x)\n\n" % (i, i) for i in range(20))
+    source = b"import keras\n\n" + b"".join(
+        b"def f%d(x):\n    return keras.layers.Dense(%d)(x)\n\n" % (i, i) for i in range(20)
+    )
     lazy, whole, nodes = _lazy_positions(source)
     last_call = [n for n in nodes if type(n).__name__ == "Call"][-1]
     assert lazy[last_call] == whole[last_call]
@@ -257,11 +269,13 @@ def test_rules_are_not_libcst_visitors_and_say_so():
     from mplint.engine.rule import Rule
 
     with pytest.raises(TypeError, match=r"Wrong.visit_Call_func: rules get visit_<Node>/leave_<Node> calls only"):
+
         class Wrong(Rule):  # noqa: F841
             id = "MP999"
 
             def visit_Call_func(self, node):
                 pass
+
     assert not hasattr(Rule, "get_metadata")
 
 
@@ -278,7 +292,7 @@ def test_a_real_rule_crashing_in_a_shared_analysis_leaves_the_other_rules_findin
     code = (
         "import keras\nimport tensorflow as tf\n\n"
         'keras.mixed_precision.set_global_policy("mixed_float16")\n'
-        "model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation=\"softmax\")])\n"
+        'model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])\n'
         "optimizer = keras.optimizers.Adam()\n"
         "with tf.GradientTape() as tape:\n"
         "    loss = tf.reduce_mean(model(x))\n"

@@ -24,12 +24,16 @@ def facts_of(files: dict[str, str], root: Path, keras=None, policy=None, of: str
 
 
 def test_policies_are_collected_with_place_and_kind(tmp_path):
-    facts = facts_of({
-        "train.py": "from tensorflow.keras import mixed_precision\nmixed_precision.set_global_policy('mixed_float16')\nimport layers\n",
-        "layers.py": "import keras\nd = keras.layers.Dense(4, dtype='mixed_bfloat16')\n",
-    }, tmp_path)
+    facts = facts_of(
+        {
+            "train.py": "from tensorflow.keras import mixed_precision\nmixed_precision.set_global_policy('mixed_float16')\nimport layers\n",
+            "layers.py": "import keras\nd = keras.layers.Dense(4, dtype='mixed_bfloat16')\n",
+        },
+        tmp_path,
+    )
     assert [(p.policy, p.path, p.line, p.how) for p in facts.policies] == [
-        ("mixed_float16", "train.py", 2, "global"), ("mixed_bfloat16", "layers.py", 2, "layer"),
+        ("mixed_float16", "train.py", 2, "global"),
+        ("mixed_bfloat16", "layers.py", 2, "layer"),
     ]
     assert facts.float16 and facts.reduced_precision and not facts.bfloat16_only
     assert facts.describe_policy() == "mixed_float16 set at train.py:2"
@@ -45,13 +49,20 @@ def test_policy_values_through_constants_conditionals_and_policy_objects(tmp_pat
     )
     facts = facts_of({"t.py": code}, tmp_path)
     assert [p.policy for p in facts.policies if p.how == "global"] == [
-        "mixed_bfloat16", "mixed_float16", "float32", "mixed_float16", UNKNOWN_POLICY,
+        "mixed_bfloat16",
+        "mixed_float16",
+        "float32",
+        "mixed_float16",
+        UNKNOWN_POLICY,
     ]
 
 
 def test_config_policy_overrides_the_code(tmp_path):
-    facts = facts_of({"t.py": "from keras.mixed_precision import set_global_policy\nset_global_policy('mixed_float16')\n"},
-                     tmp_path, policy="mixed_bfloat16")
+    facts = facts_of(
+        {"t.py": "from keras.mixed_precision import set_global_policy\nset_global_policy('mixed_float16')\n"},
+        tmp_path,
+        policy="mixed_bfloat16",
+    )
     assert facts.bfloat16_only and not facts.float16
     assert facts.describe_policy() == "policy mixed_bfloat16 from the mplint config"
 
@@ -61,24 +72,27 @@ def test_no_policy_means_no_reduced_precision(tmp_path):
     assert not facts.reduced_precision and facts.describe_policy() == "no mixed policy"
 
 
-@pytest.mark.parametrize("files,expected", [
-    ({"requirements.txt": "tensorflow<2.16\nnumpy\n"}, 2),
-    ({"requirements.txt": "tensorflow==2.15.1\n"}, 2),
-    ({"requirements.txt": "tensorflow>=2.16\n"}, 3),
-    ({"requirements.txt": "tensorflow>=2.10\n"}, 3),
-    ({"requirements.txt": "tensorflow\n"}, 3),
-    ({"requirements.txt": "tensorflow==2.3.0\n"}, 1),
-    ({"requirements-gpu.txt": "tensorflow[and-cuda]~=2.14.0\n"}, 2),
-    ({"requirements.txt": "tensorflow>=2.16\ntf-keras\n"}, 2),
-    ({"requirements.txt": "keras>=3.0\n"}, 3),
-    ({"requirements.txt": "keras<3\n"}, 2),
-    ({"pyproject.toml": "[project]\nname='x'\ndependencies=['tensorflow>=2.12,<2.16']\n"}, 2),
-    ({"pyproject.toml": "[project]\nname='x'\n[project.optional-dependencies]\ngpu=['tensorflow>=2.16']\n"}, 3),
-    ({"pyproject.toml": "[tool.poetry.dependencies]\ntensorflow = '^2.13'\n"}, 3),
-    ({"pyproject.toml": "[tool.poetry.dependencies]\ntensorflow = '~2.13'\n"}, 2),
-    ({"setup.py": "setup(install_requires=['tensorflow>=2.4,<2.16'])\n"}, 2),
-    ({"requirements.txt": "numpy\n"}, None),
-])
+@pytest.mark.parametrize(
+    "files,expected",
+    [
+        ({"requirements.txt": "tensorflow<2.16\nnumpy\n"}, 2),
+        ({"requirements.txt": "tensorflow==2.15.1\n"}, 2),
+        ({"requirements.txt": "tensorflow>=2.16\n"}, 3),
+        ({"requirements.txt": "tensorflow>=2.10\n"}, 3),
+        ({"requirements.txt": "tensorflow\n"}, 3),
+        ({"requirements.txt": "tensorflow==2.3.0\n"}, 1),
+        ({"requirements-gpu.txt": "tensorflow[and-cuda]~=2.14.0\n"}, 2),
+        ({"requirements.txt": "tensorflow>=2.16\ntf-keras\n"}, 2),
+        ({"requirements.txt": "keras>=3.0\n"}, 3),
+        ({"requirements.txt": "keras<3\n"}, 2),
+        ({"pyproject.toml": "[project]\nname='x'\ndependencies=['tensorflow>=2.12,<2.16']\n"}, 2),
+        ({"pyproject.toml": "[project]\nname='x'\n[project.optional-dependencies]\ngpu=['tensorflow>=2.16']\n"}, 3),
+        ({"pyproject.toml": "[tool.poetry.dependencies]\ntensorflow = '^2.13'\n"}, 3),
+        ({"pyproject.toml": "[tool.poetry.dependencies]\ntensorflow = '~2.13'\n"}, 2),
+        ({"setup.py": "setup(install_requires=['tensorflow>=2.4,<2.16'])\n"}, 2),
+        ({"requirements.txt": "numpy\n"}, None),
+    ],
+)
 def test_generation_from_pins(tmp_path, files, expected):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -95,7 +109,10 @@ def test_generation_priority_config_then_pins_then_imports(tmp_path):
     assert facts_of(legacy, tmp_path).generation.value == 2
     env = {"t.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tensorflow as tf\n"}
     assert facts_of(env, tmp_path).generation.value == 2
-    assert facts_of({"t.py": "import keras\n"}, tmp_path).generation.source == "the project imports Keras 3 (`import keras`)"
+    assert (
+        facts_of({"t.py": "import keras\n"}, tmp_path).generation.source
+        == "the project imports Keras 3 (`import keras`)"
+    )
     assert facts_of({"t.py": "import tensorflow as tf\n"}, tmp_path).generation.value == 3
 
 
@@ -105,26 +122,31 @@ def test_tpu_sites(tmp_path):
 
 
 def test_reexports_make_aliases_resolve(tmp_path):
-    facts = facts_of({"pkg/backend.py": "from tensorflow import keras\nimport tensorflow as tf\n", "pkg/__init__.py": ""}, tmp_path)
+    facts = facts_of(
+        {"pkg/backend.py": "from tensorflow import keras\nimport tensorflow as tf\n", "pkg/__init__.py": ""}, tmp_path
+    )
     assert facts.reexports == {"pkg.backend.keras": "tensorflow.keras", "pkg.backend.tf": "tensorflow"}
     assert canonical("pkg.backend.keras.layers.Dense", facts.reexports) == KName("tf.keras", "layers.Dense")
 
 
-@pytest.mark.parametrize("qualified,expected", [
-    ("tensorflow.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
-    ("tensorflow.compat.v2.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
-    ("keras.layers.Dense", KName("keras", "layers.Dense")),
-    ("keras.src.layers.core.dense.Dense", KName("keras", "layers.Dense")),
-    ("tf_keras.layers.Dense", KName("tf_keras", "layers.Dense")),
-    ("tensorflow.keras.models.Sequential", KName("tf.keras", "Sequential")),
-    ("keras.mixed_precision.LossScaleOptimizer", KName("keras", "optimizers.LossScaleOptimizer")),
-    ("tensorflow.nn.softmax", KName("tf", "nn.softmax")),
-    ("tensorflow.keras", KName("tf.keras", "")),
-    ("tensorflow.python.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
-    ("numpy.float16", KName("np", "float16")),
-    ("torch.nn.Linear", None),
-    ("kerasx.layers.Dense", None),
-])
+@pytest.mark.parametrize(
+    "qualified,expected",
+    [
+        ("tensorflow.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
+        ("tensorflow.compat.v2.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
+        ("keras.layers.Dense", KName("keras", "layers.Dense")),
+        ("keras.src.layers.core.dense.Dense", KName("keras", "layers.Dense")),
+        ("tf_keras.layers.Dense", KName("tf_keras", "layers.Dense")),
+        ("tensorflow.keras.models.Sequential", KName("tf.keras", "Sequential")),
+        ("keras.mixed_precision.LossScaleOptimizer", KName("keras", "optimizers.LossScaleOptimizer")),
+        ("tensorflow.nn.softmax", KName("tf", "nn.softmax")),
+        ("tensorflow.keras", KName("tf.keras", "")),
+        ("tensorflow.python.keras.layers.Dense", KName("tf.keras", "layers.Dense")),
+        ("numpy.float16", KName("np", "float16")),
+        ("torch.nn.Linear", None),
+        ("kerasx.layers.Dense", None),
+    ],
+)
 def test_canonical_names(qualified, expected):
     assert canonical(qualified) == expected
 
@@ -143,8 +165,10 @@ def test_files_without_policy_tokens_are_read_by_regex_like_the_parser(tmp_path)
     facts = facts_of({"pkg/backend.py": code, "pkg/__init__.py": ""}, tmp_path)
     assert facts.keras_namespaces == {"tf.keras", "tf_keras", "keras"}
     assert facts.reexports == {
-        "pkg.backend.tf": "tensorflow", "pkg.backend.keras": "tensorflow.keras",
-        "pkg.backend.layers": "tf_keras.layers", "pkg.backend.m": "tf_keras.models",
+        "pkg.backend.tf": "tensorflow",
+        "pkg.backend.keras": "tensorflow.keras",
+        "pkg.backend.layers": "tf_keras.layers",
+        "pkg.backend.m": "tf_keras.models",
     }
     assert facts.generation.value == 2
 
@@ -258,9 +282,14 @@ def test_a_model_trained_through_a_callable_argument_gets_its_output_checked(tmp
         assert report.remaining[0].context["set_at"]["line"] == 4
 
 
-@pytest.mark.parametrize("statement", [
-    "import tensorflow.python.keras", "from tensorflow.python.keras import layers", "import tensorflow._api.v2.keras",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import tensorflow.python.keras",
+        "from tensorflow.python.keras import layers",
+        "import tensorflow._api.v2.keras",
+    ],
+)
 def test_keras_imports_name_the_namespace_canonical_names(statement):
     """The project facts' Keras flavour and ``canonical`` read one table: TF 2.4-2.5's ``tensorflow.python.keras``
     is tf.keras to both."""

@@ -82,8 +82,7 @@ def files(draw) -> bytes:
     return b"".join(out)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(files())
 def test_fix_keeps_every_byte_outside_the_fix(source):
     assert fixed(source) == source.replace(FLAGGED, FIXED)

@@ -13,7 +13,9 @@ from mplint.testing import copy_tree
 
 
 def _findings(doc: dict) -> list[tuple]:
-    return sorted((d["path"], d["rule"], d["start"]["line"], d["start"]["column"], d["message"]) for d in doc["diagnostics"])
+    return sorted(
+        (d["path"], d["rule"], d["start"]["line"], d["start"]["column"], d["message"]) for d in doc["diagnostics"]
+    )
 
 
 def _fixable(doc: dict, safety: str) -> int:
@@ -32,8 +34,13 @@ def runs(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(root.parent)
     try:
-        for name, argv in (("check", []), ("fix", ["--fix"]), ("after_fix", []),
-                           ("unsafe_fix", ["--fix", "--unsafe-fixes"]), ("after_unsafe", [])):
+        for name, argv in (
+            ("check", []),
+            ("fix", ["--fix"]),
+            ("after_fix", []),
+            ("unsafe_fix", ["--fix", "--unsafe-fixes"]),
+            ("after_unsafe", []),
+        ):
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 code = main(["--format", "json", "--no-cache", *argv, "fixtures"])

@@ -39,8 +39,9 @@ def guards(source: str) -> Counter:
             if isinstance(child, ast.Call):
                 func = child.func
                 name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-                if isinstance(func, ast.Attribute) and (name == "unscale_" or name == "update" and not child.args
-                                                        and not child.keywords):
+                if isinstance(func, ast.Attribute) and (
+                    name == "unscale_" or name == "update" and not child.args and not child.keywords
+                ):
                     found[(scope, f"{ast.unparse(func.value)}.{name}")] += 1
                 elif name in _TF_GUARDS:
                     found[(scope, name)] += 1
@@ -74,15 +75,18 @@ def _example_fixes():
 
 
 def test_the_check_sees_a_deleted_update_and_a_deleted_unscale():
-    before = ("def step(scaler, opt, loss):\n    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
-              "    scaler.step(opt)\n    scaler.update()\n")
+    before = (
+        "def step(scaler, opt, loss):\n    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
+        "    scaler.step(opt)\n    scaler.update()\n"
+    )
     assert lost_guards(before, before.replace("    scaler.update()\n", "")) == [("step", "scaler.update")]
     assert lost_guards(before, before.replace("    scaler.unscale_(opt)\n", "")) == [("step", "scaler.unscale_")]
     moved = before.replace("    scaler.update()\n", "") + "    scaler.update()\n"
     assert lost_guards(before, moved) == []
     assert lost_guards("opt = LossScaleOptimizer(opt)\n", "opt = opt\n") == []  # no scaling left: MP206's case
-    assert lost_guards("opt = LossScaleOptimizer(opt)\nloss = opt.get_scaled_loss(l)\n",
-                       "opt = opt\nloss = opt.get_scaled_loss(l)\n") == [("<module>", "LossScaleOptimizer")]
+    assert lost_guards(
+        "opt = LossScaleOptimizer(opt)\nloss = opt.get_scaled_loss(l)\n", "opt = opt\nloss = opt.get_scaled_loss(l)\n"
+    ) == [("<module>", "LossScaleOptimizer")]
 
 
 @pytest.mark.parametrize("before, after", list(_example_fixes()))
@@ -91,11 +95,19 @@ def test_no_rule_example_fix_deletes_an_update_an_unscale_or_a_loss_scale_optimi
 
 
 def test_no_fix_over_the_fixtures_deletes_an_update_an_unscale_or_a_loss_scale_optimizer(tmp_path):
-    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures", ignore=shutil.ignore_patterns(".mplint_cache", "__pycache__"))
+    shutil.copytree(
+        REPO / "fixtures", tmp_path / "fixtures", ignore=shutil.ignore_patterns(".mplint_cache", "__pycache__")
+    )
     originals = {p: p.read_text() for p in (tmp_path / "fixtures").rglob("*.py")}
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "mplint", "--no-cache", "--fix", "--unsafe-fixes", "fixtures"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "mplint", "--no-cache", "--fix", "--unsafe-fixes", "fixtures"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode in (0, 1), done.stderr
     assert "did not settle" not in done.stdout
     changed = {p: p.read_text() for p in originals if p.read_text() != originals[p]}

@@ -38,9 +38,7 @@ print(json.dumps({
 
 
 def _mplint(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mplint", *args], cwd=cwd, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "mplint", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def _findings(project: Path) -> list[tuple[str, str, int]]:
@@ -84,9 +82,7 @@ def test_fix_leaves_no_output_findings(project: Path):
 def test_fixed_models_produce_float32_outputs(project: Path):
     pytest.importorskip("tensorflow")
     assert _mplint(*SELECT, "--fix", str(project), cwd=project).returncode == 0
-    result = subprocess.run(
-        [sys.executable, "-c", _PROBE], cwd=project, capture_output=True, text=True, timeout=300
-    )
+    result = subprocess.run([sys.executable, "-c", _PROBE], cwd=project, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     dtypes = json.loads(result.stdout.strip().splitlines()[-1])
     assert dtypes == {

@@ -34,8 +34,14 @@ def fixtures_copy(tmp_path_factory) -> Path:
 def _mplint(cwd: Path, *args: str) -> str:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("FORCE_COLOR", None)
-    done = subprocess.run([sys.executable, "-m", "mplint", "--no-cache", *args, "fixtures"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "mplint", "--no-cache", *args, "fixtures"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode in (0, 1), done.stderr
     return done.stdout
 

@@ -38,9 +38,16 @@ def project(tmp_path, monkeypatch):
 def test_github_annotations(project, capsys):
     assert main(["--select", "MP101", "--format", "github", "."]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "::error title=MP000 parse-error,file=broken.py,line=1,col=7,endLine=1,endColumn=8::MP000 syntax error: invalid syntax"
-    assert lines[1].startswith("::error title=MP101 float16-softmax-output,file=nb.ipynb,line=76,col=10,endLine=76,endColumn=50::MP101 (cell 4:3) softmax output")
-    assert lines[2].startswith("::error title=MP101 float16-softmax-output,file=train.py,line=5,col=45,endLine=5,endColumn=83::MP101 softmax output")
+    assert (
+        lines[0]
+        == "::error title=MP000 parse-error,file=broken.py,line=1,col=7,endLine=1,endColumn=8::MP000 syntax error: invalid syntax"
+    )
+    assert lines[1].startswith(
+        "::error title=MP101 float16-softmax-output,file=nb.ipynb,line=76,col=10,endLine=76,endColumn=50::MP101 (cell 4:3) softmax output"
+    )
+    assert lines[2].startswith(
+        "::error title=MP101 float16-softmax-output,file=train.py,line=5,col=45,endLine=5,endColumn=83::MP101 softmax output"
+    )
     assert len(lines) == 3
 
 
@@ -50,9 +57,15 @@ def test_sarif_is_valid_sarif_2_1_0(project, capsys):
     jsonschema.Draft4Validator(SARIF_SCHEMA).validate(doc)
     run = doc["runs"][0]
     assert run["tool"]["driver"]["version"] == __version__
-    results = [(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
-                r["locations"][0]["physicalLocation"]["region"]["startLine"], r.get("properties", {}).get("cell"))
-               for r in run["results"]]
+    results = [
+        (
+            r["ruleId"],
+            r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+            r["locations"][0]["physicalLocation"]["region"]["startLine"],
+            r.get("properties", {}).get("cell"),
+        )
+        for r in run["results"]
+    ]
     assert results == [("MP000", "broken.py", 1, None), ("MP101", "nb.ipynb", 76, 4), ("MP101", "train.py", 5, None)]
     rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
     assert all(rule_ids[r["ruleIndex"]] == r["ruleId"] for r in run["results"])
@@ -76,28 +89,77 @@ def test_json_document(project, capsys):
     assert doc["schema_version"] == 2
     assert doc["tool"] == {"name": "mplint", "version": __version__}
     assert [(d["path"], d["cell"], d["rule"], d["start"]["line"]) for d in doc["diagnostics"]] == [
-        ("broken.py", None, "MP000", 1), ("nb.ipynb", 4, "MP101", 3), ("train.py", None, "MP101", 5)]
-    assert doc["summary"] == {"files": 3, "diagnostics": 3, "fixable": 2, "fixed": 0, "changed_on_disk": [],
-                              "by_rule": {"MP000": 1, "MP101": 2}}
-    assert set(doc["diagnostics"][2]) == {"path", "cell", "rule", "name", "message", "severity", "start", "end", "fix", "context",
-                                              "related"}
+        ("broken.py", None, "MP000", 1),
+        ("nb.ipynb", 4, "MP101", 3),
+        ("train.py", None, "MP101", 5),
+    ]
+    assert doc["summary"] == {
+        "files": 3,
+        "diagnostics": 3,
+        "fixable": 2,
+        "fixed": 0,
+        "changed_on_disk": [],
+        "by_rule": {"MP000": 1, "MP101": 2},
+    }
+    assert set(doc["diagnostics"][2]) == {
+        "path",
+        "cell",
+        "rule",
+        "name",
+        "message",
+        "severity",
+        "start",
+        "end",
+        "fix",
+        "context",
+        "related",
+    }
     assert doc["diagnostics"][2]["related"] == []
     assert doc["diagnostics"][2]["context"] == {
-        "keras_generation": 3, "keras_generation_source": "program train.py imports Keras 3 (`import keras`)",
-        "library": False, "distribution": None, "policy": "mixed_float16", "set_at": {"path": "train.py", "line": 4},
-        "program": "train.py", "via": [],
+        "keras_generation": 3,
+        "keras_generation_source": "program train.py imports Keras 3 (`import keras`)",
+        "library": False,
+        "distribution": None,
+        "policy": "mixed_float16",
+        "set_at": {"path": "train.py", "line": 4},
+        "program": "train.py",
+        "via": [],
     }
-    assert doc["projects"] == [{
-        "root": project.resolve().as_posix(), "files": 3, "keras_generation": None,
-        "programs": [
-            {"entry": "nb.ipynb", "policies": [{"policy": "mixed_float16", "path": "nb.ipynb", "cell": 2, "line": 5}], "modules": 1, "tpu": [],
-             "keras_generation": {"value": 3, "oldest": 3, "label": "Keras 3",
-                                  "source": "program nb.ipynb imports Keras 3 (`import keras`)"}, "torch": None},
-            {"entry": "train.py", "policies": [{"policy": "mixed_float16", "path": "train.py", "line": 4}], "modules": 1, "tpu": [],
-             "keras_generation": {"value": 3, "oldest": 3, "label": "Keras 3",
-                                  "source": "program train.py imports Keras 3 (`import keras`)"}, "torch": None},
-        ],
-    }]
+    assert doc["projects"] == [
+        {
+            "root": project.resolve().as_posix(),
+            "files": 3,
+            "keras_generation": None,
+            "programs": [
+                {
+                    "entry": "nb.ipynb",
+                    "policies": [{"policy": "mixed_float16", "path": "nb.ipynb", "cell": 2, "line": 5}],
+                    "modules": 1,
+                    "tpu": [],
+                    "keras_generation": {
+                        "value": 3,
+                        "oldest": 3,
+                        "label": "Keras 3",
+                        "source": "program nb.ipynb imports Keras 3 (`import keras`)",
+                    },
+                    "torch": None,
+                },
+                {
+                    "entry": "train.py",
+                    "policies": [{"policy": "mixed_float16", "path": "train.py", "line": 4}],
+                    "modules": 1,
+                    "tpu": [],
+                    "keras_generation": {
+                        "value": 3,
+                        "oldest": 3,
+                        "label": "Keras 3",
+                        "source": "program train.py imports Keras 3 (`import keras`)",
+                    },
+                    "torch": None,
+                },
+            ],
+        }
+    ]
     assert doc["diagnostics"][2]["fix"]["safety"] == "safe"
 
 
@@ -139,11 +201,13 @@ def _far_findings(project: Path) -> Path:
 
 
 FAR_MESSAGE = (
-    'MP101 [*] softmax output layer computes in reduced precision (mixed_float16 set at [bold]/:smile:/train.py:4): '
+    "MP101 [*] softmax output layer computes in reduced precision (mixed_float16 set at [bold]/:smile:/train.py:4): "
     'float16 probabilities round to 0 or 1 and the loss becomes inf/NaN; give this layer dtype="float32"'
 )
-FAR_HELP = ('  = help: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to '
-            'float32. (safe fix)')
+FAR_HELP = (
+    '  = help: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to '
+    "float32. (safe fix)"
+)
 SOFTMAX = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax")])'
 
 

@@ -129,6 +129,7 @@ def test_the_corpus_is_the_fixtures_and_every_rule_example():
 
 # -- regressions found by fuzzing -------------------------------------------------------
 
+
 def test_float16_layer_fix_then_corpus_properties_hold():
     """MP602's fix (dtype float16 -> "mixed_float16") makes a per-layer mixed policy: within one run the fix settles."""
     program = next(p for p in CORPUS if p.name == "MP602-flagged-0")

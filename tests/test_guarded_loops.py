@@ -38,12 +38,16 @@ K3_LSO = "tf.keras.optimizers.LossScaleOptimizer(tf.keras.optimizers.Adam())"
 K2_LSO = "tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())"
 ADAM = "tf.keras.optimizers.Adam()"
 UNSCALED = "        grads = tape.gradient(loss, model.trainable_variables)"
-K3_SCALED = ("            scaled_loss = optimizer.scale_loss(loss)\n"
-             "        grads = tape.gradient(scaled_loss, model.trainable_variables)")
-K2_SCALED = ("            scaled_loss = optimizer.get_scaled_loss(loss)\n"
-             "        grads = tape.gradient(scaled_loss, model.trainable_variables)")
+K3_SCALED = (
+    "            scaled_loss = optimizer.scale_loss(loss)\n"
+    "        grads = tape.gradient(scaled_loss, model.trainable_variables)"
+)
+K2_SCALED = (
+    "            scaled_loss = optimizer.get_scaled_loss(loss)\n"
+    "        grads = tape.gradient(scaled_loss, model.trainable_variables)"
+)
 K2_UNSCALED = K2_SCALED + "\n        grads = optimizer.get_unscaled_gradients(grads)"
-K3_ARM = "the arm of `hasattr(tf.keras.optimizers, \"LossScaleOptimizer\")` (line 5)"
+K3_ARM = 'the arm of `hasattr(tf.keras.optimizers, "LossScaleOptimizer")` (line 5)'
 PIN = "within Keras 2 or Keras 3 (TF >= 2.6) from requirements.txt pins tensorflow>=2.6"
 
 
@@ -55,8 +59,10 @@ def _check(tmp_path, capsys, rule: str, source: str, pin: str = "tensorflow>=2.6
     write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": pin, "train.py": source})
     capsys.readouterr()
     code = main(["--format", "json", "--no-cache", "--select", rule, str(tmp_path)])
-    found = [(d["rule"], d["start"]["line"], d["message"], d["fix"]["safety"] if d.get("fix") else None)
-             for d in json.loads(capsys.readouterr().out)["diagnostics"]]
+    found = [
+        (d["rule"], d["start"]["line"], d["message"], d["fix"]["safety"] if d.get("fix") else None)
+        for d in json.loads(capsys.readouterr().out)["diagnostics"]
+    ]
     return code, found
 
 
@@ -74,37 +80,71 @@ def test_correct_loops_in_each_arm_draw_nothing(tmp_path, capsys):
 K3_DIVIDED = K3_SCALED + "\n        grads = [g / optimizer.dynamic_scale for g in grads]"
 K2_DIVIDED = K2_UNSCALED + "\n        grads = [g / optimizer.loss_scale for g in grads]"
 K3_CLIPPED = K3_SCALED + "\n        grads, _ = tf.clip_by_global_norm(grads, 1.0)"
-K2_CLIPPED = (K2_SCALED + "\n        grads, _ = tf.clip_by_global_norm(grads, 1.0)"
-              "\n        grads = optimizer.get_unscaled_gradients(grads)")
-MP201_MESSAGE = ("custom training loop under mixed_float16 set at {path}:3: it applies gradients with an optimizer that "
-                 "is not a LossScaleOptimizer, so small float16 gradients underflow to zero")
-MP202_K3 = ("the optimizer is a LossScaleOptimizer, which divides the gradients by the loss scale, but the tape "
-            "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; differentiate "
-            "optimizer.scale_loss(loss)")
-MP202_K2 = ("the optimizer is a LossScaleOptimizer; the tape differentiates the scaled loss but get_unscaled_gradients "
-            "is never called: updates 32768x too large")
+K2_CLIPPED = (
+    K2_SCALED + "\n        grads, _ = tf.clip_by_global_norm(grads, 1.0)"
+    "\n        grads = optimizer.get_unscaled_gradients(grads)"
+)
+MP201_MESSAGE = (
+    "custom training loop under mixed_float16 set at {path}:3: it applies gradients with an optimizer that "
+    "is not a LossScaleOptimizer, so small float16 gradients underflow to zero"
+)
+MP202_K3 = (
+    "the optimizer is a LossScaleOptimizer, which divides the gradients by the loss scale, but the tape "
+    "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; differentiate "
+    "optimizer.scale_loss(loss)"
+)
+MP202_K2 = (
+    "the optimizer is a LossScaleOptimizer; the tape differentiates the scaled loss but get_unscaled_gradients "
+    "is never called: updates 32768x too large"
+)
 MP203_K3 = "apply_gradients already divides the gradients by the loss scale: this second unscale makes updates 32768x too small"
 MP203_K2 = "the gradients were already unscaled: this second unscale makes updates 32768x too small"
-MP204_K3 = ("gradients are clipped while still multiplied by the loss scale (apply_gradients unscales them only "
-            "afterwards): the threshold is 32768x too tight")
-MP204_K2 = ("gradients are clipped while still multiplied by the loss scale (get_unscaled_gradients comes later): the "
-            "threshold is 32768x too tight")
+MP204_K3 = (
+    "gradients are clipped while still multiplied by the loss scale (apply_gradients unscales them only "
+    "afterwards): the threshold is 32768x too tight"
+)
+MP204_K2 = (
+    "gradients are clipped while still multiplied by the loss scale (get_unscaled_gradients comes later): the "
+    "threshold is 32768x too tight"
+)
 
 
-@pytest.mark.parametrize("rule, arms, found, fixed", [
-    # Keras 3's arm scales with scale_loss only; Keras 2's gets get_scaled_loss and get_unscaled_gradients
-    ("MP201", dict(k3_opt=ADAM, k2_opt=ADAM, k3_body=UNSCALED, k2_body=UNSCALED),
-     [(12, MP201_MESSAGE), (20, MP201_MESSAGE)],
-     [(f"    optimizer = {ADAM}\n", f"    optimizer = {K2_LSO}\n")] * 2 + [(UNSCALED, K3_SCALED), (UNSCALED, K2_UNSCALED)]),
-    ("MP202", dict(k3_body=UNSCALED, k2_body=K2_SCALED), [(11, MP202_K3), (21, MP202_K2)],
-     [(UNSCALED, K3_SCALED), (K2_SCALED, K2_UNSCALED)]),
-    ("MP203", dict(k3_body=K3_DIVIDED, k2_body=K2_DIVIDED), [(13, MP203_K3), (24, MP203_K2)],
-     [(K3_DIVIDED, K3_SCALED), (K2_DIVIDED, K2_UNSCALED)]),
-    # Keras 3 clips through the inner optimizer; Keras 2 moves the clip after its unscale
-    ("MP204", dict(k3_body=K3_CLIPPED, k2_body=K2_CLIPPED), [(13, MP204_K3), (23, MP204_K2)],
-     [(K3_LSO, K3_LSO.replace("Adam()", "Adam(global_clipnorm=1.0)")), (K3_CLIPPED, K3_SCALED),
-      (K2_CLIPPED, K2_UNSCALED + "\n        grads, _ = tf.clip_by_global_norm(grads, 1.0)")]),
-])
+@pytest.mark.parametrize(
+    "rule, arms, found, fixed",
+    [
+        # Keras 3's arm scales with scale_loss only; Keras 2's gets get_scaled_loss and get_unscaled_gradients
+        (
+            "MP201",
+            dict(k3_opt=ADAM, k2_opt=ADAM, k3_body=UNSCALED, k2_body=UNSCALED),
+            [(12, MP201_MESSAGE), (20, MP201_MESSAGE)],
+            [(f"    optimizer = {ADAM}\n", f"    optimizer = {K2_LSO}\n")] * 2
+            + [(UNSCALED, K3_SCALED), (UNSCALED, K2_UNSCALED)],
+        ),
+        (
+            "MP202",
+            dict(k3_body=UNSCALED, k2_body=K2_SCALED),
+            [(11, MP202_K3), (21, MP202_K2)],
+            [(UNSCALED, K3_SCALED), (K2_SCALED, K2_UNSCALED)],
+        ),
+        (
+            "MP203",
+            dict(k3_body=K3_DIVIDED, k2_body=K2_DIVIDED),
+            [(13, MP203_K3), (24, MP203_K2)],
+            [(K3_DIVIDED, K3_SCALED), (K2_DIVIDED, K2_UNSCALED)],
+        ),
+        # Keras 3 clips through the inner optimizer; Keras 2 moves the clip after its unscale
+        (
+            "MP204",
+            dict(k3_body=K3_CLIPPED, k2_body=K2_CLIPPED),
+            [(13, MP204_K3), (23, MP204_K2)],
+            [
+                (K3_LSO, K3_LSO.replace("Adam()", "Adam(global_clipnorm=1.0)")),
+                (K3_CLIPPED, K3_SCALED),
+                (K2_CLIPPED, K2_UNSCALED + "\n        grads, _ = tf.clip_by_global_norm(grads, 1.0)"),
+            ],
+        ),
+    ],
+)
 def test_each_arm_gets_its_generations_finding_and_a_fix_safe_on_it(tmp_path, capsys, rule, arms, found, fixed):
     """The program admits Keras 2 and Keras 3 (TF >= 2.6): unguarded, these fixes would hold on part of it only. Each
     arm runs on one generation, so each fix is safe there."""
@@ -118,12 +158,24 @@ def test_each_arm_gets_its_generations_finding_and_a_fix_safe_on_it(tmp_path, ca
 
 
 MP206_MESSAGES = [
-    (6, "LossScaleOptimizer under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only costs time"),
+    (
+        6,
+        "LossScaleOptimizer under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only costs time",
+    ),
     (11, "scale_loss() under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only costs time"),
-    (15, "LossScaleOptimizer under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only costs time"),
-    (20, "get_scaled_loss() under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only costs time"),
-    (22, "get_unscaled_gradients() under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only "
-         "costs time"),
+    (
+        15,
+        "LossScaleOptimizer under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only costs time",
+    ),
+    (
+        20,
+        "get_scaled_loss() under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only costs time",
+    ),
+    (
+        22,
+        "get_unscaled_gradients() under mixed_bfloat16: bfloat16 has float32's exponent range, so loss scaling only "
+        "costs time",
+    ),
 ]
 
 
@@ -136,8 +188,11 @@ def test_mp206_only_in_arms_that_run_on_the_target(tmp_path, capsys, pin, lines)
     assert _check(tmp_path, capsys, "MP206", source, pin) == (1, expected)
     fixed = source.replace(K3_LSO, ADAM).replace("optimizer.scale_loss(loss)", "loss")
     if 15 in lines:
-        fixed = fixed.replace(K2_LSO, ADAM).replace("optimizer.get_scaled_loss(loss)", "loss").replace(
-            "        grads = optimizer.get_unscaled_gradients(grads)\n", "")
+        fixed = (
+            fixed.replace(K2_LSO, ADAM)
+            .replace("optimizer.get_scaled_loss(loss)", "loss")
+            .replace("        grads = optimizer.get_unscaled_gradients(grads)\n", "")
+        )
     assert _fixed(tmp_path, "MP206") == fixed
 
 
@@ -166,13 +221,16 @@ def step(model, x, y):
 """
 
 
-@pytest.mark.parametrize("pin, found", [
-    # Keras 3 runs neither arm: nothing scales, and its LossScaleOptimizer divides the gradients anyway
-    ("tensorflow>=2.16\n", [("MP202", 12, MP202_K3, None)]),
-    ("tensorflow>=2.6\n", [("MP202", 12, MP202_K3, None)]),
-    # Keras 2 alone: the LossScaleOptimizer has both methods, both arms run
-    ("tensorflow<2.16\n", []),
-])
+@pytest.mark.parametrize(
+    "pin, found",
+    [
+        # Keras 3 runs neither arm: nothing scales, and its LossScaleOptimizer divides the gradients anyway
+        ("tensorflow>=2.16\n", [("MP202", 12, MP202_K3, None)]),
+        ("tensorflow>=2.6\n", [("MP202", 12, MP202_K3, None)]),
+        # Keras 2 alone: the LossScaleOptimizer has both methods, both arms run
+        ("tensorflow<2.16\n", []),
+    ],
+)
 def test_feature_tests_inside_the_loop_are_read_as_the_generation_runs_them(tmp_path, capsys, pin, found):
     """``hasattr(optimizer, "get_scaled_loss")`` is a version test as MP502 reads it (true on Keras 2's
     LossScaleOptimizer only), not a test of the optimizer's type alone; no fix: the loss is assigned in an arm."""
@@ -198,7 +256,18 @@ if hasattr(tf.keras.mixed_precision, "LossScaleOptimizer"):
 def test_an_arm_on_both_generations_names_itself_and_its_fix_stays_unsafe(tmp_path, capsys):
     """``mixed_precision.LossScaleOptimizer`` exists on Keras 2 and Keras 3: the arm spans both, and the message
     names the arm, its guard and the program's range, as MP502's does."""
-    assert _check(tmp_path, capsys, "MP202", ARM_ON_BOTH) == (1, [("MP202", 11, (
-        f"{MP202_K3} (target Keras 2 or Keras 3: {K3_ARM.replace('optimizers', 'mixed_precision')}, {PIN}; the fix "
-        "holds on Keras 3 only)"), "unsafe")])
+    assert _check(tmp_path, capsys, "MP202", ARM_ON_BOTH) == (
+        1,
+        [
+            (
+                "MP202",
+                11,
+                (
+                    f"{MP202_K3} (target Keras 2 or Keras 3: {K3_ARM.replace('optimizers', 'mixed_precision')}, {PIN}; the fix "
+                    "holds on Keras 3 only)"
+                ),
+                "unsafe",
+            )
+        ],
+    )
     assert _fixed(tmp_path, "MP202") == ARM_ON_BOTH

@@ -64,13 +64,21 @@ def assert_good_checked(doc):
 
 # -- broken sources: MP000 with a clear message ---------------------------------------
 
-@pytest.mark.parametrize("name,data,message", [
-    ("syntax.py", SOFTMAX + b"def f(:\n", "syntax error: invalid syntax"),
-    ("nulls.py", SOFTMAX + b"x = 1\x00\n", "file contains null bytes; not a Python source file"),
-    ("undecodable.py", SOFTMAX + b"x = '\xff\xfe'\n", "cannot decode file as utf-8: invalid start byte at byte 36"),
-    ("cookie.py", b"# -*- coding: klingon -*-\n" + SOFTMAX, "cannot decode file: unknown encoding: klingon"),
-    ("cookie_lies.py", b"# -*- coding: ascii -*-\n" + SOFTMAX + b"x = 'caf\xc3\xa9'\n", "cannot decode file as ascii: ordinal not in range(128) at byte 63"),
-])
+
+@pytest.mark.parametrize(
+    "name,data,message",
+    [
+        ("syntax.py", SOFTMAX + b"def f(:\n", "syntax error: invalid syntax"),
+        ("nulls.py", SOFTMAX + b"x = 1\x00\n", "file contains null bytes; not a Python source file"),
+        ("undecodable.py", SOFTMAX + b"x = '\xff\xfe'\n", "cannot decode file as utf-8: invalid start byte at byte 36"),
+        ("cookie.py", b"# -*- coding: klingon -*-\n" + SOFTMAX, "cannot decode file: unknown encoding: klingon"),
+        (
+            "cookie_lies.py",
+            b"# -*- coding: ascii -*-\n" + SOFTMAX + b"x = 'caf\xc3\xa9'\n",
+            "cannot decode file as ascii: ordinal not in range(128) at byte 63",
+        ),
+    ],
+)
 def test_broken_source_is_mp000_and_the_others_are_checked(project, capsys, name, data, message):
     (project / name).write_bytes(data)
     code, doc, _ = run_json(capsys, ".", "--fix")
@@ -80,11 +88,18 @@ def test_broken_source_is_mp000_and_the_others_are_checked(project, capsys, name
     assert (project / "good.py").read_text() == GOOD_FIXED
 
 
-@pytest.mark.parametrize("name,data,message", [
-    ("syntax.py", b"def f(:\n", "syntax error: invalid syntax"),
-    ("nulls.py", b"x = 1\x00\n", "file contains null bytes; not a Python source file"),
-    ("undecodable.py", b"x = 1\ny = 2\nz = '\xff\xfe'\n", "cannot decode file as utf-8: invalid start byte at byte 17"),
-])
+@pytest.mark.parametrize(
+    "name,data,message",
+    [
+        ("syntax.py", b"def f(:\n", "syntax error: invalid syntax"),
+        ("nulls.py", b"x = 1\x00\n", "file contains null bytes; not a Python source file"),
+        (
+            "undecodable.py",
+            b"x = 1\ny = 2\nz = '\xff\xfe'\n",
+            "cannot decode file as utf-8: invalid start byte at byte 17",
+        ),
+    ],
+)
 def test_broken_source_without_any_trigger_is_mp000(project, capsys, name, data, message):
     # No rule's trigger is in it: only a file the project facts parsed skips the check's own parse.
     (project / name).write_bytes(data)
@@ -108,7 +123,9 @@ def test_deep_nesting_is_mp000_not_a_crash(project, capsys):
 
 
 def test_deep_nesting_in_the_engine_alone_is_mp000():
-    source = ("import keras\n" + "if x:\n" + "".join(" " * i + "if x:\n" for i in range(1, 120)) + " " * 120 + "pass\n").encode()
+    source = (
+        "import keras\n" + "if x:\n" + "".join(" " * i + "if x:\n" for i in range(1, 120)) + " " * 120 + "pass\n"
+    ).encode()
     rules = tuple(all_rules().values())
     result = check_source("deep.py", source, CheckOptions(rules, ProjectFacts()))
     assert [d.rule_id for d in result.diagnostics] == ["MP000"], [d.message for d in result.diagnostics]
@@ -138,8 +155,9 @@ def test_huge_file_mentioning_keras_is_bounded_in_time(project):
     line = b"x = [1, 2, 3]  # generated keras data, set_global_policy\n"
     (project / "huge.py").write_bytes(line * (25_000_000 // len(line)))
     try:  # a hang guard, not a speed target: the run takes about 1.5 s of CPU (bench/ measures speed)
-        done = subprocess.run([sys.executable, "-m", "mplint", "--format", "json", "."], cwd=project,
-                              capture_output=True, timeout=30)
+        done = subprocess.run(
+            [sys.executable, "-m", "mplint", "--format", "json", "."], cwd=project, capture_output=True, timeout=30
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("mplint spent more than 30 s on a file it skips as too large")
     assert (done.returncode, done.stderr) == (1, b""), done.stderr.decode(errors="replace")
@@ -150,6 +168,7 @@ def test_huge_file_mentioning_keras_is_bounded_in_time(project):
 
 
 # -- files that cannot be read ------------------------------------------------------------
+
 
 def test_symlink_loops_and_dangling_links_are_mp000(project, capsys):
     os.symlink("loop_b.py", project / "loop_a.py")
@@ -244,14 +263,18 @@ def test_read_only_file_under_fix_is_an_error_and_untouched(project, capsys):
 
 # -- notebooks ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("content,message", [
-    (b'{"cells": [', "notebook is not valid JSON: Expecting value"),
-    (b"\xff\xfe{}", "notebook is not valid UTF-8"),
-    (b'{"nbformat": 4, "metadata": {}}', "notebook has no 'cells' list"),
-    (b'{"cells": {"0": "import keras"}}', "notebook has no 'cells' list"),
-    (b'{"cells": ["import keras"]}', "cell 1 is not a JSON object"),
-    (b"[" * 100_000 + b"]" * 100_000, "notebook"),
-])
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b'{"cells": [', "notebook is not valid JSON: Expecting value"),
+        (b"\xff\xfe{}", "notebook is not valid UTF-8"),
+        (b'{"nbformat": 4, "metadata": {}}', "notebook has no 'cells' list"),
+        (b'{"cells": {"0": "import keras"}}', "notebook has no 'cells' list"),
+        (b'{"cells": ["import keras"]}', "cell 1 is not a JSON object"),
+        (b"[" * 100_000 + b"]" * 100_000, "notebook"),
+    ],
+)
 def test_broken_notebook_is_mp000_and_the_others_are_fixed(project, capsys, content, message):
     (project / "bad.ipynb").write_bytes(content)
     code, doc, _ = run_json(capsys, ".", "--fix")
@@ -272,16 +295,20 @@ def test_notebook_with_no_cells_is_clean(project, capsys):
 
 # -- configs ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,message", [
-    ("policy: 16\n", "'policy' must be one of"),
-    ("keras: [3]\n", "'keras' must be 2 or 3, got [3]"),
-    ("select: MP101\n", "'select' must be a list of strings, got 'MP101'"),
-    ("ignore: [MP999]\n", "'ignore' names unknown rule 'MP999'"),
-    ("per-file-ignores: {'*.py': [softmax-out]}\n", "names unknown rule 'softmax-out'"),
-    ("unsafe-fixes: 1\n", "'unsafe-fixes' must be true or false, got 1"),
-    ("polcy: mixed_float16\n", "unknown setting 'polcy' (did you mean 'policy'?)"),
-    ("respect-gitignore: {}\n", "'respect-gitignore' must be true or false"),
-])
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("policy: 16\n", "'policy' must be one of"),
+        ("keras: [3]\n", "'keras' must be 2 or 3, got [3]"),
+        ("select: MP101\n", "'select' must be a list of strings, got 'MP101'"),
+        ("ignore: [MP999]\n", "'ignore' names unknown rule 'MP999'"),
+        ("per-file-ignores: {'*.py': [softmax-out]}\n", "names unknown rule 'softmax-out'"),
+        ("unsafe-fixes: 1\n", "'unsafe-fixes' must be true or false, got 1"),
+        ("polcy: mixed_float16\n", "unknown setting 'polcy' (did you mean 'policy'?)"),
+        ("respect-gitignore: {}\n", "'respect-gitignore' must be true or false"),
+    ],
+)
 def test_config_with_wrong_types_or_unknown_rules_exits_2_with_the_key(project, capsys, text, message):
     (project / ".mplint.yaml").write_text(text)
     assert main(["."]) == 2
@@ -290,12 +317,15 @@ def test_config_with_wrong_types_or_unknown_rules_exits_2_with_the_key(project, 
     assert (project / "good.py").read_text() == GOOD
 
 
-@pytest.mark.parametrize("tag", [
-    "!!python/object/apply:os.system ['touch pwned']",
-    "!!python/object/new:os.system ['touch pwned']",
-    "!!python/name:os.system",
-    "!!python/module:os",
-])
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "!!python/object/apply:os.system ['touch pwned']",
+        "!!python/object/new:os.system ['touch pwned']",
+        "!!python/name:os.system",
+        "!!python/module:os",
+    ],
+)
 def test_yaml_config_with_python_tags_is_rejected_and_runs_nothing(project, capsys, tag):
     (project / ".mplint.yaml").write_text(f"policy: {tag}\n")
     with pytest.raises(ConfigError, match="invalid YAML"):

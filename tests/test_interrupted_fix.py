@@ -32,9 +32,9 @@ def source(i: int) -> str:
     return (
         f'"""Module {i}."""\n'
         "import keras\n"
-        f"m{i} = keras.Sequential([keras.layers.Dense({i + 1}, activation=\"softmax\")])\n"
+        f'm{i} = keras.Sequential([keras.layers.Dense({i + 1}, activation="softmax")])\n'
         + PADDING
-        + f"n{i} = keras.layers.Dense(2, activation=\"softmax\")\n"
+        + f'n{i} = keras.layers.Dense(2, activation="softmax")\n'
     )
 
 
@@ -80,7 +80,9 @@ def states(project: Path, before: dict[str, bytes], after: dict[str, bytes]) -> 
 
 
 def assert_leftovers_are_not_sources(project: Path, before: dict[str, bytes]) -> None:
-    leftovers = sorted(p.name for p in project.iterdir() if p.name not in before and p.name not in (".mplint.yaml", ".mplint_cache"))
+    leftovers = sorted(
+        p.name for p in project.iterdir() if p.name not in before and p.name not in (".mplint.yaml", ".mplint_cache")
+    )
     for name in leftovers:
         assert not name.endswith((".py", ".ipynb")), f"a temporary file looks like a source: {name}"
     # a later run sees exactly the real files
@@ -90,7 +92,9 @@ def assert_leftovers_are_not_sources(project: Path, before: dict[str, bytes]) ->
 
 def mplint_fix(project: Path, prelude: str = "") -> subprocess.Popen:
     code = prelude + "\nimport sys\nfrom mplint.cli import main\nsys.exit(main(['.', '--fix', '--format', 'json']))\n"
-    return subprocess.Popen([sys.executable, "-c", code], cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
 
 
 def wait_for_first_write(project: Path, before: dict[str, bytes], proc: subprocess.Popen, limit: float = 120) -> bool:
@@ -99,8 +103,10 @@ def wait_for_first_write(project: Path, before: dict[str, bytes], proc: subproce
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
-        if any((project / name).stat().st_mtime_ns != 0 and (project / name).read_bytes() != data
-               for name, data in list(before.items())[:3]):
+        if any(
+            (project / name).stat().st_mtime_ns != 0 and (project / name).read_bytes() != data
+            for name, data in list(before.items())[:3]
+        ):
             return True
         time.sleep(0.002)
     return False

@@ -51,8 +51,13 @@ def ours(text: str, shadowed: frozenset[str] = frozenset()) -> str | None:
 
 def _is_ipython_call(node) -> bool:
     """``get_ipython().anything(...)``"""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call)
-            and isinstance(node.func.value.func, ast.Name) and node.func.value.func.id == "get_ipython")
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "get_ipython"
+    )
 
 
 class _AsPlaceholders(ast.NodeTransformer):
@@ -95,9 +100,14 @@ def ipython_view(shell, text: str) -> ast.Module | None:
 
 def _cell_magic_not_python(ipython: str) -> bool:
     tree = _parses(ipython)
-    return (tree is not None and len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr)
-            and _is_ipython_call(tree.body[0].value) and tree.body[0].value.func.attr == "run_cell_magic"
-            and tree.body[0].value.args[0].value not in PYTHON_CELL_MAGICS)
+    return (
+        tree is not None
+        and len(tree.body) == 1
+        and isinstance(tree.body[0], ast.Expr)
+        and _is_ipython_call(tree.body[0].value)
+        and tree.body[0].value.func.attr == "run_cell_magic"
+        and tree.body[0].value.args[0].value not in PYTHON_CELL_MAGICS
+    )
 
 
 @pytest.mark.parametrize("text", CELLS)
@@ -116,13 +126,66 @@ def test_cell_reads_as_ipython_reads_it(shell, text):
 # Lines that combine into cells IPython reads in surprising ways (brackets left open, help lines
 # ending a bracketed expression, strings opened by one line and closed by another, prompts).
 LINE_POOL = [
-    "!ls", "!pip install \\", "    keras", "%time f()", "x = !ls", "y = %timeit -o f()", "obj?", "a.b??", "?x",
-    "if x:", "    pass", "    !echo hi", "  x = 1", "x = (1,", "   2)", "% (a)", '"""', "s = \'\'\'", "\'\'\'",
-    "x = 1  # ?", "print('%d' \\", "  % 3)", "ls", "cd ..", ">>> x = 1", "... y", "%%time", "  %%time", "", "   ",
-    "x = 'unterminated", "a[0]?", "z = y != 1", "w = x%y", "#!comment", "! ls", "x = % time f", "x = \\",
-    "  %time f()", "def f():", "    return 1", "\tx = 2", "for i in r:", "    %cd /tmp", "    y?", "In [3]: x = 1",
-    "   ...: y = 2", "pip install x", "x = [", "!cmd {x} \\", "]",
-    "  >>> x = 1", ">>>", "... ", '    ... z = 3', 'doc = """', '>>> s = """', 'r"""', "uv pip install x", "mamba list",
+    "!ls",
+    "!pip install \\",
+    "    keras",
+    "%time f()",
+    "x = !ls",
+    "y = %timeit -o f()",
+    "obj?",
+    "a.b??",
+    "?x",
+    "if x:",
+    "    pass",
+    "    !echo hi",
+    "  x = 1",
+    "x = (1,",
+    "   2)",
+    "% (a)",
+    '"""',
+    "s = '''",
+    "'''",
+    "x = 1  # ?",
+    "print('%d' \\",
+    "  % 3)",
+    "ls",
+    "cd ..",
+    ">>> x = 1",
+    "... y",
+    "%%time",
+    "  %%time",
+    "",
+    "   ",
+    "x = 'unterminated",
+    "a[0]?",
+    "z = y != 1",
+    "w = x%y",
+    "#!comment",
+    "! ls",
+    "x = % time f",
+    "x = \\",
+    "  %time f()",
+    "def f():",
+    "    return 1",
+    "\tx = 2",
+    "for i in r:",
+    "    %cd /tmp",
+    "    y?",
+    "In [3]: x = 1",
+    "   ...: y = 2",
+    "pip install x",
+    "x = [",
+    "!cmd {x} \\",
+    "]",
+    "  >>> x = 1",
+    ">>>",
+    "... ",
+    "    ... z = 3",
+    'doc = """',
+    '>>> s = """',
+    'r"""',
+    "uv pip install x",
+    "mamba list",
 ]
 
 
@@ -163,8 +226,10 @@ def test_a_name_of_the_notebook_shadows_an_automagic_command(shell):
 def test_core_magics_are_ipythons(shell):
     """mplint's copy of IPython's line magics equals the installed IPython's: a bump of the pinned
     IPython shows here exactly which magics it added or removed."""
-    assert {"added": sorted(CORE_LINE_MAGICS - IPYTHON_LINE_MAGICS),
-            "removed": sorted(IPYTHON_LINE_MAGICS - CORE_LINE_MAGICS)} == {"added": [], "removed": []}
+    assert {
+        "added": sorted(CORE_LINE_MAGICS - IPYTHON_LINE_MAGICS),
+        "removed": sorted(IPYTHON_LINE_MAGICS - CORE_LINE_MAGICS),
+    } == {"added": [], "removed": []}
 
 
 def test_ipython_is_the_pinned_version():
@@ -173,9 +238,15 @@ def test_ipython_is_the_pinned_version():
     assert f'"ipython=={IPython.__version__}"' in pyproject
 
 
-@pytest.mark.parametrize("cell", [
-    "uv pip install tensorflow", "mamba install -y cudnn", "micromamba install cudnn", "!uv pip install \\\n  keras",
-])
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "uv pip install tensorflow",
+        "mamba install -y cudnn",
+        "micromamba install cudnn",
+        "!uv pip install \\\n  keras",
+    ],
+)
 def test_package_manager_lines_are_commands(cell):
     nb = notebook(cell, "import tensorflow as tf")
     assert nb.errors == []
@@ -183,6 +254,7 @@ def test_package_manager_lines_are_commands(cell):
 
 
 # -- notebooks: what the rules see, and where it maps back ---------------------------------------
+
 
 def notebook(*cells: str) -> Notebook:
     nb = load(json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]}).encode())
@@ -193,7 +265,9 @@ def notebook(*cells: str) -> Notebook:
 def test_notebook_names_shadow_commands_in_other_cells():
     nb = notebook("cat = load_categories()", "cat requirements.txt", "ls ./data/train/")
     assert [e.index for e in nb.errors] == [2]  # IPython runs `cat requirements.txt` as Python too
-    assert nb.virtual == "# __mplint_cell_1__\ncat = load_categories()\n# __mplint_cell_3__\npass  # __ipython_magic_0__\n"
+    assert (
+        nb.virtual == "# __mplint_cell_1__\ncat = load_categories()\n# __mplint_cell_3__\npass  # __ipython_magic_0__\n"
+    )
 
 
 def test_loaded_extension_adds_its_command():

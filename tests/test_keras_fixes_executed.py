@@ -71,7 +71,7 @@ def _update(namespace: dict) -> np.ndarray:
 
 # One step of a small regression model; {keras} is `keras` or `tf_keras`, {policy} the global policy,
 # {optimizer} the optimizer's construction and {body} the step's gradient handling.
-_LOOP = '''import numpy as np
+_LOOP = """import numpy as np
 import tensorflow as tf
 {imports}
 
@@ -93,14 +93,19 @@ def step():
 
 step()
 update = [v.numpy() - s for s, v in zip(start, model.trainable_variables)]
-'''
+"""
 
 
 def _loop(generation: int, optimizer: str, *body: str, policy: str = "mixed_float16", setup: str = "") -> str:
     name = "keras" if generation == 3 else "tf_keras"
-    return _LOOP.format(imports=f"import {name}", keras=name, policy=policy, setup=setup,
-                        optimizer=optimizer.format(keras=name),
-                        body="\n".join(f"    {line}".rstrip() for line in "\n".join(body).format(keras=name).splitlines()))
+    return _LOOP.format(
+        imports=f"import {name}",
+        keras=name,
+        policy=policy,
+        setup=setup,
+        optimizer=optimizer.format(keras=name),
+        body="\n".join(f"    {line}".rstrip() for line in "\n".join(body).format(keras=name).splitlines()),
+    )
 
 
 _K3_LSO = "{keras}.optimizers.LossScaleOptimizer({keras}.optimizers.SGD(0.01))"
@@ -122,21 +127,38 @@ def test_mp203_removed_second_unscale_restores_the_update(generation):
     division; the fixed loop then updates exactly as a plain float32 optimizer does under the float32 policy, and as
     the float32 update (within float16 noise) under mixed_float16."""
     cases = {
-        3: (_K3_LSO, ["    scaled_loss = optimizer.scale_loss(loss)",
-                      "grads = tape.gradient(scaled_loss, model.trainable_variables)"],
-            "grads = [g / optimizer.dynamic_scale for g in grads]", (21, 13)),
-        2: (_K2_LSO, ["    scaled_loss = optimizer.get_scaled_loss(loss)",
-                      "grads = tape.gradient(scaled_loss, model.trainable_variables)",
-                      "grads = optimizer.get_unscaled_gradients(grads)"],
-            "grads = [g / optimizer.loss_scale for g in grads]", (21, 13)),
+        3: (
+            _K3_LSO,
+            [
+                "    scaled_loss = optimizer.scale_loss(loss)",
+                "grads = tape.gradient(scaled_loss, model.trainable_variables)",
+            ],
+            "grads = [g / optimizer.dynamic_scale for g in grads]",
+            (21, 13),
+        ),
+        2: (
+            _K2_LSO,
+            [
+                "    scaled_loss = optimizer.get_scaled_loss(loss)",
+                "grads = tape.gradient(scaled_loss, model.trainable_variables)",
+                "grads = optimizer.get_unscaled_gradients(grads)",
+            ],
+            "grads = [g / optimizer.loss_scale for g in grads]",
+            (21, 13),
+        ),
     }
     lso, head, division, where = cases[generation]
     setup = "optimizer.build(model.trainable_variables)  # dynamic_scale exists once built\n" if generation == 3 else ""
     buggy = _loop(generation, lso, *head, division, _APPLY, setup=setup)
     fixed = _fixed(buggy, "MP203", generation, [where])
     assert fixed == _loop(generation, lso, *head, _APPLY, setup=setup)
-    plain = _loop(generation, "{keras}.optimizers.SGD(0.01)", "grads = tape.gradient(loss, model.trainable_variables)",
-                  _APPLY, policy="float32")
+    plain = _loop(
+        generation,
+        "{keras}.optimizers.SGD(0.01)",
+        "grads = tape.gradient(loss, model.trainable_variables)",
+        _APPLY,
+        policy="float32",
+    )
     reference = _update(_run(plain))
     assert np.array_equal(_update(_run(_float32(fixed))), reference)
     before, after = _update(_run(buggy)), _update(_run(fixed))
@@ -158,26 +180,56 @@ def test_mp204_clip_after_unscaling_restores_the_clipped_update(generation):
     update norm lr * 0.1 (lr 1 keeps the buggy update above float32's rounding of the weights), equal to it under the float32 policy."""
     scaled = "grads = tape.gradient(scaled_loss, model.trainable_variables)"
     cases = {
-        3: ("{keras}.optimizers.LossScaleOptimizer({keras}.optimizers.SGD(1.0))",
-            ["    scaled_loss = optimizer.scale_loss(loss)", scaled, _CLIP, _APPLY], (20, 16),
-            ("{keras}.optimizers.LossScaleOptimizer({keras}.optimizers.SGD(1.0, global_clipnorm=0.1))",
-             ["    scaled_loss = optimizer.scale_loss(loss)", scaled, _APPLY])),
-        2: (_K2_LSO_LR1, ["    scaled_loss = optimizer.get_scaled_loss(loss)", scaled, _CLIP,
-                      "grads = optimizer.get_unscaled_gradients(grads)", _APPLY], (20, 16),
-            (_K2_LSO_LR1, ["    scaled_loss = optimizer.get_scaled_loss(loss)", scaled,
-                       "grads = optimizer.get_unscaled_gradients(grads)", _CLIP, _APPLY])),
+        3: (
+            "{keras}.optimizers.LossScaleOptimizer({keras}.optimizers.SGD(1.0))",
+            ["    scaled_loss = optimizer.scale_loss(loss)", scaled, _CLIP, _APPLY],
+            (20, 16),
+            (
+                "{keras}.optimizers.LossScaleOptimizer({keras}.optimizers.SGD(1.0, global_clipnorm=0.1))",
+                ["    scaled_loss = optimizer.scale_loss(loss)", scaled, _APPLY],
+            ),
+        ),
+        2: (
+            _K2_LSO_LR1,
+            [
+                "    scaled_loss = optimizer.get_scaled_loss(loss)",
+                scaled,
+                _CLIP,
+                "grads = optimizer.get_unscaled_gradients(grads)",
+                _APPLY,
+            ],
+            (20, 16),
+            (
+                _K2_LSO_LR1,
+                [
+                    "    scaled_loss = optimizer.get_scaled_loss(loss)",
+                    scaled,
+                    "grads = optimizer.get_unscaled_gradients(grads)",
+                    _CLIP,
+                    _APPLY,
+                ],
+            ),
+        ),
     }
     lso, body, where, (fixed_lso, fixed_body) = cases[generation]
     buggy = _loop(generation, lso, *body)
     fixed = _fixed(buggy, "MP204", generation, [where])
     assert fixed == _loop(generation, fixed_lso, *fixed_body)
-    plain = _loop(generation, "{keras}.optimizers.SGD(1.0)", "grads = tape.gradient(loss, model.trainable_variables)",
-                  _CLIP, _APPLY, policy="float32")
+    plain = _loop(
+        generation,
+        "{keras}.optimizers.SGD(1.0)",
+        "grads = tape.gradient(loss, model.trainable_variables)",
+        _CLIP,
+        _APPLY,
+        policy="float32",
+    )
     reference = _update(_run(plain))
     assert np.linalg.norm(reference) == pytest.approx(1.0 * 0.1, rel=1e-4)  # the clip is active
     np.testing.assert_allclose(_update(_run(_float32(fixed))), reference, rtol=1e-5, atol=1e-9)
     before, after = _update(_run(buggy)), _update(_run(fixed))
-    assert np.linalg.norm(before) / np.linalg.norm(reference) == pytest.approx(1 / SCALE, rel=0.1)  # float32 rounding of tiny updates
+    assert np.linalg.norm(before) / np.linalg.norm(reference) == pytest.approx(
+        1 / SCALE, rel=0.1
+    )  # float32 rounding of tiny updates
     assert np.linalg.norm(after - reference) / np.linalg.norm(reference) < 0.01
 
 
@@ -189,14 +241,27 @@ def test_mp206_loss_scaling_removed_under_bfloat16_computes_the_same_weights(gen
     """Under mixed_bfloat16 the wrapper and scaling calls only multiply and divide by a power of two, which bfloat16
     (float32's exponent range) holds exactly: without them the steps compute the very same weights."""
     cases = {
-        3: (_K3_LSO, ["    scaled_loss = optimizer.scale_loss(loss)",
-                      "grads = tape.gradient(scaled_loss, model.trainable_variables)", _APPLY],
-            [(9, 13), (18, 23)], ["    scaled_loss = loss", "grads = tape.gradient(scaled_loss, model.trainable_variables)", _APPLY]),
-        2: (_K2_LSO, ["    scaled_loss = optimizer.get_scaled_loss(loss)",
-                      "grads = tape.gradient(scaled_loss, model.trainable_variables)",
-                      "grads = optimizer.get_unscaled_gradients(grads)", _APPLY],
+        3: (
+            _K3_LSO,
+            [
+                "    scaled_loss = optimizer.scale_loss(loss)",
+                "grads = tape.gradient(scaled_loss, model.trainable_variables)",
+                _APPLY,
+            ],
+            [(9, 13), (18, 23)],
+            ["    scaled_loss = loss", "grads = tape.gradient(scaled_loss, model.trainable_variables)", _APPLY],
+        ),
+        2: (
+            _K2_LSO,
+            [
+                "    scaled_loss = optimizer.get_scaled_loss(loss)",
+                "grads = tape.gradient(scaled_loss, model.trainable_variables)",
+                "grads = optimizer.get_unscaled_gradients(grads)",
+                _APPLY,
+            ],
             [(9, 13), (18, 23), (20, 13)],
-            ["    scaled_loss = loss", "grads = tape.gradient(scaled_loss, model.trainable_variables)", _APPLY]),
+            ["    scaled_loss = loss", "grads = tape.gradient(scaled_loss, model.trainable_variables)", _APPLY],
+        ),
     }
     lso, body, where, fixed_body = cases[generation]
     buggy = _loop(generation, lso, *body, policy="mixed_bfloat16")
@@ -213,7 +278,7 @@ def test_mp206_loss_scaling_removed_under_bfloat16_computes_the_same_weights(gen
 
 # One fit() step of a model whose hidden layer alone is mixed_float16; the loss is small enough that the float16
 # gradients of the hidden activations underflow to zero without loss scaling.
-_PER_LAYER = '''import numpy as np
+_PER_LAYER = """import numpy as np
 import tensorflow as tf
 import {keras}
 
@@ -232,7 +297,7 @@ x = np.random.RandomState(0).randn(16, 4).astype("float32")
 start = [v.numpy().copy() for v in model.trainable_variables]
 model.fit(x, x.sum(axis=1, keepdims=True), batch_size=16, epochs=1, verbose=0)
 update = [v.numpy() - s for s, v in zip(start, model.trainable_variables)]
-'''
+"""
 
 
 @pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
@@ -243,11 +308,17 @@ def test_mp207_loss_scale_optimizer_wrapped_for_per_layer_float16_recovers_the_u
     the float32 model's does, and with the layer back in float32 the fixed program computes the float32 model's
     weights exactly."""
     cases = {
-        3: ('model.compile(optimizer=keras.optimizers.SGD(1e4), loss=tiny_mse)', (15, 25),
-            'model.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e4)), loss=tiny_mse)'),
-        2: ('optimizer = tf_keras.optimizers.SGD(1e4)\nmodel.compile(optimizer, loss=tiny_mse)', (16, 15),
-            'optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(1e4))\n'
-            'model.compile(optimizer, loss=tiny_mse)'),
+        3: (
+            "model.compile(optimizer=keras.optimizers.SGD(1e4), loss=tiny_mse)",
+            (15, 25),
+            "model.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e4)), loss=tiny_mse)",
+        ),
+        2: (
+            "optimizer = tf_keras.optimizers.SGD(1e4)\nmodel.compile(optimizer, loss=tiny_mse)",
+            (16, 15),
+            "optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(1e4))\n"
+            "model.compile(optimizer, loss=tiny_mse)",
+        ),
     }
     compile_, where, fixed_compile = cases[generation]
     name = "keras" if generation == 3 else "tf_keras"
@@ -269,7 +340,7 @@ def test_mp207_loss_scale_optimizer_wrapped_for_per_layer_float16_recovers_the_u
 # MP602 ---------------------------------------------------------------------------------------------------------
 
 # One fit() step of a small model in float16 (by {setup} or the layers' {dtype}); weights are read as float64.
-_FLOAT16 = '''import numpy as np
+_FLOAT16 = """import numpy as np
 import {keras}
 
 {keras}.utils.set_random_seed(0)
@@ -283,7 +354,7 @@ model.fit(x, 0.1 * x.sum(axis=1, keepdims=True), batch_size=16, epochs=1, verbos
 update = [v.numpy().astype("float64") - s for s, v in zip(start, model.trainable_variables)]
 variables = {{str(v.dtype).replace("<dtype: '", "").strip("'>") for v in model.trainable_variables}}
 outputs = str(model(x[:2]).dtype)
-'''
+"""
 
 _SET_FLOATX = {3: 'keras.config.set_floatx("float16")', 2: 'tf_keras.backend.set_floatx("float16")'}
 
@@ -299,16 +370,22 @@ def test_mp602_mixed_float16_keeps_float32_variables_and_the_small_updates(gener
     name = "keras" if generation == 3 else "tf_keras"
     if form == "layer-dtype":
         buggy = _FLOAT16.format(keras=name, setup="", dtype=', dtype="float16"')
-        where = [(n, line.index('"float16"') + 1) for n, line in enumerate(buggy.splitlines(), 1) if '"float16"' in line]
+        where = [
+            (n, line.index('"float16"') + 1) for n, line in enumerate(buggy.splitlines(), 1) if '"float16"' in line
+        ]
         right = _FLOAT16.format(keras=name, setup="", dtype=', dtype="mixed_float16"')
     elif form == "global-policy":
         buggy = _FLOAT16.format(keras=name, setup=f'{name}.mixed_precision.set_global_policy("float16")', dtype="")
         where = [(5, len(name) + 36)]
-        right = _FLOAT16.format(keras=name, setup=f'{name}.mixed_precision.set_global_policy("mixed_float16")', dtype="")
+        right = _FLOAT16.format(
+            keras=name, setup=f'{name}.mixed_precision.set_global_policy("mixed_float16")', dtype=""
+        )
     else:
         buggy = _FLOAT16.format(keras=name, setup=_SET_FLOATX[generation], dtype="")
         where = [(5, 1)]
-        right = _FLOAT16.format(keras=name, setup=f'{name}.mixed_precision.set_global_policy("mixed_float16")', dtype="")
+        right = _FLOAT16.format(
+            keras=name, setup=f'{name}.mixed_precision.set_global_policy("mixed_float16")', dtype=""
+        )
     fixed = _fixed(buggy, "MP602", generation, where)
     assert fixed == right
     reference = _run(_FLOAT16.format(keras=name, setup="", dtype=""))
@@ -326,7 +403,7 @@ def test_mp602_mixed_float16_keeps_float32_variables_and_the_small_updates(gener
 
 # MP503 ---------------------------------------------------------------------------------------------------------
 
-_REWRITE = '''import numpy as np
+_REWRITE = """import numpy as np
 import tensorflow as tf
 import {keras}
 
@@ -341,7 +418,7 @@ x = 0.5 * np.random.RandomState(0).randn(16, 4).astype("float32")
 start = [v.numpy().copy() for v in model.trainable_variables]
 history = model.fit(x, 0.1 * x.sum(axis=1, keepdims=True), batch_size=16, epochs=2, verbose=0)
 update = [v.numpy() - s for s, v in zip(start, model.trainable_variables)]
-'''
+"""
 
 
 @pytest.mark.parametrize("generation", [3, 2], ids=["keras3", "keras2"])
@@ -367,7 +444,7 @@ def test_mp503_deleted_switches_leave_other_grappler_options_and_no_environment_
     stays set."""
     monkeypatch.delenv("TF_ENABLE_AUTO_MIXED_PRECISION", raising=False)
     saved = tf.config.optimizer.get_experimental_options()
-    source = '''import os
+    source = """import os
 
 import keras
 import tensorflow as tf
@@ -376,10 +453,11 @@ keras.mixed_precision.set_global_policy("mixed_float16")
 os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"
 tf.config.optimizer.set_experimental_options({"layout_optimizer": False, "auto_mixed_precision": True})
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
-'''
+"""
     fixed = _fixed(source, "MP503", 3, [(7, 1), (8, 74)])
     assert fixed == source.replace('os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"\n', "").replace(
-        ', "auto_mixed_precision": True', "")
+        ', "auto_mixed_precision": True', ""
+    )
     try:
         _run(source)
         assert os.environ.pop("TF_ENABLE_AUTO_MIXED_PRECISION") == "1"
@@ -395,7 +473,7 @@ model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
 
 # MP303 ---------------------------------------------------------------------------------------------------------
 
-_TPU_OR_GPU = '''import tensorflow as tf
+_TPU_OR_GPU = """import tensorflow as tf
 import {keras}
 
 try:
@@ -408,9 +486,9 @@ except ValueError:
 
 {keras}.mixed_precision.set_global_policy("mixed_float16")
 policy = {keras}.mixed_precision.global_policy().name
-'''
+"""
 
-_CONFIGURE = '''import tensorflow as tf
+_CONFIGURE = """import tensorflow as tf
 from {keras} import mixed_precision
 
 
@@ -422,7 +500,7 @@ def configure(strategy, optimizer):
         mixed_precision.set_global_policy('mixed_float16')
         optimizer = mixed_precision.LossScaleOptimizer(optimizer)
     return optimizer
-'''
+"""
 
 
 @pytest.fixture
@@ -439,6 +517,7 @@ def tpu(monkeypatch):
             if not available:
                 raise ValueError("no TPU")
             return object()
+
         monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", resolver)
 
     return present
@@ -452,27 +531,45 @@ def test_mp303_tpu_path_gets_mixed_bfloat16_and_the_gpu_path_keeps_mixed_float16
     name = "keras" if generation == 3 else "tf_keras"
     source = _TPU_OR_GPU.format(keras=name)
     fixed = _fixed(source, "MP303", generation, [(12, 1)])
-    assert fixed == source.replace('set_global_policy("mixed_float16")', 'set_global_policy("mixed_bfloat16" if '
-                                   'isinstance(strategy, tf.distribute.TPUStrategy) else "mixed_float16")')
+    assert fixed == source.replace(
+        'set_global_policy("mixed_float16")',
+        'set_global_policy("mixed_bfloat16" if isinstance(strategy, tf.distribute.TPUStrategy) else "mixed_float16")',
+    )
     policies = {}
     for available in (True, False):
         tpu(available)
         for version, code in (("before", source), ("after", fixed)):
             _fresh_policies()
             policies[available, version] = _run(code)["policy"]
-    assert policies == {(True, "before"): "mixed_float16", (True, "after"): "mixed_bfloat16",
-                        (False, "before"): "mixed_float16", (False, "after"): "mixed_float16"}
+    assert policies == {
+        (True, "before"): "mixed_float16",
+        (True, "after"): "mixed_bfloat16",
+        (False, "before"): "mixed_float16",
+        (False, "after"): "mixed_float16",
+    }
 
     configure = _CONFIGURE.format(keras=name)
-    fixed = _fixed(configure, "MP303", generation, [(7, 9)], files={"train.py": (
-        "import tensorflow as tf\nfrom example import configure\n\nstrategy = tf.distribute.get_strategy()\n"
-        "optimizer = configure(strategy, tf.keras.optimizers.Adam())\n")})
+    fixed = _fixed(
+        configure,
+        "MP303",
+        generation,
+        [(7, 9)],
+        files={
+            "train.py": (
+                "import tensorflow as tf\nfrom example import configure\n\nstrategy = tf.distribute.get_strategy()\n"
+                "optimizer = configure(strategy, tf.keras.optimizers.Adam())\n"
+            )
+        },
+    )
     assert fixed == configure.replace(
         "        mixed_precision.set_global_policy('mixed_float16')\n        optimizer = mixed_precision.LossScaleOptimizer(optimizer)\n    else",
-        "        mixed_precision.set_global_policy('mixed_bfloat16')\n        optimizer = optimizer\n    else")
+        "        mixed_precision.set_global_policy('mixed_bfloat16')\n        optimizer = optimizer\n    else",
+    )
     keras_ = KERAS[generation]
-    for strategy, policy, wrapped in ((tf.distribute.TPUStrategy(None), "mixed_bfloat16", False),
-                                      (tf.distribute.get_strategy(), "mixed_float16", True)):
+    for strategy, policy, wrapped in (
+        (tf.distribute.TPUStrategy(None), "mixed_bfloat16", False),
+        (tf.distribute.get_strategy(), "mixed_float16", True),
+    ):
         _fresh_policies()
         optimizer = _run(fixed)["configure"](strategy, keras_.optimizers.SGD(0.01))
         assert keras_.mixed_precision.global_policy().name == policy
@@ -488,7 +585,7 @@ def test_mp303_tpu_path_gets_mixed_bfloat16_and_the_gpu_path_keeps_mixed_float16
 # The shape of tf-keras' integration-test VAE (tf_keras/integration_test/models/vae.py), under a mixed policy: a sum of
 # a functional cross-entropy and a KL term whose exponential runs on the encoder's float16 output. The z_log_var head
 # gives 12, whose exponential (162755) is inf in float16.
-_VAE = '''import numpy as np
+_VAE = """import numpy as np
 import tensorflow as tf
 {imports}
 
@@ -526,18 +623,21 @@ decoder = keras.Model(latent, keras.layers.Reshape((2, 2, 1))(pixels))
 vae = VAE(encoder, decoder)
 step = vae.train_step(np.full((2, 2, 2, 1), 0.25, "float32"))
 loss = {{name: (value.dtype.name, float(value)) for name, value in step.items()}}
-'''
-_SUMMED_CROSS_ENTROPY = '''tf.reduce_mean(
+"""
+_SUMMED_CROSS_ENTROPY = """tf.reduce_mean(
                 tf.reduce_sum(
                     keras.losses.binary_crossentropy(data, reconstruction),
                     axis=(1, 2),
                 )
-            )'''
-_KL_FIXED = ('''            kl_loss = -0.5 * (
+            )"""
+_KL_FIXED = (
+    """            kl_loss = -0.5 * (
                 1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)
-            )''', '''            kl_loss = -0.5 * (
+            )""",
+    """            kl_loss = -0.5 * (
                 tf.cast(1 + z_log_var, tf.float32) - tf.square(tf.cast(z_mean, tf.float32)) - tf.exp(tf.cast(z_log_var, tf.float32))
-            )''')
+            )""",
+)
 _VAE_IMPORTS = {3: "from tensorflow import keras", 2: "import tf_keras as keras"}
 
 
@@ -558,7 +658,8 @@ def test_mp103_casts_before_the_exponential_and_the_cross_entropy_not_after_the_
     source = _vae(generation, _SUMMED_CROSS_ENTROPY)
     fixed = _fixed(source, "MP103", generation, [(20, 21), (27, 38)], policy="mixed_float16")
     assert fixed == source.replace(*_KL_FIXED).replace(
-        "binary_crossentropy(data, reconstruction)", "binary_crossentropy(data, tf.cast(reconstruction, tf.float32))")
+        "binary_crossentropy(data, reconstruction)", "binary_crossentropy(data, tf.cast(reconstruction, tf.float32))"
+    )
 
     before, after = _losses(source), _losses(fixed)
     assert before["kl"] == ("float16", float("inf")) and before["loss"] == ("float16", float("inf"))
@@ -576,7 +677,8 @@ def test_mp103_casts_the_float16_operand_the_fixed_loss_meets_after_its_name(gen
     source = _vae(generation, "tf.reduce_mean(tf.abs(data - reconstruction))")
     fixed = _fixed(source, "MP103", generation, [(22, 38)], policy="mixed_float16")
     assert fixed == source.replace(*_KL_FIXED).replace(
-        "total_loss = reconstruction_loss + kl_loss", "total_loss = tf.cast(reconstruction_loss, tf.float32) + kl_loss")
+        "total_loss = reconstruction_loss + kl_loss", "total_loss = tf.cast(reconstruction_loss, tf.float32) + kl_loss"
+    )
 
     with pytest.raises((TypeError, tf.errors.InvalidArgumentError)):
         _losses(fixed.replace("tf.cast(reconstruction_loss, tf.float32)", "reconstruction_loss"))
@@ -590,7 +692,7 @@ def test_mp103_casts_the_float16_operand_the_fixed_loss_meets_after_its_name(gen
 
 # keras' UnitNormalization (keras/src/layers/normalization/unit_normalization.py) and the same layer written with
 # TensorFlow's l2_normalize: the norm's clamp (1e-24 / 1e-12) flushes to 0 in float16.
-_UNIT_NORMALIZATION = '''import numpy as np
+_UNIT_NORMALIZATION = """import numpy as np
 {imports}
 
 keras.mixed_precision.set_global_policy("mixed_float16")
@@ -604,18 +706,33 @@ class UnitNormalization(keras.layers.Layer):
 rows = np.array([[0.0, 0.0, 0.0], [1e-4, 0.0, 0.0], [3.0, 4.0, 0.0]], "float32")
 outputs = UnitNormalization()(rows)
 result = (np.dtype(outputs.dtype.name if hasattr(outputs.dtype, "name") else outputs.dtype).name, np.asarray(outputs))
-'''
+"""
 _NORMALIZE_CASES = {
-    "keras3-ops": (3, "import keras\nfrom keras import ops", "ops.normalize(inputs, axis=-1, order=2, epsilon=1e-12)",
-                   (10, 64), 'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=-1, order=2, epsilon=1e-12), '
-                            'inputs.dtype) if keras.backend.standardize_dtype(inputs.dtype) in ("float16", "bfloat16") '
-                            'else ops.normalize(inputs, axis=-1, order=2, epsilon=1e-12)'),
-    "keras3-tf": (3, "import tensorflow as tf\nimport keras", "tf.math.l2_normalize(inputs, axis=-1)", (10, 16),
-                  "tf.cast(tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1), inputs.dtype) if inputs.dtype in "
-                  "(tf.float16, tf.bfloat16) else tf.math.l2_normalize(inputs, axis=-1)"),
-    "keras2-tf": (2, "import tensorflow as tf\nimport tf_keras as keras", "tf.math.l2_normalize(inputs, axis=-1)",
-                  (10, 16), "tf.cast(tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1), inputs.dtype) if "
-                            "inputs.dtype in (tf.float16, tf.bfloat16) else tf.math.l2_normalize(inputs, axis=-1)"),
+    "keras3-ops": (
+        3,
+        "import keras\nfrom keras import ops",
+        "ops.normalize(inputs, axis=-1, order=2, epsilon=1e-12)",
+        (10, 64),
+        'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=-1, order=2, epsilon=1e-12), '
+        'inputs.dtype) if keras.backend.standardize_dtype(inputs.dtype) in ("float16", "bfloat16") '
+        "else ops.normalize(inputs, axis=-1, order=2, epsilon=1e-12)",
+    ),
+    "keras3-tf": (
+        3,
+        "import tensorflow as tf\nimport keras",
+        "tf.math.l2_normalize(inputs, axis=-1)",
+        (10, 16),
+        "tf.cast(tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1), inputs.dtype) if inputs.dtype in "
+        "(tf.float16, tf.bfloat16) else tf.math.l2_normalize(inputs, axis=-1)",
+    ),
+    "keras2-tf": (
+        2,
+        "import tensorflow as tf\nimport tf_keras as keras",
+        "tf.math.l2_normalize(inputs, axis=-1)",
+        (10, 16),
+        "tf.cast(tf.math.l2_normalize(tf.cast(inputs, tf.float32), axis=-1), inputs.dtype) if "
+        "inputs.dtype in (tf.float16, tf.bfloat16) else tf.math.l2_normalize(inputs, axis=-1)",
+    ),
 }
 
 
@@ -646,7 +763,7 @@ def test_mp601_normalization_in_float32_keeps_zero_and_tiny_vectors_finite(case)
     assert plain.tolist() == np.array([[0, 0, 0], [1, 0, 0], [0.6, 0.8, 0]], "float32").tolist()
 
 
-_OTHER_INPUTS_UNIT_NORMALIZATION = '''import numpy as np
+_OTHER_INPUTS_UNIT_NORMALIZATION = """import numpy as np
 import keras
 from keras import ops
 
@@ -665,7 +782,7 @@ for inputs, autocast in [(np.arange(6).reshape(2, 3), True), (np.array([[1.0, 2.
         print(outputs.dtype.name, outputs.astype("float64").tolist())
     except Exception as error:
         print("raised", type(error).__name__)
-'''
+"""
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "torch"])

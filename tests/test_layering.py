@@ -28,17 +28,31 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("fixes/output", frozenset({"mplint.fixes", "mplint.output", "mplint.baseline", "mplint.rule_docs"})),
     # Entry points: the runner and what drives it, the runtime companion and its verifier (which import TensorFlow or
     # torch), and `testing` (the runner on code written to a temporary project, for tests).
-    ("cli/server/verify", frozenset({
-        "mplint.__main__", "mplint.cli", "mplint.runner", "mplint.watch", "mplint.explain", "mplint.testing",
-        "mplint.server", "mplint.verify", "mplint.runtime",
-    })),
+    (
+        "cli/server/verify",
+        frozenset(
+            {
+                "mplint.__main__",
+                "mplint.cli",
+                "mplint.runner",
+                "mplint.watch",
+                "mplint.explain",
+                "mplint.testing",
+                "mplint.server",
+                "mplint.verify",
+                "mplint.runtime",
+            }
+        ),
+    ),
 )
 
 # Imports that the layers allow but the design does not, (importing unit, imported module) -> why.
 FORBIDDEN: dict[tuple[str, str], str] = {
     ("mplint.analysis", "mplint.engine.rule"): "analyses serve rules; the rules' base classes live in checks",
-    ("mplint.checks", "mplint.project.torch_target"):
-        "a rule reads the torch target from its context's facts, not from the pin files on disk",
+    (
+        "mplint.checks",
+        "mplint.project.torch_target",
+    ): "a rule reads the torch target from its context's facts, not from the pin files on disk",
 }
 
 # Exceptions, (importer, imported) -> why it is still there: none today. An entry must say why, and the test fails on
@@ -77,8 +91,10 @@ def unit(module: str) -> str:
 def import_graph() -> dict[str, set[str]]:
     paths = {module_name(p): p for p in ROOT.rglob("*.py")}
     known = set(paths)
-    return {m: imported_modules(p.read_text(encoding="utf-8"), m, p.name == "__init__.py", known)
-            for m, p in sorted(paths.items())}
+    return {
+        m: imported_modules(p.read_text(encoding="utf-8"), m, p.name == "__init__.py", known)
+        for m, p in sorted(paths.items())
+    }
 
 
 def layer_of(module: str) -> int:
@@ -153,10 +169,12 @@ def test_no_import_goes_up_a_layer_or_closes_a_cycle():
     found = violations(import_graph(), ALLOWED)
     new = {edge: why for edge, why in found.items() if edge not in ALLOWED}
     assert new == {}, "imports against the layers (fix them; see LAYERS):\n" + "\n".join(
-        f"  {a} -> {b}: {why}" for (a, b), why in sorted(new.items()))
+        f"  {a} -> {b}: {why}" for (a, b), why in sorted(new.items())
+    )
     gone = sorted(set(ALLOWED) - set(found))
     assert gone == [], "exceptions that no longer happen (remove them from ALLOWED):\n" + "\n".join(
-        f"  {a} -> {b}" for a, b in gone)
+        f"  {a} -> {b}" for a, b in gone
+    )
 
 
 def test_lazy_relative_and_type_only_imports_count():
@@ -174,8 +192,14 @@ def test_lazy_relative_and_type_only_imports_count():
     )
     known = {"mplint.engine.walk", "mplint.engine.check", "mplint.engine.notebooks", "mplint.fixes.edits"}
     assert imported_modules(source, "mplint.fixes.write_back", False, known) == {
-        "mplint.engine.walk", "mplint.engine.check", "mplint.engine.notebooks", "mplint.fixes.edits",
-        "mplint.project.facts", "mplint.catalog", "mplint.fixes.writer"}
+        "mplint.engine.walk",
+        "mplint.engine.check",
+        "mplint.engine.notebooks",
+        "mplint.fixes.edits",
+        "mplint.project.facts",
+        "mplint.catalog",
+        "mplint.fixes.writer",
+    }
 
 
 def test_an_upward_import_a_sideways_cycle_and_a_forbidden_import_are_reported():
@@ -192,7 +216,8 @@ def test_an_upward_import_a_sideways_cycle_and_a_forbidden_import_are_reported()
         ("mplint.engine.check", "mplint.catalog"): "closes a cycle of mplint.catalog <-> mplint.engine",
         ("mplint.catalog", "mplint.engine.rule"): "closes a cycle of mplint.catalog <-> mplint.engine",
         ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"): FORBIDDEN[
-            "mplint.checks", "mplint.project.torch_target"],
+            "mplint.checks", "mplint.project.torch_target"
+        ],
     }
     allowed = {("mplint.catalog", "mplint.engine.rule"): "why"}
     assert set(violations(graph, allowed)) == {  # an allowed import breaks its cycle

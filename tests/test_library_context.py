@@ -68,7 +68,8 @@ def test_a_published_package_is_library_code_whatever_its_tool_scripts_set(libra
     assert (layers.library_context, layers.distribution, layers.policy_names) == (True, "kmodels", {"float32"})
     assert layers.describe_policy() == (
         "library code of kmodels (users pick the policy); tools/convert.py sets float32 but is a tool script of "
-        "this repository")
+        "this repository"
+    )
     heads = facts["kmodels/heads.py"]  # the mixed benchmark adds its own context on top
     assert (heads.library_context, heads.policy_names) == (True, {"float32", "mixed_float16"})
     assert heads.describe_policy() == "mixed_float16 set at benchmarks/bench_head.py:10, which imports this module"
@@ -76,12 +77,15 @@ def test_a_published_package_is_library_code_whatever_its_tool_scripts_set(libra
     assert (tool.library_context, tool.distribution) == (False, "")
 
 
-@pytest.mark.parametrize("paths", [
-    ["kmodels/"],
-    ["kmodels"],
-    ["kmodels/layers.py", "kmodels/heads.py"],
-    ["kmodels/__init__.py", "kmodels/heads.py", "kmodels/layers.py", "tools/convert.py"],  # a pre-commit file list
-])
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ["kmodels/"],
+        ["kmodels"],
+        ["kmodels/layers.py", "kmodels/heads.py"],
+        ["kmodels/__init__.py", "kmodels/heads.py", "kmodels/layers.py", "tools/convert.py"],  # a pre-commit file list
+    ],
+)
 def test_the_same_findings_whatever_paths_are_given(library, capsys, paths):
     assert _lint(capsys, *paths) == EXPECTED
 
@@ -95,9 +99,10 @@ def test_one_file_at_a_time(library, capsys):
 def test_from_above_the_project(library, capsys, monkeypatch):
     monkeypatch.chdir(library.parent)
     assert _lint(capsys, "library_with_tools/kmodels/layers.py") == {
-        "library_with_tools/kmodels/layers.py": [(
-            rule, line, column, message.replace("tools/convert.py", "library_with_tools/tools/convert.py"))
-            for rule, line, column, message in EXPECTED["kmodels/layers.py"]],
+        "library_with_tools/kmodels/layers.py": [
+            (rule, line, column, message.replace("tools/convert.py", "library_with_tools/tools/convert.py"))
+            for rule, line, column, message in EXPECTED["kmodels/layers.py"]
+        ],
     }
 
 
@@ -112,13 +117,22 @@ def test_an_editor_buffer_gets_the_same_findings(library):
 
 # --- what packaging metadata publishes ------------------------------------------------------
 
+
 def _layout(tmp_path, metadata: dict[str, str]) -> Path:
-    return write_files(tmp_path, {
-        **metadata,
-        "kmodels/__init__.py": "", "kmodels/layers/__init__.py": "", "kmodels/layers/attention.py": "",
-        "src/other/__init__.py": "", "tools/__init__.py": "", "tools/convert.py": "", "benchmarks/bench.py": "",
-        "single.py": "",
-    })
+    return write_files(
+        tmp_path,
+        {
+            **metadata,
+            "kmodels/__init__.py": "",
+            "kmodels/layers/__init__.py": "",
+            "kmodels/layers/attention.py": "",
+            "src/other/__init__.py": "",
+            "tools/__init__.py": "",
+            "tools/convert.py": "",
+            "benchmarks/bench.py": "",
+            "single.py": "",
+        },
+    )
 
 
 def _shipped(root: Path) -> tuple[str, list[str], list[str]] | None:
@@ -129,54 +143,97 @@ def _shipped(root: Path) -> tuple[str, list[str], list[str]] | None:
     return found.name, folders, sorted(Path(m).relative_to(root).as_posix() for m in found.modules)
 
 
-@pytest.mark.parametrize("metadata, expected", [
-    ({"pyproject.toml": '[project]\nname = "kmodels"\n[tool.setuptools]\npackages = ["kmodels", "kmodels.layers"]\n'},
-     ("kmodels", ["kmodels", "kmodels/layers"], [])),
-    ({"pyproject.toml": '[project]\nname = "kmodels"\n[tool.setuptools]\npackages = ["kmodels"]\n'},
-     ("kmodels", ["kmodels"], [])),  # a subpackage not listed is not shipped
-    ({"pyproject.toml": '[project]\nname = "x"\n[tool.setuptools.packages.find]\ninclude = ["kmodels*"]\n'},
-     ("x", ["kmodels", "kmodels/layers"], [])),
-    ({"pyproject.toml": '[project]\nname = "x"\n[tool.setuptools.packages.find]\nwhere = ["src"]\n'},
-     ("x", ["src/other"], [])),
-    ({"pyproject.toml": '[project]\nname = "x"\n[tool.hatch.build.targets.wheel]\npackages = ["src/other"]\n'},
-     ("x", ["src/other"], [])),
-    ({"pyproject.toml": '[tool.poetry]\nname = "x"\npackages = [{include = "other", from = "src"}]\n'},
-     ("x", ["src/other"], [])),
-    ({"pyproject.toml": '[project]\nname = "x"\n[tool.flit.module]\nname = "kmodels"\n'},
-     ("x", ["kmodels", "kmodels/layers"], [])),
-    # no packaging table: the package named like the distribution
-    ({"pyproject.toml": '[project]\nname = "KModels"\n'}, ("KModels", ["kmodels", "kmodels/layers"], [])),
-    # a name that matches no package: setuptools' discovery (src/ first)
-    ({"pyproject.toml": '[project]\nname = "x"\n'}, ("x", ["src/other"], [])),
-    ({"setup.py": 'from setuptools import setup, find_packages\nsetup(name="kmodels", '
-                  'packages=find_packages(exclude=["tools", "tools.*"]), py_modules=["single"])\n'},
-     ("kmodels", ["kmodels", "kmodels/layers"], ["single.py"])),
-    ({"setup.py": 'import setuptools\nPKGS = ["other"]\nsetuptools.setup(name="o", packages=PKGS, package_dir={"": "src"})\n'},
-     ("o", ["src/other"], [])),
-    ({"setup.cfg": "[metadata]\nname = kmodels\n[options]\npackages = find:\n[options.packages.find]\n"
-                   "include =\n    kmodels\n    kmodels.*\n"},
-     ("kmodels", ["kmodels", "kmodels/layers"], [])),
-    ({"pyproject.toml": "[tool.black]\nline-length = 100\n"}, None),  # only configures tools
-])
+@pytest.mark.parametrize(
+    "metadata, expected",
+    [
+        (
+            {
+                "pyproject.toml": '[project]\nname = "kmodels"\n[tool.setuptools]\npackages = ["kmodels", "kmodels.layers"]\n'
+            },
+            ("kmodels", ["kmodels", "kmodels/layers"], []),
+        ),
+        (
+            {"pyproject.toml": '[project]\nname = "kmodels"\n[tool.setuptools]\npackages = ["kmodels"]\n'},
+            ("kmodels", ["kmodels"], []),
+        ),  # a subpackage not listed is not shipped
+        (
+            {"pyproject.toml": '[project]\nname = "x"\n[tool.setuptools.packages.find]\ninclude = ["kmodels*"]\n'},
+            ("x", ["kmodels", "kmodels/layers"], []),
+        ),
+        (
+            {"pyproject.toml": '[project]\nname = "x"\n[tool.setuptools.packages.find]\nwhere = ["src"]\n'},
+            ("x", ["src/other"], []),
+        ),
+        (
+            {"pyproject.toml": '[project]\nname = "x"\n[tool.hatch.build.targets.wheel]\npackages = ["src/other"]\n'},
+            ("x", ["src/other"], []),
+        ),
+        (
+            {"pyproject.toml": '[tool.poetry]\nname = "x"\npackages = [{include = "other", from = "src"}]\n'},
+            ("x", ["src/other"], []),
+        ),
+        (
+            {"pyproject.toml": '[project]\nname = "x"\n[tool.flit.module]\nname = "kmodels"\n'},
+            ("x", ["kmodels", "kmodels/layers"], []),
+        ),
+        # no packaging table: the package named like the distribution
+        ({"pyproject.toml": '[project]\nname = "KModels"\n'}, ("KModels", ["kmodels", "kmodels/layers"], [])),
+        # a name that matches no package: setuptools' discovery (src/ first)
+        ({"pyproject.toml": '[project]\nname = "x"\n'}, ("x", ["src/other"], [])),
+        (
+            {
+                "setup.py": 'from setuptools import setup, find_packages\nsetup(name="kmodels", '
+                'packages=find_packages(exclude=["tools", "tools.*"]), py_modules=["single"])\n'
+            },
+            ("kmodels", ["kmodels", "kmodels/layers"], ["single.py"]),
+        ),
+        (
+            {
+                "setup.py": 'import setuptools\nPKGS = ["other"]\nsetuptools.setup(name="o", packages=PKGS, package_dir={"": "src"})\n'
+            },
+            ("o", ["src/other"], []),
+        ),
+        (
+            {
+                "setup.cfg": "[metadata]\nname = kmodels\n[options]\npackages = find:\n[options.packages.find]\n"
+                "include =\n    kmodels\n    kmodels.*\n"
+            },
+            ("kmodels", ["kmodels", "kmodels/layers"], []),
+        ),
+        ({"pyproject.toml": "[tool.black]\nline-length = 100\n"}, None),  # only configures tools
+    ],
+)
 def test_what_the_packaging_metadata_ships(tmp_path, metadata, expected):
     assert _shipped(_layout(tmp_path, metadata)) == expected
 
 
 def test_flat_layout_discovery_skips_tools_and_benchmarks(tmp_path):
-    root = write_files(tmp_path, {"pyproject.toml": '[project]\nname = "x"\n', "kmodels/__init__.py": "",
-                                  "tools/__init__.py": "", "benchmarks/__init__.py": ""})
+    root = write_files(
+        tmp_path,
+        {
+            "pyproject.toml": '[project]\nname = "x"\n',
+            "kmodels/__init__.py": "",
+            "tools/__init__.py": "",
+            "benchmarks/__init__.py": "",
+        },
+    )
     assert _shipped(root) == ("x", ["kmodels"], [])
 
 
 def test_an_unpublished_float32_program_keeps_its_modules_float32(tmp_path, monkeypatch, capsys):
     """Without packaging metadata a float32 training script's helpers are the project's own float32 code."""
-    write_files(tmp_path, {
-        "requirements.txt": "keras>=3.0\n",
-        "train.py": (REPO / "fixtures/library_with_tools/tools/convert.py").read_text().replace("kmodels", "models"),
-        "models/__init__.py": "from models.layers import MaskedAttention\nfrom models.heads import ScoreHead\n",
-        "models/layers.py": (REPO / "fixtures/library_with_tools/kmodels/layers.py").read_text(),
-        "models/heads.py": (REPO / "fixtures/library_with_tools/kmodels/heads.py").read_text(),
-    })
+    write_files(
+        tmp_path,
+        {
+            "requirements.txt": "keras>=3.0\n",
+            "train.py": (REPO / "fixtures/library_with_tools/tools/convert.py")
+            .read_text()
+            .replace("kmodels", "models"),
+            "models/__init__.py": "from models.layers import MaskedAttention\nfrom models.heads import ScoreHead\n",
+            "models/layers.py": (REPO / "fixtures/library_with_tools/kmodels/layers.py").read_text(),
+            "models/heads.py": (REPO / "fixtures/library_with_tools/kmodels/heads.py").read_text(),
+        },
+    )
     monkeypatch.chdir(tmp_path)
     assert _lint(capsys, ".") == {}
     assert not project_facts(tmp_path)["models/layers.py"].library_context
@@ -192,7 +249,7 @@ LAYER = (
 )
 SCRIPT = (
     "import keras\n{imports}\n\nkeras.mixed_precision.set_global_policy({policy!r})\n\n"
-    "if __name__ == \"__main__\":\n    print({uses})\n"
+    'if __name__ == "__main__":\n    print({uses})\n'
 )
 
 
@@ -222,27 +279,49 @@ def _project(draw) -> _Generated:
     files = {"kmodels/__init__.py": "".join(f"from kmodels.m{n} import Block{n}\n" for n in range(modules))}
     files.update({f"kmodels/m{n}.py": LAYER.format(n=n) for n in range(modules)})
     marker = draw(st.sampled_from(["pyproject", "setup.py", "requirements", "git"]))
-    files.update({"pyproject": {"pyproject.toml": '[project]\nname = "kmodels"\n'},
-                  "setup.py": {"setup.py": 'from setuptools import setup\nsetup(name="kmodels", packages=["kmodels"])\n'},
-                  "requirements": {"requirements.txt": "keras>=3.0\n"},
-                  "git": {".git/HEAD": "ref: refs/heads/main\n"}}[marker])
+    files.update(
+        {
+            "pyproject": {"pyproject.toml": '[project]\nname = "kmodels"\n'},
+            "setup.py": {"setup.py": 'from setuptools import setup\nsetup(name="kmodels", packages=["kmodels"])\n'},
+            "requirements": {"requirements.txt": "keras>=3.0\n"},
+            "git": {".git/HEAD": "ref: refs/heads/main\n"},
+        }[marker]
+    )
     programs = []
-    for index, (folder, policy, reached) in enumerate(draw(st.lists(st.tuples(
-            st.sampled_from(["tools", "benchmarks", "examples", "."]),
-            st.sampled_from(["float32", "mixed_float16", "mixed_bfloat16"]),
-            st.lists(st.integers(0, modules - 1), min_size=1, max_size=2, unique=True)), max_size=3))):
+    for index, (folder, policy, reached) in enumerate(
+        draw(
+            st.lists(
+                st.tuples(
+                    st.sampled_from(["tools", "benchmarks", "examples", "."]),
+                    st.sampled_from(["float32", "mixed_float16", "mixed_bfloat16"]),
+                    st.lists(st.integers(0, modules - 1), min_size=1, max_size=2, unique=True),
+                ),
+                max_size=3,
+            )
+        )
+    ):
         imports = "\n".join(f"from kmodels.m{n} import Block{n}" for n in reached)
         script = f"{folder}/run_{index}.py".removeprefix("./")
         files[script] = SCRIPT.format(imports=imports, policy=policy, uses=", ".join(f"Block{n}" for n in reached))
         programs.append((script, policy, reached))
-    for index, (where, reached) in enumerate(draw(st.lists(st.tuples(
-            st.sampled_from(["examples/nested", "tools/other", "kmodels/vendored"]),
-            st.lists(st.integers(0, modules - 1), min_size=1, max_size=2, unique=True)), max_size=2))):
+    for index, (where, reached) in enumerate(
+        draw(
+            st.lists(
+                st.tuples(
+                    st.sampled_from(["examples/nested", "tools/other", "kmodels/vendored"]),
+                    st.lists(st.integers(0, modules - 1), min_size=1, max_size=2, unique=True),
+                ),
+                max_size=2,
+            )
+        )
+    ):
         # a nested project with its own pins: its mixed script is no program of this one
         files[f"{where}/requirements.txt"] = "keras>=3.0\n"
         files[f"{where}/train_{index}.py"] = SCRIPT.format(
-            imports="\n".join(f"from kmodels.m{n} import Block{n}" for n in reached), policy="mixed_float16",
-            uses=", ".join(f"Block{n}" for n in reached))
+            imports="\n".join(f"from kmodels.m{n} import Block{n}" for n in reached),
+            policy="mixed_float16",
+            uses=", ".join(f"Block{n}" for n in reached),
+        )
     return _Generated(files, modules, marker in ("pyproject", "setup.py"), programs)
 
 
@@ -297,23 +376,30 @@ def test_generated_projects_give_the_same_findings_for_every_way_of_naming_paths
                 assert alone == ({name: whole[name]} if name in whole else {}), name
             monkeypatch.chdir(root.parent)  # from above the project
             above = _findings(capsys, root, "repo/kmodels/m0.py")
-            assert [(r, line, col) for r, line, col, _ in above.get("kmodels/m0.py", [])] == \
-                [(r, line, col) for r, line, col, _ in whole.get("kmodels/m0.py", [])]
+            assert [(r, line, col) for r, line, col, _ in above.get("kmodels/m0.py", [])] == [
+                (r, line, col) for r, line, col, _ in whole.get("kmodels/m0.py", [])
+            ]
             path = root / "kmodels/m0.py"
             buffer = Buffer(path, (Part(path.as_uri(), path.read_text(encoding="utf-8")),))
             result = check_buffer(buffer, project_folder(path, [root.parent]))
-            assert [(d.rule_id, d.line, d.column, d.message) for d in result.diagnostics] == whole.get("kmodels/m0.py", [])
+            assert [(d.rule_id, d.line, d.column, d.message) for d in result.diagnostics] == whole.get(
+                "kmodels/m0.py", []
+            )
 
     check()
 
 
 def test_a_nested_project_is_no_part_of_the_project_around_it(library, capsys):
     """examples/nested has its own pins: its mixed script is its own project's program, whatever paths are given."""
-    write_files(library, {
-        "examples/nested/requirements.txt": "keras>=3.0\n",
-        "examples/nested/train.py": SCRIPT.format(imports="from kmodels.layers import MaskedAttention",
-                                                 policy="mixed_float16", uses="MaskedAttention"),
-    })
+    write_files(
+        library,
+        {
+            "examples/nested/requirements.txt": "keras>=3.0\n",
+            "examples/nested/train.py": SCRIPT.format(
+                imports="from kmodels.layers import MaskedAttention", policy="mixed_float16", uses="MaskedAttention"
+            ),
+        },
+    )
     assert _lint(capsys, ".") == EXPECTED
     assert _lint(capsys, "kmodels/layers.py") == {"kmodels/layers.py": EXPECTED["kmodels/layers.py"]}
     assert "examples/nested/train.py" not in project_facts(library)
@@ -328,20 +414,29 @@ TINY = (
 
 @pytest.mark.parametrize("eps", ["1e-8", "1e-9", "1e-12"])
 def test_epsilons_below_the_smallest_subnormal_before_a_log_or_division_in_library_code(library, capsys, eps):
-    write_files(library, {"kmodels/norm.py": (
-        "import keras\nfrom keras import ops\n\n\n"
-        "class Gate(keras.layers.Layer):\n    def call(self, x):\n        p = ops.sigmoid(x)\n"
-        f"        return -ops.log(p + {eps})\n\n\n"
-        "class Norm(keras.layers.Layer):\n    def call(self, x):\n"
-        f"        return x / (ops.sqrt(ops.mean(ops.square(x), axis=-1)) + {eps})\n\n\n"
-        "def focal(y_true, y_pred):  # a plain function: whether y_pred is float16 is its callers' business\n"
-        f"    return -y_true * ops.log(y_pred + {eps})\n"),
-        "tools/convert.py": (library / "tools/convert.py").read_text().replace("import kmodels\n", "import kmodels\nimport kmodels.norm\n"),
-    })
-    assert _lint(capsys, "kmodels/norm.py") == {"kmodels/norm.py": [
-        ("MP601", 8, 29, TINY.format(eps=eps, what="p")),
-        ("MP601", 13, 66, TINY.format(eps=eps, what="ops.sqrt(ops.mean(ops.square(x), axis...")),
-    ]}
+    write_files(
+        library,
+        {
+            "kmodels/norm.py": (
+                "import keras\nfrom keras import ops\n\n\n"
+                "class Gate(keras.layers.Layer):\n    def call(self, x):\n        p = ops.sigmoid(x)\n"
+                f"        return -ops.log(p + {eps})\n\n\n"
+                "class Norm(keras.layers.Layer):\n    def call(self, x):\n"
+                f"        return x / (ops.sqrt(ops.mean(ops.square(x), axis=-1)) + {eps})\n\n\n"
+                "def focal(y_true, y_pred):  # a plain function: whether y_pred is float16 is its callers' business\n"
+                f"    return -y_true * ops.log(y_pred + {eps})\n"
+            ),
+            "tools/convert.py": (library / "tools/convert.py")
+            .read_text()
+            .replace("import kmodels\n", "import kmodels\nimport kmodels.norm\n"),
+        },
+    )
+    assert _lint(capsys, "kmodels/norm.py") == {
+        "kmodels/norm.py": [
+            ("MP601", 8, 29, TINY.format(eps=eps, what="p")),
+            ("MP601", 13, 66, TINY.format(eps=eps, what="ops.sqrt(ops.mean(ops.square(x), axis...")),
+        ]
+    }
     assert project_facts(library)["kmodels/norm.py"].policy_names == {"float32"}  # the tool script reaches it
 
 
@@ -380,7 +475,9 @@ API_EXPECTED = {
     # reached by examples/train_mixed.py through krs.layers (krs/api/layers): its mixed_float16 is the context
     "krs/src/layers/attention.py": [("MP601", 14, 73, API_MASK.format(axes="None, :"))],
     # exported but used by no program: library code
-    "krs/src/layers/pooling.py": [("MP601", 9, 74, API_MASK.format(axes=":, None") + "; library code of krs (users pick the policy)")],
+    "krs/src/layers/pooling.py": [
+        ("MP601", 9, 74, API_MASK.format(axes=":, None") + "; library code of krs (users pick the policy)")
+    ],
     "krs/src/layers/scoring.py": [("MP601", 14, 29, EPSILON)],  # `from krs.layers import ScoreHead`
 }
 
@@ -393,12 +490,20 @@ def api_library(tmp_path, monkeypatch) -> Path:
     return root
 
 
-@pytest.mark.parametrize("paths", [
-    ["."],
-    ["krs/"],
-    ["krs/src/layers"],
-    ["krs/src/layers/attention.py", "krs/src/layers/pooling.py", "krs/src/layers/scoring.py", "examples/train_mixed.py"],
-])
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ["."],
+        ["krs/"],
+        ["krs/src/layers"],
+        [
+            "krs/src/layers/attention.py",
+            "krs/src/layers/pooling.py",
+            "krs/src/layers/scoring.py",
+            "examples/train_mixed.py",
+        ],
+    ],
+)
 def test_public_names_resolve_through_the_api_folder_on_the_package_path(api_library, capsys, paths):
     assert _lint(capsys, *paths) == API_EXPECTED
 
@@ -407,7 +512,10 @@ def test_the_program_reaches_the_defining_modules_through_the_api_folder(api_lib
     facts = project_facts(api_library)
     reached = {name for name, f in facts.items() if f.policy_names == {"mixed_float16"}}
     assert reached == {
-        "examples/train_mixed.py", "krs/__init__.py", "krs/api/__init__.py", "krs/api/layers/__init__.py",
+        "examples/train_mixed.py",
+        "krs/__init__.py",
+        "krs/api/__init__.py",
+        "krs/api/layers/__init__.py",
         "krs/api/ops/__init__.py",  # `import krs.ops as krs_ops`
         "krs/src/layers/attention.py",  # krs.layers.MaskedDotAttention, through `import krs`
         "krs/src/layers/scoring.py",  # from krs.layers import ScoreHead
@@ -433,7 +541,8 @@ def test_show_facts_shows_the_program_that_reaches_a_module_through_the_api_fold
     assert main(["--show-facts", "--no-cache", "fixtures/library_with_api_path/krs/src/layers/pooling.py"]) == 0
     assert capsys.readouterr().out.endswith(
         "  no program of this project reaches the files given: library code\n"
-        "  fixtures/library_with_api_path/krs/src/layers/pooling.py: library code of krs (users pick the policy)\n")
+        "  fixtures/library_with_api_path/krs/src/layers/pooling.py: library code of krs (users pick the policy)\n"
+    )
 
 
 PATH_LINES = {
@@ -445,17 +554,22 @@ PATH_LINES = {
 
 
 def _api_project(tmp_path, path_line: str, api: str = "api", extra: dict[str, str] | None = None) -> Path:
-    return write_files(tmp_path, {
-        "requirements.txt": "keras>=3.0\n",
-        "pkg/__init__.py": f"import os\nfrom pathlib import Path\n\nfrom pkg.{api} import *\n\n{path_line.replace('api', api)}",
-        f"pkg/{api}/__init__.py": f"from pkg.{api} import layers\nfrom pkg.{api} import ops\n",
-        f"pkg/{api}/layers/__init__.py": "from pkg.src.layers.dense import Dense as Dense\n",
-        f"pkg/{api}/ops/__init__.py": "from pkg.src.ops.math import softplus as softplus\n",
-        "pkg/src/__init__.py": "", "pkg/src/layers/__init__.py": "", "pkg/src/ops/__init__.py": "",
-        "pkg/src/layers/dense.py": "class Dense:\n    pass\n",
-        "pkg/src/ops/math.py": "def softplus(x):\n    return x\n",
-        **(extra or {}),
-    })
+    return write_files(
+        tmp_path,
+        {
+            "requirements.txt": "keras>=3.0\n",
+            "pkg/__init__.py": f"import os\nfrom pathlib import Path\n\nfrom pkg.{api} import *\n\n{path_line.replace('api', api)}",
+            f"pkg/{api}/__init__.py": f"from pkg.{api} import layers\nfrom pkg.{api} import ops\n",
+            f"pkg/{api}/layers/__init__.py": "from pkg.src.layers.dense import Dense as Dense\n",
+            f"pkg/{api}/ops/__init__.py": "from pkg.src.ops.math import softplus as softplus\n",
+            "pkg/src/__init__.py": "",
+            "pkg/src/layers/__init__.py": "",
+            "pkg/src/ops/__init__.py": "",
+            "pkg/src/layers/dense.py": "class Dense:\n    pass\n",
+            "pkg/src/ops/math.py": "def softplus(x):\n    return x\n",
+            **(extra or {}),
+        },
+    )
 
 
 def _reached_by(root: Path, entry: str) -> set[str]:
@@ -464,13 +578,16 @@ def _reached_by(root: Path, entry: str) -> set[str]:
 
 @pytest.mark.parametrize("how", sorted(PATH_LINES))
 @pytest.mark.parametrize("api", ["api", "_api"])
-@pytest.mark.parametrize("program, reaches", [
-    ("from pkg import layers\nlayers.Dense()\n", "pkg/src/layers/dense.py"),
-    ("from pkg.layers import Dense\nDense()\n", "pkg/src/layers/dense.py"),
-    ("import pkg.ops as ops\nops.softplus(1.0)\n", "pkg/src/ops/math.py"),
-    ("import pkg\npkg.layers.Dense()\n", "pkg/src/layers/dense.py"),
-    ("import pkg\npkg.ops.softplus(1.0)\n", "pkg/src/ops/math.py"),
-])
+@pytest.mark.parametrize(
+    "program, reaches",
+    [
+        ("from pkg import layers\nlayers.Dense()\n", "pkg/src/layers/dense.py"),
+        ("from pkg.layers import Dense\nDense()\n", "pkg/src/layers/dense.py"),
+        ("import pkg.ops as ops\nops.softplus(1.0)\n", "pkg/src/ops/math.py"),
+        ("import pkg\npkg.layers.Dense()\n", "pkg/src/layers/dense.py"),
+        ("import pkg\npkg.ops.softplus(1.0)\n", "pkg/src/ops/math.py"),
+    ],
+)
 def test_every_form_of_public_import_reaches_the_defining_module(tmp_path, how, api, program, reaches):
     script = f"import keras\n{program}keras.mixed_precision.set_global_policy('mixed_float16')\n"
     root = _api_project(tmp_path, PATH_LINES[how], api, {"train.py": script})
@@ -480,17 +597,28 @@ def test_every_form_of_public_import_reaches_the_defining_module(tmp_path, how, 
 
 
 def test_without_the_path_line_the_public_names_are_not_found(tmp_path):
-    root = _api_project(tmp_path, "", extra={"train.py": "import keras\nfrom pkg.layers import Dense\nDense()\n"
-                                                         "keras.mixed_precision.set_global_policy('mixed_float16')\n"})
+    root = _api_project(
+        tmp_path,
+        "",
+        extra={
+            "train.py": "import keras\nfrom pkg.layers import Dense\nDense()\n"
+            "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        },
+    )
     assert "pkg/src/layers/dense.py" not in _reached_by(root, "train.py")
 
 
 @pytest.mark.parametrize("how, found", [("append", "pkg/layers.py"), ("insert", "pkg/src/layers/dense.py")])
 def test_the_package_path_order_decides_which_module_a_name_is(tmp_path, how, found):
     """`insert(0, api)` puts api/ before the package's own folder, `append` after it."""
-    root = _api_project(tmp_path, PATH_LINES[how], extra={
-        "pkg/layers.py": "class Dense:\n    pass\n",
-        "train.py": "import keras\nfrom pkg.layers import Dense\nDense()\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"})
+    root = _api_project(
+        tmp_path,
+        PATH_LINES[how],
+        extra={
+            "pkg/layers.py": "class Dense:\n    pass\n",
+            "train.py": "import keras\nfrom pkg.layers import Dense\nDense()\nkeras.mixed_precision.set_global_policy('mixed_float16')\n",
+        },
+    )
     assert _reached_by(root, "train.py") & {"pkg/layers.py", "pkg/src/layers/dense.py"} == {found}
 
 
@@ -498,7 +626,9 @@ def test_package_path_facts():
     from mplint.project.extract import HERE, extract_file_facts
 
     def path_of(line: str) -> list[str]:
-        return extract_file_facts(f"import os\nfrom pathlib import Path\n{line}".encode(), "pkg/__init__.py", "pkg").package_path
+        return extract_file_facts(
+            f"import os\nfrom pathlib import Path\n{line}".encode(), "pkg/__init__.py", "pkg"
+        ).package_path
 
     assert path_of(PATH_LINES["append"]) == [HERE, f"{HERE}/api"]
     assert path_of(PATH_LINES["insert"]) == [f"{HERE}/api", HERE]
@@ -511,8 +641,10 @@ def test_package_path_facts():
 # --- re-exports of Keras modules between a package's own modules ------------------------------
 
 SHIM = "from pkg.src.backend.config import keras_3\n\nif keras_3():\n    import keras\nelse:\n    from tensorflow import keras\n"
-STAR_SHIM = ("from pkg.src.backend.config import keras_3\n\nif keras_3():\n    from keras import *  # noqa: F403\n"
-             "else:\n    from tensorflow.keras import *  # noqa: F403\n")
+STAR_SHIM = (
+    "from pkg.src.backend.config import keras_3\n\nif keras_3():\n    from keras import *  # noqa: F403\n"
+    "else:\n    from tensorflow.keras import *  # noqa: F403\n"
+)
 BACKEND_LAYER = (
     "from pkg.src.backend import keras\n\n\nclass Block(keras.layers.Layer):\n    def call(self, x, mask):\n"
     "        return x + (1.0 - keras.ops.cast(mask, x.dtype)) * -1e9\n"
@@ -525,26 +657,35 @@ BACKEND_MASK = (
 
 
 @pytest.mark.parametrize("shim", ["pkg/src/backend/__init__.py", "pkg/src/backend/keras.py"])
-@pytest.mark.parametrize("public", [
-    "pkg/backend/__init__.py",  # a public subpackage
-    "pkg/api/backend/__init__.py",  # an api/ folder on the package's __path__
-])
+@pytest.mark.parametrize(
+    "public",
+    [
+        "pkg/backend/__init__.py",  # a public subpackage
+        "pkg/api/backend/__init__.py",  # an api/ folder on the package's __path__
+    ],
+)
 def test_a_keras_module_reexported_by_a_backend_shim_resolves(tmp_path, monkeypatch, capsys, shim, public):
     """`import keras` under a version test in a backend shim (or a shim module that star-imports Keras), passed on
     by the public API as `from pkg.src.backend import keras`: the program's `keras.mixed_precision` is Keras'."""
-    root = write_files(tmp_path, {
-        "requirements.txt": "keras>=3.0\n",
-        "pkg/__init__.py": 'import os\n__path__.append(os.path.join(os.path.dirname(__file__), "api"))\n',
-        "pkg/api/__init__.py": "", "pkg/src/__init__.py": "",
-        "pkg/src/backend/__init__.py": "",
-        "pkg/src/backend/config.py": "def keras_3():\n    return True\n",
-        shim: SHIM if shim.endswith("__init__.py") else STAR_SHIM,
-        public: "from pkg.src.backend import keras as keras\n",
-        "pkg/src/layers.py": BACKEND_LAYER,
-        "train.py": ("from pkg.backend import keras\nfrom pkg.src.layers import Block\n\n"
-                     "keras.mixed_precision.set_global_policy('mixed_float16')\n\n"
-                     "if __name__ == '__main__':\n    print(Block())\n"),
-    })
+    root = write_files(
+        tmp_path,
+        {
+            "requirements.txt": "keras>=3.0\n",
+            "pkg/__init__.py": 'import os\n__path__.append(os.path.join(os.path.dirname(__file__), "api"))\n',
+            "pkg/api/__init__.py": "",
+            "pkg/src/__init__.py": "",
+            "pkg/src/backend/__init__.py": "",
+            "pkg/src/backend/config.py": "def keras_3():\n    return True\n",
+            shim: SHIM if shim.endswith("__init__.py") else STAR_SHIM,
+            public: "from pkg.src.backend import keras as keras\n",
+            "pkg/src/layers.py": BACKEND_LAYER,
+            "train.py": (
+                "from pkg.backend import keras\nfrom pkg.src.layers import Block\n\n"
+                "keras.mixed_precision.set_global_policy('mixed_float16')\n\n"
+                "if __name__ == '__main__':\n    print(Block())\n"
+            ),
+        },
+    )
     facts = project_facts(root)
     assert facts["pkg/src/layers.py"].policy_names == {"mixed_float16"}
     reexports = facts["pkg/src/layers.py"].reexports
@@ -558,16 +699,22 @@ def test_reexports_under_a_version_test_keep_the_first_arm():
     from mplint.project.extract import extract_file_facts
 
     assert extract_file_facts(SHIM.encode(), "pkg/src/backend/__init__.py", "pkg.src.backend").reexports == {
-        "pkg.src.backend.keras": "keras"}
+        "pkg.src.backend.keras": "keras"
+    }
     assert extract_file_facts(STAR_SHIM.encode(), "pkg/src/backend/keras.py", "pkg.src.backend.keras").reexports == {
-        "pkg.src.backend.keras": "keras"}
+        "pkg.src.backend.keras": "keras"
+    }
     inside = "def load():\n    import keras\n    return keras\n"  # a function's import binds no name of the module
     assert extract_file_facts(inside.encode(), "pkg/m.py", "pkg.m").reexports == {}
 
 
 def test_show_facts_says_whether_each_file_given_is_library_code_and_why(library, capsys):
     assert main(["--show-facts", "--no-cache", "kmodels/heads.py", "tools/convert.py", "benchmarks/bench_head.py"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("project", "    ", "  program", "  target"))]
+    lines = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if not line.startswith(("project", "    ", "  program", "  target"))
+    ]
     assert lines == [
         "  benchmarks/bench_head.py: not library code: mixed_float16 set at benchmarks/bench_head.py:10",
         # a mixed benchmark reaches it: both contexts, as the messages give them
@@ -578,10 +725,18 @@ def test_show_facts_says_whether_each_file_given_is_library_code_and_why(library
 
 
 def test_show_facts_counts_the_library_files_of_many(tmp_path, monkeypatch, capsys):
-    write_files(tmp_path, {"pyproject.toml": '[project]\nname = "kmodels"\n', "kmodels/__init__.py": "",
-                           **{f"kmodels/m{n}.py": "" for n in range(20)}, "tools/run.py": SCRIPT.format(
-                               imports="import kmodels.m0", policy="float32", uses="kmodels.m0")})
+    write_files(
+        tmp_path,
+        {
+            "pyproject.toml": '[project]\nname = "kmodels"\n',
+            "kmodels/__init__.py": "",
+            **{f"kmodels/m{n}.py": "" for n in range(20)},
+            "tools/run.py": SCRIPT.format(imports="import kmodels.m0", policy="float32", uses="kmodels.m0"),
+        },
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["--show-facts", "--no-cache", "."]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == [
-        "  21 of 22 files given: library code of kmodels", "  1 of 22 files given: not library code"]
+        "  21 of 22 files given: library code of kmodels",
+        "  1 of 22 files given: not library code",
+    ]

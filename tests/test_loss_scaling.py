@@ -50,8 +50,12 @@ def test_library_train_step_override_is_reported_with_or_without_a_mixed_precisi
     if not with_example:
         (work / "train.py").unlink()
     found = run(RunOptions(paths=[work], select=["MP2"], cache=False))
-    assert [(Path(d.path).name, d.rule_id, d.line, d.column) for d in found.remaining] == [("models.py", "MP202", 13, 21)]
-    assert found.remaining[0].message.startswith("compile() wraps" if with_example else "in library code, compile() wraps")
+    assert [(Path(d.path).name, d.rule_id, d.line, d.column) for d in found.remaining] == [
+        ("models.py", "MP202", 13, 21)
+    ]
+    assert found.remaining[0].message.startswith(
+        "compile() wraps" if with_example else "in library code, compile() wraps"
+    )
 
 
 def test_optimizer_from_another_module_is_read_through_its_summary(tmp_path):
@@ -70,9 +74,13 @@ def test_loss_scaled_by_helpers_of_another_module(tmp_path):
     work = _project("scaling_helpers", tmp_path)
     found = run(RunOptions(paths=[work], select=["MP2"], cache=False))
     [diagnostic] = found.remaining
-    assert (diagnostic.line, diagnostic.message) == (32, (
-        "the optimizer is a LossScaleOptimizer; the gradients are unscaled but the tape differentiates the "
-        "unscaled loss: updates 32768x too small"))
+    assert (diagnostic.line, diagnostic.message) == (
+        32,
+        (
+            "the optimizer is a LossScaleOptimizer; the gradients are unscaled but the tape differentiates the "
+            "unscaled loss: updates 32768x too small"
+        ),
+    )
     fixed = run(RunOptions(paths=[work], select=["MP2"], fix=True, cache=False))
     assert fixed.fixed_count == 1
     assert (work / "train.py").read_text(encoding="utf-8").splitlines()[30:33] == [
@@ -83,14 +91,19 @@ def test_loss_scaled_by_helpers_of_another_module(tmp_path):
 
 
 @pytest.mark.parametrize("keras", [2, 3])
-@pytest.mark.parametrize("imports, scaled_by, unscaled_by", [
-    ("import amp", "amp.scale", "amp.unscale"),
-    ("from amp import scale as scaled_for, unscale", "scaled_for", "unscale"),  # as the calling module names them
-])
+@pytest.mark.parametrize(
+    "imports, scaled_by, unscaled_by",
+    [
+        ("import amp", "amp.scale", "amp.unscale"),
+        ("from amp import scale as scaled_for, unscale", "scaled_for", "unscale"),  # as the calling module names them
+    ],
+)
 def test_helper_of_another_module_that_scales_the_loss_is_no_missing_scaling(keras, imports, scaled_by, unscaled_by):
     scale = "get_scaled_loss" if keras == 2 else "scale_loss"
-    files = {"amp.py": f"def scale(optimizer, loss):\n    return optimizer.{scale}(loss)\n\n"
-                       "def unscale(optimizer, grads):\n    return optimizer.get_unscaled_gradients(grads)\n"}
+    files = {
+        "amp.py": f"def scale(optimizer, loss):\n    return optimizer.{scale}(loss)\n\n"
+        "def unscale(optimizer, grads):\n    return optimizer.get_unscaled_gradients(grads)\n"
+    }
     unscale = f"    grads = {unscaled_by}(optimizer, grads)\n" if keras == 2 else ""
     code = (
         f"import tensorflow as tf\n{imports}\n\n"
@@ -102,8 +115,8 @@ def test_helper_of_another_module_that_scales_the_loss_is_no_missing_scaling(ker
         "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
         f"        scaled = {scaled_by}(optimizer, loss)\n"
         "    grads = tape.gradient(scaled, model.trainable_variables)\n"
-        + unscale +
-        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        + unscale
+        + "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
     )
     assert lint_code(code, path="train.py", files=files, keras=keras, select=["MP2"]).diagnostics == []
     # the same loop without the helper's scaling: the unscaled loss is differentiated
@@ -136,7 +149,9 @@ def test_loss_scaling_summaries():
 
 
 def test_plain_optimizer_from_another_module_is_wrapped_where_the_loop_gets_it():
-    files = {"optim.py": "import tensorflow as tf\n\ndef build_optimizer(lr):\n    return tf.keras.optimizers.Adam(lr)\n"}
+    files = {
+        "optim.py": "import tensorflow as tf\n\ndef build_optimizer(lr):\n    return tf.keras.optimizers.Adam(lr)\n"
+    }
     code = (
         "import tensorflow as tf\nfrom optim import build_optimizer\n\n"
         'tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
@@ -160,7 +175,10 @@ def test_gan_fix_wraps_the_generator_optimizer_at_its_call_site(tmp_path):
     work = _project("gan", tmp_path)
     run(RunOptions(paths=[work], select=["MP2"], fix=True))
     text = (work / "train.py").read_text(encoding="utf-8")
-    assert "gan = GAN(generator, discriminator, keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(2e-4)), keras.optimizers.Adam(2e-4, global_clipnorm=5.0))" in text
+    assert (
+        "gan = GAN(generator, discriminator, keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(2e-4)), keras.optimizers.Adam(2e-4, global_clipnorm=5.0))"
+        in text
+    )
     assert "scaled_g_loss = self.g_optimizer.scale_loss(g_loss)" in text
     assert "clip_by_global_norm" not in text
 
@@ -265,12 +283,16 @@ def test_the_message_names_the_path_that_is_not_scaled():
         "    grads = optimizer.get_unscaled_gradients(grads)\n"
         "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
     )
-    assert _found(code, 2) == [(
-        "MP202", 12, 13,
-        "the optimizer is a LossScaleOptimizer; when `amp` is false, the gradients are unscaled but the tape "
-        "differentiates the unscaled loss: updates 32768x too small",
-        FixSafety.NONE,
-    )]
+    assert _found(code, 2) == [
+        (
+            "MP202",
+            12,
+            13,
+            "the optimizer is a LossScaleOptimizer; when `amp` is false, the gradients are unscaled but the tape "
+            "differentiates the unscaled loss: updates 32768x too small",
+            FixSafety.NONE,
+        )
+    ]
 
 
 def test_both_flag_gated_steps_are_silent_and_one_missing_step_is_named():
@@ -286,7 +308,10 @@ def test_both_flag_gated_steps_are_silent_and_one_missing_step_is_named():
     missing = both.replace("    if amp:\n        grads = optimizer.get_unscaled_gradients(grads)\n", "")
     [(rule, line, column, message, _)] = _found(missing, 2)
     assert (rule, line, column) == ("MP202", 14, 5)
-    assert "when `amp` is true, the tape differentiates the scaled loss but get_unscaled_gradients is never called" in message
+    assert (
+        "when `amp` is true, the tape differentiates the scaled loss but get_unscaled_gradients is never called"
+        in message
+    )
 
 
 def test_negated_flags_and_elif_chains():
@@ -316,8 +341,13 @@ def test_isinstance_on_another_optimizer_does_not_decide_this_one():
     )
     found = _found(code, 2)
     assert [(rule, line) for rule, line, *_ in found] == [("MP202", 13), ("MP202", 14)]
-    assert "but when `isinstance(other_optimizer, LossScaleOptimizer)` is false, the loss is never scaled" in found[0][3]
-    assert "when `isinstance(other_optimizer, LossScaleOptimizer)` is true, the tape differentiates the scaled loss" in found[1][3]
+    assert (
+        "but when `isinstance(other_optimizer, LossScaleOptimizer)` is false, the loss is never scaled" in found[0][3]
+    )
+    assert (
+        "when `isinstance(other_optimizer, LossScaleOptimizer)` is true, the tape differentiates the scaled loss"
+        in found[1][3]
+    )
 
 
 def test_optimizer_from_a_call_handed_float16_options_may_be_wrapped():
@@ -341,23 +371,31 @@ def test_optimizer_from_a_call_handed_float16_options_may_be_wrapped():
     )
     [(rule, line, column, message, safety)] = _found(code, 2)
     assert (rule, line, column, safety) == ("MP202", 17, 17, FixSafety.NONE)
-    assert message.startswith("the optimizer comes from `performance.configure_optimizer(...)`, which is handed float16 "
-                              "options and may wrap it in a LossScaleOptimizer, but the loss is never scaled")
+    assert message.startswith(
+        "the optimizer comes from `performance.configure_optimizer(...)`, which is handed float16 "
+        "options and may wrap it in a LossScaleOptimizer, but the loss is never scaled"
+    )
     scaled = code.replace(
         "        grads = tape.gradient(loss, model.trainable_variables)\n",
         "            scaled_loss = opt.get_scaled_loss(loss)\n"
         "        grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, model.trainable_variables))\n",
     )
     assert _found(scaled, 2) == []
-    plain = code.replace("        opt = performance.configure_optimizer(opt, use_float16=self.dtype == 'float16')\n", "")
+    plain = code.replace(
+        "        opt = performance.configure_optimizer(opt, use_float16=self.dtype == 'float16')\n", ""
+    )
     assert [(r, line) for r, line, *_ in _found(plain, 2)] == [("MP201", 17)]
 
 
 def test_too_many_flags_fall_back_to_one_path_without_a_fix():
     flags = "".join(f"        if f{i}:\n            loss = loss + 0.0\n" for i in range(8))
-    code = KERAS2_HEAD + flags + (
-        "    grads = tape.gradient(loss, model.trainable_variables)\n"
-        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    code = (
+        KERAS2_HEAD
+        + flags
+        + (
+            "    grads = tape.gradient(loss, model.trainable_variables)\n"
+            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        )
     )
     assert [(r, line, safety) for r, line, _, _, safety in _found(code, 2)] == [("MP202", 27, FixSafety.NONE)]
 

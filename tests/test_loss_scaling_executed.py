@@ -24,7 +24,15 @@ LOSS_SCALE = 2.0**15
 
 def _run(script: Path, extra_env: dict | None = None) -> float:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(extra_env or {})}
-    done = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, script.name],
+        cwd=script.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("UPDATE ")]
     assert lines, done.stdout
@@ -38,7 +46,12 @@ def _updates(fixture: str, tmp_path: Path, rules: str, env: dict | None = None) 
     script = work / "train.py"
     original = script.read_text(encoding="utf-8")
     before = _run(script, env)
-    fixed = subprocess.run([sys.executable, "-m", "mplint", "--fix", "--select", rules, str(work)], capture_output=True, text=True, check=False)
+    fixed = subprocess.run(
+        [sys.executable, "-m", "mplint", "--fix", "--select", rules, str(work)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr  # everything found was fixed
     assert script.read_text(encoding="utf-8") != original
     after = _run(script, env)
@@ -68,8 +81,12 @@ def test_library_train_step_override_trains_at_full_speed_after_fix(tmp_path):
     library = work / "robustfit" / "models.py"
     original = library.read_text(encoding="utf-8")
     before = _run(work / "train.py")
-    fixed = subprocess.run([sys.executable, "-m", "mplint", "--fix", "--select", "MP202", str(work)],
-                           capture_output=True, text=True, check=False)
+    fixed = subprocess.run(
+        [sys.executable, "-m", "mplint", "--fix", "--select", "MP202", str(work)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert library.read_text(encoding="utf-8") == original.replace(
         "            loss = self.compute_loss(y=y, y_pred=y_pred)\n",
@@ -77,7 +94,9 @@ def test_library_train_step_override_trains_at_full_speed_after_fix(tmp_path):
     ).replace("tape.gradient(loss, ", "tape.gradient(scaled_loss, ")
     after = _run(work / "train.py")
     reference = work / "train_float32.py"
-    reference.write_text((work / "train.py").read_text(encoding="utf-8").replace('"mixed_float16"', '"float32"'), encoding="utf-8")
+    reference.write_text(
+        (work / "train.py").read_text(encoding="utf-8").replace('"mixed_float16"', '"float32"'), encoding="utf-8"
+    )
     float32 = _run(reference)
     assert 0.5 < before * LOSS_SCALE / float32 < 2
     assert 0.5 < after / float32 < 2

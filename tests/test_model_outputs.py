@@ -22,7 +22,12 @@ def _sites(code: str) -> list[tuple[str, str, str | None, int]]:
     context = _context(code)
     text = context.module.code_for_node
     return [
-        (site.kind, text(site.expr), text(site.layer) if site.layer is not None else None, context.position(site.expr).start.line)
+        (
+            site.kind,
+            text(site.expr),
+            text(site.layer) if site.layer is not None else None,
+            context.position(site.expr).start.line,
+        )
         for site in model_outputs(context)
     ]
 
@@ -80,7 +85,7 @@ def test_functional_list_and_dict_outputs_each_count():
         both = keras.Model(inputs, outs)
         """
     ) == [
-        ("functional", "outs[\"a\"]", None, 6),
+        ("functional", 'outs["a"]', None, 6),
         ("functional", "keras.layers.Dense(2)(inputs)", "keras.layers.Dense(2)", 6),
         ("functional", "keras.layers.Dense(1)(inputs)", "keras.layers.Dense(1)", 4),
         ("functional", "keras.ops.sigmoid(a)", None, 5),
@@ -125,21 +130,27 @@ def test_is_output_layer_only_for_output_constructions():
         model = keras.Model(inputs, layers.Dense(10)(x))
         """
     )
-    dense = {context.module.code_for_node(c): c for c in m.findall(context.module, m.Call(func=m.Attribute(attr=m.Name("Dense"))))}
+    dense = {
+        context.module.code_for_node(c): c
+        for c in m.findall(context.module, m.Call(func=m.Attribute(attr=m.Name("Dense"))))
+    }
     assert is_output_layer(context, dense["layers.Dense(10)"])
     assert not is_output_layer(context, dense["layers.Dense(12)"])
 
 
 def test_non_keras_sequential_and_model_are_ignored():
-    assert _sites(
-        """
+    assert (
+        _sites(
+            """
         from torch.nn import Sequential, Linear
         net = Sequential(Linear(2, 2))
         class Model:
             pass
         m = Model()
         """
-    ) == []
+        )
+        == []
+    )
 
 
 def _roles(code: str) -> list[tuple[str, str, bool]]:
@@ -281,7 +292,10 @@ def test_output_layers_follow_shape_preserving_layers_back_to_the_class_count():
         cast = keras.Model(inputs, keras.ops.cast(layers.Dense(5)(x), "float32"))
         """
     )
-    dense = {context.module.code_for_node(c): c for c in m.findall(context.module, m.Call(func=m.Attribute(attr=m.Name("Dense"))))}
+    dense = {
+        context.module.code_for_node(c): c
+        for c in m.findall(context.module, m.Call(func=m.Attribute(attr=m.Name("Dense"))))
+    }
     assert is_output_layer(context, dense['layers.Dense(10, name="dense_logits")'])
     assert is_output_layer(context, dense["layers.Dense(7)"])
     assert is_output_layer(context, dense["layers.Dense(5)"])

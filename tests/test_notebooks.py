@@ -45,7 +45,12 @@ def test_json_output_carries_the_cell(project, capsys):
     assert main(["--select", "MP101", "--format", "json", "train.ipynb"]) == 1
     [d] = json.loads(capsys.readouterr().out)["diagnostics"]
     assert (d["path"], d["cell"], d["rule"], d["start"], d["end"]) == (
-        "train.ipynb", 4, "MP101", {"line": 3, "column": 5}, {"line": 3, "column": 43})
+        "train.ipynb",
+        4,
+        "MP101",
+        {"line": 3, "column": 5},
+        {"line": 3, "column": 43},
+    )
     assert d["fix"]["edits"][0]["start"]["line"] == 3
 
 
@@ -78,14 +83,26 @@ def test_fix_keeps_colab_layout_and_missing_final_newline(project):
 
 def test_magics_survive_a_fix_in_their_cell(project):
     nb = json.loads((DATA / "train.ipynb").read_text())
-    nb["cells"][3]["source"] = ["!nvidia-smi\n", "%time x = 1\n", "model = keras.Sequential([\n",
-                                "    layers.Dense(10, activation=\"softmax\"),\n", "])\n", "model?"]
+    nb["cells"][3]["source"] = [
+        "!nvidia-smi\n",
+        "%time x = 1\n",
+        "model = keras.Sequential([\n",
+        '    layers.Dense(10, activation="softmax"),\n',
+        "])\n",
+        "model?",
+    ]
     path = project / "nb.ipynb"
     path.write_text(json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
     assert main(["--select", "MP101", "--fix", "nb.ipynb"]) == 0
     fixed = json.loads(path.read_text())["cells"][3]["source"]
-    assert fixed == ["!nvidia-smi\n", "%time x = 1\n", "model = keras.Sequential([\n",
-                     "    layers.Dense(10, activation=\"softmax\", dtype=\"float32\"),\n", "])\n", "model?"]
+    assert fixed == [
+        "!nvidia-smi\n",
+        "%time x = 1\n",
+        "model = keras.Sequential([\n",
+        '    layers.Dense(10, activation="softmax", dtype="float32"),\n',
+        "])\n",
+        "model?",
+    ]
 
 
 def test_notebook_without_fixes_is_not_rewritten(project):
@@ -118,12 +135,27 @@ def test_syntax_error_points_into_its_cell_and_the_other_cells_are_checked(proje
     ]
 
 
-@pytest.mark.parametrize("content,message,line", [
-    (b'{"cells": [\n  {"cell_type": "code",}\n]}', "notebook is not valid JSON: Expecting property name enclosed in double quotes", 2),
-    (b'{"nbformat": 4, "metadata": {}}', "notebook has no 'cells' list (only nbformat 4 notebooks are supported)", 1),
-    (b'[1, 2]', "notebook has no 'cells' list (only nbformat 4 notebooks are supported)", 1),
-    (b'{"cells": [{"cell_type": "code", "source": 3}]}', "cell 1: 'source' must be a string or a list of strings", 1),
-])
+@pytest.mark.parametrize(
+    "content,message,line",
+    [
+        (
+            b'{"cells": [\n  {"cell_type": "code",}\n]}',
+            "notebook is not valid JSON: Expecting property name enclosed in double quotes",
+            2,
+        ),
+        (
+            b'{"nbformat": 4, "metadata": {}}',
+            "notebook has no 'cells' list (only nbformat 4 notebooks are supported)",
+            1,
+        ),
+        (b"[1, 2]", "notebook has no 'cells' list (only nbformat 4 notebooks are supported)", 1),
+        (
+            b'{"cells": [{"cell_type": "code", "source": 3}]}',
+            "cell 1: 'source' must be a string or a list of strings",
+            1,
+        ),
+    ],
+)
 def test_malformed_notebook_is_a_parse_error(project, capsys, content, message, line):
     (project / "bad.ipynb").write_bytes(content)
     assert main(["--select", "MP101", "--format", "json", "--fix", "bad.ipynb"]) == 1
@@ -159,8 +191,8 @@ def test_diff_shows_the_cell(project, capsys):
     assert main(["--select", "MP101", "--diff", "train.ipynb"]) == 1
     assert capsys.readouterr().out == (
         "--- a/train.ipynb:cell 4\n+++ b/train.ipynb:cell 4\n@@ -1,5 +1,5 @@\n"
-        " model = keras.Sequential([\n     layers.Dense(64, activation=\"relu\"),\n"
-        "-    layers.Dense(10, activation=\"softmax\"),\n+    layers.Dense(10, activation=\"softmax\", dtype=\"float32\"),\n"
+        ' model = keras.Sequential([\n     layers.Dense(64, activation="relu"),\n'
+        '-    layers.Dense(10, activation="softmax"),\n+    layers.Dense(10, activation="softmax", dtype="float32"),\n'
         " ])\n model\n"
     )
     assert path.read_bytes() == before
@@ -192,8 +224,15 @@ IPYTHON_CELLS = [
 
 
 def _ipython_notebook(project: Path) -> Path:
-    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": [], "execution_count": None}
-                    for c in IPYTHON_CELLS], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {"cell_type": "code", "source": c, "metadata": {}, "outputs": [], "execution_count": None}
+            for c in IPYTHON_CELLS
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     path = project / "ipy.ipynb"
     path.write_text(json.dumps(nb, indent=1) + "\n")
     return path
@@ -204,7 +243,8 @@ def test_cells_ipython_accepts_are_checked_and_columns_count_their_indentation(p
     assert main(["--format", "json", "ipy.ipynb"]) == 1
     found = json.loads(capsys.readouterr().out)["diagnostics"]
     assert [(d["rule"], d["cell"], d["start"], d["end"]) for d in found] == [
-        ("MP101", 4, {"line": 2, "column": 9}, {"line": 2, "column": 47})]
+        ("MP101", 4, {"line": 2, "column": 9}, {"line": 2, "column": 47})
+    ]
     assert found[0]["fix"]["edits"][0]["start"] == {"line": 2, "column": 9}
 
 
@@ -212,11 +252,15 @@ def test_fix_in_an_indented_cell_keeps_the_indentation(project):
     path = _ipython_notebook(project)
     assert main(["--fix", "ipy.ipynb"]) == 0
     cells = [c["source"] for c in json.loads(path.read_text())["cells"]]
-    assert cells[3] == '    model = keras.Sequential([\n        layers.Dense(10, activation="softmax", dtype="float32"),\n    ])'
+    assert (
+        cells[3]
+        == '    model = keras.Sequential([\n        layers.Dense(10, activation="softmax", dtype="float32"),\n    ])'
+    )
     assert cells[:3] + cells[4:] == IPYTHON_CELLS[:3] + IPYTHON_CELLS[4:]
 
 
 # -- positions that land in the .ipynb file -------------------------------------
+
 
 def _json_line(path: Path, text: str) -> tuple[int, int]:
     """(1-based line, 1-based column) of the first occurrence of ``text`` in the notebook's JSON text."""
@@ -236,7 +280,8 @@ def test_github_annotation_lands_on_the_json_line_of_the_source_line(project, ca
         f"::error title=MP101 float16-softmax-output,file=train.ipynb,line={line},col={column + 4},endLine={line},"
         f"endColumn={column + 4 + escaped}::MP101 (cell 4:3) softmax output layer computes in reduced precision "
         "(mixed_float16 set at train.ipynb:cell 2:5): float16 probabilities round to 0 or 1 and the loss becomes "
-        'inf/NaN; give this layer dtype="float32"\n')
+        'inf/NaN; give this layer dtype="float32"\n'
+    )
 
 
 def test_sarif_points_into_the_json_with_the_cell_in_properties(project, capsys):
@@ -249,7 +294,11 @@ def test_sarif_points_into_the_json_with_the_cell_in_properties(project, capsys)
     [result] = doc["runs"][0]["results"]
     line, column = _json_line(path, SOFTMAX)
     assert result["locations"][0]["physicalLocation"]["region"] == {
-        "startLine": line, "startColumn": column + 4, "endLine": line, "endColumn": column + 4 + 40}
+        "startLine": line,
+        "startColumn": column + 4,
+        "endLine": line,
+        "endColumn": column + 4 + 40,
+    }
     assert result["properties"] == {"cell": 4, "cellLine": 3, "cellColumn": 5}
     [policy_site] = result["relatedLocations"]
     assert policy_site["physicalLocation"]["region"] == {"startLine": _json_line(path, "set_global_policy")[0]}
@@ -272,8 +321,14 @@ def test_related_location_in_the_same_notebook_is_a_cell_line(project, capsys):
         "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\nNEG_INF = -1e9\n",
         "class Attn(keras.layers.Layer):\n    def call(self, scores, mask):\n        return scores + (1.0 - mask) * NEG_INF\n",
     ]
-    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-                          for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c} for c in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     (project / "nb.ipynb").write_text(json.dumps(notebook, indent=1))
     assert main(["--select", "MP601", "--format", "json", "nb.ipynb"]) == 1
     [d] = json.loads(capsys.readouterr().out)["diagnostics"]
@@ -285,10 +340,12 @@ def test_related_location_in_the_same_notebook_is_a_cell_line(project, capsys):
 def test_file_positions_follow_escapes_lists_and_strings():
     from mplint.engine.notebooks import FilePositions
 
-    raw = ('{\n "cells": [\n  {"source": "a = \\"\\u00e9\\ud83d\\ude00\\"\\nb = 1\\n"},\n'
-           '  {"cell_type": "code", "source": [\n    "x = 1\\n",\n    "  \\"y\\"\\n"\n   ]}\n ]\n}')
+    raw = (
+        '{\n "cells": [\n  {"source": "a = \\"\\u00e9\\ud83d\\ude00\\"\\nb = 1\\n"},\n'
+        '  {"cell_type": "code", "source": [\n    "x = 1\\n",\n    "  \\"y\\"\\n"\n   ]}\n ]\n}'
+    )
     positions = FilePositions(raw)
-    assert json.loads(raw)["cells"][0]["source"] == 'a = "\u00e9\U0001F600"\nb = 1\n'
+    assert json.loads(raw)["cells"][0]["source"] == 'a = "\u00e9\U0001f600"\nb = 1\n'
     assert positions.locate(1, 1, 1) == (3, 15)
     assert positions.locate(1, 1, 7) == (3, 27)  # past the 6-character escape of é
     assert positions.locate(1, 1, 8) == (3, 39)  # past the surrogate pair: one character
@@ -298,9 +355,23 @@ def test_file_positions_follow_escapes_lists_and_strings():
 
 
 def _notebook(*cells: str) -> str:
-    return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                                  "source": cell.splitlines(keepends=True)} for cell in cells],
-                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    return json.dumps(
+        {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "execution_count": None,
+                    "metadata": {},
+                    "outputs": [],
+                    "source": cell.splitlines(keepends=True),
+                }
+                for cell in cells
+            ],
+            "metadata": {},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+    )
 
 
 _FLOAT16_TUTORIAL = (
@@ -325,7 +396,7 @@ def test_float16_preprocessing_under_a_mixed_policy_is_reported(project, capsys)
 
 _DEMO_CELLS = (
     'import keras\nfrom keras import layers\nkeras.mixed_precision.set_global_policy("mixed_float16")',
-    "inputs = keras.Input(shape=(784,))\nx = layers.Dense(100, activation=\"relu\")(inputs)",
+    'inputs = keras.Input(shape=(784,))\nx = layers.Dense(100, activation="relu")(inputs)',
     '# what not to do: a float16 softmax\noutputs = layers.Dense(10, activation="softmax")(x)\nhidden = layers.Dense(100)(x)',
     'hidden = layers.Dense(128, activation="relu")(x)\noutputs = layers.Dense(10)(hidden)\n'
     'outputs = layers.Activation("softmax", dtype="float32")(outputs)\nmodel = keras.Model(inputs, outputs)',

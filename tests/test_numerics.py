@@ -18,7 +18,9 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def _mplint(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mplint", *args], cwd=folder, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "mplint", *args], cwd=folder, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def _copy_fixture(name: str, tmp_path: Path) -> Path:
@@ -30,8 +32,9 @@ def _copy_fixture(name: str, tmp_path: Path) -> Path:
 def _run_probe(folder: Path, probe: str) -> str:
     """Run the Python code ``probe`` in ``folder`` on CPU with Keras' TensorFlow backend: its standard output."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
-    done = subprocess.run([sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, timeout=300,
-                          env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, timeout=300, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -59,7 +62,9 @@ def test_fixed_pipeline_runs_in_float32(tmp_path):
     folder = _copy_fixture("tfdata_pipeline", tmp_path)
     _mplint(folder, "--select", "MP401", "--fix", "pipeline.py")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    run = subprocess.run([sys.executable, "pipeline.py"], cwd=folder, capture_output=True, text=True, timeout=300, env=env, check=False)
+    run = subprocess.run(
+        [sys.executable, "pipeline.py"], cwd=folder, capture_output=True, text=True, timeout=300, env=env, check=False
+    )
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("<dtype: 'float32'> (8, 32, 32, 3)")
@@ -83,7 +88,9 @@ def _returned(code: str, marker: str, ask):
 
     wrapper = MetadataWrapper(cst.parse_module(code))
     context = FileContext("probe.py", wrapper, ProjectFacts(), "probe", False)
-    returned = next(r for r in context.nodes(cst.Return) if context.module.code_for_node(r).strip() == f"return {marker}")
+    returned = next(
+        r for r in context.nodes(cst.Return) if context.module.code_for_node(r).strip() == f"return {marker}"
+    )
     return ask(context.analysis(DtypeFlow), returned.value)
 
 
@@ -96,33 +103,84 @@ def _classify(code: str, marker: str):
     [
         ("import tensorflow as tf\ndef f(m, x):\n    y = tf.cast(m, x.dtype)\n    return y\n", Carrier),
         ("import tensorflow as tf\ndef f(m, x):\n    y = tf.cast(m, tf.float32)\n    return y\n", FLOAT32),
-        ("import tensorflow as tf\ndef f(m):\n    y = tf.cast(m, tf.float16) * 2\n    y = tf.cast(y, 'float32')\n    return y\n", FLOAT32),
-        ("import keras\nclass L(keras.layers.Layer):\n    def call(self, x, training=None):\n        return x\n", Carrier),
-        ("import keras\nclass L(keras.layers.Layer):\n    def call(self, x, training=None):\n        return training\n", None),
+        (
+            "import tensorflow as tf\ndef f(m):\n    y = tf.cast(m, tf.float16) * 2\n    y = tf.cast(y, 'float32')\n    return y\n",
+            FLOAT32,
+        ),
+        (
+            "import keras\nclass L(keras.layers.Layer):\n    def call(self, x, training=None):\n        return x\n",
+            Carrier,
+        ),
+        (
+            "import keras\nclass L(keras.layers.Layer):\n    def call(self, x, training=None):\n        return training\n",
+            None,
+        ),
         ("import keras\ndef call(x):\n    return x\n", None),
-        ("import keras\nclass L(keras.layers.Layer):\n    def call(self, x):\n        x = x + 1\n        return x\n", Carrier),
+        (
+            "import keras\nclass L(keras.layers.Layer):\n    def call(self, x):\n        x = x + 1\n        return x\n",
+            Carrier,
+        ),
         # a float32 operand makes the result float32 (TensorFlow does not mix float16 and float32)
-        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, m):\n        y = x * tf.cast(m, tf.float32)\n        return y\n", FLOAT32),
-        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, n):\n        y = x + tf.sequence_mask(n, dtype=tf.float32)\n        return y\n", FLOAT32),
-        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, t):\n        y = tf.one_hot(t, 8, dtype=x.dtype)\n        return y\n", Carrier),
+        (
+            "import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, m):\n        y = x * tf.cast(m, tf.float32)\n        return y\n",
+            FLOAT32,
+        ),
+        (
+            "import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, n):\n        y = x + tf.sequence_mask(n, dtype=tf.float32)\n        return y\n",
+            FLOAT32,
+        ),
+        (
+            "import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x, t):\n        y = tf.one_hot(t, 8, dtype=x.dtype)\n        return y\n",
+            Carrier,
+        ),
         # x * cast(m, x.dtype) has x's dtype: unknown when x is
         ("import tensorflow as tf\ndef f(x, m):\n    y = x * tf.cast(m, x.dtype)\n    return y\n", None),
         ("import tensorflow as tf\ndef f(x, m):\n    y = x\n    y *= tf.cast(m, y.dtype)\n    return y\n", None),
         ("import tensorflow as tf\ndef f(x, m, z):\n    y = z * tf.cast(m, x.dtype)\n    return y\n", Carrier),
         # a functional loss has the dtype of its predictions, whatever the labels
-        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, ids, logits):\n        y = tf.keras.losses.sparse_categorical_crossentropy(ids, tf.cast(logits, tf.float32))\n        return y\n", FLOAT32),
-        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, ids, logits):\n        y = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)\n        return y\n", Carrier),
+        (
+            "import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, ids, logits):\n        y = tf.keras.losses.sparse_categorical_crossentropy(ids, tf.cast(logits, tf.float32))\n        return y\n",
+            FLOAT32,
+        ),
+        (
+            "import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, ids, logits):\n        y = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)\n        return y\n",
+            Carrier,
+        ),
         # casting helpers: map_structure of a cast, a helper named for it, a helper of the file
-        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), x)\n        return y\n", FLOAT32),
-        ("import tensorflow as tf\nfrom u import tf_utils\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf_utils.fp16_to_fp32_nested(x)\n        return y\n", FLOAT32),
-        ("import tensorflow as tf\ndef up(t):\n    return tf.cast(t, 'float32')\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = up(x)\n        return y\n", FLOAT32),
-        ("import tensorflow as tf\ndef half(t):\n    return tf.cast(t, 'float16')\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = half(x) + x\n        return y\n", Carrier),
+        (
+            "import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), x)\n        return y\n",
+            FLOAT32,
+        ),
+        (
+            "import tensorflow as tf\nfrom u import tf_utils\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf_utils.fp16_to_fp32_nested(x)\n        return y\n",
+            FLOAT32,
+        ),
+        (
+            "import tensorflow as tf\ndef up(t):\n    return tf.cast(t, 'float32')\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = up(x)\n        return y\n",
+            FLOAT32,
+        ),
+        (
+            "import tensorflow as tf\ndef half(t):\n    return tf.cast(t, 'float16')\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = half(x) + x\n        return y\n",
+            Carrier,
+        ),
         # ops that raise on float16 input: what follows them only runs in float32
-        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf.abs(tf.signal.stft(x, 8, 4))\n        return y\n", FLOAT32),
+        (
+            "import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        y = tf.abs(tf.signal.stft(x, 8, 4))\n        return y\n",
+            FLOAT32,
+        ),
         # inputs of a layer that computes in float32
-        ("import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def __init__(self):\n        super().__init__(dtype='float32')\n    def call(self, x):\n        return x\n", FLOAT32),
-        ("import tensorflow as tf\nhead = L(dtype=tf.float32)\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        return x\n", FLOAT32),
-        ("import tensorflow as tf\na = L(dtype=tf.float32)\nb = L()\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        return x\n", Carrier),
+        (
+            "import tensorflow as tf\nclass L(tf.keras.layers.Layer):\n    def __init__(self):\n        super().__init__(dtype='float32')\n    def call(self, x):\n        return x\n",
+            FLOAT32,
+        ),
+        (
+            "import tensorflow as tf\nhead = L(dtype=tf.float32)\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        return x\n",
+            FLOAT32,
+        ),
+        (
+            "import tensorflow as tf\na = L(dtype=tf.float32)\nb = L()\nclass L(tf.keras.layers.Layer):\n    def call(self, x):\n        return x\n",
+            Carrier,
+        ),
     ],
 )
 def test_dtype_flow(code, expected):
@@ -171,9 +229,12 @@ def test_constants_that_travel_are_reported_where_they_meet_the_tensor(tmp_path)
     assert result.returncode == 1, result.stderr
     diagnostics = json.loads(result.stdout)["diagnostics"]
     assert [(d["path"], *found) for d, found in zip(diagnostics, _found(result.stdout))] == [
-        ("textattn/layers.py", "MP601", 19, 54), ("textattn/layers.py", "MP601", 26, 41)]
+        ("textattn/layers.py", "MP601", 19, 54),
+        ("textattn/layers.py", "MP601", 26, 41),
+    ]
     assert diagnostics[0]["message"].startswith(
-        "`self.mask_value` (the default of `mask_value` at line 10: `-1e9`) is outside float16's range")
+        "`self.mask_value` (the default of `mask_value` at line 10: `-1e9`) is outside float16's range"
+    )
     assert diagnostics[1]["message"].startswith("`NORM_EPSILON` (set at line 6: `1e-12`) flushes to 0 in float16")
     assert _mplint(folder, "--fix", "--no-cache").returncode == 0
     fixed = (folder / "textattn" / "layers.py").read_text(encoding="utf-8")
@@ -213,12 +274,14 @@ def test_float16_passed_to_a_project_function_that_converts_then_normalises(tmp_
     [diagnostic] = json.loads(result.stdout)["diagnostics"]
     assert (diagnostic["path"], *_found(result.stdout)[0]) == ("vision/dataloader.py", "MP401", 16, 26)
     assert diagnostic["message"].startswith(
-        "`normalize_image` converts its data to this dtype at vision/processor.py:14 and then computes with it")
+        "`normalize_image` converts its data to this dtype at vision/processor.py:14 and then computes with it"
+    )
     assert _mplint(folder, "--fix", "--no-cache").returncode == 0
     fixed = (folder / "vision" / "dataloader.py").read_text(encoding="utf-8")
     original = (FIXTURES / "input_processor" / "vision" / "dataloader.py").read_text(encoding="utf-8")
     assert fixed == original.replace(
-        'image, dtype=tf.float16 if self._params["mixed_precision"] else tf.float32)', "image, dtype=tf.float32)")
+        'image, dtype=tf.float16 if self._params["mixed_precision"] else tf.float32)', "image, dtype=tf.float32)"
+    )
     assert _mplint(folder, "--no-cache").returncode == 0  # a fixed point: nothing left
 
 
@@ -237,7 +300,9 @@ def test_conversion_dtype_summaries_are_per_function_and_method():
         "    @staticmethod\n    def s(x, dtype):\n        return tf.cast(x, dtype) * 2\n"
     )
     assert _conversion_dtype_params(ast.parse(code).body) == {
-        "scaled": ["dtype", 1, None, 5, 9], "P.norm": ["dtype", -1, None, 9, 17]}
+        "scaled": ["dtype", 1, None, 5, 9],
+        "P.norm": ["dtype", -1, None, 9, 17],
+    }
 
 
 def test_an_epsilon_in_a_loss_of_another_module_meets_the_float16_probabilities_of_a_layer(tmp_path):
@@ -250,31 +315,40 @@ def test_an_epsilon_in_a_loss_of_another_module_meets_the_float16_probabilities_
     assert (diagnostic["path"], *_found(result.stdout)[0]) == ("detection/heads.py", "MP601", 17, 38)
     assert diagnostic["message"].startswith(
         "`focal_loss` computes `probs + 1e-8` (detection/losses.py:7) on this compute-dtype value, float16 under a "
-        "float16 policy: `1e-8` flushes to 0 in float16")
+        "float16 policy: `1e-8` flushes to 0 in float16"
+    )
     assert diagnostic["fix"] is None  # casting the argument would change the dtype the loss returns
-    assert diagnostic["related"] == [{"path": "detection/losses.py", "cell": None, "line": 7, "message": "`probs + 1e-8`"}]
+    assert diagnostic["related"] == [
+        {"path": "detection/losses.py", "cell": None, "line": 7, "message": "`probs + 1e-8`"}
+    ]
     sarif = json.loads(_mplint(folder, "--format", "sarif", "--no-cache", "--select", "MP601").stdout)
     [result] = sarif["runs"][0]["results"]
-    assert [(r["physicalLocation"]["artifactLocation"]["uri"], r["physicalLocation"]["region"]["startLine"])
-            for r in result["relatedLocations"]] == [("train.py", 8), ("detection/losses.py", 7)]
+    assert [
+        (r["physicalLocation"]["artifactLocation"]["uri"], r["physicalLocation"]["region"]["startLine"])
+        for r in result["relatedLocations"]
+    ] == [("train.py", 8), ("detection/losses.py", 7)]
 
 
 # A loss of another module that meets 1e-8, and the start of a layer that calls it.
-_FOCAL_LOSS = {"losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
-                            "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"}
+_FOCAL_LOSS = {
+    "losses.py": "from keras import ops\n\ndef focal_loss(probs, labels):\n"
+    "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"
+}
 _HEAD = "import keras\nfrom keras import ops\nfrom losses import focal_loss\n\nclass Head(keras.layers.Layer):\n"
 
 
-@pytest.mark.parametrize("call,expected", [
-    ("focal_loss(probs, labels)", [("MP601", 9, 34)]),
-    ("focal_loss(ops.cast(probs, 'float32'), labels)", []),  # cast first, as the message says
-    ("focal_loss(labels, probs)", []),  # the parameter that meets 1e-8 gets the labels
-    ("focal_loss(labels=labels, probs=probs)", [("MP601", 9, 55)]),
-])
+@pytest.mark.parametrize(
+    "call,expected",
+    [
+        ("focal_loss(probs, labels)", [("MP601", 9, 34)]),
+        ("focal_loss(ops.cast(probs, 'float32'), labels)", []),  # cast first, as the message says
+        ("focal_loss(labels, probs)", []),  # the parameter that meets 1e-8 gets the labels
+        ("focal_loss(labels=labels, probs=probs)", [("MP601", 9, 55)]),
+    ],
+)
 def test_a_function_of_another_module_meets_a_layers_float16_value(call, expected):
     code = (
-        _HEAD +
-        "    def call(self, x, labels):\n"
+        _HEAD + "    def call(self, x, labels):\n"
         "        probs = ops.sigmoid(x)\n"
         "        labels = ops.cast(labels, 'float32')\n"
         f"        self.add_loss({call})\n"
@@ -286,20 +360,24 @@ def test_a_function_of_another_module_meets_a_layers_float16_value(call, expecte
 
 def test_a_library_layer_passing_its_compute_dtype_value_is_reported_as_library_code():
     code = (
-        _HEAD +
-        "    def call(self, x, labels):\n"
+        _HEAD + "    def call(self, x, labels):\n"
         "        self.add_loss(focal_loss(ops.sigmoid(x), labels))\n"
         "        return x\n"
     )
     [found] = lint_code(code, path="head.py", files=_FOCAL_LOSS, select=["MP601"]).diagnostics
     assert (found.line, found.column) == (7, 34)
-    assert "on this compute-dtype value, library code: float16 under a mixed_float16 policy its users set: " \
+    assert (
+        "on this compute-dtype value, library code: float16 under a mixed_float16 policy its users set: "
         "`1e-8` flushes to 0" in found.message
+    )
 
 
 def test_a_plain_function_passing_values_of_unknown_dtype_is_not_reported():
     code = "from losses import focal_loss\n\ndef evaluate(probs, labels):\n    return focal_loss(probs, labels)\n"
-    assert lint_code(code, path="evaluate.py", files=_FOCAL_LOSS, policy="mixed_float16", select=["MP601"]).diagnostics == []
+    assert (
+        lint_code(code, path="evaluate.py", files=_FOCAL_LOSS, policy="mixed_float16", select=["MP601"]).diagnostics
+        == []
+    )
 
 
 def test_the_loss_of_another_module_is_inf_on_float16_probabilities(tmp_path):
@@ -426,9 +504,10 @@ def test_mp103_fix_casts_the_operands_the_float32_loss_meets(tmp_path, keras_mod
     fixed = lint_code(source, select=["MP103"], policy="mixed_float16", fix=True).fixed_code
     assert fixed == source.replace(before, after)
 
-    losses = _normalized_losses(tmp_path, keras_module, {
-        "original": source, "error_only": source.replace(before, error_only), "fixed": fixed})
+    losses = _normalized_losses(
+        tmp_path, keras_module, {"original": source, "error_only": source.replace(before, error_only), "fixed": fixed}
+    )
     assert losses[("original", "mixed_float16")] == "float16 inf"
     assert losses[("error_only", "mixed_float16")] == "TypeError True"
-    assert losses[("fixed", "mixed_float16")] == f"float32 {(300.0 ** 2 + 1 + 4 + 3.5 ** 2) / 2!r}"
+    assert losses[("fixed", "mixed_float16")] == f"float32 {(300.0**2 + 1 + 4 + 3.5**2) / 2!r}"
     assert losses[("fixed", "float32")] == losses[("original", "float32")] == losses[("fixed", "mixed_float16")]

@@ -57,7 +57,9 @@ def test_version_does_not_import_tensorflow():
 
 
 def test_linting_does_not_import_tensorflow(tmp_path):
-    (tmp_path / "m.py").write_text('import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n')
+    (tmp_path / "m.py").write_text(
+        'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+    )
     code = (
         "import sys\nfrom mplint.cli import main\n"
         f"main([{str(tmp_path / 'm.py')!r}])\n"

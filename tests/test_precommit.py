@@ -35,7 +35,9 @@ def _run(args, cwd, env=None, check=True):
 
 
 def _git(cwd, *args, check=True, env=None):
-    return _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args], cwd, env, check)
+    return _run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args], cwd, env, check
+    )
 
 
 def _hook_repo(tmp: Path) -> tuple[Path, str]:
@@ -64,7 +66,9 @@ def _mplint_on_path(tmp: Path) -> str:
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     script = bin_dir / "mplint"
-    script.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {shlex.quote(sys.executable)} -m mplint "$@"\n')
+    script.write_text(
+        f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {shlex.quote(sys.executable)} -m mplint "$@"\n'
+    )
     script.chmod(0o755)
     return str(bin_dir)
 
@@ -79,7 +83,9 @@ def test_documented_local_hooks_fail_on_a_bad_commit_and_pass_after_the_fix(tmp_
 def test_hooks_fail_on_a_bad_commit_and_pass_after_the_fix(tmp_path):
     pytest.importorskip("pre_commit")
     hooks, rev = _hook_repo(tmp_path)
-    config = f"repos:\n- repo: {hooks}\n  rev: {rev}\n  hooks:\n  - id: mplint\n  - id: mplint-fix\n    stages: [manual]\n"
+    config = (
+        f"repos:\n- repo: {hooks}\n  rev: {rev}\n  hooks:\n  - id: mplint\n  - id: mplint-fix\n    stages: [manual]\n"
+    )
     env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "cache"), PIP_DISABLE_PIP_VERSION_CHECK="1")
     _commit_blocked_then_fixed(tmp_path, config, env)
 
@@ -98,7 +104,9 @@ def _commit_blocked_then_fixed(tmp_path: Path, config: str, env: dict) -> None:
     assert blocked.returncode != 0
     assert "train.py:5:45: MP101" in blocked.stdout + blocked.stderr
 
-    fixed = _run([*pre_commit, "run", "--hook-stage", "manual", "mplint-fix", "--files", "train.py"], project, env, check=False)
+    fixed = _run(
+        [*pre_commit, "run", "--hook-stage", "manual", "mplint-fix", "--files", "train.py"], project, env, check=False
+    )
     assert fixed.returncode == 1  # pre-commit fails a hook that modified files
     assert (project / "train.py").read_text() == BAD.replace('"softmax")', '"softmax", dtype="float32")')
     _git(project, "add", ".")

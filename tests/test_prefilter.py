@@ -82,7 +82,9 @@ def test_every_flagged_example_is_a_candidate_for_its_rule():
                 for name, kinds in extract_file_facts(text, path, path[:-3].replace("/", ".")).summaries.items():
                     for kind in kinds:
                         summarized.setdefault(kind, set()).add(name.rsplit(".", 1)[-1])
-            code = summarize(ast.parse(example.code), source, summarized={k: frozenset(v) for k, v in summarized.items()})
+            code = summarize(
+                ast.parse(example.code), source, summarized={k: frozenset(v) for k, v in summarized.items()}
+            )
             assert rule.candidate(code), f"{meta.id}: a flagged example is not a candidate:\n{example.code}"
 
 
@@ -167,8 +169,9 @@ def test_the_prefilter_resolves_calls_through_the_projects_re_exports():
     """``from mypkg import Net`` where mypkg re-exports ``keras.Sequential``: the rule resolves it, so
     the pre-filter must too; ``ov.Model`` of openvino is no Keras model."""
     facts = _every_rule_active().facts
-    facts = ProjectFacts(facts.policies, facts.generation, facts.tpu_sites, {"mypkg.Net": "keras.Sequential"},
-                         facts.keras_namespaces)
+    facts = ProjectFacts(
+        facts.policies, facts.generation, facts.tpu_sites, {"mypkg.Net": "keras.Sequential"}, facts.keras_namespaces
+    )
     options = CheckOptions(_every_rule_active().rules, facts)
     source = b"from mypkg import Net\nfrom keras import layers\n\nmodel = Net([layers.Dense(64), layers.Dense(10, activation='softmax')])\n"
     on = check_source("train.py", source, options)
@@ -181,17 +184,29 @@ def test_the_prefilter_resolves_calls_through_the_projects_re_exports():
     assert not all_rules()["MP102"].candidate(summarize(ast.parse(openvino), openvino))
 
 
-@pytest.mark.parametrize("rule_id, source", [
-    ("MP401", "import torch\nx = torch.ones(3).half() * 2\ny = cast(x, 'float16') + 1\n"),
-    ("MP601", "seed = int(s[0]) & 0x7FFFFFFF\nx = tf.cast(x, tf.float16)\n"),
-    ("MP601", "import tensorflow as tf\nSCALE = 1e9\n\ndef f(x):\n    return x * 1e-9\n"),
-    ("MP602", "import keras\nlayer = keras.layers.Dense(8, dtype='mixed_float16')\nname = 'float16'\nmodel.fit(x)\n"),
-    ("MP302", "def windows(ds, size):\n    return ds.batch(size)\n"),
-    ("MP301", "from keras import layers\nWIDTH = 64\nh = [layers.Dense(WIDTH * 3), layers.Dense(WIDTH + 32), layers.Conv2D(width, 3)]\n"),
-    ("MP302", "BATCH = 32\n\ndef fit(model, ds, args):\n    model.fit(ds.batch(BATCH * 4), batch_size=args.batch_size)\n"),
-    ("MP103", "from keras import losses\nloss_fn = losses.MeanSquaredError()\nlosses = []\n"),
-    ("MP103", "from keras import ops\n\ndef pool(x):\n    scores = ops.sum(x ** 2, axis=-1)\n    return scores\n"),
-])
+@pytest.mark.parametrize(
+    "rule_id, source",
+    [
+        ("MP401", "import torch\nx = torch.ones(3).half() * 2\ny = cast(x, 'float16') + 1\n"),
+        ("MP601", "seed = int(s[0]) & 0x7FFFFFFF\nx = tf.cast(x, tf.float16)\n"),
+        ("MP601", "import tensorflow as tf\nSCALE = 1e9\n\ndef f(x):\n    return x * 1e-9\n"),
+        (
+            "MP602",
+            "import keras\nlayer = keras.layers.Dense(8, dtype='mixed_float16')\nname = 'float16'\nmodel.fit(x)\n",
+        ),
+        ("MP302", "def windows(ds, size):\n    return ds.batch(size)\n"),
+        (
+            "MP301",
+            "from keras import layers\nWIDTH = 64\nh = [layers.Dense(WIDTH * 3), layers.Dense(WIDTH + 32), layers.Conv2D(width, 3)]\n",
+        ),
+        (
+            "MP302",
+            "BATCH = 32\n\ndef fit(model, ds, args):\n    model.fit(ds.batch(BATCH * 4), batch_size=args.batch_size)\n",
+        ),
+        ("MP103", "from keras import losses\nloss_fn = losses.MeanSquaredError()\nlosses = []\n"),
+        ("MP103", "from keras import ops\n\ndef pool(x):\n    scores = ops.sum(x ** 2, axis=-1)\n    return scores\n"),
+    ],
+)
 def test_the_prefilter_stops_files_whose_values_cannot_be_reported(rule_id, source):
     assert not all_rules()[rule_id].candidate(summarize(ast.parse(source), source.encode()))
 
@@ -200,7 +215,9 @@ def test_the_prefilter_reads_targets_of_files_in_other_encodings():
     """CPython's column offsets count UTF-8 bytes; a latin-1 file's bytes differ before the target."""
     source = (
         "# -*- coding: latin-1 -*-\nimport tensorflow as tf\n\nclass Penalty(tf.keras.layers.Layer):\n"
-        "    def call(self, x):\n        note = '" + "é" * 40 + "'; self.stats['l2_LOSS'] = tf.reduce_mean(x ** 2)\n        return x\n"
+        "    def call(self, x):\n        note = '"
+        + "é" * 40
+        + "'; self.stats['l2_LOSS'] = tf.reduce_mean(x ** 2)\n        return x\n"
     ).encode("latin-1")
     options = _every_rule_active()
     on = check_source("example.py", source, options)

@@ -18,7 +18,9 @@ REPO = Path(__file__).resolve().parent.parent
 def _lint(capsys, *args: str) -> tuple[int, list[tuple]]:
     code = main(["--format", "json", "--no-cache", *args])
     doc = json.loads(capsys.readouterr().out)
-    return code, [(d["path"], d["cell"], d["rule"], d["start"]["line"], d["start"]["column"]) for d in doc["diagnostics"]]
+    return code, [
+        (d["path"], d["cell"], d["rule"], d["start"]["line"], d["start"]["column"]) for d in doc["diagnostics"]
+    ]
 
 
 @pytest.fixture
@@ -27,6 +29,7 @@ def fixture(tmp_path, monkeypatch):
         copy_tree(REPO / "fixtures" / name, tmp_path / name)
         monkeypatch.chdir(tmp_path / name)
         return tmp_path / name
+
     return copy
 
 
@@ -63,10 +66,13 @@ def test_a_set_policy_method_of_another_library_is_no_keras_policy(fixture, caps
 def test_library_reached_by_an_example_and_library_context(fixture, capsys):
     root = fixture("library_with_examples")
     code, found = _lint(capsys, "--select", "ALL", ".")
-    assert (code, found) == (1, [
-        ("imgcls/attention.py", None, "MP601", 15, 58),  # library code: float16-capable for any user
-        ("imgcls/models.py", None, "MP101", 12, 9),  # reached by examples/train_mixed.py
-    ])
+    assert (code, found) == (
+        1,
+        [
+            ("imgcls/attention.py", None, "MP601", 15, 58),  # library code: float16-capable for any user
+            ("imgcls/models.py", None, "MP101", 12, 9),  # reached by examples/train_mixed.py
+        ],
+    )
     facts = project_facts(root)
     assert facts["imgcls/attention.py"].library_context and not facts["imgcls/attention.py"].reduced_precision
     models = facts["imgcls/models.py"]
@@ -77,11 +83,14 @@ def test_library_reached_by_an_example_and_library_context(fixture, capsys):
 
 
 def test_findings_do_not_depend_on_the_paths_given(tmp_path, monkeypatch, capsys):
-    write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "train.py": "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\nfrom nets import model\nmodel.fit()\n",
-        "nets.py": "import keras\nmodel = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n",
-    })
+    write_files(
+        tmp_path,
+        {
+            ".mplint.yaml": "{}\n",
+            "train.py": "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\nfrom nets import model\nmodel.fit()\n",
+            "nets.py": "import keras\nmodel = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n",
+        },
+    )
     monkeypatch.chdir(tmp_path)
     whole = _lint(capsys, "--select", "MP101", ".")
     alone = _lint(capsys, "--select", "MP101", "nets.py")
@@ -89,89 +98,113 @@ def test_findings_do_not_depend_on_the_paths_given(tmp_path, monkeypatch, capsys
 
 
 def test_a_policy_set_in_a_helper_governs_only_programs_that_call_it(tmp_path):
-    facts = project_facts(write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "lib/__init__.py": "",
-        "lib/performance.py": (
-            "import tensorflow as tf\n"
-            "def set_mixed_precision_policy(dtype):\n"
-            "    if dtype == tf.float16:\n        tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
-            "    elif dtype == tf.bfloat16:\n        tf.keras.mixed_precision.set_global_policy('mixed_bfloat16')\n"
-            "def other():\n    return 1\n"
-        ),
-        "lib/model.py": "import tensorflow as tf\ndef build():\n    return tf.keras.Sequential()\n",
-        "train.py": (
-            "import sys\nfrom lib import performance\nfrom lib.model import build\n"
-            "performance.set_mixed_precision_policy(sys.argv[1])\nmodel = build()\n"
-        ),
-        "evaluate.py": "from lib import performance\nfrom lib.model import build\nperformance.other()\nmodel = build()\n",
-    }))
+    facts = project_facts(
+        write_files(
+            tmp_path,
+            {
+                ".mplint.yaml": "{}\n",
+                "lib/__init__.py": "",
+                "lib/performance.py": (
+                    "import tensorflow as tf\n"
+                    "def set_mixed_precision_policy(dtype):\n"
+                    "    if dtype == tf.float16:\n        tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+                    "    elif dtype == tf.bfloat16:\n        tf.keras.mixed_precision.set_global_policy('mixed_bfloat16')\n"
+                    "def other():\n    return 1\n"
+                ),
+                "lib/model.py": "import tensorflow as tf\ndef build():\n    return tf.keras.Sequential()\n",
+                "train.py": (
+                    "import sys\nfrom lib import performance\nfrom lib.model import build\n"
+                    "performance.set_mixed_precision_policy(sys.argv[1])\nmodel = build()\n"
+                ),
+                "evaluate.py": "from lib import performance\nfrom lib.model import build\nperformance.other()\nmodel = build()\n",
+            },
+        )
+    )
     assert facts["train.py"].policy_names == {"mixed_float16", "mixed_bfloat16"}
     assert facts["lib/model.py"].policy_names == {"mixed_float16", "mixed_bfloat16"}
     assert facts["evaluate.py"].policy_names == frozenset()
 
 
 def test_a_package_reexport_leads_to_the_defining_module_only(tmp_path):
-    facts = project_facts(write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "pkg/__init__.py": "from .models import Net\nfrom .other import Other\n",
-        "pkg/models.py": "import keras\nclass Net(keras.Model):\n    pass\n",
-        "pkg/other.py": "import keras\nclass Other(keras.Model):\n    pass\n",
-        "train.py": "import keras\nfrom pkg import Net\nkeras.mixed_precision.set_global_policy('mixed_float16')\nNet().fit()\n",
-    }))
+    facts = project_facts(
+        write_files(
+            tmp_path,
+            {
+                ".mplint.yaml": "{}\n",
+                "pkg/__init__.py": "from .models import Net\nfrom .other import Other\n",
+                "pkg/models.py": "import keras\nclass Net(keras.Model):\n    pass\n",
+                "pkg/other.py": "import keras\nclass Other(keras.Model):\n    pass\n",
+                "train.py": "import keras\nfrom pkg import Net\nkeras.mixed_precision.set_global_policy('mixed_float16')\nNet().fit()\n",
+            },
+        )
+    )
     assert facts["pkg/models.py"].float16 and not facts["pkg/other.py"].float16
     assert facts["pkg/other.py"].library_context
 
 
 def test_script_folder_and_sys_path_insert_are_import_roots(tmp_path):
-    facts = project_facts(write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "examples/train.py": (
-            "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'src'))\n"
-            "import keras\nfrom model import build\nfrom shared.blocks import head\n"
-            "keras.mixed_precision.set_global_policy('mixed_float16')\nbuild(head())\n"
-        ),
-        "examples/model.py": "def build(x):\n    return x\n",
-        "src/shared/__init__.py": "",
-        "src/shared/blocks.py": "def head():\n    return 1\n",
-        "src/shared/unused.py": "def nothing():\n    return 1\n",
-    }))
+    facts = project_facts(
+        write_files(
+            tmp_path,
+            {
+                ".mplint.yaml": "{}\n",
+                "examples/train.py": (
+                    "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'src'))\n"
+                    "import keras\nfrom model import build\nfrom shared.blocks import head\n"
+                    "keras.mixed_precision.set_global_policy('mixed_float16')\nbuild(head())\n"
+                ),
+                "examples/model.py": "def build(x):\n    return x\n",
+                "src/shared/__init__.py": "",
+                "src/shared/blocks.py": "def head():\n    return 1\n",
+                "src/shared/unused.py": "def nothing():\n    return 1\n",
+            },
+        )
+    )
     assert facts["examples/model.py"].float16 and facts["src/shared/blocks.py"].float16
     assert not facts["src/shared/unused.py"].float16
 
 
 def test_the_keras_generation_is_the_programs_own(tmp_path, capsys, monkeypatch):
-    write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "legacy.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tf_keras\nm = tf_keras.Sequential()\nm.fit()\n",
-        "off.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '0'\nimport keras\nm = keras.Sequential()\nm.fit()\n",
-        "train.py": (
-            "import tensorflow as tf\nimport keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"
-            "opt = keras.optimizers.SGD()\nopt = keras.mixed_precision.LossScaleOptimizer(opt)\n"
-            "def step(model, x, y):\n    with tf.GradientTape() as tape:\n        loss = model.compute_loss(x, y)\n"
-            "        scaled = opt.get_scaled_loss(loss)\n    grads = tape.gradient(scaled, model.trainable_variables)\n"
-            "    grads = opt.get_unscaled_gradients(grads)\n    opt.apply_gradients(zip(grads, model.trainable_variables))\n"
-            "if __name__ == '__main__':\n    step(None, None, None)\n"
-        ),
-    })
+    write_files(
+        tmp_path,
+        {
+            ".mplint.yaml": "{}\n",
+            "legacy.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tf_keras\nm = tf_keras.Sequential()\nm.fit()\n",
+            "off.py": "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '0'\nimport keras\nm = keras.Sequential()\nm.fit()\n",
+            "train.py": (
+                "import tensorflow as tf\nimport keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"
+                "opt = keras.optimizers.SGD()\nopt = keras.mixed_precision.LossScaleOptimizer(opt)\n"
+                "def step(model, x, y):\n    with tf.GradientTape() as tape:\n        loss = model.compute_loss(x, y)\n"
+                "        scaled = opt.get_scaled_loss(loss)\n    grads = tape.gradient(scaled, model.trainable_variables)\n"
+                "    grads = opt.get_unscaled_gradients(grads)\n    opt.apply_gradients(zip(grads, model.trainable_variables))\n"
+                "if __name__ == '__main__':\n    step(None, None, None)\n"
+            ),
+        },
+    )
     facts = project_facts(tmp_path)
     assert facts["legacy.py"].generation.value == 2
     assert facts["off.py"].generation.value == 3  # TF_USE_LEGACY_KERAS=0 asks for Keras 3
     assert facts["train.py"].generation.value == 3
     monkeypatch.chdir(tmp_path)
     code, found = _lint(capsys, "--select", "MP502", ".")
-    assert [(path, rule, line) for path, _, rule, line, _ in found] == [("train.py", "MP502", 9), ("train.py", "MP502", 11)]
+    assert [(path, rule, line) for path, _, rule, line, _ in found] == [
+        ("train.py", "MP502", 9),
+        ("train.py", "MP502", 11),
+    ]
 
 
 def test_diff_shows_what_fix_writes(tmp_path, monkeypatch, capsys):
     """A fix that changes the facts (float16 -> mixed_float16) is followed by a second round in --diff too."""
-    write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "train.py": (
-            "import keras\nkeras.mixed_precision.set_global_policy('float16')\n"
-            "model = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\nmodel.fit()\n"
-        ),
-    })
+    write_files(
+        tmp_path,
+        {
+            ".mplint.yaml": "{}\n",
+            "train.py": (
+                "import keras\nkeras.mixed_precision.set_global_policy('float16')\n"
+                "model = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\nmodel.fit()\n"
+            ),
+        },
+    )
     monkeypatch.chdir(tmp_path)
     main(["--diff", "--no-cache", "--select", "MP602,MP101", "."])
     diff = capsys.readouterr().out
@@ -187,17 +220,20 @@ def test_diff_shows_what_fix_writes(tmp_path, monkeypatch, capsys):
 
 
 def test_a_policy_set_inside_a_test_governs_that_test_alone(tmp_path, monkeypatch, capsys):
-    write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "models.py": "import keras\ndef build():\n    return keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n",
-        "models_test.py": (
-            "import keras\nfrom models import build\n\n"
-            "def test_mixed():\n    keras.mixed_precision.set_global_policy('mixed_float16')\n    try:\n"
-            "        build().fit(batch_size=20)\n    finally:\n        keras.mixed_precision.set_global_policy('float32')\n\n"
-            "def test_float16_weights():\n    layer = keras.layers.Dense(4, dtype='float16')\n"
-            "    with __import__('pytest').raises(ValueError):\n        keras.layers.Dense(4, dtype='float16')\n"
-        ),
-    })
+    write_files(
+        tmp_path,
+        {
+            ".mplint.yaml": "{}\n",
+            "models.py": "import keras\ndef build():\n    return keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n",
+            "models_test.py": (
+                "import keras\nfrom models import build\n\n"
+                "def test_mixed():\n    keras.mixed_precision.set_global_policy('mixed_float16')\n    try:\n"
+                "        build().fit(batch_size=20)\n    finally:\n        keras.mixed_precision.set_global_policy('float32')\n\n"
+                "def test_float16_weights():\n    layer = keras.layers.Dense(4, dtype='float16')\n"
+                "    with __import__('pytest').raises(ValueError):\n        keras.layers.Dense(4, dtype='float16')\n"
+            ),
+        },
+    )
     facts = project_facts(tmp_path)
     assert not facts["models_test.py"].reduced_precision and facts["models_test.py"].test_module
     assert facts["models.py"].library_context
@@ -206,14 +242,17 @@ def test_a_policy_set_inside_a_test_governs_that_test_alone(tmp_path, monkeypatc
 
 
 def test_findings_inside_expected_errors_are_not_reported(tmp_path, monkeypatch, capsys):
-    write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "check.py": (
-            "import keras\nimport pytest\n\nopt = keras.optimizers.SGD()\n"
-            "with pytest.raises(ValueError):\n    keras.mixed_precision.LossScaleOptimizer(opt, dynamic=False)\n"
-            "keras.mixed_precision.LossScaleOptimizer(opt, dynamic=False)\n"
-        ),
-    })
+    write_files(
+        tmp_path,
+        {
+            ".mplint.yaml": "{}\n",
+            "check.py": (
+                "import keras\nimport pytest\n\nopt = keras.optimizers.SGD()\n"
+                "with pytest.raises(ValueError):\n    keras.mixed_precision.LossScaleOptimizer(opt, dynamic=False)\n"
+                "keras.mixed_precision.LossScaleOptimizer(opt, dynamic=False)\n"
+            ),
+        },
+    )
     monkeypatch.chdir(tmp_path)
     assert _lint(capsys, "--select", "MP502", ".") == (1, [("check.py", None, "MP502", 7, 47)])
 
@@ -223,24 +262,43 @@ def test_a_builder_parameter_that_makes_a_float16_softmax_output_is_reported_at_
     MP101 at the call, with the layer that receives it as related location; the library's head is the model
     output (MP102, whose fix gives it dtype="float32"). Without the example, the library alone is silent."""
     root = fixture("classifier_builder")
-    assert _lint(capsys, ".") == (1, [
-        ("examples/train_mixed.py", None, "MP101", 10, 9),
-        ("examples/train_mlp.py", None, "MP101", 10, 9),
-        ("vision_models/classifier.py", None, "MP102", 14, 21),
-    ])
+    assert _lint(capsys, ".") == (
+        1,
+        [
+            ("examples/train_mixed.py", None, "MP101", 10, 9),
+            ("examples/train_mlp.py", None, "MP101", 10, 9),
+            ("vision_models/classifier.py", None, "MP102", 14, 21),
+        ],
+    )
     main(["--format", "json", "--no-cache", "--select", "MP101", "."])
     activation, dtype = json.loads(capsys.readouterr().out)["diagnostics"]
-    assert activation["related"] == [{"path": "vision_models/classifier.py", "cell": None, "line": 14,
-                                      "message": "`ImageClassifier` builds its output layer from `activation` here"}]
-    assert dtype["message"].startswith("`build_mlp` builds a softmax output layer at vision_models/mlp.py:11 whose dtype "
-                                       "is its `dtype` parameter, left at its default None: it computes in reduced precision")
-    assert dtype["related"] == [{"path": "vision_models/mlp.py", "cell": None, "line": 11,
-                                 "message": "`build_mlp` gives its softmax layer `dtype=dtype` here"}]
+    assert activation["related"] == [
+        {
+            "path": "vision_models/classifier.py",
+            "cell": None,
+            "line": 14,
+            "message": "`ImageClassifier` builds its output layer from `activation` here",
+        }
+    ]
+    assert dtype["message"].startswith(
+        "`build_mlp` builds a softmax output layer at vision_models/mlp.py:11 whose dtype "
+        "is its `dtype` parameter, left at its default None: it computes in reduced precision"
+    )
+    assert dtype["related"] == [
+        {
+            "path": "vision_models/mlp.py",
+            "cell": None,
+            "line": 11,
+            "message": "`build_mlp` gives its softmax layer `dtype=dtype` here",
+        }
+    ]
     # the build_mlp call is fixed where the program makes it; the library is not touched
     assert main(["--no-cache", "--select", "MP101", "--fix", "."]) == 1
     capsys.readouterr()
-    assert "model = build_mlp(10, hidden=512, dtype=\"float32\")\n" in (root / "examples" / "train_mlp.py").read_text()
-    assert (root / "vision_models" / "mlp.py").read_text() == (REPO / "fixtures/classifier_builder/vision_models/mlp.py").read_text()
+    assert 'model = build_mlp(10, hidden=512, dtype="float32")\n' in (root / "examples" / "train_mlp.py").read_text()
+    assert (root / "vision_models" / "mlp.py").read_text() == (
+        REPO / "fixtures/classifier_builder/vision_models/mlp.py"
+    ).read_text()
     (root / "examples" / "train_mixed.py").unlink()
     (root / "examples" / "train_mlp.py").unlink()
     assert _lint(capsys, ".") == (0, [])

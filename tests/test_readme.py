@@ -43,12 +43,17 @@ def test_readme_lists_the_proof_of_every_safe_fix():
 def test_readme_quick_start_commands_are_what_ci_runs():
     readme = (REPO / "README.md").read_text()
     commands = re.findall(r"```bash\n(.+?)\n```", readme.split("## Quick start", 1)[1].split("##", 1)[0])
-    assert commands == ['python3 -m pip install . && mplint fixtures/', 'python3 -m pip install -e ".[test]" && python3 -m pytest']
+    assert commands == [
+        "python3 -m pip install . && mplint fixtures/",
+        'python3 -m pip install -e ".[test]" && python3 -m pytest',
+    ]
     assert [content.strip() for info, content in _quick_start_fences() if info == "bash"] == commands
     ci = (REPO / ".ci" / "run").read_text()
     assert 'python3 -m pip install --quiet -e ".[test]"' in ci and ci.rstrip().endswith("python3 -m pytest")
     # the first command runs first (twice), so the suite meets the caches it leaves in fixtures/
-    order = [ci.index(step) for step in ("pip install --quiet .\n", "mplint fixtures/", 'pip install --quiet -e ".[test]"')]
+    order = [
+        ci.index(step) for step in ("pip install --quiet .\n", "mplint fixtures/", 'pip install --quiet -e ".[test]"')
+    ]
     assert order == sorted(order)
 
 
@@ -65,9 +70,11 @@ def test_readme_quick_start_output_is_what_mplint_prints():
     assert len(chunks) >= 3
     for chunk in chunks:
         shown = chunk.splitlines()
-        starts = [i for i in range(len(printed) - len(shown) + 1)
-                  if all(_matches(s, p) for s, p in zip(shown, printed[i:i + len(shown)]))]
+        starts = [
+            i
+            for i in range(len(printed) - len(shown) + 1)
+            if all(_matches(s, p) for s, p in zip(shown, printed[i : i + len(shown)]))
+        ]
         assert starts, f"the README shows output mplint does not print:\n{chunk}"
     marks = {re.search(r": MPT?\d+( \[[*-]\])? ", chunk).group(1) for chunk in chunks}
     assert marks == {None, " [*]", " [-]"}  # every mark the README explains is shown
-

@@ -15,7 +15,7 @@ from mplint.testing import lint_code
 # mlcommons/training retired_benchmarks/resnet-tf2: --fp16_implementation=graph_rewrite builds the model in float32
 # (get_tf_dtype) and wraps the optimizer in the graph rewrite; --dtype=fp16 sets mixed_float16 and a
 # LossScaleOptimizer instead. The two are modes of one program, never combined.
-PERFORMANCE = '''import tensorflow as tf
+PERFORMANCE = """import tensorflow as tf
 
 
 def configure_optimizer(optimizer, use_float16=False, use_graph_rewrite=False):
@@ -32,8 +32,8 @@ def set_mixed_precision_policy(dtype):
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
     elif dtype == tf.float32:
         tf.keras.mixed_precision.set_global_policy("float32")
-'''
-RUNNABLE = '''import tensorflow as tf
+"""
+RUNNABLE = """import tensorflow as tf
 
 
 class Runnable:
@@ -44,8 +44,8 @@ class Runnable:
         elif flags.fp16_implementation == "graph_rewrite":
             self.optimizer = (
                 tf.train.experimental.enable_mixed_precision_graph_rewrite(self.optimizer))
-'''
-MAIN = '''import tensorflow as tf
+"""
+MAIN = """import tensorflow as tf
 
 import performance
 import runnable
@@ -66,7 +66,7 @@ def main(flags):
 
 if __name__ == "__main__":
     main(None)
-'''
+"""
 MLCOMMONS = {"performance.py": PERFORMANCE, "runnable.py": RUNNABLE, "main.py": MAIN}
 
 
@@ -80,26 +80,32 @@ def test_mp503_graph_rewrite_as_the_float32_mode_of_a_mode_switch_is_silent(path
 def test_mp503_unconditional_rewrite_in_a_program_that_may_set_float32_is_an_unsafe_fix():
     code = RUNNABLE.replace(
         '        elif flags.fp16_implementation == "graph_rewrite":\n            self.optimizer = (\n'
-        '                tf.train.experimental.enable_mixed_precision_graph_rewrite(self.optimizer))\n',
-        "        self.optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(self.optimizer)\n")
+        "                tf.train.experimental.enable_mixed_precision_graph_rewrite(self.optimizer))\n",
+        "        self.optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(self.optimizer)\n",
+    )
     files = {name: text for name, text in MLCOMMONS.items() if name != "runnable.py"}
     found = lint_code(code, path="runnable.py", files=files, select=["MP503"])
-    assert [(d.rule_id, d.line, d.column, d.message) for d in found.diagnostics] == [(
-        "MP503", 9, 26,
-        "`enable_mixed_precision_graph_rewrite` applies TensorFlow's graph rewrite: together with the Keras policy "
-        "(mixed_float16 set at performance.py:15 in the program of main.py, which imports this module) it raises at "
-        "run time (the program may also set float32, where deleting the rewrite drops mixed precision: unsafe fix). "
-        "The rewrite also added loss scaling; compile() adds a LossScaleOptimizer under mixed_float16",
-    )]
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found.diagnostics] == [
+        (
+            "MP503",
+            9,
+            26,
+            "`enable_mixed_precision_graph_rewrite` applies TensorFlow's graph rewrite: together with the Keras policy "
+            "(mixed_float16 set at performance.py:15 in the program of main.py, which imports this module) it raises at "
+            "run time (the program may also set float32, where deleting the rewrite drops mixed precision: unsafe fix). "
+            "The rewrite also added loss scaling; compile() adds a LossScaleOptimizer under mixed_float16",
+        )
+    ]
     assert not lint_code(code, path="runnable.py", files=files, select=["MP503"], fix=True).written  # not safe
     fixed = lint_code(code, path="runnable.py", files=files, select=["MP503"], fix=True, unsafe_fixes=True)
     assert fixed.fixed_code == code.replace(
-        "        self.optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(self.optimizer)\n", "")
+        "        self.optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(self.optimizer)\n", ""
+    )
 
 
 # NVIDIA/apex tests/distributed/synced_batchnorm: BatchNorm and SyncBatchNorm made float16 under --fp16, one SGD
 # step each, compared: half precision is what the test exercises.
-APEX_SYNCBN_TEST = '''import torch
+APEX_SYNCBN_TEST = """import torch
 from torch import optim
 
 bn = torch.nn.BatchNorm2d(32).cuda()
@@ -109,7 +115,7 @@ out_bn = bn(inp)
 out_bn.backward(grad)
 bn_opt = optim.SGD(bn.parameters(), lr=1.0)
 bn_opt.step()
-'''
+"""
 
 
 @pytest.mark.parametrize("path", ["tests/test_groups.py", "tests/two_gpu_unit_test.py"])
@@ -119,16 +125,20 @@ def test_mpt101_half_model_in_a_test_module_is_silent(path):
 
 def test_mpt101_the_same_code_in_a_training_script_is_reported():
     found = lint_code(APEX_SYNCBN_TEST, path="train_groups.py", select=["MPT101"]).diagnostics
-    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
-        "MPT101", 6, 5,
-        "`bn` is made pure float16 and then trained: its weights and their updates are float16, so updates smaller "
-        "than 1/2048 of a weight vanish; keep the model float32 and train under `torch.autocast` with a GradScaler",
-    )]
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT101",
+            6,
+            5,
+            "`bn` is made pure float16 and then trained: its weights and their updates are float16, so updates smaller "
+            "than 1/2048 of a weight vanish; keep the model float32 and train under `torch.autocast` with a GradScaler",
+        )
+    ]
 
 
 # keras-team/tf-keras mixed_precision_graph_rewrite_test.py: the tests of the rewrite call it, and check that it
 # raises together with a policy the test itself sets.
-REWRITE_TEST = '''import tensorflow as tf
+REWRITE_TEST = """import tensorflow as tf
 from tf_keras import mixed_precision
 from tf_keras.optimizers import legacy as optimizer_v2
 
@@ -143,7 +153,7 @@ class MixedPrecisionTest(tf.test.TestCase):
         mixed_precision.set_global_policy("mixed_float16")
         with self.assertRaisesRegex(ValueError, "the global Keras dtype Policy has been set"):
             tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite(optimizer_v2.SGD(1.0))
-'''
+"""
 
 
 def test_mp503_tests_of_the_rewrite_itself_are_silent():
@@ -151,7 +161,7 @@ def test_mp503_tests_of_the_rewrite_itself_are_silent():
 
 
 # NVIDIA/apex tests/L0/run_optimizers/test_adam.py: a LeNet whose last Linear (10 classes) is followed by a ReLU.
-LENET = '''import torch
+LENET = """import torch
 from torch import nn
 
 
@@ -173,16 +183,20 @@ class Model(torch.nn.Module):
 
 with torch.amp.autocast("cuda", enabled=True):
     Model().cuda()(torch.randn(2, 120, device="cuda")).sum().backward()
-'''
+"""
 
 
 def test_mpt301_the_last_linear_before_an_activation_is_the_class_count():
     found = lint_code(LENET, path="lenet.py", select=["MPT301"]).diagnostics
-    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
-        "MPT301", 8, 35,
-        "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16/bfloat16 autocast its matmuls miss "
-        "tensor cores (use 88)",
-    )]
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT301",
+            8,
+            35,
+            "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16/bfloat16 autocast its matmuls miss "
+            "tensor cores (use 88)",
+        )
+    ]
 
 
 def test_mpt301_layer_sizes_of_a_test_module_are_fixtures():
@@ -191,7 +205,7 @@ def test_mpt301_layer_sizes_of_a_test_module_are_fixtures():
 
 # NVIDIA/apex tests/distributed/amp_master_params: trains under O2, then saves the float16 model and apex's float32
 # master copy for a comparison script. Migrating would save model.parameters() twice.
-APEX_MASTER_PARAMS = '''import torch
+APEX_MASTER_PARAMS = """import torch
 from apex import amp
 
 model = torch.nn.Linear(1024, 16).cuda()
@@ -205,31 +219,39 @@ for t in range(500):
     optimizer.step()
 torch.save(list(model.parameters()), "model.pth")
 torch.save(list(amp.master_params(optimizer)), "master.pth")
-'''
+"""
 
 
 def test_mpt501_master_params_saved_for_comparison_get_no_migration():
     out = lint_code(APEX_MASTER_PARAMS, path="amp_master_params.py", select=["MPT501"], fix=True, unsafe_fixes=True)
-    assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [(
-        "MPT501", 6, 20,
-        '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
-        '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`; no '
-        "automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
-        "master copy of an O2 model has no torch.amp counterpart",
-    )]
+    assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [
+        (
+            "MPT501",
+            6,
+            20,
+            '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
+            '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`; no '
+            "automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
+            "master copy of an O2 model has no torch.amp counterpart",
+        )
+    ]
     assert not out.written
 
 
 def test_mpt501_master_params_in_a_clip_still_migrate():
     code = APEX_MASTER_PARAMS.replace(
-        '''    optimizer.step()
+        """    optimizer.step()
 torch.save(list(model.parameters()), "model.pth")
 torch.save(list(amp.master_params(optimizer)), "master.pth")
-''', '''    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+""",
+        """    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
     optimizer.step()
-''')
+""",
+    )
     out = lint_code(code, path="train.py", select=["MPT501"], fix=True, unsafe_fixes=True)
-    assert out.fixed_code == '''import torch
+    assert (
+        out.fixed_code
+        == """import torch
 
 model = torch.nn.Linear(1024, 16).cuda()
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -243,41 +265,58 @@ for t in range(500):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     scaler.step(optimizer)
     scaler.update()
-'''
+"""
+    )
 
 
 # mlcommons/training retired_benchmarks/rnnt/pytorch/inference.py: O3 with no optimizer, after model.eval().
 def test_mpt501_o3_without_an_optimizer_is_inference():
     code = "import torch\nfrom apex import amp\n\nmodel.eval()\nmodel = amp.initialize(model, opt_level='O3')\n"
     found = lint_code(code, path="inference.py", select=["MPT501"]).diagnostics
-    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
-        "MPT501", 5, 9,
-        '`amp.initialize(model, opt_level="O3")` without an optimizer casts the model to float16 for inference: '
-        "write `model.half()`, which needs no apex; no automatic fix: only opt_level O1/O2 map onto autocast + "
-        "GradScaler",
-    )]
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT501",
+            5,
+            9,
+            '`amp.initialize(model, opt_level="O3")` without an optimizer casts the model to float16 for inference: '
+            "write `model.half()`, which needs no apex; no automatic fix: only opt_level O1/O2 map onto autocast + "
+            "GradScaler",
+        )
+    ]
 
 
 # mlcommons/training resnet-tf2 performance.py: the experimental Policy takes loss_scale= (TF 2.1-2.8); the Policy
 # its rewrite names does not.
 def test_mp501_loss_scale_of_the_experimental_policy_names_the_policy_that_lacks_it():
-    code = ("import tensorflow as tf\n\n\ndef set_mixed_precision_policy(loss_scale=None):\n"
-            "    policy = tf.keras.mixed_precision.experimental.Policy('mixed_float16', loss_scale=loss_scale)\n"
-            "    tf.keras.mixed_precision.experimental.set_policy(policy)\n")
+    code = (
+        "import tensorflow as tf\n\n\ndef set_mixed_precision_policy(loss_scale=None):\n"
+        "    policy = tf.keras.mixed_precision.experimental.Policy('mixed_float16', loss_scale=loss_scale)\n"
+        "    tf.keras.mixed_precision.experimental.set_policy(policy)\n"
+    )
     found = [d for d in lint_code(code, path="performance.py", select=["MP501"], keras=2).diagnostics if d.line == 5]
     assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
-        ("MP501", 5, 14, "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, removed in "
-                         "TF 2.9: use `tf.keras.mixed_precision.Policy`; fixed once the loss-scale findings in this file "
-                         "are settled by hand (target Keras 2, from keras = 2 in the mplint config)"),
-        ("MP501", 5, 76, "`loss_scale=` of the experimental `Policy` is G1 API, with no counterpart in the `Policy` of "
-                         "Keras 2 and 3 (TypeError there): move the loss scale to a `LossScaleOptimizer` around the optimizer (target Keras 2, "
-                         "from keras = 2 in the mplint config)"),
+        (
+            "MP501",
+            5,
+            14,
+            "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, removed in "
+            "TF 2.9: use `tf.keras.mixed_precision.Policy`; fixed once the loss-scale findings in this file "
+            "are settled by hand (target Keras 2, from keras = 2 in the mplint config)",
+        ),
+        (
+            "MP501",
+            5,
+            76,
+            "`loss_scale=` of the experimental `Policy` is G1 API, with no counterpart in the `Policy` of "
+            "Keras 2 and 3 (TypeError there): move the loss scale to a `LossScaleOptimizer` around the optimizer (target Keras 2, "
+            "from keras = 2 in the mplint config)",
+        ),
     ]
 
 
 # keras-team/keras keras/src/backend/tensorflow/trainer.py: Keras 3's own train_step scales with
 # `optimizer.scale_loss`, and its LossScaleOptimizer.apply_gradients unscales.
-KERAS3_TRAIN_STEP = '''import tensorflow as tf
+KERAS3_TRAIN_STEP = """import tensorflow as tf
 import keras
 
 
@@ -298,7 +337,7 @@ model = Trainer()
 keras.mixed_precision.set_global_policy("mixed_float16")
 model.compile(optimizer="adam", loss="mse")
 model.fit(x, y)
-'''
+"""
 
 
 @pytest.mark.parametrize("keras", [2, 3])
@@ -309,16 +348,20 @@ def test_mp202_a_loss_scaled_with_keras3_scale_loss_is_not_asked_to_unscale(kera
 def test_mp202_keras2_get_scaled_loss_without_unscale_is_still_reported():
     code = KERAS3_TRAIN_STEP.replace("scale_loss", "get_scaled_loss")
     found = lint_code(code, path="trainer.py", select=["MP202"], keras=2).diagnostics
-    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
-        "MP202", 14, 9,
-        "compile() wraps the optimizer in a LossScaleOptimizer; when `self.optimizer is not None` is true, the tape "
-        "differentiates the scaled loss but get_unscaled_gradients is never called: updates 32768x too large",
-    )]
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MP202",
+            14,
+            9,
+            "compile() wraps the optimizer in a LossScaleOptimizer; when `self.optimizer is not None` is true, the tape "
+            "differentiates the scaled loss but get_unscaled_gradients is never called: updates 32768x too large",
+        )
+    ]
 
 
 # keras-team/keras-rs keras_rs/src/losses/list_mle_loss.py: an epsilon of a Keras 3 Loss subclass, whose __call__
 # converts the predictions to the loss's float32 dtype before `call` sees them.
-LIST_MLE_LOSS = '''import keras
+LIST_MLE_LOSS = """import keras
 from keras import ops
 
 
@@ -332,9 +375,11 @@ class ListMLELoss(keras.losses.Loss):
         logits = ops.divide(y_pred, ops.cast(self.temperature, dtype=y_pred.dtype))
         cumsum_from_right = ops.flip(ops.cumsum(ops.flip(ops.exp(logits), axis=1), axis=1), axis=1)
         return -ops.sum(logits - ops.log(cumsum_from_right + self._epsilon), axis=1)
-'''
+"""
 EPSILON_VANISHES = (
-    "MP601", 14, 62,
+    "MP601",
+    14,
+    62,
     "`self._epsilon` (set at line 9: `1e-10`) flushes to 0 in float16 (smallest subnormal 6e-8): combined with the "
     "compute-dtype tensor `cumsum_from_right` under a float16 policy the epsilon vanishes and a log or division by it "
     "gives inf or NaN",
@@ -346,10 +391,13 @@ def test_mp601_a_keras3_loss_computes_in_its_own_float32_dtype():
     assert found.diagnostics == []
 
 
-@pytest.mark.parametrize("keras,code", [
-    (2, LIST_MLE_LOSS),  # Keras 2's Loss keeps the predictions' float16
-    (3, LIST_MLE_LOSS.replace("super().__init__(**kwargs)", 'super().__init__(dtype="float16", **kwargs)')),
-])
+@pytest.mark.parametrize(
+    "keras,code",
+    [
+        (2, LIST_MLE_LOSS),  # Keras 2's Loss keeps the predictions' float16
+        (3, LIST_MLE_LOSS.replace("super().__init__(**kwargs)", 'super().__init__(dtype="float16", **kwargs)')),
+    ],
+)
 def test_mp601_a_loss_that_computes_in_float16_is_still_reported(keras, code):
     found = lint_code(code, path="list_mle_loss.py", select=["MP601"], keras=keras, policy="mixed_float16")
     assert [(d.rule_id, d.line, d.column, d.message) for d in found.diagnostics] == [EPSILON_VANISHES]
@@ -357,7 +405,7 @@ def test_mp601_a_loss_that_computes_in_float16_is_still_reported(keras, code):
 
 def test_keras3_loss_call_sees_float32_predictions_under_mixed_float16():
     """The fact the MP601 exemption rests on, executed on the installed Keras 3."""
-    script = '''
+    script = """
 import keras, numpy as np
 keras.mixed_precision.set_global_policy("mixed_float16")
 seen = []
@@ -368,7 +416,7 @@ class L(keras.losses.Loss):
 out = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])(np.ones((1, 4)))
 L()(np.ones((1, 2)), out)
 print(keras.backend.standardize_dtype(out.dtype), seen[0].rsplit("'", 2)[-2] if "'" in seen[0] else seen[0])
-'''
+"""
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -409,7 +457,7 @@ class VAE(keras.Model):
         self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
         return {"loss": total_loss}
 '''
-TF_KERAS_FIT_TEST = '''import tensorflow as tf
+TF_KERAS_FIT_TEST = """import tensorflow as tf
 
 from tf_keras.integration_test.models import vae
 
@@ -417,25 +465,39 @@ from tf_keras.integration_test.models import vae
 class FitTest(tf.test.TestCase):
     def test_fit(self):
         vae.VAE(None, None)
-'''
-TF_KERAS_TESTS = {"tf_keras/__init__.py": "", "tf_keras/integration_test/__init__.py": "",
-                  "tf_keras/integration_test/models/__init__.py": "",
-                  "tf_keras/integration_test/fit_test.py": TF_KERAS_FIT_TEST}
-VAE_LIBRARY = "; library code (no program of this project that reaches it sets a policy; any user may pick mixed_float16)"
+"""
+TF_KERAS_TESTS = {
+    "tf_keras/__init__.py": "",
+    "tf_keras/integration_test/__init__.py": "",
+    "tf_keras/integration_test/models/__init__.py": "",
+    "tf_keras/integration_test/fit_test.py": TF_KERAS_FIT_TEST,
+}
+VAE_LIBRARY = (
+    "; library code (no program of this project that reaches it sets a policy; any user may pick mixed_float16)"
+)
 VAE_CROSS_ENTROPY = (
-    "MP103", 19, 21,
+    "MP103",
+    19,
+    21,
     "`keras.losses.binary_crossentropy` computes in the dtype of its predictions, here the compute dtype of "
     "`reconstruction`: under mixed_float16 the loss overflows to inf above 65504; cast the predictions to float32 "
-    "first (loss objects such as `MeanSquaredError()` do this themselves)")
-VAE_KL = ("MP103", 26, 38, "this loss squares, exponentiates or sums the compute-dtype `kl_loss`: under mixed_float16 "
-          "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32")
+    "first (loss objects such as `MeanSquaredError()` do this themselves)",
+)
+VAE_KL = (
+    "MP103",
+    26,
+    38,
+    "this loss squares, exponentiates or sums the compute-dtype `kl_loss`: under mixed_float16 "
+    "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32",
+)
 # Cast where float16 overflows, not after the sums: the cross-entropy's predictions, the KL term's operands.
 VAE_FIXED = TF_KERAS_VAE.replace(
     "binary_crossentropy(data, reconstruction)", "binary_crossentropy(data, tf.cast(reconstruction, tf.float32))"
 ).replace(
     "                1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)\n",
     "                tf.cast(1 + z_log_var, tf.float32) - tf.square(tf.cast(z_mean, tf.float32)) - "
-    "tf.exp(tf.cast(z_log_var, tf.float32))\n")
+    "tf.exp(tf.cast(z_log_var, tf.float32))\n",
+)
 
 
 def test_mp103_model_of_an_integration_test_reached_only_by_tests_is_silent():
@@ -445,19 +507,28 @@ def test_mp103_model_of_an_integration_test_reached_only_by_tests_is_silent():
 
 
 def test_mp103_the_same_model_in_the_package_itself_is_library_code():
-    files = {**TF_KERAS_TESTS, "tf_keras/models/__init__.py": "",
-             "tf_keras/integration_test/fit_test.py": TF_KERAS_FIT_TEST.replace("integration_test.models", "models")}
+    files = {
+        **TF_KERAS_TESTS,
+        "tf_keras/models/__init__.py": "",
+        "tf_keras/integration_test/fit_test.py": TF_KERAS_FIT_TEST.replace("integration_test.models", "models"),
+    }
     found = lint_code(TF_KERAS_VAE, path="tf_keras/models/vae.py", files=files, select=["MP103"]).diagnostics
     assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
-        (*VAE_CROSS_ENTROPY[:3], VAE_CROSS_ENTROPY[3] + VAE_LIBRARY), (*VAE_KL[:3], VAE_KL[3] + VAE_LIBRARY)]
+        (*VAE_CROSS_ENTROPY[:3], VAE_CROSS_ENTROPY[3] + VAE_LIBRARY),
+        (*VAE_KL[:3], VAE_KL[3] + VAE_LIBRARY),
+    ]
     fixed = lint_code(TF_KERAS_VAE, path="tf_keras/models/vae.py", files=files, select=["MP103"], fix=True)
     assert fixed.fixed_code == VAE_FIXED
 
 
 def test_mp103_the_integration_test_model_trained_by_a_mixed_program_is_reported_and_cast_before_the_sums():
-    files = {**TF_KERAS_TESTS, "train.py": (
-        "import tensorflow as tf\nfrom tf_keras.integration_test.models import vae\n\n"
-        "tf.keras.mixed_precision.set_global_policy('mixed_float16')\nvae.VAE(None, None).fit(None)\n")}
+    files = {
+        **TF_KERAS_TESTS,
+        "train.py": (
+            "import tensorflow as tf\nfrom tf_keras.integration_test.models import vae\n\n"
+            "tf.keras.mixed_precision.set_global_policy('mixed_float16')\nvae.VAE(None, None).fit(None)\n"
+        ),
+    }
     path = "tf_keras/integration_test/models/vae.py"
     found = lint_code(TF_KERAS_VAE, path=path, files=files, select=["MP103"]).diagnostics
     assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [VAE_CROSS_ENTROPY, VAE_KL]
@@ -467,7 +538,7 @@ def test_mp103_the_integration_test_model_trained_by_a_mixed_program_is_reported
 # keras-team/keras keras/src/quantizers/quantizers.py compute_quantization_parameters: weight quantization computes in
 # `compute_dtype="float32"` (its callers pass "float32" or the layer's float32 variable dtype), so the `1e-8` floor
 # of the scale never meets float16 under a mixed policy: a policy never changes a default argument.
-KERAS_QUANTIZERS = '''from keras.src import ops
+KERAS_QUANTIZERS = """from keras.src import ops
 
 
 def compute_quantization_parameters(
@@ -489,32 +560,44 @@ def compute_quantization_parameters(
     scale = ops.divide(range_values, maxq)
     scale = ops.where(ops.less_equal(scale, 0), 1e-8, scale)
     return scale, maxq
-'''
-KERAS_PACKAGE = {"pyproject.toml": '[project]\nname = "keras"\n', "keras/__init__.py": "", "keras/src/__init__.py": "",
-                 "keras/src/quantizers/__init__.py": ""}
+"""
+KERAS_PACKAGE = {
+    "pyproject.toml": '[project]\nname = "keras"\n',
+    "keras/__init__.py": "",
+    "keras/src/__init__.py": "",
+    "keras/src/quantizers/__init__.py": "",
+}
 
 
 def test_mp601_epsilon_of_a_function_computing_in_its_float32_default_dtype_is_silent():
-    found = lint_code(KERAS_QUANTIZERS, path="keras/src/quantizers/quantizers.py", files=KERAS_PACKAGE,
-                      select=["MP601"]).diagnostics
+    found = lint_code(
+        KERAS_QUANTIZERS, path="keras/src/quantizers/quantizers.py", files=KERAS_PACKAGE, select=["MP601"]
+    ).diagnostics
     assert found == []
 
 
-@pytest.mark.parametrize("signature", ['compute_dtype=None,', 'compute_dtype,'])
+@pytest.mark.parametrize("signature", ["compute_dtype=None,", "compute_dtype,"])
 def test_mp601_the_same_epsilon_with_a_dtype_the_caller_must_pick_is_library_code(signature):
     code = KERAS_QUANTIZERS.replace('compute_dtype="float32",', signature)
-    found = lint_code(code, path="keras/src/quantizers/quantizers.py", files=KERAS_PACKAGE, select=["MP601"]).diagnostics
-    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [(
-        "MP601", 21, 49,
-        "`1e-8` flushes to 0 in float16 (smallest subnormal 6e-8): combined with the compute-dtype tensor `scale` "
-        "under a float16 policy the epsilon vanishes and a log or division by it gives inf or NaN; library code of "
-        "keras (users pick the policy)")]
+    found = lint_code(
+        code, path="keras/src/quantizers/quantizers.py", files=KERAS_PACKAGE, select=["MP601"]
+    ).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MP601",
+            21,
+            49,
+            "`1e-8` flushes to 0 in float16 (smallest subnormal 6e-8): combined with the compute-dtype tensor `scale` "
+            "under a float16 policy the epsilon vanishes and a log or division by it gives inf or NaN; library code of "
+            "keras (users pick the policy)",
+        )
+    ]
 
 
 # keras-team/keras keras/src/layers/normalization/unit_normalization.py (a planted defect the check missed): the
 # epsilon reaches float16 inside `ops.normalize`, which bounds the L2 norm by it (epsilon * epsilon, or 1 / epsilon). Executed by
 # tests/test_keras_fixes_executed.py::test_mp601_normalization_in_float32_keeps_zero_and_tiny_vectors_finite.
-KERAS_UNIT_NORMALIZATION = '''from keras.src import ops
+KERAS_UNIT_NORMALIZATION = """from keras.src import ops
 from keras.src.api_export import keras_export
 from keras.src.layers.layer import Layer
 
@@ -529,74 +612,121 @@ class UnitNormalization(Layer):
 
     def call(self, inputs):
         return ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-12)
-'''
+"""
 KERAS_LAYERS = {**KERAS_PACKAGE, "keras/src/layers/__init__.py": "", "keras/src/layers/normalization/__init__.py": ""}
 UNIT_NORMALIZATION_EFFECT = (
     ", so rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf; normalize in float32; "
-    "library code of keras (users pick the policy)")
+    "library code of keras (users pick the policy)"
+)
 
 
-@pytest.mark.parametrize("epsilon,column,clamp", [
-    (", epsilon=1e-12", 71, "(`epsilon=1e-12`) in the dtype of `inputs`, the compute dtype: under a float16 policy the "
-                            "bound is lost (the floor epsilon * epsilon = 1e-24 on the squared norm flushes to 0, "
-                            "smallest subnormal 6e-8, and the cap 1 / epsilon = 1e+12 that other Keras releases put on "
-                            "rsqrt overflows to inf)"),
-    (", epsilon=backend.epsilon()", 71, "(`epsilon=backend.epsilon()`) in the dtype of `inputs`, the compute dtype: "
-                                        "under a float16 policy the bound is lost (the floor epsilon * epsilon = 1e-14 "
-                                        "on the squared norm flushes to 0, smallest subnormal 6e-8, and the cap 1 / "
-                                        "epsilon = 1e+07 that other Keras releases put on rsqrt overflows to inf)"),
-    ("", 16, "(the default epsilon 1e-07, `keras.config.epsilon()`) in the dtype of `inputs`, the compute dtype: under "
-             "a float16 policy the bound is lost (the floor epsilon * epsilon = 1e-14 on the squared norm flushes to 0, "
-             "smallest subnormal 6e-8, and the cap 1 / epsilon = 1e+07 that other Keras releases put on rsqrt "
-             "overflows to inf)"),
-])
+@pytest.mark.parametrize(
+    "epsilon,column,clamp",
+    [
+        (
+            ", epsilon=1e-12",
+            71,
+            "(`epsilon=1e-12`) in the dtype of `inputs`, the compute dtype: under a float16 policy the "
+            "bound is lost (the floor epsilon * epsilon = 1e-24 on the squared norm flushes to 0, "
+            "smallest subnormal 6e-8, and the cap 1 / epsilon = 1e+12 that other Keras releases put on "
+            "rsqrt overflows to inf)",
+        ),
+        (
+            ", epsilon=backend.epsilon()",
+            71,
+            "(`epsilon=backend.epsilon()`) in the dtype of `inputs`, the compute dtype: "
+            "under a float16 policy the bound is lost (the floor epsilon * epsilon = 1e-14 "
+            "on the squared norm flushes to 0, smallest subnormal 6e-8, and the cap 1 / "
+            "epsilon = 1e+07 that other Keras releases put on rsqrt overflows to inf)",
+        ),
+        (
+            "",
+            16,
+            "(the default epsilon 1e-07, `keras.config.epsilon()`) in the dtype of `inputs`, the compute dtype: under "
+            "a float16 policy the bound is lost (the floor epsilon * epsilon = 1e-14 on the squared norm flushes to 0, "
+            "smallest subnormal 6e-8, and the cap 1 / epsilon = 1e+07 that other Keras releases put on rsqrt "
+            "overflows to inf)",
+        ),
+    ],
+)
 def test_mp601_epsilon_of_keras_normalize_on_the_compute_dtype(epsilon, column, clamp):
     code = KERAS_UNIT_NORMALIZATION.replace(", epsilon=1e-12", epsilon).replace(
-        "from keras.src import ops\n", "from keras.src import backend\nfrom keras.src import ops\n" if "backend" in epsilon
-        else "from keras.src import ops\n")
+        "from keras.src import ops\n",
+        "from keras.src import backend\nfrom keras.src import ops\n"
+        if "backend" in epsilon
+        else "from keras.src import ops\n",
+    )
     line = 16 if "backend" in epsilon else 15
     path = "keras/src/layers/normalization/unit_normalization.py"
     out = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"])
     assert [(d.rule_id, d.line, d.column, d.message, d.fix_safety) for d in out.diagnostics] == [
-        ("MP601", line, column, f"`ops.normalize` bounds the L2 norm by epsilon {clamp}{UNIT_NORMALIZATION_EFFECT}",
-         FixSafety.SAFE)]  # only float16/bfloat16 inputs take the float32 path; every other input runs the call as is
+        (
+            "MP601",
+            line,
+            column,
+            f"`ops.normalize` bounds the L2 norm by epsilon {clamp}{UNIT_NORMALIZATION_EFFECT}",
+            FixSafety.SAFE,
+        )
+    ]  # only float16/bfloat16 inputs take the float32 path; every other input runs the call as is
     fixed = lint_code(code, path=path, files=KERAS_LAYERS, select=["MP601"], fix=True).fixed_code
     original = f"ops.normalize(inputs, axis=self.axis, order=2{epsilon})"
-    expected = code.replace(original, f'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2'
-                                      f'{epsilon}), inputs.dtype) if backend.standardize_dtype(inputs.dtype) in '
-                                      f'("float16", "bfloat16") else {original}')
+    expected = code.replace(
+        original,
+        f'ops.cast(ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2'
+        f"{epsilon}), inputs.dtype) if backend.standardize_dtype(inputs.dtype) in "
+        f'("float16", "bfloat16") else {original}',
+    )
     # Keras' own sources get `backend` from keras.src, beside `ops`
-    expected = expected.replace("from keras.src import ops\n", "from keras.src import backend, ops\n") \
-        if "backend" not in epsilon else expected
+    expected = (
+        expected.replace("from keras.src import ops\n", "from keras.src import backend, ops\n")
+        if "backend" not in epsilon
+        else expected
+    )
     assert fixed == expected
 
 
-@pytest.mark.parametrize("call", ["ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-2)",
-                                  "ops.normalize(inputs, axis=self.axis, order=1, epsilon=1e-7)",
-                                  "ops.normalize(inputs, axis=self.axis, order=self.order, epsilon=1e-12)",
-                                  'ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2, epsilon=1e-12)'])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-2)",
+        "ops.normalize(inputs, axis=self.axis, order=1, epsilon=1e-7)",
+        "ops.normalize(inputs, axis=self.axis, order=self.order, epsilon=1e-12)",
+        'ops.normalize(ops.cast(inputs, "float32"), axis=self.axis, order=2, epsilon=1e-12)',
+    ],
+)
 def test_mp601_normalize_whose_clamp_float16_holds_or_in_float32_is_silent(call):
     code = KERAS_UNIT_NORMALIZATION.replace("ops.normalize(inputs, axis=self.axis, order=2, epsilon=1e-12)", call)
-    out = lint_code(code, path="keras/src/layers/normalization/unit_normalization.py", files=KERAS_LAYERS,
-                    select=["MP601"])
+    out = lint_code(
+        code, path="keras/src/layers/normalization/unit_normalization.py", files=KERAS_LAYERS, select=["MP601"]
+    )
     assert out.diagnostics == []
 
 
 def test_mp601_normalize_of_another_order_clamps_the_norm_itself():
     code = KERAS_UNIT_NORMALIZATION.replace("order=2, epsilon=1e-12", "order=1, epsilon=1e-12")
-    out = lint_code(code, path="keras/src/layers/normalization/unit_normalization.py", files=KERAS_LAYERS,
-                    select=["MP601"])
+    out = lint_code(
+        code, path="keras/src/layers/normalization/unit_normalization.py", files=KERAS_LAYERS, select=["MP601"]
+    )
     assert [(d.rule_id, d.line, d.column, d.message) for d in out.diagnostics] == [
-        ("MP601", 15, 71, "`ops.normalize` clamps the norm with 1e-12 (`epsilon=1e-12`) in the dtype of `inputs`, the "
-                          "compute dtype: under a float16 policy it flushes to 0 (smallest subnormal 6e-8), so dividing "
-                          "by the norm turns a zero vector into NaN; normalize in float32; library code of keras (users "
-                          "pick the policy)")]
+        (
+            "MP601",
+            15,
+            71,
+            "`ops.normalize` clamps the norm with 1e-12 (`epsilon=1e-12`) in the dtype of `inputs`, the "
+            "compute dtype: under a float16 policy it flushes to 0 (smallest subnormal 6e-8), so dividing "
+            "by the norm turns a zero vector into NaN; normalize in float32; library code of keras (users "
+            "pick the policy)",
+        )
+    ]
 
 
 def test_mp103_test_support_code_a_published_package_ships_stays_library_code():
     files = {**TF_KERAS_TESTS, "pyproject.toml": '[project]\nname = "tf-keras"\n'}
-    found = lint_code(TF_KERAS_VAE, path="tf_keras/integration_test/models/vae.py", files=files,
-                      select=["MP103"]).diagnostics
+    found = lint_code(
+        TF_KERAS_VAE, path="tf_keras/integration_test/models/vae.py", files=files, select=["MP103"]
+    ).diagnostics
     library = "; library code of tf-keras (users pick the policy)"
     assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
-        (*VAE_CROSS_ENTROPY[:3], VAE_CROSS_ENTROPY[3] + library), (*VAE_KL[:3], VAE_KL[3] + library)]
+        (*VAE_CROSS_ENTROPY[:3], VAE_CROSS_ENTROPY[3] + library),
+        (*VAE_KL[:3], VAE_KL[3] + library),
+    ]

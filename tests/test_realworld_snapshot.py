@@ -9,8 +9,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-
-
 def finding(path="a.py", rule="MP101", line=1, col=1, message="m", **extra):
     return {"package": "pkg", "path": path, "rule": rule, "line": line, "col": col, "message": message, **extra}
 
@@ -63,7 +61,10 @@ def test_update_keeps_verdicts_marks_vanished_and_adds_unreviewed(realworld):
         finding("gone.py", verdict="fp", reason="noise", status="current"),
         {**finding("other.py"), "package": "unchecked", "verdict": "fp", "reason": "r", "status": "current"},
     ]
-    result = {f["path"]: f for f in realworld.updated(recorded, [finding("kept.py", message="new"), finding("new.py")], {"pkg"})}
+    result = {
+        f["path"]: f
+        for f in realworld.updated(recorded, [finding("kept.py", message="new"), finding("new.py")], {"pkg"})
+    }
     assert result["kept.py"] == finding("kept.py", message="new", verdict="tp", reason="real", status="current")
     assert result["gone.py"]["status"] == "vanished" and result["gone.py"]["verdict"] == "fp"
     assert result["new.py"]["verdict"] == "unreviewed" and result["new.py"]["status"] == "current"
@@ -71,8 +72,12 @@ def test_update_keeps_verdicts_marks_vanished_and_adds_unreviewed(realworld):
 
 
 def test_precision_counts_only_reviewed_findings(realworld):
-    verdicts = [(finding(rule="MP101"), "tp"), (finding(rule="MP101"), "fp"), (finding(rule="MP102"), "fp"),
-                (finding(rule="MP102"), "unreviewed")]
+    verdicts = [
+        (finding(rule="MP101"), "tp"),
+        (finding(rule="MP101"), "fp"),
+        (finding(rule="MP102"), "fp"),
+        (finding(rule="MP102"), "unreviewed"),
+    ]
     rows = {row["rule"]: row for row in realworld.precision_table(verdicts, "rule")}
     assert rows["MP101"]["precision"] == 0.5
     assert rows["MP102"] == {"rule": "MP102", "tp": 0, "fp": 1, "unreviewed": 1, "precision": 0.0}
@@ -117,7 +122,12 @@ def test_sdist_members_outside_the_archive_are_refused(realworld, tmp_path):
 
 
 def test_archives_are_found_by_kind_and_name(realworld, tmp_path):
-    for name in ("deep_speed-0.1.tar.gz", "deep-speed-0.10.tar.gz", "tool_kit-2.0-py3-none-any.whl", "tool_kit-2.0.tar.gz"):
+    for name in (
+        "deep_speed-0.1.tar.gz",
+        "deep-speed-0.10.tar.gz",
+        "tool_kit-2.0-py3-none-any.whl",
+        "tool_kit-2.0.tar.gz",
+    ):
         (tmp_path / name).write_bytes(b"")
     sdist = realworld.Package("deep-speed", "0.1", "0" * 64, realworld.PYTORCH, sdist=True)
     wheel = realworld.Package("tool-kit", "2.0", "0" * 64)
@@ -135,8 +145,11 @@ def test_pinned_packages_have_a_sha256_and_a_framework(realworld):
 
 
 def test_precision_per_framework(realworld):
-    verdicts = [({**finding(), "package": "timm"}, "tp"), ({**finding(), "package": "tf-keras"}, "fp"),
-                ({**finding(), "package": "keras-src"}, "tp")]
+    verdicts = [
+        ({**finding(), "package": "timm"}, "tp"),
+        ({**finding(), "package": "tf-keras"}, "fp"),
+        ({**finding(), "package": "keras-src"}, "tp"),
+    ]
     rows = {row["framework"]: row for row in realworld.framework_table(verdicts)}
     assert rows["pytorch"]["precision"] == 1.0 and rows["tensorflow"]["precision"] == 0.5
     assert rows["all"]["tp"] == 2 and rows["all"]["fp"] == 1

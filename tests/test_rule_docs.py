@@ -33,8 +33,17 @@ def test_committed_pages_are_the_generated_ones():
 def test_a_page_has_every_section_and_its_code_parses():
     page = rule_docs.page(load_catalog()["MP101"])
     headings = [line for line in page.splitlines() if line.startswith("#")]
-    assert headings == ["# MP101 `float16-softmax-output`", "## What it does", "## Why is this bad?", "## Example",
-                        "## Fix", "## Fix safety", "## Proof", "## Details", "## References"]
+    assert headings == [
+        "# MP101 `float16-softmax-output`",
+        "## What it does",
+        "## Why is this bad?",
+        "## Example",
+        "## Fix",
+        "## Fix safety",
+        "## Proof",
+        "## Details",
+        "## References",
+    ]
     assert "Safe: keeps float32 behaviour identical; applied by `--fix`." in page
     for meta in load_catalog().values():
         for code in (meta.example, meta.example_fixed):
@@ -51,7 +60,8 @@ def test_the_generator_command_writes_the_pages_once(tmp_path, capsys):
     assert main(["rules", "--pages", str(tmp_path / "pages")]) == 0
     assert capsys.readouterr().out == f"Wrote {len(load_catalog()) + 1} pages in {(tmp_path / 'pages').as_posix()}.\n"
     assert {p.name: p.read_text() for p in (tmp_path / "pages").iterdir()} == {
-        p.name: p.read_text() for p in PAGES.iterdir()}
+        p.name: p.read_text() for p in PAGES.iterdir()
+    }
     (tmp_path / "pages" / "MP999.md").write_text("a rule that is gone\n")
     assert main(["rules", "--pages", str(tmp_path / "pages")]) == 0
     assert capsys.readouterr().out == f"Wrote 0 pages in {(tmp_path / 'pages').as_posix()}.\n"
@@ -59,7 +69,10 @@ def test_the_generator_command_writes_the_pages_once(tmp_path, capsys):
 
 
 def test_the_url_comes_from_config_then_project_metadata_then_the_page_file(monkeypatch):
-    assert rule_docs.rule_url("MP101", "https://docs.example.org/mplint/") == "https://docs.example.org/mplint/rules/MP101.md"
+    assert (
+        rule_docs.rule_url("MP101", "https://docs.example.org/mplint/")
+        == "https://docs.example.org/mplint/rules/MP101.md"
+    )
     monkeypatch.setattr(rule_docs, "project_docs_url", lambda: "https://example.org/docs")
     assert rule_docs.rule_url("MP101") == "https://example.org/docs/rules/MP101.md"
     assert rule_docs.rule_url("MP101", "file:///srv/docs") == "file:///srv/docs/rules/MP101.md"
@@ -68,7 +81,9 @@ def test_the_url_comes_from_config_then_project_metadata_then_the_page_file(monk
 
 
 def test_project_metadata_url_is_read_from_pyproject(tmp_path, monkeypatch):
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "mplint"\n[project.urls]\nDocumentation = "https://x.test/d"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "mplint"\n[project.urls]\nDocumentation = "https://x.test/d"\n'
+    )
     monkeypatch.setattr(rule_docs, "_PACKAGE_DIR", tmp_path / "mplint")
     rule_docs.project_docs_url.cache_clear()
     try:

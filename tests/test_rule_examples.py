@@ -43,8 +43,13 @@ def _cases(kind: str):
 def _lint(meta, example, code: str | None = None, **kwargs):
     """In memory unless the example needs other project files; ``code`` instead of the example's own."""
     s = example.settings
-    common = {"keras": s.get("keras"), "policy": s.get("policy"), "path": s.get("path", "example.py"),
-              "select": [meta.id], **kwargs}
+    common = {
+        "keras": s.get("keras"),
+        "policy": s.get("policy"),
+        "path": s.get("path", "example.py"),
+        "select": [meta.id],
+        **kwargs,
+    }
     code = example.code if code is None else code
     if s.get("files"):
         return lint_code(code, files=s["files"], **common)
@@ -77,7 +82,9 @@ def _compare_snapshot(rule_id: str, key: str, actual: str) -> None:
         entries[key] = actual
         _write_snapshot(rule_id, entries)
     assert key in entries, f"no snapshot of {rule_id} {key}: review it, then write it with MPLINT_UPDATE_SNAPSHOTS=1"
-    assert actual == entries[key], f"{rule_id} {key} changed: review the diff, then accept it with MPLINT_UPDATE_SNAPSHOTS=1"
+    assert actual == entries[key], (
+        f"{rule_id} {key} changed: review the diff, then accept it with MPLINT_UPDATE_SNAPSHOTS=1"
+    )
 
 
 def test_every_static_rule_has_examples():
@@ -93,9 +100,14 @@ def test_flagged_example(meta, example, key):
     found = _lint(meta, example)
     # every finding of the run (the engine's MP000-MP003 included), message and fix safety exactly
     assert all("\n" not in d.message for d in found.diagnostics)
-    _compare_snapshot(meta.id, key, "\n".join(
-        f"{d.line}:{d.column}-{d.end_line}:{d.end_column} {d.rule_id} [{d.fix_safety.value}] {d.message}"
-        for d in found.diagnostics))
+    _compare_snapshot(
+        meta.id,
+        key,
+        "\n".join(
+            f"{d.line}:{d.column}-{d.end_line}:{d.end_column} {d.rule_id} [{d.fix_safety.value}] {d.message}"
+            for d in found.diagnostics
+        ),
+    )
     positions = [(d.line, d.column) for d in found.diagnostics if d.rule_id == meta.id]
     assert positions == list(example.expect), "\n".join(f"{d.line}:{d.column} {d.message}" for d in found.diagnostics)
     if example.fixed is None:  # the rule offers no fix in this case, and says so
@@ -128,13 +140,21 @@ def test_snapshot_holds_exactly_the_flagged_examples(meta):
     if UPDATE and set(entries) - set(keys):
         _write_snapshot(meta.id, {k: v for k, v in entries.items() if k in keys})  # examples gone or renamed
         entries = _read_snapshot(meta.id)
-    assert list(entries) == [k for k in keys if k in entries] and set(entries) == set(keys), sorted(set(entries) ^ set(keys))
+    assert list(entries) == [k for k in keys if k in entries] and set(entries) == set(keys), sorted(
+        set(entries) ^ set(keys)
+    )
 
 
 # One-file examples whose facts matter most: settings, a test module's path, fixes that change the file's own
 # facts (a second round of checks). The in-memory check must say what the runner says, fix or not.
-AGREEMENT = [("MP101", "flagged", 12), ("MP201", "flagged", 5), ("MP301", "clean", 0), ("MP501", "flagged", 3),
-             ("MP602", "flagged", 4), ("MPT101", "clean", 0)]
+AGREEMENT = [
+    ("MP101", "flagged", 12),
+    ("MP201", "flagged", 5),
+    ("MP301", "clean", 0),
+    ("MP501", "flagged", 3),
+    ("MP602", "flagged", 4),
+    ("MPT101", "clean", 0),
+]
 
 
 @pytest.mark.parametrize("rule_id,kind,index", AGREEMENT, ids=[f"{r}-{k}-{i}" for r, k, i in AGREEMENT])
@@ -143,8 +163,14 @@ def test_in_memory_check_agrees_with_the_runner(rule_id, kind, index, fix):
     meta = load_catalog()[rule_id]
     example = getattr(meta, kind)[index]
     assert not example.settings.get("files")
-    options = {"keras": example.settings.get("keras"), "policy": example.settings.get("policy"),
-               "path": example.settings.get("path", "example.py"), "select": [rule_id], "fix": fix, "unsafe_fixes": True}
+    options = {
+        "keras": example.settings.get("keras"),
+        "policy": example.settings.get("policy"),
+        "path": example.settings.get("path", "example.py"),
+        "select": [rule_id],
+        "fix": fix,
+        "unsafe_fixes": True,
+    }
     memory, runner = check_code(example.code, **options), lint_code(example.code, **options)
     assert memory.diagnostics == runner.diagnostics
     assert (memory.fixed_code, memory.written) == (runner.fixed_code, runner.written)

@@ -103,12 +103,15 @@ def test_scale_loss_is_identity_without_loss_scale_optimizer():
 
 def test_check_model_reports_outputs_alignment_and_float16_variables():
     keras.mixed_precision.set_global_policy("mixed_float16")
-    model = keras.Sequential([
-        keras.Input((10,)),
-        keras.layers.Dense(12, activation="relu", name="hidden"),
-        keras.layers.Dense(16, dtype="float16", name="half"),
-        keras.layers.Dense(3, activation="softmax", name="probs"),
-    ], name="sequential")  # named: Keras numbers unnamed models per process, so other tests' models would show
+    model = keras.Sequential(
+        [
+            keras.Input((10,)),
+            keras.layers.Dense(12, activation="relu", name="hidden"),
+            keras.layers.Dense(16, dtype="float16", name="half"),
+            keras.layers.Dense(3, activation="softmax", name="probs"),
+        ],
+        name="sequential",
+    )  # named: Keras numbers unnamed models per process, so other tests' models would show
     found = [(f.rule_id, f.layer) for f in check_model(model)]
     assert found == [
         ("MP806", "probs"),
@@ -122,13 +125,17 @@ def test_check_model_reports_outputs_alignment_and_float16_variables():
 
 def test_check_model_clean_when_output_is_float32_and_sizes_align():
     keras.mixed_precision.set_global_policy("mixed_float16")
-    model = keras.Sequential([keras.Input((10,)), keras.layers.Dense(16), keras.layers.Dense(3, activation="softmax", dtype="float32")])
+    model = keras.Sequential(
+        [keras.Input((10,)), keras.layers.Dense(16), keras.layers.Dense(3, activation="softmax", dtype="float32")]
+    )
     assert check_model(model) == []
 
 
 def test_check_model_keras2_softmax_output():
     tf_keras.mixed_precision.set_global_policy("mixed_float16")
-    model = tf_keras.Sequential([tf_keras.layers.Dense(8, input_shape=(4,)), tf_keras.layers.Dense(3, activation="softmax")])
+    model = tf_keras.Sequential(
+        [tf_keras.layers.Dense(8, input_shape=(4,)), tf_keras.layers.Dense(3, activation="softmax")]
+    )
     assert [f.rule_id for f in check_model(model)] == ["MP806", "MP101"]
 
 
@@ -142,8 +149,12 @@ def test_check_model_class_count_before_a_float32_softmax_is_no_mp807():
     outputs = keras.layers.Activation("softmax", dtype="float32", name="predictions")(x)
     model = keras.Model(inputs=inputs, outputs=outputs)
     assert check_model(model) == []
-    hidden = keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(
-        keras.layers.Dense(16, name="after")(keras.layers.Dense(10, name="bottleneck")(inputs))))
+    hidden = keras.Model(
+        inputs,
+        keras.layers.Activation("softmax", dtype="float32")(
+            keras.layers.Dense(16, name="after")(keras.layers.Dense(10, name="bottleneck")(inputs))
+        ),
+    )
     # a hidden 10 is still misaligned: the output and input sides of the matmuls it joins
     assert [(f.rule_id, f.layer) for f in check_model(hidden)] == [("MP807", "bottleneck"), ("MP807", "after")]
 
@@ -156,10 +167,14 @@ def test_check_model_class_count_through_shape_preserving_layers_keras2_and_sequ
     outputs = tf_keras.layers.Activation("softmax", dtype="float32")(tf_keras.layers.Dropout(0.2)(logits))
     assert check_model(tf_keras.Model(inputs, outputs)) == []
     keras.mixed_precision.set_global_policy("mixed_float16")
-    sequential = keras.Sequential([
-        keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(10, name="logits"),
-        keras.layers.Softmax(dtype="float32"),
-    ])
+    sequential = keras.Sequential(
+        [
+            keras.Input((32,)),
+            keras.layers.Dense(64),
+            keras.layers.Dense(10, name="logits"),
+            keras.layers.Softmax(dtype="float32"),
+        ]
+    )
     assert check_model(sequential) == []
     backbone = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(10, name="head")])
     outer = keras.Model(backbone.inputs, keras.layers.Activation("linear", dtype="float32")(backbone.outputs[0]))

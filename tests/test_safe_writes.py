@@ -41,6 +41,7 @@ def entries(folder: Path) -> list[str]:
 
 # -- a file changed between read and write -------------------------------------------------
 
+
 def edit_after_check(monkeypatch, name: str, text: str) -> None:
     """The user saves ``name`` once mplint has read and checked it, before the fixes are written."""
     check_file = mplint.runner._check_file
@@ -114,6 +115,7 @@ def test_write_of_bytes_already_there_is_a_no_op(tmp_path):
 
 
 # -- links, mode, owner ---------------------------------------------------------------------
+
 
 def test_symlink_to_a_file_outside_the_tree_is_written_through(project, capsys):
     outside = project.parent / "outside"
@@ -210,6 +212,7 @@ def test_in_place_rewrite_that_fails_keeps_the_old_bytes(tmp_path, monkeypatch):
 
 # -- temporary files of an interrupted run --------------------------------------------------
 
+
 def leftover(folder: Path, name: str, age: float) -> Path:
     path = folder / name
     path.write_bytes(b"partial")
@@ -237,17 +240,28 @@ def test_check_without_fix_reports_stale_temporaries_and_removes_nothing(project
     stale = leftover(project, ".good.py.k3j2h1.mplint-tmp", age=3600)
     assert main(["."]) == 1
     out = capsys.readouterr().out
-    assert "note: .good.py.k3j2h1.mplint-tmp: temporary file left by an interrupted run; the next --fix removes it\n" in out
+    assert (
+        "note: .good.py.k3j2h1.mplint-tmp: temporary file left by an interrupted run; the next --fix removes it\n"
+        in out
+    )
     assert stale.exists()
 
 
 def test_notices_in_github_and_sarif(project, capsys):
     leftover(project, ".good.py.k3j2h1.mplint-tmp", age=3600)
     main([".", "--format", "github"])
-    assert "::notice title=mplint::.good.py.k3j2h1.mplint-tmp: temporary file left by an interrupted run; " \
-           "the next --fix removes it\n" in capsys.readouterr().out
+    assert (
+        "::notice title=mplint::.good.py.k3j2h1.mplint-tmp: temporary file left by an interrupted run; "
+        "the next --fix removes it\n" in capsys.readouterr().out
+    )
     main([".", "--format", "sarif"])
     [run] = json.loads(capsys.readouterr().out)["runs"]
-    assert run["invocations"][0]["toolExecutionNotifications"] == [{"level": "note", "message": {
-        "text": ".good.py.k3j2h1.mplint-tmp: temporary file left by an interrupted run; the next --fix removes it"}}]
+    assert run["invocations"][0]["toolExecutionNotifications"] == [
+        {
+            "level": "note",
+            "message": {
+                "text": ".good.py.k3j2h1.mplint-tmp: temporary file left by an interrupted run; the next --fix removes it"
+            },
+        }
+    ]
     assert run["invocations"][0]["executionSuccessful"] is True

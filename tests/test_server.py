@@ -48,6 +48,7 @@ class Editor:
         @self.client.feature(types.WINDOW_LOG_MESSAGE)
         def logged(params: types.LogMessageParams) -> None:
             self.logged.append(params.message)
+
         self.refreshes = 0  # workspace/diagnostic/refresh requests from the server
         self.section: dict = {}  # what the editor answers when asked for the "mplint" settings
 
@@ -59,9 +60,15 @@ class Editor:
         def refresh(params: None) -> None:
             self.refreshes += 1
 
-    async def start(self, pull: bool = False, resolve: bool = False, settings: dict | None = None,
-                    encodings: list[str] | None = None, configuration: bool = False,
-                    server: tuple[str, ...] = ("-m", "mplint", "server")) -> types.InitializeResult:
+    async def start(
+        self,
+        pull: bool = False,
+        resolve: bool = False,
+        settings: dict | None = None,
+        encodings: list[str] | None = None,
+        configuration: bool = False,
+        server: tuple[str, ...] = ("-m", "mplint", "server"),
+    ) -> types.InitializeResult:
         """``pull``: the editor pulls diagnostics (LSP 3.17); ``resolve``: it resolves code actions' edits;
         ``settings``: the ``initializationOptions``; ``encodings``: the position encodings it offers;
         ``configuration``: the server may ask for its settings (``workspace/configuration``: ``self.section``);
@@ -72,18 +79,27 @@ class Editor:
             workspace=types.WorkspaceClientCapabilities(
                 did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True),
                 diagnostics=types.DiagnosticWorkspaceClientCapabilities(refresh_support=True) if pull else None,
-                configuration=configuration),
+                configuration=configuration,
+            ),
             text_document=types.TextDocumentClientCapabilities(
                 diagnostic=types.DiagnosticClientCapabilities() if pull else None,
                 code_action=types.CodeActionClientCapabilities(
-                    resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"])) if resolve else None),
+                    resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"])
+                )
+                if resolve
+                else None,
+            ),
             notebook_document=types.NotebookDocumentClientCapabilities(
-                synchronization=types.NotebookDocumentSyncClientCapabilities()),
+                synchronization=types.NotebookDocumentSyncClientCapabilities()
+            ),
             general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
         )
         folder = types.WorkspaceFolder(from_fs_path(str(self.root)), "project")
-        result = await self.client.initialize_async(types.InitializeParams(
-            capabilities=capabilities, workspace_folders=[folder], initialization_options=settings))
+        result = await self.client.initialize_async(
+            types.InitializeParams(
+                capabilities=capabilities, workspace_folders=[folder], initialization_options=settings
+            )
+        )
         self.client.initialized(types.InitializedParams())
         return result
 
@@ -101,15 +117,23 @@ class Editor:
 
     def open(self, path: Path, text: str) -> str:
         uri = from_fs_path(str(path))
-        self.client.text_document_did_open(types.DidOpenTextDocumentParams(
-            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+        )
         return uri
 
     async def actions(self, uri: str, diagnostics, only=None) -> list[types.CodeAction]:
         whole = types.Range(types.Position(0, 0), types.Position(10_000, 0))
-        return await asyncio.wait_for(self.client.text_document_code_action_async(types.CodeActionParams(
-            text_document=types.TextDocumentIdentifier(uri), range=whole,
-            context=types.CodeActionContext(diagnostics=diagnostics, only=only))), TIMEOUT)
+        return await asyncio.wait_for(
+            self.client.text_document_code_action_async(
+                types.CodeActionParams(
+                    text_document=types.TextDocumentIdentifier(uri),
+                    range=whole,
+                    context=types.CodeActionContext(diagnostics=diagnostics, only=only),
+                )
+            ),
+            TIMEOUT,
+        )
 
 
 def apply(text: str, text_edits: list[types.TextEdit]) -> str:
@@ -117,15 +141,16 @@ def apply(text: str, text_edits: list[types.TextEdit]) -> str:
     lines = text.splitlines(keepends=True)
 
     def offset(p: types.Position) -> int:
-        return sum(len(line) for line in lines[:p.line]) + p.character
+        return sum(len(line) for line in lines[: p.line]) + p.character
 
     for e in sorted(text_edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
-        text = text[:offset(e.range.start)] + e.new_text + text[offset(e.range.end):]
+        text = text[: offset(e.range.start)] + e.new_text + text[offset(e.range.end) :]
     return text
 
 
 def session_with(**start):
     """Run ``test(editor, root)`` against a server started with ``start`` (see ``Editor.start``) in a fresh project."""
+
     def decorate(test):
         def run(tmp_path):
             (tmp_path / ".mplint.yaml").write_text("{}\n")
@@ -137,9 +162,12 @@ def session_with(**start):
                     await test(editor, tmp_path)
                 finally:
                     await editor.stop()
+
             asyncio.run(main())
+
         run.__name__ = test.__name__
         return run
+
     return decorate
 
 
@@ -155,13 +183,18 @@ async def test_open_diagnose_fix_and_see_it_clear(editor: Editor, root: Path):
     assert d.range == types.Range(types.Position(4, 44), types.Position(4, 82))
     assert d.code_description == types.CodeDescription(href=(REPO / "docs" / "rules" / "MP101.md").as_uri())
     titles = {a.title: a for a in await editor.actions(uri, [d])}
-    fix = titles['Fix MP101: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to float32.']
+    fix = titles[
+        'Fix MP101: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to float32.'
+    ]
     assert (fix.kind, fix.is_preferred) == (types.CodeActionKind.QuickFix, True)
     fixed = apply(text, fix.edit.changes[uri])
     assert fixed == POLICY + FIXED_MODEL
-    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
-        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        [types.TextDocumentContentChangeWholeDocument(text=fixed)]))
+    editor.client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            [types.TextDocumentContentChangeWholeDocument(text=fixed)],
+        )
+    )
     assert await editor.diagnostics(uri) == []
 
 
@@ -198,7 +231,10 @@ async def test_unsafe_fix_is_marked_and_noqa_suppresses(editor: Editor, root: Pa
     assert sorted(offered) == sorted([unsafe.title, "Suppress MP301 on this line (noqa)", "Fix all mplint findings"])
     assert apply(text, unsafe.edit.changes[uri]) == POLICY + "hidden = layers.Dense(104)\n" + MODEL
     [noqa] = [a for a in await editor.actions(uri, found[1:]) if "noqa" in a.title]
-    assert apply(text, noqa.edit.changes[uri]) == POLICY + "hidden = layers.Dense(100)\n" + MODEL[:-1] + "  # noqa: MP101\n"
+    assert (
+        apply(text, noqa.edit.changes[uri])
+        == POLICY + "hidden = layers.Dense(100)\n" + MODEL[:-1] + "  # noqa: MP101\n"
+    )
 
 
 @session
@@ -207,21 +243,36 @@ async def test_configuration_change_reaches_open_files(editor: Editor, root: Pat
     assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]
     [watch] = editor.registered  # the server asked to hear of configuration changes
     assert watch.method == types.WORKSPACE_DID_CHANGE_WATCHED_FILES
-    assert [w["globPattern"] for w in watch.register_options["watchers"]][:2] == ["**/pyproject.toml", "**/.mplint.yaml"]
+    assert [w["globPattern"] for w in watch.register_options["watchers"]][:2] == [
+        "**/pyproject.toml",
+        "**/.mplint.yaml",
+    ]
     (root / ".mplint.yaml").write_text("ignore: [MP101]\n")
-    editor.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
-        [types.FileEvent(from_fs_path(str(root / ".mplint.yaml")), types.FileChangeType.Changed)]))
+    editor.client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            [types.FileEvent(from_fs_path(str(root / ".mplint.yaml")), types.FileChangeType.Changed)]
+        )
+    )
     assert await editor.diagnostics(uri) == []
 
 
 async def _open_notebook(editor: Editor, root: Path, notebook: str, cells: list[tuple[str, str]]):
     """Open ``train.ipynb`` with ``cells`` ((name, text) each); the cells' URIs and the diagnostics pushed for each."""
     uris = {name: f"vscode-notebook-cell:{root}/train.ipynb#{name}" for name, _ in cells}
-    editor.client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
-        notebook_document=types.NotebookDocument(uri=notebook, notebook_type="jupyter-notebook", version=1, cells=[
-            types.NotebookCell(kind=types.NotebookCellKind.Code, document=uris[name]) for name, _ in cells]),
-        cell_text_documents=[types.TextDocumentItem(uri=uris[name], language_id="python", version=1, text=text)
-                             for name, text in cells]))
+    editor.client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=notebook,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=uris[name]) for name, _ in cells],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(uri=uris[name], language_id="python", version=1, text=text)
+                for name, text in cells
+            ],
+        )
+    )
     published = {}
     while len(published) < len(cells):
         params = await asyncio.wait_for(editor.published.get(), TIMEOUT)
@@ -243,16 +294,23 @@ async def test_notebook_cells_get_their_own_diagnostics_and_fixes(editor: Editor
 
 @session
 async def test_a_finding_across_modules_carries_the_other_end(editor: Editor, root: Path):
-    (root / "losses.py").write_text("from keras import ops\n\n\ndef focal_loss(probs, labels):\n"
-                                    "    return -ops.mean(labels * ops.log(probs + 1e-8))\n")
-    text = (POLICY + "from keras import ops\nfrom losses import focal_loss\n\n\nclass Head(keras.layers.Layer):\n"
-            "    def call(self, x, labels):\n        self.add_loss(focal_loss(ops.sigmoid(x), labels))\n        return x\n")
+    (root / "losses.py").write_text(
+        "from keras import ops\n\n\ndef focal_loss(probs, labels):\n"
+        "    return -ops.mean(labels * ops.log(probs + 1e-8))\n"
+    )
+    text = (
+        POLICY + "from keras import ops\nfrom losses import focal_loss\n\n\nclass Head(keras.layers.Layer):\n"
+        "    def call(self, x, labels):\n        self.add_loss(focal_loss(ops.sigmoid(x), labels))\n        return x\n"
+    )
     uri = editor.open(root / "head.py", text)
     [d] = await editor.diagnostics(uri)
     assert d.code == "MP601"
     [other] = d.related_information
     assert (other.location.uri, other.location.range.start, other.message) == (
-        from_fs_path(str((root / "losses.py").resolve())), types.Position(4, 0), "`probs + 1e-8`")
+        from_fs_path(str((root / "losses.py").resolve())),
+        types.Position(4, 0),
+        "`probs + 1e-8`",
+    )
 
 
 def test_pulled_diagnostics_equal_the_pushed_ones_and_a_configuration_change_asks_for_a_pull(tmp_path):
@@ -272,10 +330,18 @@ def test_pulled_diagnostics_equal_the_pushed_ones_and_a_configuration_change_ask
         started = await pulling.start(pull=True)
         try:
             assert started.capabilities.diagnostic_provider == types.DiagnosticOptions(
-                inter_file_dependencies=True, workspace_diagnostics=False, identifier="mplint")
+                inter_file_dependencies=True, workspace_diagnostics=False, identifier="mplint"
+            )
             uri = pulling.open(tmp_path / "model.py", text)
-            ask = lambda previous=None: asyncio.wait_for(pulling.client.text_document_diagnostic_async(  # noqa: E731
-                types.DocumentDiagnosticParams(types.TextDocumentIdentifier(uri), previous_result_id=previous)), TIMEOUT)
+
+            def ask(previous=None):
+                return asyncio.wait_for(
+                    pulling.client.text_document_diagnostic_async(
+                        types.DocumentDiagnosticParams(types.TextDocumentIdentifier(uri), previous_result_id=previous)
+                    ),
+                    TIMEOUT,
+                )
+
             report = await ask()
             assert (report.kind, list(report.items)) == ("full", pushed)
             assert pulling.published.empty()  # a client that pulls is not pushed to as well
@@ -283,8 +349,11 @@ def test_pulled_diagnostics_equal_the_pushed_ones_and_a_configuration_change_ask
             assert (again.kind, again.result_id) == ("unchanged", report.result_id)
 
             (tmp_path / ".mplint.yaml").write_text("ignore: [MP101]\n")
-            pulling.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
-                [types.FileEvent(from_fs_path(str(tmp_path / ".mplint.yaml")), types.FileChangeType.Changed)]))
+            pulling.client.workspace_did_change_watched_files(
+                types.DidChangeWatchedFilesParams(
+                    [types.FileEvent(from_fs_path(str(tmp_path / ".mplint.yaml")), types.FileChangeType.Changed)]
+                )
+            )
             for _ in range(100):
                 if pulling.refreshes:
                     break
@@ -294,6 +363,7 @@ def test_pulled_diagnostics_equal_the_pushed_ones_and_a_configuration_change_ask
             assert (after.kind, [d.code for d in after.items]) == ("full", ["MP301"])
         finally:
             await pulling.stop()
+
     asyncio.run(main())
 
 
@@ -301,13 +371,24 @@ def test_pulled_diagnostics_equal_the_pushed_ones_and_a_configuration_change_ask
 async def test_hover_on_a_finding_names_its_rule_and_links_its_page(editor: Editor, root: Path):
     uri = editor.open(root / "train.py", POLICY + MODEL)
     [d] = await editor.diagnostics(uri)
-    hover = lambda line, character: asyncio.wait_for(editor.client.text_document_hover_async(  # noqa: E731
-        types.HoverParams(types.TextDocumentIdentifier(uri), types.Position(line, character))), TIMEOUT)
+
+    def hover(line, character):
+        return asyncio.wait_for(
+            editor.client.text_document_hover_async(
+                types.HoverParams(types.TextDocumentIdentifier(uri), types.Position(line, character))
+            ),
+            TIMEOUT,
+        )
+
     found = await hover(4, 60)
     page = (REPO / "docs" / "rules" / "MP101.md").as_uri()
-    assert found.contents == types.MarkupContent(kind=types.MarkupKind.Markdown, value=(
-        "**MP101** `float16-softmax-output`: A softmax that produces a model output computes in float16/bfloat16."
-        f"\n\n{d.message}\n\n[MP101 documentation]({page})"))
+    assert found.contents == types.MarkupContent(
+        kind=types.MarkupKind.Markdown,
+        value=(
+            "**MP101** `float16-softmax-output`: A softmax that produces a model output computes in float16/bfloat16."
+            f"\n\n{d.message}\n\n[MP101 documentation]({page})"
+        ),
+    )
     assert found.range == d.range
     assert await hover(0, 3) is None
 
@@ -319,25 +400,33 @@ async def test_actions_come_from_the_last_check_and_their_edits_on_resolve(edito
     [d] = await editor.diagnostics(uri)
     offered = await editor.actions(uri, [d])
     assert [(a.title.split(":")[0], a.kind, a.edit) for a in offered] == [
-        ("Fix MP602", "quickfix", None), ("Suppress MP602 on this line (noqa)", "quickfix", None),
-        ("Fix all mplint findings", "source.fixAll.mplint", None)]
+        ("Fix MP602", "quickfix", None),
+        ("Suppress MP602 on this line (noqa)", "quickfix", None),
+        ("Fix all mplint findings", "source.fixAll.mplint", None),
+    ]
     resolve = lambda action: asyncio.wait_for(editor.client.code_action_resolve_async(action), TIMEOUT)  # noqa: E731
     fixed = 'from keras.backend import set_floatx\nfrom keras import mixed_precision\n\nmixed_precision.set_global_policy("mixed_float16")\n'
     fix, noqa, fix_all = [await resolve(a) for a in offered]
     assert apply(text, fix.edit.changes[uri]) == fixed
     assert apply(text, noqa.edit.changes[uri]) == text[:-1] + "  # noqa: MP602\n"
     assert apply(text, fix_all.edit.changes[uri]) == fixed
-    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
-        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        [types.TextDocumentContentChangeWholeDocument(text="\n" + text)]))
+    editor.client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            [types.TextDocumentContentChangeWholeDocument(text="\n" + text)],
+        )
+    )
     stale = await resolve(offered[0])  # listed for the text before the change: its edit would land a line off
     assert stale.edit is None
 
 
 # The server with every check that fixes refused: a quick fix must come from the last check alone.
-NO_FIX_RUNS = ("-c", "import sys\nimport mplint.server.actions as actions\n"
-               "def refused(*args, **kwargs):\n    raise AssertionError('a check ran to resolve a quick fix')\n"
-               "actions.check = refused\nfrom mplint.server.app import main\nsys.exit(main())\n")
+NO_FIX_RUNS = (
+    "-c",
+    "import sys\nimport mplint.server.actions as actions\n"
+    "def refused(*args, **kwargs):\n    raise AssertionError('a check ran to resolve a quick fix')\n"
+    "actions.check = refused\nfrom mplint.server.app import main\nsys.exit(main())\n",
+)
 
 
 @session_with(resolve=True, server=NO_FIX_RUNS)
@@ -348,14 +437,21 @@ async def test_a_quick_fix_is_resolved_from_the_last_check_without_running_the_r
     [fix] = [a for a in await editor.actions(uri, [d]) if a.title.startswith("Fix MP602")]
     resolve = lambda action: asyncio.wait_for(editor.client.code_action_resolve_async(action), TIMEOUT)  # noqa: E731
     first, again = await resolve(fix), await resolve(fix)  # placed on the first resolve, then kept with the check
-    fixed = ('"""Policy."""\nfrom keras.backend import set_floatx\nimport os\nfrom keras import mixed_precision\n\n'
-             'mixed_precision.set_global_policy("mixed_float16")\n')
+    fixed = (
+        '"""Policy."""\nfrom keras.backend import set_floatx\nimport os\nfrom keras import mixed_precision\n\n'
+        'mixed_precision.set_global_policy("mixed_float16")\n'
+    )
     assert apply(text, first.edit.changes[uri]) == apply(text, again.edit.changes[uri]) == fixed
     assert [(e.range.start.line, e.range.end.line, e.new_text) for e in first.edit.changes[uri]] == [
-        (4, 4, 'mixed_precision.set_global_policy("mixed_float16")'), (3, 3, "from keras import mixed_precision\n")]
-    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
-        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        [types.TextDocumentContentChangeWholeDocument(text=text + "x = 1\n")]))
+        (4, 4, 'mixed_precision.set_global_policy("mixed_float16")'),
+        (3, 3, "from keras import mixed_precision\n"),
+    ]
+    editor.client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            [types.TextDocumentContentChangeWholeDocument(text=text + "x = 1\n")],
+        )
+    )
     assert (await resolve(fix)).edit is None  # listed for the text before the change
     [d] = await editor.diagnostics(uri)
     [fix] = [a for a in await editor.actions(uri, [d]) if a.title.startswith("Fix MP602")]
@@ -366,7 +462,10 @@ async def test_a_quick_fix_is_resolved_from_the_last_check_without_running_the_r
 @session_with(resolve=True, server=NO_FIX_RUNS)
 async def test_a_quick_fix_in_a_notebook_cell_adds_its_import_to_the_first_cell(editor: Editor, root: Path):
     notebook = from_fs_path(str(root / "train.ipynb"))
-    cells = [("cell-1", "%matplotlib inline\nfrom keras.backend import set_floatx\n"), ("cell-2", 'set_floatx("float16")\n')]
+    cells = [
+        ("cell-1", "%matplotlib inline\nfrom keras.backend import set_floatx\n"),
+        ("cell-2", 'set_floatx("float16")\n'),
+    ]
     uris, published = await _open_notebook(editor, root, notebook, cells)
     [d] = published[uris["cell-2"]]
     assert (d.code, d.range.start) == ("MP602", types.Position(0, 0))
@@ -375,8 +474,12 @@ async def test_a_quick_fix_in_a_notebook_cell_adds_its_import_to_the_first_cell(
     assert sorted(resolved.edit.changes) == sorted(uris.values())
     # where ``mplint --fix`` puts it: above the magic (a statement to libcst), not after the imports below it
     assert apply(cells[0][1], resolved.edit.changes[uris["cell-1"]]) == (
-        "from keras import mixed_precision\n\n%matplotlib inline\nfrom keras.backend import set_floatx\n")
-    assert apply(cells[1][1], resolved.edit.changes[uris["cell-2"]]) == 'mixed_precision.set_global_policy("mixed_float16")\n'
+        "from keras import mixed_precision\n\n%matplotlib inline\nfrom keras.backend import set_floatx\n"
+    )
+    assert (
+        apply(cells[1][1], resolved.edit.changes[uris["cell-2"]])
+        == 'mixed_precision.set_global_policy("mixed_float16")\n'
+    )
 
 
 @session
@@ -387,7 +490,10 @@ async def test_notebook_fix_all_fixes_every_cell(editor: Editor, root: Path):
     uris, published = await _open_notebook(editor, root, notebook, cells)
     assert [[d.code for d in published[uris[name]]] for name, _ in cells] == [[], ["MP101"], ["MP101"]]
     titles = [a.title for a in await editor.actions(uris["cell-2"], published[uris["cell-2"]])]
-    assert titles[1:] == ["Suppress MP101 on this line (noqa)", "Fix all mplint findings"]  # no notebook-wide action unasked
+    assert titles[1:] == [
+        "Suppress MP101 on this line (noqa)",
+        "Fix all mplint findings",
+    ]  # no notebook-wide action unasked
     [whole] = await editor.actions(uris["cell-1"], [], only=["notebook.source.fixAll"])
     assert (whole.title, whole.kind) == ("Fix all mplint findings in the notebook", "notebook.source.fixAll.mplint")
     assert sorted(whole.edit.changes) == sorted([uris["cell-2"], uris["cell-3"]])
@@ -399,8 +505,9 @@ async def test_notebook_fix_all_fixes_every_cell(editor: Editor, root: Path):
 async def test_editor_settings_apply_without_a_restart(editor: Editor, root: Path):
     uri = editor.open(root / "model.py", POLICY + "hidden = layers.Dense(100)\n" + MODEL)
     assert [d.code for d in await editor.diagnostics(uri)] == ["MP301"]
-    editor.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"mplint": {"select": ["MP101"]}}))
+    editor.client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"mplint": {"select": ["MP101"]}})
+    )
     assert [d.code for d in await editor.diagnostics(uri)] == ["MP101"]
     editor.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"mplint": {}}))
     assert [d.code for d in await editor.diagnostics(uri)] == ["MP301", "MP101"]
@@ -412,8 +519,13 @@ async def test_an_unknown_request_is_method_not_found_and_a_failing_one_gets_its
 
     uri = editor.open(root / "train.py", POLICY + MODEL)
     with pytest.raises(JsonRpcMethodNotFound):
-        await asyncio.wait_for(editor.client.protocol.send_request_async("textDocument/completion", types.CompletionParams(
-            types.TextDocumentIdentifier(uri), types.Position(0, 0))), TIMEOUT)
+        await asyncio.wait_for(
+            editor.client.protocol.send_request_async(
+                "textDocument/completion",
+                types.CompletionParams(types.TextDocumentIdentifier(uri), types.Position(0, 0)),
+            ),
+            TIMEOUT,
+        )
     broken = types.CodeAction(title="Fix MP101", data={"action": "fix", "uri": uri})  # its diagnostic left out
     with pytest.raises(JsonRpcInternalError):  # answered on the worker: the error comes back, the editor does not wait
         await asyncio.wait_for(editor.client.code_action_resolve_async(broken), TIMEOUT)
@@ -425,7 +537,7 @@ async def test_columns_count_in_the_encoding_the_client_offers(editor: Editor, r
     assert editor.started.capabilities.position_encoding == "utf-8"
     line = 'model = keras.Sequential([layers.Dense(64, name="ü"), layers.Dense(10, activation="softmax")])\n'
     [d] = await editor.diagnostics(editor.open(root / "train.py", POLICY + line))
-    start = len(line[:line.index("layers.Dense(10")].encode("utf-8"))  # "ü" is two bytes
+    start = len(line[: line.index("layers.Dense(10")].encode("utf-8"))  # "ü" is two bytes
     assert (d.code, d.range) == ("MP101", types.Range(types.Position(4, start), types.Position(4, start + 38)))
 
 
@@ -444,19 +556,35 @@ def _cli_findings(root: Path, name: str) -> list[tuple]:
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "mplint", name, "--format", "json"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
-    return [(d["rule"], (d["start"]["line"] - 1, d["start"]["column"] - 1, d["end"]["line"] - 1, d["end"]["column"] - 1),
-             d["message"]) for d in json.loads(done.stdout)["diagnostics"]]
+    done = subprocess.run(
+        [sys.executable, "-m", "mplint", name, "--format", "json"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    return [
+        (
+            d["rule"],
+            (d["start"]["line"] - 1, d["start"]["column"] - 1, d["end"]["line"] - 1, d["end"]["column"] - 1),
+            d["message"],
+        )
+        for d in json.loads(done.stdout)["diagnostics"]
+    ]
 
 
 def _findings(diagnostics: list[types.Diagnostic]) -> list[tuple]:
-    return [(d.code, (d.range.start.line, d.range.start.character, d.range.end.line, d.range.end.character), d.message)
-            for d in diagnostics]
+    return [
+        (d.code, (d.range.start.line, d.range.start.character, d.range.end.line, d.range.end.character), d.message)
+        for d in diagnostics
+    ]
 
 
 @session
-async def test_an_edit_that_sets_a_policy_updates_the_other_open_files_as_the_command_line_would(editor: Editor, root: Path):
+async def test_an_edit_that_sets_a_policy_updates_the_other_open_files_as_the_command_line_would(
+    editor: Editor, root: Path
+):
     (root / "policy.py").write_text("import keras\n")
     model = 'import policy\nimport keras\n\nmodel = keras.Sequential([keras.layers.Dense(10, activation="softmax")])\n'
     (root / "model.py").write_text(model)
@@ -464,9 +592,12 @@ async def test_an_edit_that_sets_a_policy_updates_the_other_open_files_as_the_co
     model_uri = editor.open(root / "model.py", model)
     assert await editor.diagnostics(model_uri) == []  # no policy yet: float32 everywhere
     mixed = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
-    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
-        types.VersionedTextDocumentIdentifier(uri=policy_uri, version=2),
-        [types.TextDocumentContentChangeWholeDocument(text=mixed)]))
+    editor.client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=policy_uri, version=2),
+            [types.TextDocumentContentChangeWholeDocument(text=mixed)],
+        )
+    )
     found = _findings(await editor.diagnostics(model_uri))  # checked again, the unsaved policy.py read
     (root / "policy.py").write_text(mixed)  # what the command line sees once it is saved
     assert found == _cli_findings(root, "model.py")
@@ -485,16 +616,26 @@ async def test_a_pulled_check_that_changes_the_facts_asks_the_client_to_pull_aga
     (root / "model.py").write_text(model)
     policy_uri = editor.open(root / "policy.py", "import keras\n")
     model_uri = editor.open(root / "model.py", model)
-    pull = lambda uri, previous=None: asyncio.wait_for(editor.client.text_document_diagnostic_async(  # noqa: E731
-        types.DocumentDiagnosticParams(types.TextDocumentIdentifier(uri), previous_result_id=previous)), TIMEOUT)
+
+    def pull(uri, previous=None):
+        return asyncio.wait_for(
+            editor.client.text_document_diagnostic_async(
+                types.DocumentDiagnosticParams(types.TextDocumentIdentifier(uri), previous_result_id=previous)
+            ),
+            TIMEOUT,
+        )
+
     before = await pull(model_uri)
     assert (before.kind, list(before.items)) == ("full", [])  # no policy yet: float32 everywhere
     assert list((await pull(policy_uri)).items) == []
     assert editor.refreshes == 0  # nothing changed the facts
     mixed = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
-    editor.client.text_document_did_change(types.DidChangeTextDocumentParams(
-        types.VersionedTextDocumentIdentifier(uri=policy_uri, version=2),
-        [types.TextDocumentContentChangeWholeDocument(text=mixed)]))
+    editor.client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=policy_uri, version=2),
+            [types.TextDocumentContentChangeWholeDocument(text=mixed)],
+        )
+    )
     assert list((await pull(policy_uri)).items) == []  # its check finds the project's policy changed
     for _ in range(100):
         if editor.refreshes:
@@ -515,25 +656,37 @@ def _answer_edits(editor: Editor) -> list[types.WorkspaceEdit]:
     def apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
         asked.append(params.edit)
         return types.ApplyWorkspaceEditResult(applied=True)
+
     return asked
 
 
 @session
 async def test_the_apply_autofix_command_sends_the_safe_fixes_as_a_workspace_edit(editor: Editor, root: Path):
-    assert list(editor.started.capabilities.execute_command_provider.commands) == ["mplint.applyAutofix", "mplint.explainRule"]
+    assert list(editor.started.capabilities.execute_command_provider.commands) == [
+        "mplint.applyAutofix",
+        "mplint.explainRule",
+    ]
     asked = _answer_edits(editor)
     text = POLICY + "hidden = layers.Dense(100)\n" + MODEL
     uri = editor.open(root / "model.py", text)
     assert [d.code for d in await editor.diagnostics(uri)] == ["MP301", "MP101"]  # MP301's fix is unsafe
-    answer = await asyncio.wait_for(editor.client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="mplint.applyAutofix", arguments=[{"uri": uri, "version": 1}])), TIMEOUT)
+    answer = await asyncio.wait_for(
+        editor.client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="mplint.applyAutofix", arguments=[{"uri": uri, "version": 1}])
+        ),
+        TIMEOUT,
+    )
     assert answer is None
     [edit] = asked
     assert apply(text, edit.changes[uri]) == POLICY + "hidden = layers.Dense(100)\n" + FIXED_MODEL
     clean = editor.open(root / "clean.py", "import keras\n")
     await editor.diagnostics(clean)
-    await asyncio.wait_for(editor.client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="mplint.applyAutofix", arguments=[{"uri": clean}])), TIMEOUT)
+    await asyncio.wait_for(
+        editor.client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="mplint.applyAutofix", arguments=[{"uri": clean}])
+        ),
+        TIMEOUT,
+    )
     assert len(asked) == 1  # nothing to fix: no edit asked for
     assert editor.logged == []
 
@@ -543,17 +696,28 @@ async def test_the_explain_rule_command_answers_the_rule_page(editor: Editor, ro
     from mplint.catalog import load_catalog
     from mplint.rule_docs import page
 
-    ask = lambda *arguments: asyncio.wait_for(editor.client.workspace_execute_command_async(  # noqa: E731
-        types.ExecuteCommandParams(command="mplint.explainRule", arguments=list(arguments))), TIMEOUT)
+    def ask(*arguments):
+        return asyncio.wait_for(
+            editor.client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="mplint.explainRule", arguments=list(arguments))
+            ),
+            TIMEOUT,
+        )
+
     answer = await ask("MP101")
-    assert answer == {"rule": "MP101", "name": "float16-softmax-output",
-                      "url": (REPO / "docs" / "rules" / "MP101.md").as_uri(), "markdown": page(load_catalog()["MP101"])}
+    assert answer == {
+        "rule": "MP101",
+        "name": "float16-softmax-output",
+        "url": (REPO / "docs" / "rules" / "MP101.md").as_uri(),
+        "markdown": page(load_catalog()["MP101"]),
+    }
     assert (await ask({"rule": "float16-softmax-output"}))["rule"] == "MP101"
     with pytest.raises(Exception, match="unknown rule 'MP999'"):
         await ask("MP999")
     with pytest.raises(Exception, match="unknown command 'mplint.nothing'"):
-        await asyncio.wait_for(editor.client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command="mplint.nothing")), TIMEOUT)
+        await asyncio.wait_for(
+            editor.client.workspace_execute_command_async(types.ExecuteCommandParams(command="mplint.nothing")), TIMEOUT
+        )
 
 
 # Each check's answer is recorded with whether the checker (libcst) had been imported by then.

@@ -18,11 +18,22 @@ def _message(payload: dict) -> bytes:
 
 @pytest.mark.parametrize("shutdown_first", [True, False])
 def test_shutdown_and_exit_end_the_server_cleanly(tmp_path, shutdown_first):
-    server = subprocess.Popen([sys.executable, "-m", "mplint", "server"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
-    messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                 "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}},
-                {"jsonrpc": "2.0", "method": "initialized", "params": {}}]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mplint", "server"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+        },
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+    ]
     if shutdown_first:
         messages.append({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
     messages.append({"jsonrpc": "2.0", "method": "exit"})

@@ -44,17 +44,39 @@ def test_notebook_cells_follow_structure_and_text_changes(tmp_path: Path):
     notebook = tmp_path.as_uri() + "/nb.ipynb"
     cell = lambda n: f"vscode-notebook-cell:nb.ipynb#{n}"  # noqa: E731
     item = lambda n, text, language="python": {"uri": cell(n), "languageId": language, "version": 1, "text": text}  # noqa: E731
-    workspace.open_notebook({"uri": notebook, "cells": [{"kind": 2, "document": cell(1)}, {"kind": 1, "document": cell(2)}]},
-                            [item(1, "import keras\n"), item(2, "# Title", "markdown")])
-    workspace.change_notebook(notebook, {"cells": {
-        "structure": {"array": {"start": 1, "deleteCount": 1, "cells": [{"kind": 2, "document": cell(3)}]},
-                      "didOpen": [item(3, "model.fit()\n")], "didClose": [{"uri": cell(2)}]},
-        "textContent": [{"document": {"uri": cell(1), "version": 2}, "changes": [
-            {"range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}}, "text": "import numpy\n"}]}]}})
+    workspace.open_notebook(
+        {"uri": notebook, "cells": [{"kind": 2, "document": cell(1)}, {"kind": 1, "document": cell(2)}]},
+        [item(1, "import keras\n"), item(2, "# Title", "markdown")],
+    )
+    workspace.change_notebook(
+        notebook,
+        {
+            "cells": {
+                "structure": {
+                    "array": {"start": 1, "deleteCount": 1, "cells": [{"kind": 2, "document": cell(3)}]},
+                    "didOpen": [item(3, "model.fit()\n")],
+                    "didClose": [{"uri": cell(2)}],
+                },
+                "textContent": [
+                    {
+                        "document": {"uri": cell(1), "version": 2},
+                        "changes": [
+                            {
+                                "range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}},
+                                "text": "import numpy\n",
+                            }
+                        ],
+                    }
+                ],
+            }
+        },
+    )
     buffer = workspace.buffer(workspace.key(cell(3)))
     assert buffer.path == tmp_path / "nb.ipynb"
     assert [(p.uri, p.text, p.cell, p.python) for p in buffer.parts] == [
-        (cell(1), "import keras\nimport numpy\n", 1, True), (cell(3), "model.fit()\n", 2, True)]
+        (cell(1), "import keras\nimport numpy\n", 1, True),
+        (cell(3), "model.fit()\n", 2, True),
+    ]
     assert cell(2) not in workspace.texts and workspace.keys() == [notebook]
     workspace.close_notebook(notebook)
     assert workspace.keys() == [] and workspace.texts == {}
@@ -66,7 +88,11 @@ def test_a_buffer_checked_again_extracts_only_its_own_facts(tmp_path: Path, monk
     (tmp_path / "model.py").write_text("import policy\n")
     extracted = []
     real = build.extract_file_facts
-    monkeypatch.setattr(build, "extract_file_facts", lambda code, display, module: extracted.append(Path(display).name) or real(code, display, module))
+    monkeypatch.setattr(
+        build,
+        "extract_file_facts",
+        lambda code, display, module: extracted.append(Path(display).name) or real(code, display, module),
+    )
     model = 'import policy\nimport keras\n\nmodel = keras.Sequential([keras.layers.Dense(10, activation="softmax")])\n'
 
     def codes(text: str) -> list[str]:
@@ -114,7 +140,11 @@ def test_module_facts_are_built_again_only_when_a_files_facts_change(tmp_path: P
     assert (codes(model.replace("(10,", "(12,")), len(built), warm.facts.version) == ([], 1, 1)  # same facts: kept
     assert (codes("x = 1\n" + model), len(built), warm.facts.version) == ([], 2, 1)  # a new name: built, same modules
     mixed = 'import keras\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
-    assert (codes(model, policy=mixed), len(built), warm.facts.version) == (["MP101"], 3, 2)  # the unsaved buffer's policy
+    assert (codes(model, policy=mixed), len(built), warm.facts.version) == (
+        ["MP101"],
+        3,
+        2,
+    )  # the unsaved buffer's policy
     assert (codes(model), warm.facts.version) == ([], 3)  # closed unsaved: the disk's text again
     warm.forget_configuration()
     (tmp_path / ".mplint.yaml").write_text("ignore: [MP101]\n")

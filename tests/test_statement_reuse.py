@@ -51,14 +51,17 @@ def test_the_same_statement_twice_gets_two_trees():
     assert module.body[0] is not module.body[1]  # positions and parents are looked up by node
 
 
-@pytest.mark.parametrize("source", [
-    b"",  # no statement
-    b"# only a comment\n",
-    b"def f():\n    x = 1\n    # indented, after the block: libcst gives it to the block\n\ny = 2\n",
-    b"x = 1\r\ny = 2\r\n",  # \r\n breaks
-    b"# -*- coding: latin-1 -*-\nx = '\xe9'\n",
-    b"\xef\xbb\xbfx = 1\n",  # a byte order mark
-    b"def f():\n  return 1\n\n\ndef g():\n    return 2\n",  # indentation that differs from the file's first
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"",  # no statement
+        b"# only a comment\n",
+        b"def f():\n    x = 1\n    # indented, after the block: libcst gives it to the block\n\ny = 2\n",
+        b"x = 1\r\ny = 2\r\n",  # \r\n breaks
+        b"# -*- coding: latin-1 -*-\nx = '\xe9'\n",
+        b"\xef\xbb\xbfx = 1\n",  # a byte order mark
+        b"def f():\n  return 1\n\n\ndef g():\n    return 2\n",  # indentation that differs from the file's first
+    ],
+)
 def test_what_could_be_cut_differently_is_left_to_the_whole_files_parse(source):
     assert StatementReuse().parse(source) is None

@@ -37,9 +37,13 @@ print("MOVED", max(float(np.abs(a - v.numpy()).max()) for a, v in zip(start, mod
 """
 
 # MP201: a custom loop under mixed_float16 with no LossScaleOptimizer
-UNSCALED_LOOP = DATA + """\
+UNSCALED_LOOP = (
+    DATA
+    + """\
 tf.keras.mixed_precision.set_global_policy("mixed_float16")
-""" + MODEL + """\
+"""
+    + MODEL
+    + """\
 optimizer = tf.keras.optimizers.SGD(0.01)
 
 
@@ -51,13 +55,21 @@ def step():
     return loss
 
 
-""" + REPORT
+"""
+    + REPORT
+)
 
 # MP501: TF 2.1-2.3's experimental API (ImportError from TF 2.9)
-EXPERIMENTAL = DATA.replace("import tensorflow as tf\n", "import tensorflow as tf\n"
-                            "from tensorflow.keras.mixed_precision import experimental as mixed_precision\n") + """\
+EXPERIMENTAL = (
+    DATA.replace(
+        "import tensorflow as tf\n",
+        "import tensorflow as tf\nfrom tensorflow.keras.mixed_precision import experimental as mixed_precision\n",
+    )
+    + """\
 mixed_precision.set_policy("mixed_float16")
-""" + MODEL + """\
+"""
+    + MODEL
+    + """\
 optimizer = mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.01), "dynamic")
 
 
@@ -71,12 +83,18 @@ def step():
     return loss
 
 
-""" + REPORT
+"""
+    + REPORT
+)
 
 # MP502's subject: the Keras 2 scaling API (right on Keras 2, AttributeError on Keras 3)
-KERAS2_SCALING = DATA + """\
+KERAS2_SCALING = (
+    DATA
+    + """\
 tf.keras.mixed_precision.set_global_policy("mixed_float16")
-""" + MODEL + """\
+"""
+    + MODEL
+    + """\
 optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.01))
 
 
@@ -90,7 +108,9 @@ def step():
     return loss
 
 
-""" + REPORT
+"""
+    + REPORT
+)
 
 KERAS2 = {"requirements.txt": "tensorflow==2.15.*\n"}
 KERAS3 = {"requirements.txt": "tensorflow>=2.16\n"}
@@ -108,8 +128,15 @@ def _project(tmp_path: Path, code: str, pins: dict[str, str]) -> Path:
 def _train(script: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     inherited = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}  # the test picks the Keras
     env = {**inherited, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "", **env}
-    return subprocess.run([sys.executable, script.name], cwd=script.parent, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, script.name],
+        cwd=script.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _trains(done: subprocess.CompletedProcess) -> None:
@@ -120,8 +147,13 @@ def _trains(done: subprocess.CompletedProcess) -> None:
 
 
 def _fix(script: Path, rules: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "mplint", "--no-cache", "--fix", "--select", rules, "."],
-                          cwd=script.parent, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "mplint", "--no-cache", "--fix", "--select", rules, "."],
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr  # everything found was fixed (safely)
     return script.read_text(encoding="utf-8")
 
@@ -169,9 +201,13 @@ def test_keras2_scaling_is_left_alone_on_keras2_and_rewritten_for_keras3(tmp_pat
 
 # One file, a loop per generation behind a feature test: Keras 3's arm where tf.keras has
 # optimizers.LossScaleOptimizer, Keras 2's (tf_keras) in the else.
-GUARDED_ARMS = DATA + """\
+GUARDED_ARMS = (
+    DATA
+    + """\
 tf.keras.mixed_precision.set_global_policy("mixed_float16")
-""" + MODEL + """\
+"""
+    + MODEL
+    + """\
 
 if hasattr(tf.keras.optimizers, "LossScaleOptimizer"):
     optimizer = {k3_opt}
@@ -193,25 +229,51 @@ else:
         return loss
 
 
-""" + REPORT
+"""
+    + REPORT
+)
 SGD = "tf.keras.optimizers.SGD(0.01)"
 PLAIN_GRADS = "        grads = tape.gradient(loss, model.trainable_variables)"
-K3_CLIPS = ("            scaled_loss = optimizer.scale_loss(loss)\n"
-            "        grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
-            "        grads, _ = tf.clip_by_global_norm(grads, 1.0)")
-K2_CLIPS = ("            scaled_loss = optimizer.get_scaled_loss(loss)\n"
-            "        grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
-            "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
-            "        grads = optimizer.get_unscaled_gradients(grads)")
+K3_CLIPS = (
+    "            scaled_loss = optimizer.scale_loss(loss)\n"
+    "        grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
+    "        grads, _ = tf.clip_by_global_norm(grads, 1.0)"
+)
+K2_CLIPS = (
+    "            scaled_loss = optimizer.get_scaled_loss(loss)\n"
+    "        grads = tape.gradient(scaled_loss, model.trainable_variables)\n"
+    "        grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+    "        grads = optimizer.get_unscaled_gradients(grads)"
+)
 
 
-@pytest.mark.parametrize("rule, arms, written", [
-    ("MP201", dict(k3_opt=SGD, k2_opt=SGD, k3_body=PLAIN_GRADS, k2_body=PLAIN_GRADS),
-     ["optimizer.scale_loss(loss)", "optimizer.get_scaled_loss(loss)", "optimizer.get_unscaled_gradients(grads)"]),
-    ("MP204", dict(k3_opt=f"tf.keras.optimizers.LossScaleOptimizer({SGD})",
-                   k2_opt=f"tf.keras.mixed_precision.LossScaleOptimizer({SGD})", k3_body=K3_CLIPS, k2_body=K2_CLIPS),
-     ["SGD(0.01, global_clipnorm=1.0)", "get_unscaled_gradients(grads)\n        grads, _ = tf.clip_by_global_norm"]),
-])
+@pytest.mark.parametrize(
+    "rule, arms, written",
+    [
+        (
+            "MP201",
+            dict(k3_opt=SGD, k2_opt=SGD, k3_body=PLAIN_GRADS, k2_body=PLAIN_GRADS),
+            [
+                "optimizer.scale_loss(loss)",
+                "optimizer.get_scaled_loss(loss)",
+                "optimizer.get_unscaled_gradients(grads)",
+            ],
+        ),
+        (
+            "MP204",
+            dict(
+                k3_opt=f"tf.keras.optimizers.LossScaleOptimizer({SGD})",
+                k2_opt=f"tf.keras.mixed_precision.LossScaleOptimizer({SGD})",
+                k3_body=K3_CLIPS,
+                k2_body=K2_CLIPS,
+            ),
+            [
+                "SGD(0.01, global_clipnorm=1.0)",
+                "get_unscaled_gradients(grads)\n        grads, _ = tf.clip_by_global_norm",
+            ],
+        ),
+    ],
+)
 def test_guarded_arms_fixed_for_a_keras2_and_keras3_range_train_on_both(tmp_path, rule, arms, written):
     """TF >= 2.6 admits both generations; each arm runs on one, so each gets its generation's fix, safe there: the
     fixed file trains on Keras 3 and, with the same code, under tf_keras."""

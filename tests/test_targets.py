@@ -22,44 +22,75 @@ def _lint(capsys, *args: str) -> list[tuple]:
     return [(d["path"], d["rule"], d["severity"], d["start"]["line"], d["start"]["column"]) for d in doc["diagnostics"]]
 
 
-@pytest.mark.parametrize("image,value,tf", [
-    ("nvcr.io/nvidia/tensorflow:22.12-tf1-py3", 0, "TF 1.15"),
-    ("tensorflow/tensorflow:2.8.0-gpu", 2, "TF 2.8"),
-    ("tensorflow/tensorflow:2.3.1-gpu-jupyter", 1, "TF 2.3"),
-    ("tensorflow/tensorflow:2.16.1", 3, "TF 2.16"),
-    ("gcr.io/deeplearning-platform-release/tf2-gpu.2-8", 2, "TF 2.8"),
-])
+@pytest.mark.parametrize(
+    "image,value,tf",
+    [
+        ("nvcr.io/nvidia/tensorflow:22.12-tf1-py3", 0, "TF 1.15"),
+        ("tensorflow/tensorflow:2.8.0-gpu", 2, "TF 2.8"),
+        ("tensorflow/tensorflow:2.3.1-gpu-jupyter", 1, "TF 2.3"),
+        ("tensorflow/tensorflow:2.16.1", 3, "TF 2.16"),
+        ("gcr.io/deeplearning-platform-release/tf2-gpu.2-8", 2, "TF 2.8"),
+    ],
+)
 def test_container_images_name_their_tensorflow(tmp_path, image, value, tf):
     (tmp_path / "Dockerfile").write_text(f"FROM python:3.10 AS build\nRUN pip wheel .\nFROM {image}\nCOPY . /app\n")
     found = generation_from_pins(tmp_path)
     assert (found.value, found.low, found.source) == (value, value, f"{image} in Dockerfile: {tf}")
 
 
-@pytest.mark.parametrize("files,expected", [
-    ({"requirements.txt": "-r base.txt\n", "base.txt": "tensorflow==2.8.0 --hash=sha256:abc\n"}, (2, "requirements.txt pins tensorflow==2.8.0")),
-    ({"requirements.txt": "tensorflow\n-c constraints.txt\n", "constraints.txt": "tensorflow<2.9\n"}, (2, "requirements.txt pins tensorflow<2.9")),
-    ({"setup.py": "from setuptools import setup\nTF = '>=2.6,<2.14'\nsetup(install_requires=['tensorflow' + TF])\n"},
-     (2, "setup.py pins tensorflow<2.14,>=2.6")),
-    ({"setup.py": "import logging\nlogging.getLogger('tensorflow')\nREQS = ['tensorflow']\n"}, None),
-    ({"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    tensorflow>=2.4,<2.9\n"}, (2, "setup.cfg pins tensorflow<2.9,>=2.4")),
-    ({"environment.yml": "name: x\ndependencies:\n  - python=3.8\n  - tensorflow-gpu=2.3\n"}, (1, "environment.yml pins tensorflow-gpu==2.3.*")),
-    ({"environment.yml": "dependencies:\n  - pip:\n    - tensorflow==2.15.1\n"}, (2, "environment.yml pins tensorflow==2.15.1")),
-    ({"Pipfile": "[packages]\ntensorflow = \"==2.5.0\"\n"}, (2, "Pipfile pins tensorflow==2.5.0")),
-    ({"pyproject.toml": "[tool.poetry.group.train.dependencies]\ntensorflow = '~2.13'\n"}, (2, "pyproject.toml pins tensorflow<2.14,>=2.13")),
-])
+@pytest.mark.parametrize(
+    "files,expected",
+    [
+        (
+            {"requirements.txt": "-r base.txt\n", "base.txt": "tensorflow==2.8.0 --hash=sha256:abc\n"},
+            (2, "requirements.txt pins tensorflow==2.8.0"),
+        ),
+        (
+            {"requirements.txt": "tensorflow\n-c constraints.txt\n", "constraints.txt": "tensorflow<2.9\n"},
+            (2, "requirements.txt pins tensorflow<2.9"),
+        ),
+        (
+            {
+                "setup.py": "from setuptools import setup\nTF = '>=2.6,<2.14'\nsetup(install_requires=['tensorflow' + TF])\n"
+            },
+            (2, "setup.py pins tensorflow<2.14,>=2.6"),
+        ),
+        ({"setup.py": "import logging\nlogging.getLogger('tensorflow')\nREQS = ['tensorflow']\n"}, None),
+        (
+            {"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    tensorflow>=2.4,<2.9\n"},
+            (2, "setup.cfg pins tensorflow<2.9,>=2.4"),
+        ),
+        (
+            {"environment.yml": "name: x\ndependencies:\n  - python=3.8\n  - tensorflow-gpu=2.3\n"},
+            (1, "environment.yml pins tensorflow-gpu==2.3.*"),
+        ),
+        (
+            {"environment.yml": "dependencies:\n  - pip:\n    - tensorflow==2.15.1\n"},
+            (2, "environment.yml pins tensorflow==2.15.1"),
+        ),
+        ({"Pipfile": '[packages]\ntensorflow = "==2.5.0"\n'}, (2, "Pipfile pins tensorflow==2.5.0")),
+        (
+            {"pyproject.toml": "[tool.poetry.group.train.dependencies]\ntensorflow = '~2.13'\n"},
+            (2, "pyproject.toml pins tensorflow<2.14,>=2.13"),
+        ),
+    ],
+)
 def test_pin_sources(tmp_path, files, expected):
     found = generation_from_pins(write_files(tmp_path, files))
     assert ((found.value, found.source) if found else None) == expected
 
 
 def test_the_nearest_pins_above_a_program_win(tmp_path):
-    write_files(tmp_path, {
-        "requirements.txt": "tensorflow>=2.16\n",
-        "legacy/requirements.txt": "tensorflow==2.3.0\n",
-        "legacy/train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n",
-        "train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n",
-        ".mplint.yaml": "{}\n",
-    })
+    write_files(
+        tmp_path,
+        {
+            "requirements.txt": "tensorflow>=2.16\n",
+            "legacy/requirements.txt": "tensorflow==2.3.0\n",
+            "legacy/train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n",
+            "train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n",
+            ".mplint.yaml": "{}\n",
+        },
+    )
     facts = project_facts(tmp_path)
     assert "legacy/train.py" not in facts  # a folder with its own pins is a project of its own
     legacy = project_facts(tmp_path / "legacy")["train.py"].generation
@@ -97,22 +128,32 @@ def test_a_computed_pin_and_a_helper_named_setup_py(tmp_path, monkeypatch, capsy
     assert _lint(capsys, "--select", "MP502", ".") == []  # Keras 2 API on the Keras 2 that setup.py pins
     assert project_facts(tmp_path / "p")["trainer/task.py"].generation.source == "setup.py pins tensorflow<2.14,>=2.6"
     assert [r[:2] for r in _lint(capsys, "--select", "MP502", "--target", "keras3", ".")] == [
-        ("trainer/task.py", "MP502"), ("trainer/task.py", "MP502")]
+        ("trainer/task.py", "MP502"),
+        ("trainer/task.py", "MP502"),
+    ]
 
 
 def test_a_compatibility_import_is_not_a_choice_of_keras(tmp_path):
-    facts = project_facts(write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "train.py": (
-            "try:\n    import keras.src as keras_src\nexcept ImportError:\n    keras_src = None\n"
-            "import tf_keras\ntf_keras.Sequential().fit()\n"
-        ),
-    }))
+    facts = project_facts(
+        write_files(
+            tmp_path,
+            {
+                ".mplint.yaml": "{}\n",
+                "train.py": (
+                    "try:\n    import keras.src as keras_src\nexcept ImportError:\n    keras_src = None\n"
+                    "import tf_keras\ntf_keras.Sequential().fit()\n"
+                ),
+            },
+        )
+    )
     assert facts["train.py"].generation.value == 2 and facts["train.py"].keras_namespaces == {"tf_keras"}
 
 
 def test_target_in_config(tmp_path, monkeypatch, capsys):
-    write_files(tmp_path, {".mplint.yaml": "target: tf2.3\n", "train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n"})
+    write_files(
+        tmp_path,
+        {".mplint.yaml": "target: tf2.3\n", "train.py": "import tensorflow as tf\ntf.keras.Sequential().fit()\n"},
+    )
     assert project_facts(tmp_path)["train.py"].generation.value == 1
     (tmp_path / ".mplint.yaml").write_text("target: tf9\n")
     monkeypatch.chdir(tmp_path)
@@ -140,26 +181,29 @@ def test_show_facts_prints_each_program(monkeypatch, capsys):
 
 
 def test_compatibility_shims_are_left_alone(tmp_path, monkeypatch, capsys):
-    write_files(tmp_path, {
-        ".mplint.yaml": "keras: 3\n",
-        "train.py": (
-            "import tensorflow as tf\nfrom packaging import version\n\n"
-            "if version.parse(tf.__version__) < version.parse('2.4'):\n"
-            "    from tensorflow.keras.mixed_precision import experimental as mixed_precision\n"
-            "    mixed_precision.set_policy('mixed_float16')\n"
-            "else:\n"
-            "    tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
-            "try:\n"
-            "    from tensorflow.keras.mixed_precision import experimental as old_api\n"
-            "except ImportError:\n"
-            "    old_api = None\n"
-            "def scaled(opt, loss):\n"
-            "    if hasattr(opt, 'get_scaled_loss'):\n"
-            "        return opt.get_scaled_loss(loss)\n"
-            "    return opt.scale_loss(loss)\n"
-            "from tensorflow.keras.mixed_precision import experimental\n"
-        ),
-    })
+    write_files(
+        tmp_path,
+        {
+            ".mplint.yaml": "keras: 3\n",
+            "train.py": (
+                "import tensorflow as tf\nfrom packaging import version\n\n"
+                "if version.parse(tf.__version__) < version.parse('2.4'):\n"
+                "    from tensorflow.keras.mixed_precision import experimental as mixed_precision\n"
+                "    mixed_precision.set_policy('mixed_float16')\n"
+                "else:\n"
+                "    tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+                "try:\n"
+                "    from tensorflow.keras.mixed_precision import experimental as old_api\n"
+                "except ImportError:\n"
+                "    old_api = None\n"
+                "def scaled(opt, loss):\n"
+                "    if hasattr(opt, 'get_scaled_loss'):\n"
+                "        return opt.get_scaled_loss(loss)\n"
+                "    return opt.scale_loss(loss)\n"
+                "from tensorflow.keras.mixed_precision import experimental\n"
+            ),
+        },
+    )
     monkeypatch.chdir(tmp_path)
     assert [r[1:4:2] for r in _lint(capsys, "--select", "MP501,MP502", ".")] == [("MP501", 17)]
 
@@ -167,25 +211,30 @@ def test_compatibility_shims_are_left_alone(tmp_path, monkeypatch, capsys):
 def test_library_code_that_imports_tf_keras_is_keras_2_whatever_tensorflow_is_pinned(tmp_path, monkeypatch, capsys):
     """A TensorFlow pin says what ``tf.keras`` is; tf_keras is Keras 2 on every TensorFlow (the tf-keras
     repository pins tf-nightly, and its own Keras 2 code must not get Keras 3 rewrites)."""
-    write_files(tmp_path, {
-        "requirements.txt": "tf-nightly\n",
-        "setup.py": "from setuptools import setup\nsetup(name='legacy_lib', packages=['legacy_lib'])\n",
-        "legacy_lib/__init__.py": "",
-        "legacy_lib/train.py": (
-            "import tensorflow as tf\n"
-            "from tf_keras.mixed_precision import loss_scale_optimizer\n\n\n"
-            "def step(optimizer, model, x, y):\n"
-            "    with tf.GradientTape() as tape:\n"
-            "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
-            "        scaled = optimizer.get_scaled_loss(loss)\n"
-            "    grads = optimizer.get_unscaled_gradients(tape.gradient(scaled, model.trainable_variables))\n"
-            "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
-        ),
-        "legacy_lib/new.py": "import tensorflow as tf\nlayer = tf.keras.layers.Dense(4)\n",
-    })
+    write_files(
+        tmp_path,
+        {
+            "requirements.txt": "tf-nightly\n",
+            "setup.py": "from setuptools import setup\nsetup(name='legacy_lib', packages=['legacy_lib'])\n",
+            "legacy_lib/__init__.py": "",
+            "legacy_lib/train.py": (
+                "import tensorflow as tf\n"
+                "from tf_keras.mixed_precision import loss_scale_optimizer\n\n\n"
+                "def step(optimizer, model, x, y):\n"
+                "    with tf.GradientTape() as tape:\n"
+                "        loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+                "        scaled = optimizer.get_scaled_loss(loss)\n"
+                "    grads = optimizer.get_unscaled_gradients(tape.gradient(scaled, model.trainable_variables))\n"
+                "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+            ),
+            "legacy_lib/new.py": "import tensorflow as tf\nlayer = tf.keras.layers.Dense(4)\n",
+        },
+    )
     facts = project_facts(tmp_path)
     assert (facts["legacy_lib/train.py"].generation.value, facts["legacy_lib/train.py"].generation.source) == (
-        2, "module legacy_lib/train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")
+        2,
+        "module legacy_lib/train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1",
+    )
     assert facts["legacy_lib/new.py"].generation.value == 3  # tf.keras on a TF nightly is Keras 3
     monkeypatch.chdir(tmp_path)
     assert _lint(capsys, "--select", "MP502", ".") == []
@@ -247,12 +296,23 @@ def test_the_tf_keras_package_itself_is_keras_2_on_a_tf_nightly_pin(tmp_path, mo
     write_files(tmp_path, TF_KERAS_REPOSITORY)
     facts = project_facts(tmp_path)
     test_target = "program tf_keras/mixed_precision/model_test.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1"
-    assert {path: (f.generation.low, f.generation.value, f.generation.source) for path, f in facts.items()
-            if path.endswith(("_test.py", "eager_v1.py", "sharpness.py"))} == {
+    assert {
+        path: (f.generation.low, f.generation.value, f.generation.source)
+        for path, f in facts.items()
+        if path.endswith(("_test.py", "eager_v1.py", "sharpness.py"))
+    } == {
         "tf_keras/engine/training_eager_v1.py": (2, 2, test_target),
-        "tf_keras/mixed_precision/graph_rewrite_test.py": (2, 2, test_target.replace("model_test", "graph_rewrite_test")),
+        "tf_keras/mixed_precision/graph_rewrite_test.py": (
+            2,
+            2,
+            test_target.replace("model_test", "graph_rewrite_test"),
+        ),
         "tf_keras/mixed_precision/model_test.py": (2, 2, test_target),
-        "tf_keras/models/sharpness.py": (2, 2, "module tf_keras/models/sharpness.py is part of the tf_keras package: Keras 2"),
+        "tf_keras/models/sharpness.py": (
+            2,
+            2,
+            "module tf_keras/models/sharpness.py is part of the tf_keras package: Keras 2",
+        ),
     }
     monkeypatch.chdir(tmp_path)
     assert main(["--show-facts", "--no-cache", "tf_keras/mixed_precision/model_test.py"]) == 0
@@ -278,27 +338,42 @@ def test_the_tf_keras_package_itself_is_keras_2_on_a_tf_nightly_pin(tmp_path, mo
 
 
 def test_a_tf_keras_program_with_tf1_sessions_is_keras_2_without_pins(tmp_path):
-    facts = project_facts(write_files(tmp_path, {
-        ".mplint.yaml": "{}\n",
-        "train.py": "import tensorflow as tf\nimport tf_keras\n\nsession = tf.compat.v1.Session()\ntf_keras.Sequential().fit()\n",
-        "legacy.py": "import tensorflow as tf\n\nsession = tf.compat.v1.Session()\n",
-    }))
+    facts = project_facts(
+        write_files(
+            tmp_path,
+            {
+                ".mplint.yaml": "{}\n",
+                "train.py": "import tensorflow as tf\nimport tf_keras\n\nsession = tf.compat.v1.Session()\ntf_keras.Sequential().fit()\n",
+                "legacy.py": "import tensorflow as tf\n\nsession = tf.compat.v1.Session()\n",
+            },
+        )
+    )
     assert [(f.generation.value, f.generation.source) for _, f in sorted(facts.items())] == [
         (0, "program legacy.py uses TF1 (sessions, Estimators, tf.compat.v1 graphs) and sets no Keras policy"),
         (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1"),
     ]
 
 
-@pytest.mark.parametrize("pins, expected", [
-    ({"requirements.txt": "keras>=3\n"}, (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")),
-    ({}, (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")),
-    ({"requirements.txt": "tf-keras~=2.15.0\n"}, (2, "requirements.txt pins tf-keras~=2.15.0 (legacy Keras 2)")),
-])
+@pytest.mark.parametrize(
+    "pins, expected",
+    [
+        ({"requirements.txt": "keras>=3\n"}, (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")),
+        ({}, (2, "program train.py imports tf_keras / sets TF_USE_LEGACY_KERAS=1")),
+        ({"requirements.txt": "tf-keras~=2.15.0\n"}, (2, "requirements.txt pins tf-keras~=2.15.0 (legacy Keras 2)")),
+    ],
+)
 def test_a_keras_pin_says_what_import_keras_is_not_what_tf_keras_is(tmp_path, pins, expected):
-    facts = project_facts(write_files(tmp_path, {
-        ".mplint.yaml": "{}\n", **pins,
-        "train.py": "import tf_keras\n\ntf_keras.Sequential().fit()\n",
-        "tf_keras/__init__.py": "", "tf_keras/losses.py": "from . import backend\n",  # unreached, unpinned or not
-    }))
+    facts = project_facts(
+        write_files(
+            tmp_path,
+            {
+                ".mplint.yaml": "{}\n",
+                **pins,
+                "train.py": "import tf_keras\n\ntf_keras.Sequential().fit()\n",
+                "tf_keras/__init__.py": "",
+                "tf_keras/losses.py": "from . import backend\n",  # unreached, unpinned or not
+            },
+        )
+    )
     assert (facts["train.py"].generation.value, facts["train.py"].generation.source) == expected
     assert facts["tf_keras/losses.py"].generation.value == 2

@@ -35,17 +35,20 @@ from pathlib import Path
 import pytest
 
 # The test extra installs torch==2.13.0, so CI runs these; an install without torch skips them, saying why.
-torch = pytest.importorskip("torch", reason="torch is not installed: these tests execute the MPT fixes with PyTorch on CPU (see docs/install.md)")
+torch = pytest.importorskip(
+    "torch",
+    reason="torch is not installed: these tests execute the MPT fixes with PyTorch on CPU (see docs/install.md)",
+)
 
 from mplint.testing import lint_code  # noqa: E402  (after the skip: collecting needs no torch)
 
 pytestmark = pytest.mark.torch
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "torch"
-SCALE = 2.0 ** 16  # GradScaler's initial scale
+SCALE = 2.0**16  # GradScaler's initial scale
 
 # One training step of a small MLP under float16 CPU autocast and a GradScaler; STEP is filled in.
-_SCRIPT = '''import torch
+_SCRIPT = """import torch
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -66,7 +69,7 @@ train_step()
 # What SGD applied: lr times the gradients it read (weight differences this small are float32 rounding).
 update = 0.1 * torch.cat([p.grad.flatten() for p in model.parameters()])
 weights = [p.detach() for p in model.parameters()]
-'''
+"""
 
 
 def _run(code: str) -> dict:
@@ -89,9 +92,18 @@ def _fixed(code: str, rule: str, unsafe: bool = False, **kwargs) -> str:
 
 def test_a_clip_before_unscale_shrinks_the_update_by_the_scale_and_the_fix_restores_it():
     clip = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01)"
-    buggy = _SCRIPT.format(step=_step("scaler.scale(loss).backward()", clip, "scaler.step(optimizer)", "scaler.update()"))
-    right = _SCRIPT.format(step=_step("scaler.scale(loss).backward()", "scaler.unscale_(optimizer)", clip,
-                                      "scaler.step(optimizer)", "scaler.update()"))
+    buggy = _SCRIPT.format(
+        step=_step("scaler.scale(loss).backward()", clip, "scaler.step(optimizer)", "scaler.update()")
+    )
+    right = _SCRIPT.format(
+        step=_step(
+            "scaler.scale(loss).backward()",
+            "scaler.unscale_(optimizer)",
+            clip,
+            "scaler.step(optimizer)",
+            "scaler.update()",
+        )
+    )
     found = lint_code(buggy, select=["MPT204"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT204", 17, 5)]
     fixed = _fixed(buggy, "MPT204")
@@ -152,7 +164,7 @@ def test_c_minus_1e9_mask_overflows_float16_and_the_fix_is_finite_and_float32_id
 def test_c_the_kept_value_matters_where_masks_add_up_in_float32():
     """Code that adds two masks picks -1e9 because finfo(float32).min twice is -inf (a NaN row after softmax):
     the fixed code keeps -1e9 in float32, so its results are the original's, NaN-free."""
-    source = '''import torch
+    source = """import torch
 from torch import nn
 
 
@@ -163,12 +175,13 @@ class TwoMasks(nn.Module):
         penalty = torch.zeros_like(scores)
         penalty = penalty.masked_fill(queries, -1e9)
         return torch.softmax(masked + penalty, dim=-1)
-'''
+"""
     found = lint_code(source, select=["MPT601"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT601", 8, 43), ("MPT601", 10, 48)]
     fixed = _fixed(source, "MPT601")
     assert fixed == source.replace("(keys, -1e9)", "(keys, max(-1e9, torch.finfo(scores.dtype).min))").replace(
-        "(queries, -1e9)", "(queries, max(-1e9, torch.finfo(penalty.dtype).min))")
+        "(queries, -1e9)", "(queries, max(-1e9, torch.finfo(penalty.dtype).min))"
+    )
     # the second sequence of the batch is all padding: both masks cover its whole score matrix
     lengths = torch.tensor([3, 0])
     padded = torch.arange(4)[None, :] >= lengths[:, None]
@@ -177,7 +190,9 @@ class TwoMasks(nn.Module):
     after = _run(fixed)["TwoMasks"]()(scores, keys, queries)
     assert torch.isfinite(before).all() and torch.equal(after, before)
     float32_limit = source.replace("-1e9)", "torch.finfo(torch.float32).min)")
-    assert torch.isnan(_run(float32_limit)["TwoMasks"]()(scores, keys, queries)).any()  # what writing the limit computes
+    assert torch.isnan(
+        _run(float32_limit)["TwoMasks"]()(scores, keys, queries)
+    ).any()  # what writing the limit computes
 
 
 def test_e_a_second_unscale_raises_and_the_fix_trains_like_the_right_loop():
@@ -195,7 +210,9 @@ def test_e_a_second_unscale_raises_and_the_fix_trains_like_the_right_loop():
 
 
 def test_f_backward_moved_out_of_autocast_computes_the_same_weights():
-    inside = _SCRIPT.format(step=_step("    scaler.scale(loss).backward()", "    scaler.step(optimizer)", "    scaler.update()"))
+    inside = _SCRIPT.format(
+        step=_step("    scaler.scale(loss).backward()", "    scaler.step(optimizer)", "    scaler.update()")
+    )
     right = _SCRIPT.format(step=_step("scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"))
     found = lint_code(inside, select=["MPT205"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT205", 16, 9)]
@@ -207,7 +224,9 @@ def test_f_backward_moved_out_of_autocast_computes_the_same_weights():
 def test_g_grad_scaler_removed_under_bfloat16_computes_the_same_weights():
     bfloat16 = _SCRIPT.replace("dtype=torch.float16", "dtype=torch.bfloat16")
     scaled = bfloat16.format(step=_step("scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"))
-    right = bfloat16.replace('scaler = torch.amp.GradScaler("cpu")\n', "").format(step=_step("loss.backward()", "optimizer.step()"))
+    right = bfloat16.replace('scaler = torch.amp.GradScaler("cpu")\n', "").format(
+        step=_step("loss.backward()", "optimizer.step()")
+    )
     found = lint_code(scaled, select=["MPT206"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT206", 6, 10)]
     fixed = _fixed(scaled, "MPT206")
@@ -245,7 +264,11 @@ def _apex_stub():
 def test_d_migrated_apex_script_trains_like_the_float32_original():
     source = (FIXTURES / "apex_o1.py").read_text()
     migrated = _fixed(source, "MPT501", unsafe=True, files={"requirements.txt": "torch>=2.4\n"})
-    assert "from apex" not in migrated and "amp.initialize" not in migrated and 'scaler = torch.amp.GradScaler("cuda")' in migrated
+    assert (
+        "from apex" not in migrated
+        and "amp.initialize" not in migrated
+        and 'scaler = torch.amp.GradScaler("cuda")' in migrated
+    )
     assert 'with torch.autocast("cuda"):' in migrated and "scaler.unscale_(optimizer)" in migrated
     with _apex_stub():
         original = _run(source)
@@ -262,14 +285,14 @@ def test_h_float_before_a_loss_outside_autocast_computes_what_autocast_computes(
     """A cross-entropy over 5000 classes and an exp on float16 logits, outside autocast: the fix's ``.float()``
     keeps the values and moves the computation to float32, which is what float16 autocast does for cross_entropy
     (bit for bit); exp no longer overflows, and the loss still backpropagates into the model."""
-    source = '''import torch
+    source = """import torch
 import torch.nn.functional as F
 
 
 def loss_fn(model, x, y):
     logits = model(x).half()
     return F.cross_entropy(logits, y), torch.exp(logits).sum()
-'''
+"""
     found = lint_code(source, select=["MPT103"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT103", 7, 28), ("MPT103", 7, 50)]
     fixed = _fixed(source, "MPT103")
@@ -293,7 +316,7 @@ def loss_fn(model, x, y):
 
 
 # One SGD step with a tiny loss under an autocast region and no GradScaler; REGION is the autocast call.
-_UNSCALED = '''import torch
+_UNSCALED = """import torch
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -313,13 +336,14 @@ def train_step():
 train_step()
 grads = [p.grad.clone() for p in model.parameters()]
 weights = [p.detach() for p in model.parameters()]
-'''
+"""
 
 
 def _with_scaler(source: str, construction: str) -> str:
     return source.replace("lr=0.1)\n", f"lr=0.1)\n{construction}\n").replace(
         "    loss.backward()\n    optimizer.step()\n",
-        "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n")
+        "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n",
+    )
 
 
 def test_i_grad_scaler_added_to_float16_autocast_recovers_the_underflowing_gradients():
@@ -333,7 +357,7 @@ def test_i_grad_scaler_added_to_float16_autocast_recovers_the_underflowing_gradi
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT201", 14, 5)]
     fixed = _fixed(cpu, "MPT201", files={"requirements.txt": "torch>=2.3\n"})
     assert fixed == _with_scaler(cpu, 'scaler = torch.amp.GradScaler("cpu")')
-    float32 = _run(_UNSCALED.format(region="torch.autocast(\"cpu\", enabled=False)"))["grads"]
+    float32 = _run(_UNSCALED.format(region='torch.autocast("cpu", enabled=False)'))["grads"]
     before, after = _run(cpu)["grads"], _run(fixed)["grads"]
     first_kernel = 0
     assert float32[first_kernel].abs().max() > 0
@@ -343,8 +367,10 @@ def test_i_grad_scaler_added_to_float16_autocast_recovers_the_underflowing_gradi
 
     assert not torch.cuda.is_available()
     cuda = _UNSCALED.format(region='torch.autocast("cuda")')
-    for pins, construction in [("torch>=2.3\n", 'scaler = torch.amp.GradScaler("cuda")'),
-                               ("torch>=2.0,<2.2\n", "scaler = torch.cuda.amp.GradScaler()")]:
+    for pins, construction in [
+        ("torch>=2.3\n", 'scaler = torch.amp.GradScaler("cuda")'),
+        ("torch>=2.0,<2.2\n", "scaler = torch.cuda.amp.GradScaler()"),
+    ]:
         fixed = _fixed(cuda, "MPT201", files={"requirements.txt": pins})
         assert fixed == _with_scaler(cuda, construction)
         assert all(map(torch.equal, _run(fixed)["weights"], _run(cuda)["weights"]))
@@ -366,7 +392,7 @@ def test_j_torch_amp_spellings_behave_as_the_deprecated_ones_without_their_warni
     the names and parameters written were read in the torch wheels' sources (torch.autocast(device_type, enabled,
     **kwargs) with dtype and cache_enabled in 1.10, torch.amp.GradScaler(device, ..., enabled) in 2.3, torch.amp.custom_fwd(fwd, *,
     device_type, cast_inputs) and custom_bwd(bwd, *, device_type) in 2.4), the first versions the fix is safe from."""
-    imported = '''import torch
+    imported = """import torch
 from torch.cuda.amp import GradScaler, autocast
 
 scaler = GradScaler(enabled=True)
@@ -375,14 +401,14 @@ scaler = GradScaler(enabled=True)
 def run():
     with autocast(True, torch.float16) as region:
         return region
-'''
+"""
     pins = {"requirements.txt": "torch>=2.4\n"}
     found = lint_code(imported, select=["MPT502"], files=pins).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT502", 4, 10), ("MPT502", 8, 10)]
     fixed = _fixed(imported, "MPT502", files=pins)
     assert fixed == imported.replace("from torch.cuda.amp import GradScaler, autocast\n", "").replace(
-        "GradScaler(enabled=True)", 'torch.amp.GradScaler("cuda", enabled=True)').replace(
-        "autocast(True, torch.float16)", 'torch.autocast("cuda", enabled=True, dtype=torch.float16)')
+        "GradScaler(enabled=True)", 'torch.amp.GradScaler("cuda", enabled=True)'
+    ).replace("autocast(True, torch.float16)", 'torch.autocast("cuda", enabled=True, dtype=torch.float16)')
     (before, old_warnings), (after, new_warnings) = _run_recording(imported), _run_recording(fixed)
     assert old_warnings and new_warnings == []
     config = ("device", "fast_dtype", "_cache_enabled")  # _enabled: off on both, CUDA being absent
@@ -390,13 +416,15 @@ def run():
     assert [before["result"].device, before["result"].fast_dtype] == ["cuda", torch.float16]
     assert vars(before["scaler"]) == vars(after["scaler"])  # the deprecated class builds the new one's state
     # what cannot run without CUDA: every argument of the old spellings is a parameter of the new ones, by name
-    old_scaler, new_scaler = (inspect.signature(c).parameters for c in (torch.cuda.amp.GradScaler, torch.amp.GradScaler))
+    old_scaler, new_scaler = (
+        inspect.signature(c).parameters for c in (torch.cuda.amp.GradScaler, torch.amp.GradScaler)
+    )
     assert list(new_scaler) == ["device", *old_scaler]
     old_region, new_region = (inspect.signature(c).parameters for c in (torch.cuda.amp.autocast, torch.autocast))
     assert list(old_region) == ["enabled", "dtype", "cache_enabled"] and set(old_region) < set(new_region)
     assert before["scaler"]._device == "cuda"
 
-    functions = '''import torch
+    functions = """import torch
 
 
 class Scale(torch.autograd.Function):
@@ -418,13 +446,15 @@ def run():
         out = Scale.apply(y)
     out.sum().backward()
     return out, x.grad
-'''
+"""
     found = lint_code(functions, select=["MPT502"], files=pins).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT502", 6, 6), ("MPT502", 11, 6), ("MPT502", 18, 10)]
     fixed = _fixed(functions, "MPT502", files=pins)
-    assert fixed == functions.replace("torch.cuda.amp.custom_fwd(cast_inputs", 'torch.amp.custom_fwd(device_type="cuda", cast_inputs').replace(
-        "@torch.cuda.amp.custom_bwd", '@torch.amp.custom_bwd(device_type="cuda")').replace(
-        "torch.cpu.amp.autocast()", 'torch.autocast("cpu")')
+    assert fixed == functions.replace(
+        "torch.cuda.amp.custom_fwd(cast_inputs", 'torch.amp.custom_fwd(device_type="cuda", cast_inputs'
+    ).replace("@torch.cuda.amp.custom_bwd", '@torch.amp.custom_bwd(device_type="cuda")').replace(
+        "torch.cpu.amp.autocast()", 'torch.autocast("cpu")'
+    )
     (before, old_warnings), (after, new_warnings) = _run_recording(functions), _run_recording(fixed)
     assert old_warnings and new_warnings == []
     (out_before, grad_before), (out_after, grad_after) = before["result"], after["result"]

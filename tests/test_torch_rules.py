@@ -23,13 +23,16 @@ from mplint.testing import copy_tree, lint_code
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name, text, minimum, at_least_24, admits_24", [
-    ("requirements.txt", "numpy\ntorch>=2.4,<3  # cuda 12\n", "2.4.0", True, True),
-    ("requirements-train.txt", "torch==2.1.2\n", "2.1.2", False, False),
-    ("pyproject.toml", '[project]\nname = "x"\ndependencies = ["torch>=2.0"]\n', "2.0.0", False, True),
-    ("pyproject.toml", '[tool.poetry.dependencies]\npython = "^3.10"\ntorch = "^2.5"\n', "2.5.0", True, True),
-    ("setup.cfg", "[options]\ninstall_requires =\n    torch>=2.3.1\n    numpy\n", "2.3.1", False, True),
-])
+@pytest.mark.parametrize(
+    "name, text, minimum, at_least_24, admits_24",
+    [
+        ("requirements.txt", "numpy\ntorch>=2.4,<3  # cuda 12\n", "2.4.0", True, True),
+        ("requirements-train.txt", "torch==2.1.2\n", "2.1.2", False, False),
+        ("pyproject.toml", '[project]\nname = "x"\ndependencies = ["torch>=2.0"]\n', "2.0.0", False, True),
+        ("pyproject.toml", '[tool.poetry.dependencies]\npython = "^3.10"\ntorch = "^2.5"\n', "2.5.0", True, True),
+        ("setup.cfg", "[options]\ninstall_requires =\n    torch>=2.3.1\n    numpy\n", "2.3.1", False, True),
+    ],
+)
 def test_torch_pins_are_read_with_real_parsers(tmp_path, name, text, minimum, at_least_24, admits_24):
     (tmp_path / name).write_text(text)
     target = torch_target(tmp_path / "train.py")
@@ -55,7 +58,7 @@ TRAIN = (
     "def train(model, loader):\n"
     "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     "    for x, y in loader:\n"
-    "        with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+    '        with torch.autocast("cuda", dtype=torch.float16):\n'
     "            loss = model(x).sum()\n"
     "        loss.backward()\n"
     "        optimizer.step()\n"
@@ -97,21 +100,32 @@ def test_torch_names_resolve_apart_from_keras():
     assert canonical("torch.where") is None  # the Keras rules never see PyTorch names
 
 
-@pytest.mark.parametrize("rule_id, source", [
-    ("MPT204", "from torch.nn.utils import clip_grad_norm_ as clip\n\ndef step(m, opt, scaler, loss):\n"
-               "    scaler.scale(loss).backward()\n    clip(m.parameters(), 1.0)\n    scaler.step(opt)\n    scaler.update()\n"),
-    ("MPT502", "import torch.cuda.amp as cuda_amp\n\nscaler = cuda_amp.GradScaler()\n"),
-    ("MPT502", "from torch.cuda import amp\n\nwith amp.autocast():\n    pass\n"),
-    ("MPT501", "import torch\nimport apex.amp as A\n\nmodel, opt = A.initialize(model, opt, opt_level='O2')\n"),
-    ("MPT601", "import torch as T\n\nclass Attn(T.nn.Module):\n    def forward(self, s, m):\n"
-               "        return T.where(m, s, T.finfo(T.float32).min)\n"),
-])
+@pytest.mark.parametrize(
+    "rule_id, source",
+    [
+        (
+            "MPT204",
+            "from torch.nn.utils import clip_grad_norm_ as clip\n\ndef step(m, opt, scaler, loss):\n"
+            "    scaler.scale(loss).backward()\n    clip(m.parameters(), 1.0)\n    scaler.step(opt)\n    scaler.update()\n",
+        ),
+        ("MPT502", "import torch.cuda.amp as cuda_amp\n\nscaler = cuda_amp.GradScaler()\n"),
+        ("MPT502", "from torch.cuda import amp\n\nwith amp.autocast():\n    pass\n"),
+        ("MPT501", "import torch\nimport apex.amp as A\n\nmodel, opt = A.initialize(model, opt, opt_level='O2')\n"),
+        (
+            "MPT601",
+            "import torch as T\n\nclass Attn(T.nn.Module):\n    def forward(self, s, m):\n"
+            "        return T.where(m, s, T.finfo(T.float32).min)\n",
+        ),
+    ],
+)
 def test_the_prefilter_follows_torch_aliases(rule_id, source):
     options = CheckOptions(tuple(all_rules().values()), ProjectFacts())
     on = check_source("example.py", source.encode(), options)
     off = check_source("example.py", source.encode(), CheckOptions(options.rules, options.facts, prefilter=False))
     assert rule_id in {d.rule_id for d in on.diagnostics}
-    assert sorted((d.rule_id, d.line, d.column) for d in on.diagnostics) == sorted((d.rule_id, d.line, d.column) for d in off.diagnostics)
+    assert sorted((d.rule_id, d.line, d.column) for d in on.diagnostics) == sorted(
+        (d.rule_id, d.line, d.column) for d in off.diagnostics
+    )
 
 
 def test_the_families_stay_apart_on_the_fixtures(tmp_path):
@@ -143,9 +157,11 @@ def test_the_torch_fixtures_report_exactly():
 
 
 def test_one_apex_site_is_one_finding_with_the_other_uses_related():
-    code = ('import torch\nfrom apex import amp\n\nmodel, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
-            'loss = model(x).sum()\nwith amp.scale_loss(loss, optimizer) as scaled_loss:\n    scaled_loss.backward()\n'
-            'torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)\noptimizer.step()\n')
+    code = (
+        'import torch\nfrom apex import amp\n\nmodel, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "loss = model(x).sum()\nwith amp.scale_loss(loss, optimizer) as scaled_loss:\n    scaled_loss.backward()\n"
+        "torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)\noptimizer.step()\n"
+    )
     found = lint_code(code, select=["MPT501"]).diagnostics
     assert [(d.rule_id, d.line, d.column, d.fix_safety.value) for d in found] == [("MPT501", 4, 20, "unsafe")]
     assert [(r.line, r.message.split(":")[0]) for r in found[0].related] == [
@@ -154,8 +170,10 @@ def test_one_apex_site_is_one_finding_with_the_other_uses_related():
         (8, "`amp.master_params(optimizer)` -> the model's `parameters()`, after `scaler.unscale_(optimizer)`"),
     ]
     # a module that only backs up through apex (its initialize lives elsewhere): one finding at its first use
-    helper = "from apex import amp\n\ndef backward(loss, optimizer):\n    with amp.scale_loss(loss, optimizer) as scaled:\n" \
-             "        scaled.backward()\n"
+    helper = (
+        "from apex import amp\n\ndef backward(loss, optimizer):\n    with amp.scale_loss(loss, optimizer) as scaled:\n"
+        "        scaled.backward()\n"
+    )
     found = lint_code("import torch\n" + helper, select=["MPT501"]).diagnostics
     assert [(d.line, d.column) for d in found] == [(5, 10)]
     assert [r.line for r in found[0].related] == [2]
@@ -184,10 +202,16 @@ def test_the_unscale_before_a_clip_builds_on_the_step_routed_through_the_scaler(
     alone = lint_code(CLIP_THEN_BYPASSED_STEP, select=["MPT204"], files={"requirements.txt": "torch>=2.4\n"})
     assert [(d.rule_id, d.line, d.fix_safety.value) for d in alone.diagnostics] == [("MPT204", 11, "none")]
     both = lint_code(CLIP_THEN_BYPASSED_STEP, select=["MPT202", "MPT204"], files={"requirements.txt": "torch>=2.4\n"})
-    assert [(d.rule_id, d.line, d.fix_safety.value) for d in both.diagnostics] == [("MPT204", 11, "safe"), ("MPT202", 12, "safe")]
-    fixed = lint_code(CLIP_THEN_BYPASSED_STEP, select=["MPT202", "MPT204"], files={"requirements.txt": "torch>=2.4\n"}, fix=True)
+    assert [(d.rule_id, d.line, d.fix_safety.value) for d in both.diagnostics] == [
+        ("MPT204", 11, "safe"),
+        ("MPT202", 12, "safe"),
+    ]
+    fixed = lint_code(
+        CLIP_THEN_BYPASSED_STEP, select=["MPT202", "MPT204"], files={"requirements.txt": "torch>=2.4\n"}, fix=True
+    )
     assert fixed.fixed_code == CLIP_THEN_BYPASSED_STEP.replace(
         "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        optimizer.step()\n",
         "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-        "        scaler.step(optimizer)\n        scaler.update()\n")
+        "        scaler.step(optimizer)\n        scaler.update()\n",
+    )
     assert fixed.diagnostics == []

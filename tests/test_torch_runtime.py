@@ -15,7 +15,10 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed: these tests execute mplint.runtime with PyTorch on CPU (see docs/install.md)")
+torch = pytest.importorskip(
+    "torch",
+    reason="torch is not installed: these tests execute mplint.runtime with PyTorch on CPU (see docs/install.md)",
+)
 
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
@@ -48,15 +51,21 @@ OLDER = {  # torch version -> the names it lacks
 @pytest.fixture
 def gpu(monkeypatch):
     """Pretend the CUDA device is this GPU (choose() only reads it; nothing runs on it)."""
+
     def use(name: str, capability: tuple[int, int]) -> None:
-        monkeypatch.setattr(torch_precision, "detect_hardware", lambda torch, device_type: Hardware("GPU", name, capability))
+        monkeypatch.setattr(
+            torch_precision, "detect_hardware", lambda torch, device_type: Hardware("GPU", name, capability)
+        )
+
     return use
 
 
 def test_mplint_runtime_imports_without_torch():
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "import mplint.runtime, mplint.runtime.torch_precision\n"
-            "print(sorted(mplint.runtime.torch_precision.__all__))")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import mplint.runtime, mplint.runtime.torch_precision\n"
+        "print(sorted(mplint.runtime.torch_precision.__all__))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout == "['Scaler', 'Spelling', 'TorchPrecision', 'check_model', 'choose']\n"
 
@@ -67,7 +76,8 @@ def test_choose_auto_on_cpu_is_float32_with_the_reason_logged(caplog):
     assert (precision.dtype, precision.device_type, precision.reason) == ("float32", "cpu", CPU_FLOAT32)
     assert precision.spelling == NEW and precision.torch_version == "2.13.0"
     assert [(f.rule_id, f.message) for f in precision.findings] == [
-        ("MP801", f"float16/bfloat16 autocast not enabled: {CPU_FLOAT32}")]
+        ("MP801", f"float16/bfloat16 autocast not enabled: {CPU_FLOAT32}")
+    ]
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("WARNING", f"MP801 float16/bfloat16 autocast not enabled: {CPU_FLOAT32}"),
         ("INFO", f"mplint.runtime: torch float32 on cpu ({CPU_FLOAT32})"),
@@ -81,17 +91,36 @@ def test_choose_explicit_on_cpu():
     float16 = choose("float16", device="cpu")
     assert (float16.dtype, float16.reason) == ("float16", "requested")
     assert [(f.rule_id, f.message) for f in float16.findings] == [
-        ("MP801", "float16 autocast on CPU without Tensor Cores: expect no speed-up")]
+        ("MP801", "float16 autocast on CPU without Tensor Cores: expect no speed-up")
+    ]
     with pytest.raises(ValueError, match="dtype must be one of auto, float32, float16, bfloat16, not 'half'"):
         choose("half")
 
 
-@pytest.mark.parametrize(("name", "capability", "dtype", "reason"), [
-    ("NVIDIA H100", (9, 0), "bfloat16", "NVIDIA H100 (compute capability 9.0) computes in bfloat16: float32's range, no loss scaling"),
-    ("NVIDIA A100", (8, 0), "bfloat16", "NVIDIA A100 (compute capability 8.0) computes in bfloat16: float32's range, no loss scaling"),
-    ("Tesla V100", (7, 0), "float16", "Tesla V100 (compute capability 7.0) has Tensor Cores and no bfloat16: float16 with loss scaling"),
-    ("Tesla P100", (6, 0), "float32", "Tesla P100 (compute capability 6.0) has no Tensor Cores (needs 7.0)"),
-])
+@pytest.mark.parametrize(
+    ("name", "capability", "dtype", "reason"),
+    [
+        (
+            "NVIDIA H100",
+            (9, 0),
+            "bfloat16",
+            "NVIDIA H100 (compute capability 9.0) computes in bfloat16: float32's range, no loss scaling",
+        ),
+        (
+            "NVIDIA A100",
+            (8, 0),
+            "bfloat16",
+            "NVIDIA A100 (compute capability 8.0) computes in bfloat16: float32's range, no loss scaling",
+        ),
+        (
+            "Tesla V100",
+            (7, 0),
+            "float16",
+            "Tesla V100 (compute capability 7.0) has Tensor Cores and no bfloat16: float16 with loss scaling",
+        ),
+        ("Tesla P100", (6, 0), "float32", "Tesla P100 (compute capability 6.0) has no Tensor Cores (needs 7.0)"),
+    ],
+)
 def test_choose_auto_on_gpus(gpu, name, capability, dtype, reason):
     gpu(name, capability)
     precision = choose(device="cuda")
@@ -104,27 +133,39 @@ def test_choose_auto_on_an_a100_with_torch_1_9_is_float16(gpu, monkeypatch):
     simulate(monkeypatch, "1.9.0", *OLDER["1.9.0"])
     precision = choose(device="cuda")
     assert (precision.dtype, precision.reason) == (
-        "float16", "NVIDIA A100 (compute capability 8.0) has Tensor Cores and no bfloat16 autocast before torch 1.10: "
-                   "float16 with loss scaling")
+        "float16",
+        "NVIDIA A100 (compute capability 8.0) has Tensor Cores and no bfloat16 autocast before torch 1.10: "
+        "float16 with loss scaling",
+    )
 
 
 @pytest.mark.parametrize("how", ["version", "names", "both"])
-@pytest.mark.parametrize(("version", "cpu", "cuda"), [
-    ("1.9.0", Spelling(None, None), Spelling("torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler")),
-    ("1.11.0", Spelling("torch.autocast", None), Spelling("torch.autocast", "torch.cuda.amp.GradScaler")),
-    ("2.2.1", Spelling("torch.amp.autocast", None), Spelling("torch.amp.autocast", "torch.cuda.amp.GradScaler")),
-])
+@pytest.mark.parametrize(
+    ("version", "cpu", "cuda"),
+    [
+        ("1.9.0", Spelling(None, None), Spelling("torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler")),
+        ("1.11.0", Spelling("torch.autocast", None), Spelling("torch.autocast", "torch.cuda.amp.GradScaler")),
+        ("2.2.1", Spelling("torch.amp.autocast", None), Spelling("torch.amp.autocast", "torch.cuda.amp.GradScaler")),
+    ],
+)
 def test_spelling_of_older_torch_by_version_or_by_missing_names(monkeypatch, how, version, cpu, cuda):
     assert (torch_precision.spelling(torch, "cpu"), torch_precision.spelling(torch, "cuda")) == (NEW, NEW)
     simulate(monkeypatch, version if how != "names" else None, *(OLDER[version] if how != "version" else ()))
     assert (torch_precision.spelling(torch, "cpu"), torch_precision.spelling(torch, "cuda")) == (cpu, cuda)
 
 
-@pytest.mark.parametrize(("version", "dtype", "reason"), [
-    ("1.9.0", "bfloat16", "bfloat16 asked, but torch 1.9.0 has no autocast for cpu (torch.autocast came in 1.10)"),
-    ("1.9.0", "float16", "float16 asked, but torch 1.9.0 has no autocast for cpu (torch.autocast came in 1.10)"),
-    ("2.2.1", "float16", "float16 asked, but torch 2.2.1 has no GradScaler for cpu (torch.amp.GradScaler(device) came in 2.3)"),
-])
+@pytest.mark.parametrize(
+    ("version", "dtype", "reason"),
+    [
+        ("1.9.0", "bfloat16", "bfloat16 asked, but torch 1.9.0 has no autocast for cpu (torch.autocast came in 1.10)"),
+        ("1.9.0", "float16", "float16 asked, but torch 1.9.0 has no autocast for cpu (torch.autocast came in 1.10)"),
+        (
+            "2.2.1",
+            "float16",
+            "float16 asked, but torch 2.2.1 has no GradScaler for cpu (torch.amp.GradScaler(device) came in 2.3)",
+        ),
+    ],
+)
 def test_explicit_dtype_this_torch_cannot_run_on_cpu_falls_back_to_float32(monkeypatch, caplog, version, dtype, reason):
     simulate(monkeypatch, version, *OLDER[version])
     with caplog.at_level(logging.WARNING, logger="mplint.runtime"):
@@ -162,6 +203,7 @@ def test_cpu_autocast_computes_in_the_dtype_chosen(monkeypatch, version):
 
 
 # --- Scaler: one loop for every dtype, the update a float32 step makes ---
+
 
 def _model():
     torch.manual_seed(0)
@@ -208,9 +250,16 @@ def _runtime_update(precision, max_norm=None, accumulation_steps=1):
     return [p.detach() - b for p, b in zip(model.parameters(), before)], scaler, (stepped, due, scales)
 
 
-@pytest.mark.parametrize(("dtype", "version", "tolerance"), [
-    ("float16", None, 3e-3), ("bfloat16", None, 2e-2), ("bfloat16", "1.11.0", 2e-2), ("float32", "1.9.0", 0.0),
-], ids=["float16-torch.amp", "bfloat16-torch.amp", "bfloat16-torch.autocast", "float32-torch1.9"])
+@pytest.mark.parametrize(
+    ("dtype", "version", "tolerance"),
+    [
+        ("float16", None, 3e-3),
+        ("bfloat16", None, 2e-2),
+        ("bfloat16", "1.11.0", 2e-2),
+        ("float32", "1.9.0", 0.0),
+    ],
+    ids=["float16-torch.amp", "bfloat16-torch.amp", "bfloat16-torch.autocast", "float32-torch1.9"],
+)
 def test_scaler_step_with_clipping_is_the_float32_update(monkeypatch, dtype, version, tolerance):
     """Unscaled before the clip: a clip on float16-scaled gradients would make the update 65536x too small."""
     if version:
@@ -262,6 +311,7 @@ def test_scaler_rejects_no_optimizer_and_bad_accumulation():
 
 # --- check_model: real tensors under autocast ---
 
+
 class MaskScores(nn.Module):
     def forward(self, h, mask):
         return h + (1.0 - mask.to(h.dtype))[..., None] * -1e9  # the float16 mask overflows to -inf
@@ -306,7 +356,9 @@ def test_check_model_reports_outputs_sizes_and_constants_under_float16():
 def test_check_model_before_torch_2_reports_all_but_the_constants(monkeypatch):
     simulate(monkeypatch, "1.12.1", "torch.amp.GradScaler")
     model = Tagger()
-    float16 = TorchPrecision("float16", "cpu", "requested", Hardware("CPU", "CPU"), Spelling("torch.amp.autocast", None), "1.12.1")
+    float16 = TorchPrecision(
+        "float16", "cpu", "requested", Hardware("CPU", "CPU"), Spelling("torch.amp.autocast", None), "1.12.1"
+    )
     found = [(f.rule_id, f.layer) for f in check_model(model, *_tokens(), precision=float16)]
     assert found == [("MP806", "head"), ("MP807", "embed"), ("MP807", "hidden")]  # the -1e9 and 1e-8 not seen
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())  # removed again
@@ -314,7 +366,9 @@ def test_check_model_before_torch_2_reports_all_but_the_constants(monkeypatch):
 
 def test_check_model_clean_model_and_bfloat16():
     assert check_model(Tagger(float32_output=True, fixed=True), *_tokens()) == []
-    found = [(f.rule_id, f.layer) for f in check_model(Tagger(), *_tokens(), precision=choose("bfloat16", device="cpu"))]
+    found = [
+        (f.rule_id, f.layer) for f in check_model(Tagger(), *_tokens(), precision=choose("bfloat16", device="cpu"))
+    ]
     assert found == [("MP806", "head"), ("MP807", "embed"), ("MP807", "hidden")]  # bfloat16 holds -1e9 and 1e-8
 
 
@@ -330,9 +384,11 @@ def test_check_model_masked_fill_that_raises_and_half_parameters():
 
     model = Attention()
     lines = [f"{f.rule_id} {f.layer}: {f.message}" for f in check_model(model, torch.randn(2, 4, 16))]
-    assert lines == ["MPT601 Attention: `masked_fill` with -1e+09 on a float16 tensor: -1e+09 overflows float16 "
-                     "(largest 65504): use torch.finfo(x.dtype).min/max (raises: value cannot be converted to type "
-                     "c10::Half without overflow)"]
+    assert lines == [
+        "MPT601 Attention: `masked_fill` with -1e+09 on a float16 tensor: -1e+09 overflows float16 "
+        "(largest 65504): use torch.finfo(x.dtype).min/max (raises: value cannot be converted to type "
+        "c10::Half without overflow)"
+    ]
     half = [(f.rule_id, f.layer) for f in check_model(nn.Linear(16, 16).half(), torch.randn(2, 16).half())]
     assert half == [("MP806", "Linear"), ("MPT101", "weight"), ("MPT101", "bias")]
 
@@ -365,5 +421,7 @@ def test_check_model_every_output_head_is_a_class_count():
             return {"classes": self.classes(h), "boxes": self.boxes(h).float()}
 
     lines = [f"{f.rule_id} {f.layer}: {f.message}" for f in check_model(TwoHeads(), torch.randn(2, 16))]
-    assert lines == ["MP806 classes: model output is float16",
-                     "MP807 trunk: Linear out_features 20 not a multiple of 8: no Tensor Cores under float16"]
+    assert lines == [
+        "MP806 classes: model output is float16",
+        "MP807 trunk: Linear out_features 20 not a multiple of 8: no Tensor Cores under float16",
+    ]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.torch
 
 LOOP_RULES = ["MPT201", "MPT202", "MPT203", "MPT204"]
 
-_HEAD = '''import torch
+_HEAD = """import torch
 
 def train(model, optimizers, g_opt, d_opt, loader, flag):
     scaler = torch.amp.GradScaler("cuda")
@@ -26,10 +26,10 @@ def train(model, optimizers, g_opt, d_opt, loader, flag):
         with torch.autocast("cuda"):
             loss = model(x).sum()
         scaler.scale(loss).backward()
-'''
+"""
 
 SILENT = {
-    "gradient-accumulation": '''import torch
+    "gradient-accumulation": """import torch
 
 def train(model, optimizer, loader, accumulate=4):
     scaler = torch.amp.GradScaler("cuda")
@@ -43,8 +43,8 @@ def train(model, optimizer, loader, accumulate=4):
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad()
-''',
-    "accumulation-over-micro-batches": '''import torch
+""",
+    "accumulation-over-micro-batches": """import torch
 
 def train(model, optimizer, batches, scaler):
     for chunk in batches:
@@ -55,14 +55,15 @@ def train(model, optimizer, batches, scaler):
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad()
-''',
-    "one-step-per-branch": _HEAD + '''        if flag:
+""",
+    "one-step-per-branch": _HEAD
+    + """        if flag:
             scaler.step(g_opt)
         else:
             scaler.step(d_opt)
         scaler.update()
-''',
-    "gan-one-scaler-per-model": '''import torch
+""",
+    "gan-one-scaler-per-model": """import torch
 
 def train(gen, disc, g_opt, d_opt, loader):
     scaler_g = torch.amp.GradScaler("cuda")
@@ -77,19 +78,21 @@ def train(gen, disc, g_opt, d_opt, loader):
         scaler_d.update()
         scaler_g.step(g_opt)
         scaler_g.update()
-''',
-    "several-optimizers-one-update": _HEAD + '''        scaler.step(g_opt)
+""",
+    "several-optimizers-one-update": _HEAD
+    + """        scaler.step(g_opt)
         scaler.step(d_opt)
         scaler.update()
-''',
-    "optimizers-in-a-loop": _HEAD + '''        for opt in optimizers:
+""",
+    "optimizers-in-a-loop": _HEAD
+    + """        for opt in optimizers:
             scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for opt in optimizers:
             scaler.step(opt)
         scaler.update()
-''',
-    "unscale-in-a-helper": '''import torch
+""",
+    "unscale-in-a-helper": """import torch
 
 def unscale_all(grad_scaler, opts):
     for o in opts:
@@ -104,8 +107,8 @@ def train(model, optimizer, loader, scaler):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(optimizer)
         scaler.update()
-''',
-    "backend-chosen-by-string": '''import torch
+""",
+    "backend-chosen-by-string": """import torch
 from apex import amp
 
 class Trainer:
@@ -128,8 +131,8 @@ class Trainer:
             self.scaler.update()
         else:
             self.optimizer.step()
-''',
-    "apex-clip-after-scale-loss-block": '''import torch
+""",
+    "apex-clip-after-scale-loss-block": """import torch
 from apex import amp
 
 def train(model, optimizer, loader, scaler, use_apex):
@@ -146,7 +149,7 @@ def train(model, optimizer, loader, scaler, use_apex):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             scaler.step(optimizer)
             scaler.update()
-''',
+""",
 }
 
 
@@ -157,58 +160,76 @@ def test_correct_training_loops_are_silent(name):
 
 FIXED = {  # loop tail after _HEAD -> (findings: line, column, safety), fixed tail
     "update-inside-the-loop-over-optimizers": (
-        '''        for opt in optimizers:
+        """        for opt in optimizers:
             scaler.step(opt)
             scaler.update()
-''', [(11, 13, "safe")], '''        for opt in optimizers:
+""",
+        [(11, 13, "safe")],
+        """        for opt in optimizers:
             scaler.step(opt)
         scaler.update()
-'''),
+""",
+    ),
     "never-updated-loop-over-optimizers": (
-        '''        for opt in optimizers:
+        """        for opt in optimizers:
             scaler.step(opt)
-''', [(10, 13, "safe")], '''        for opt in optimizers:
+""",
+        [(10, 13, "safe")],
+        """        for opt in optimizers:
             scaler.step(opt)
         scaler.update()
-'''),
+""",
+    ),
     "never-updated-one-step-per-branch": (
-        '''        if flag:
+        """        if flag:
             scaler.step(g_opt)
         else:
             scaler.step(d_opt)
-''', [(10, 13, "none"), (12, 13, "safe")], '''        if flag:
+""",
+        [(10, 13, "none"), (12, 13, "safe")],
+        """        if flag:
             scaler.step(g_opt)
         else:
             scaler.step(d_opt)
         scaler.update()
-'''),
+""",
+    ),
     "bypassed-in-both-branches": (
-        '''        if flag:
+        """        if flag:
             g_opt.step()
         else:
             d_opt.step()
-''', [(10, 13, "safe"), (12, 13, "safe")], '''        if flag:
+""",
+        [(10, 13, "safe"), (12, 13, "safe")],
+        """        if flag:
             scaler.step(g_opt)
         else:
             scaler.step(d_opt)
         scaler.update()
-'''),
+""",
+    ),
     "bypassed-after-accumulation": (
-        '''        if flag:
+        """        if flag:
             g_opt.step()
             g_opt.zero_grad()
-''', [(10, 13, "safe")], '''        if flag:
+""",
+        [(10, 13, "safe")],
+        """        if flag:
             scaler.step(g_opt)
             scaler.update()
             g_opt.zero_grad()
-'''),
+""",
+    ),
     "bypassed-in-a-loop-over-optimizers": (
-        '''        for opt in optimizers:
+        """        for opt in optimizers:
             opt.step()
-''', [(10, 13, "safe")], '''        for opt in optimizers:
+""",
+        [(10, 13, "safe")],
+        """        for opt in optimizers:
             scaler.step(opt)
         scaler.update()
-'''),
+""",
+    ),
 }
 
 
@@ -224,9 +245,11 @@ def test_mpt202_fixes_put_one_update_after_every_step_and_settle(name):
 
 def test_the_only_update_of_a_path_is_never_deleted():
     """The update() between two optimizers' steps has no later update() on its path: reported, no fix."""
-    code = ('import torch\n\ndef step(encoder_opt, decoder_opt, scaler, loss, last):\n    scaler.scale(loss).backward()\n'
-            '    scaler.step(encoder_opt)\n    scaler.update()\n    scaler.step(decoder_opt)\n    if last:\n'
-            '        return\n    scaler.update()\n')
+    code = (
+        "import torch\n\ndef step(encoder_opt, decoder_opt, scaler, loss, last):\n    scaler.scale(loss).backward()\n"
+        "    scaler.step(encoder_opt)\n    scaler.update()\n    scaler.step(decoder_opt)\n    if last:\n"
+        "        return\n    scaler.update()\n"
+    )
     found = lint_code(code, select=["MPT202"]).diagnostics
     assert [(d.rule_id, d.line, d.column, d.fix_safety.value) for d in found] == [("MPT202", 6, 5, "none")]
     assert lint_code(code, select=["MPT202"], fix=True).fixed_code == code
@@ -234,7 +257,7 @@ def test_the_only_update_of_a_path_is_never_deleted():
 
 # --- executed on CPU -------------------------------------------------------------------------------
 
-_SCRIPT = '''import torch
+_SCRIPT = """import torch
 
 torch.manual_seed(0)
 encoder = torch.nn.Linear(8, 16)
@@ -253,7 +276,7 @@ def train_step(flag):
 
 train_step(True)
 moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(decoder.parameters(), before)])
-'''
+"""
 
 
 def _run(code: str) -> dict:
@@ -275,7 +298,7 @@ def test_executed_update_between_two_optimizers_halves_the_second_update_and_the
     wrong, good = _run(buggy)["moved"], _run(right)["moved"]
     assert (wrong.norm() / good.norm()).item() == pytest.approx(0.5, rel=1e-3)
     assert torch.equal(_run(fixed)["moved"], good)
-    assert _run(fixed)["scaler"].get_scale() == 2.0 ** 17  # updated once: the scale adapts
+    assert _run(fixed)["scaler"].get_scale() == 2.0**17  # updated once: the scale adapts
 
 
 def test_executed_never_updated_scaler_raises_on_the_second_step_and_the_fix_after_the_branches_runs():
@@ -285,13 +308,13 @@ def test_executed_never_updated_scaler_raises_on_the_second_step_and_the_fix_aft
     assert fixed == _SCRIPT.format(tail=tail + "    scaler.update()\n") + "train_step(True)\n"
     with pytest.raises(RuntimeError, match="step\\(\\) has already been called since the last update\\(\\)"):
         _run(buggy)
-    assert _run(fixed)["scaler"].get_scale() == 2.0 ** 18  # two steps, two updates
+    assert _run(fixed)["scaler"].get_scale() == 2.0**18  # two steps, two updates
 
 
 def test_executed_gradient_accumulation_is_correct_as_written():
     """The silent accumulation loop: four scaled backwards, one step, one update: the same update as one
     float32 backward of the summed loss (up to float16 rounding), and the scale adapts."""
-    code = '''import torch
+    code = """import torch
 
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 2)
@@ -307,7 +330,7 @@ for i, x in enumerate(batches):
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad()
-'''
+"""
     assert lint_code(code, select=LOOP_RULES).diagnostics == []
     namespace = _run(code)
     reference = torch.nn.Linear(8, 2)
@@ -317,4 +340,4 @@ for i, x in enumerate(batches):
     sum(reference(x).pow(2).mean() / 4 for x in namespace["batches"]).backward()
     for p, r, s in zip(namespace["model"].parameters(), reference.parameters(), namespace["start"]):
         assert torch.allclose(p.detach(), s - 0.1 * r.grad, atol=1e-3)
-    assert namespace["scaler"].get_scale() == 2.0 ** 17
+    assert namespace["scaler"].get_scale() == 2.0**17

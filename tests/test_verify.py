@@ -39,7 +39,11 @@ def test_fix_turns_float16_softmax_output_into_float32(capsys):
     code, doc = verify_json(capsys, FIXTURES / "fit_softmax.py", "--fix", "--steps", "5")
     assert code == 0
     assert "MP101" in doc["fixed_rules"]
-    assert [metrics(doc, r)["output_dtype"] for r in ("before", "after", "float32 reference")] == ["float16", "float32", "float32"]
+    assert [metrics(doc, r)["output_dtype"] for r in ("before", "after", "float32 reference")] == [
+        "float16",
+        "float32",
+        "float32",
+    ]
     assert rules(doc, "before") == ["MP101", "MP806"]
     assert rules(doc, "after") == []
     assert [metrics(doc, r)["steps"] for r in doc["runs"]] == [5, 5, 5]
@@ -54,7 +58,9 @@ def test_fix_removes_gradient_underflow_of_custom_loop(capsys):
     assert before["underflow"] > 0.5
     assert after["underflow"] < 0.01
     # the fix inserts a line above the loop: the fixed run still names the loop by the original's line
-    assert [u["loop"] for u in before["units"]] == [u["loop"] for u in after["units"]] == ["loop at underflow_loop.py:33"]
+    assert (
+        [u["loop"] for u in before["units"]] == [u["loop"] for u in after["units"]] == ["loop at underflow_loop.py:33"]
+    )
     assert rules(doc, "before") == ["MP804"]
     assert (before["scale_first"], after["scale_first"]) == (None, 32768.0)
 
@@ -117,8 +123,10 @@ def test_writes_outside_the_scripts_folder_stay_in_the_private_view(capsys, tmp_
     outside.parent.mkdir()
     script = tmp_path / "project" / "train.py"
     script.parent.mkdir()
-    script.write_text(f"import keras\nopen({str(outside)!r}, 'w').write('x')\nassert open({str(outside)!r}).read() == 'x'\n"
-                      + _TINY_FIT)
+    script.write_text(
+        f"import keras\nopen({str(outside)!r}, 'w').write('x')\nassert open({str(outside)!r}).read() == 'x'\n"
+        + _TINY_FIT
+    )
     code, doc = verify_json(capsys, script, "--steps", "2")
     assert code == 0
     assert list(outside.parent.iterdir()) == []
@@ -156,7 +164,8 @@ def test_script_reads_its_sibling_files_at_the_same_relative_paths(capsys, tmp_p
         "open('config.json', 'w').write('{}')  # changes the scratch copy only\n"
         "model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(units), keras.layers.Dense(1)])\n"
         "model.compile(optimizer='sgd', loss='mse')\n"
-        "model.fit(keras.random.normal((64, 4)) * scale, keras.random.normal((64, 1)), batch_size=8)\n")
+        "model.fit(keras.random.normal((64, 4)) * scale, keras.random.normal((64, 1)), batch_size=8)\n"
+    )
     monkeypatch.chdir(tmp_path)  # run from elsewhere: the script's folder is its working directory
     code, doc = verify_json(capsys, project / "train.py", "--steps", "2")
     assert code == 0
@@ -166,19 +175,25 @@ def test_script_reads_its_sibling_files_at_the_same_relative_paths(capsys, tmp_p
 
 def test_fit_then_custom_loop_each_get_the_step_cap_and_the_table_names_the_loops(capsys, tmp_path):
     script = tmp_path / "two_loops.py"
-    script.write_text("import keras\nimport tensorflow as tf\n" + _TINY_FIT + """\
+    script.write_text(
+        "import keras\nimport tensorflow as tf\n"
+        + _TINY_FIT
+        + """\
 optimizer = keras.optimizers.SGD(0.01)
 for step in range(100):
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(tf.ones((8, 4)))))
     grads = tape.gradient(loss, model.trainable_variables)
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
-""")
+"""
+    )
     code, doc = verify_json(capsys, script, "--steps", "3")
     assert code == 0
     units = metrics(doc, "run")["units"]
     assert [(u["unit"], u["steps"], u["model"]) for u in units] == [
-        ("fit() #1 / SGD", 3, "sequential"), ("loop at two_loops.py:7 / SGD", 3, "sequential")]
+        ("fit() #1 / SGD", 3, "sequential"),
+        ("loop at two_loops.py:7 / SGD", 3, "sequential"),
+    ]
     code, out = verify(capsys, script, "--steps", "3")
     assert "at most 3 steps per training loop" in out
     assert "│ fit() #1 / SGD " in out and "│ loop at two_loops.py:7 / SGD " in out
@@ -223,7 +238,9 @@ def test_two_keras_custom_loops_in_a_row_each_get_the_step_cap(capsys, tmp_path)
     run = doc["runs"]["run"]
     assert run["status"] == "completed"
     assert [(u["unit"], u["steps"]) for u in metrics(doc, "run")["units"]] == [
-        ("loop at two_loops.py:17 / SGD", 3), ("loop at two_loops.py:20 / Adam", 3)]
+        ("loop at two_loops.py:17 / SGD", 3),
+        ("loop at two_loops.py:20 / Adam", 3),
+    ]
 
 
 def test_guide_keras2_loop_crashes_on_keras3_and_its_fix_is_a_verified_repair(capsys):
@@ -232,14 +249,19 @@ def test_guide_keras2_loop_crashes_on_keras3_and_its_fix_is_a_verified_repair(ca
     assert doc["fixed_rules"] == ["MP502"]
     before, after = metrics(doc, "before"), metrics(doc, "after")
     assert doc["runs"]["before"]["status"] == "crashed"
-    assert before["crash"] == {"error": "AttributeError: 'LossScaleOptimizer' object has no attribute 'get_scaled_loss'",
-                               "file": "guide_keras2_loop.py", "line": 33,
-                               "source": "scaled_loss = optimizer.get_scaled_loss(loss)"}
+    assert before["crash"] == {
+        "error": "AttributeError: 'LossScaleOptimizer' object has no attribute 'get_scaled_loss'",
+        "file": "guide_keras2_loop.py",
+        "line": 33,
+        "source": "scaled_loss = optimizer.get_scaled_loss(loss)",
+    }
     assert before["steps"] == 0
     assert (after["steps"], after["non_finite_steps"], after["scale_first"]) == (3, 0, 32768.0)
-    assert doc["summary"] == ("before: crashed with AttributeError: 'LossScaleOptimizer' object has no attribute "
-                              "'get_scaled_loss' at guide_keras2_loop.py:33 (scaled_loss = optimizer.get_scaled_loss(loss)); "
-                              "after: runs")
+    assert doc["summary"] == (
+        "before: crashed with AttributeError: 'LossScaleOptimizer' object has no attribute "
+        "'get_scaled_loss' at guide_keras2_loop.py:33 (scaled_loss = optimizer.get_scaled_loss(loss)); "
+        "after: runs"
+    )
     assert doc["verdict"].startswith("verified repair: the original crashed with AttributeError")
     assert metrics(doc, "float32 reference")["steps"] == 3  # the reference runs the fixed copy
 
@@ -256,9 +278,11 @@ def test_fix_that_runs_neither_before_nor_after_cannot_be_verified(capsys, tmp_p
     script.write_text(_SOFTMAX_THEN_MISSING_FILE)
     code, out = verify(capsys, script, "--fix", "--steps", "2")
     assert code == 2
-    assert ("could not verify missing_file.py: it runs neither before nor after the fixes (MP101): "
-            "before: crashed with FileNotFoundError: [Errno 2] No such file or directory: 'missing.csv' at "
-            "missing_file.py:4 (open(\"missing.csv\").read()); after: crashed with FileNotFoundError") in out
+    assert (
+        "could not verify missing_file.py: it runs neither before nor after the fixes (MP101): "
+        "before: crashed with FileNotFoundError: [Errno 2] No such file or directory: 'missing.csv' at "
+        'missing_file.py:4 (open("missing.csv").read()); after: crashed with FileNotFoundError'
+    ) in out
 
 
 def test_fix_that_breaks_a_running_script_is_worse(capsys, tmp_path, monkeypatch):
@@ -275,10 +299,14 @@ def test_fix_that_breaks_a_running_script_is_worse(capsys, tmp_path, monkeypatch
     monkeypatch.setattr(cli, "fix_copy", breaking_fix)
     code, doc = verify_json(capsys, script, "--fix", "--steps", "2")
     assert code == 3
-    assert doc["summary"] == "before: runs; after: crashed with ValueError: broken by the fix at clean.py:5 " \
-                             "(raise ValueError('broken by the fix'))"
-    assert doc["verdict"] == ("worse: the fixed script no longer runs (crashed with ValueError: broken by the fix at "
-                              "clean.py:5 (raise ValueError('broken by the fix')))")
+    assert (
+        doc["summary"] == "before: runs; after: crashed with ValueError: broken by the fix at clean.py:5 "
+        "(raise ValueError('broken by the fix'))"
+    )
+    assert doc["verdict"] == (
+        "worse: the fixed script no longer runs (crashed with ValueError: broken by the fix at "
+        "clean.py:5 (raise ValueError('broken by the fix')))"
+    )
 
 
 def test_fix_that_changes_nothing_is_not_verified(capsys, tmp_path):
@@ -287,8 +315,9 @@ def test_fix_that_changes_nothing_is_not_verified(capsys, tmp_path):
     code, out = verify(capsys, script, "--fix", "--steps", "2")
     assert code == 4
     assert "fixes applied to the copy: none" in out
-    assert out.strip().splitlines()[-1] == ("nothing to verify: mplint --fix changed nothing "
-                                            "(no MP802/MP803/MP804 in the capped run)")
+    assert out.strip().splitlines()[-1] == (
+        "nothing to verify: mplint --fix changed nothing (no MP802/MP803/MP804 in the capped run)"
+    )
     assert "verified" not in out
 
 
@@ -379,9 +408,15 @@ def test_gan_is_reported_per_optimizer_and_model(capsys):
     assert run["model_outputs"] == {"generator": ["float16"], "discriminator": ["float32"]}
     generator, discriminator = run["units"]
     assert (generator["unit"], generator["model"], generator["steps"]) == (
-        "loop at gan_loop.py:39 / LossScaleOptimizer(Adam)", "generator", 6)
+        "loop at gan_loop.py:39 / LossScaleOptimizer(Adam)",
+        "generator",
+        6,
+    )
     assert (discriminator["unit"], discriminator["model"], discriminator["steps"]) == (
-        "loop at gan_loop.py:39 / LossScaleOptimizer(Adam) #2", "discriminator", 6)
+        "loop at gan_loop.py:39 / LossScaleOptimizer(Adam) #2",
+        "discriminator",
+        6,
+    )
     assert generator["final_loss"] > 100 and discriminator["final_loss"] < 10  # each its own tape's loss
     assert generator["scale_history"] == [16384.0, 8192.0, 4096.0, 2048.0, 1024.0, 512.0]
     assert generator["skipped_steps"] == 6
@@ -392,5 +427,6 @@ def test_gan_is_reported_per_optimizer_and_model(capsys):
     assert low <= generator["ms_per_iteration"] <= high
     assert [f["message"] for f in run["findings"]] == [
         "generator (loop at gan_loop.py:39): loss scale 16384 -> 512, 6 skipped steps",
-        "generator: output observed as float16"]
+        "generator: output observed as float16",
+    ]
     assert doc["verdict"] == "problems: MP803"

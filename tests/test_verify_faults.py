@@ -83,8 +83,10 @@ def test_no_training_in_the_script_or_its_subprocess_is_an_error(capsys):
 def test_running_out_of_memory_under_memory_limit_is_an_error(capsys):
     code, out = verify(capsys, FAULTS / "exhausts_memory.py", "--memory-limit", "3000", "--timeout", "60")
     assert code == 2
-    assert "could not verify exhausts_memory.py: the run run out-of-memory: ran out of memory under " \
-           "--memory-limit 3000 MB" in out
+    assert (
+        "could not verify exhausts_memory.py: the run run out-of-memory: ran out of memory under "
+        "--memory-limit 3000 MB" in out
+    )
     assert "MemoryError" in out  # the stderr tail
 
 

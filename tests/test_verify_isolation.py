@@ -22,7 +22,7 @@ from mplint.verify.runner import isolation_problem, isolation_refusal
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the private view needs Linux namespaces")
 
 # Each write goes to USER (the script's argument), outside the script's folder; every one is read back.
-KERAS_WRITERS = '''import os, pathlib, shutil, subprocess, sys
+KERAS_WRITERS = """import os, pathlib, shutil, subprocess, sys
 import h5py
 import keras
 import numpy as np
@@ -85,9 +85,9 @@ assert not (user / "to_delete.txt").exists() and not (user / "tree").exists()
 assert (user / "renamed.txt").read_text() == "rename me"
 assert keras.models.load_model(user / "model.keras").count_params() == model.count_params()
 assert (user / "best.keras").exists() and (user / "model.weights.h5").exists()
-'''
+"""
 
-TORCH_WRITERS = '''import os, pathlib, sys
+TORCH_WRITERS = """import os, pathlib, sys
 import torch
 
 user = pathlib.Path(sys.argv[1])
@@ -107,7 +107,7 @@ for _ in range(3):  # the step cap (2) ends the run here
     optimizer.zero_grad()
     model(torch.ones(8, 4)).square().mean().backward()
     optimizer.step()
-'''
+"""
 
 
 def snapshot(root: Path) -> dict:
@@ -115,7 +115,7 @@ def snapshot(root: Path) -> dict:
     found = {}
     for path in sorted(root.rglob("*")):
         info = path.lstat()
-        kind = (os.readlink(path) if path.is_symlink() else path.read_bytes() if path.is_file() else "folder")
+        kind = os.readlink(path) if path.is_symlink() else path.read_bytes() if path.is_file() else "folder"
         found[str(path.relative_to(root))] = (kind, stat.S_IMODE(info.st_mode), info.st_mtime_ns)
     return found
 
@@ -161,12 +161,32 @@ def test_no_write_api_of_a_keras_script_reaches_the_users_files(capsys, tmp_path
     summaries = [w for w in written if w.startswith("USER/summaries/events.out.tfevents.")]
     assert len(summaries) == 2  # one per run: the mixed run and the float32 reference
     assert [w for w in written if w not in summaries] == [
-        "HOME/home.txt", "USER/array.npy", "USER/best.keras", "USER/ckpts/checkpoint",
-        "USER/ckpts/ckpt-1.data-00000-of-00001", "USER/ckpts/ckpt-1.index", "USER/copied.txt", "USER/existing.txt",
-        "USER/file.h5", "USER/gfile.txt", "USER/gfile_dir/sub", "USER/made/dirs", "USER/memmap.bin",
-        "USER/model.keras", "USER/model.weights.h5", "USER/open.txt", "USER/os_open.txt", "USER/pathlib.txt",
-        "USER/renamed.txt", "USER/subprocess.txt", "USER/to_delete.txt (deleted)", "USER/to_rename.txt (deleted)",
-        "USER/touched", "USER/tree (deleted)", "USER/write_file.txt"]
+        "HOME/home.txt",
+        "USER/array.npy",
+        "USER/best.keras",
+        "USER/ckpts/checkpoint",
+        "USER/ckpts/ckpt-1.data-00000-of-00001",
+        "USER/ckpts/ckpt-1.index",
+        "USER/copied.txt",
+        "USER/existing.txt",
+        "USER/file.h5",
+        "USER/gfile.txt",
+        "USER/gfile_dir/sub",
+        "USER/made/dirs",
+        "USER/memmap.bin",
+        "USER/model.keras",
+        "USER/model.weights.h5",
+        "USER/open.txt",
+        "USER/os_open.txt",
+        "USER/pathlib.txt",
+        "USER/renamed.txt",
+        "USER/subprocess.txt",
+        "USER/to_delete.txt (deleted)",
+        "USER/to_rename.txt (deleted)",
+        "USER/touched",
+        "USER/tree (deleted)",
+        "USER/write_file.txt",
+    ]
 
 
 def test_no_write_api_of_a_torch_script_reaches_the_users_files(capsys, tmp_path, monkeypatch):
@@ -176,8 +196,13 @@ def test_no_write_api_of_a_torch_script_reaches_the_users_files(capsys, tmp_path
     assert doc["framework"] == "torch"
     assert doc["runs"]["run"]["metrics"]["steps"] == 2
     assert relative(doc["events"]["writes_redirected"], USER=user) == [
-        "USER/existing.txt", "USER/legacy.pt", "USER/model.pt", "USER/model_fh.pt", "USER/model_str.pt",
-        "USER/to_rename.txt (deleted)"]
+        "USER/existing.txt",
+        "USER/legacy.pt",
+        "USER/model.pt",
+        "USER/model_fh.pt",
+        "USER/model_str.pt",
+        "USER/to_rename.txt (deleted)",
+    ]
 
 
 def isolated(base: Path, command: str, user: tuple[int, int] | None = None):
@@ -190,16 +215,23 @@ def isolated(base: Path, command: str, user: tuple[int, int] | None = None):
             os.chown(path, *user)
         prefix = [shutil.which("setpriv"), f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups"]
     env = dict(os.environ, PYTHONPATH=str(Path(mplint.__file__).parent.parent))
-    return subprocess.run([*prefix, sys.executable, "-m", "mplint.verify.isolate", str(base), "--", "/bin/sh", "-c",
-                           command], cwd=base / "scratch", env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "mplint.verify.isolate", str(base), "--", "/bin/sh", "-c", command],
+        cwd=base / "scratch",
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 # The unmount is tried with the system call itself (through perl, which every user can run): util-linux's umount
 # also creates its lock folder /run/mount where the machine has none, a write the view rightly records but that
 # says nothing of the view.
 UNMOUNT = """perl -e 'require "syscall.ph"; my $root = "/"; print syscall(&SYS_umount2, $root, 0) == 0 ? "unmounted\\n" : "unmount refused: $!\\n"'"""
-WRITES = ("echo top > /top-level.txt && echo new > {user}/new.txt && echo changed >> {user}/mine.txt && rm {user}/gone.txt && mkdir {user}/made "
-          "&& echo kept > {scratch}/kept.txt && cat {user}/mine.txt && ls {user} && " + UNMOUNT)
+WRITES = (
+    "echo top > /top-level.txt && echo new > {user}/new.txt && echo changed >> {user}/mine.txt && rm {user}/gone.txt && mkdir {user}/made "
+    "&& echo kept > {scratch}/kept.txt && cat {user}/mine.txt && ls {user} && " + UNMOUNT
+)
 
 
 @pytest.fixture
@@ -229,11 +261,23 @@ def test_isolate_keeps_every_write_in_the_upper_layers(tmp_path, shared_tmp, who
     base = tmp_path / "base"
     proc = isolated(base, WRITES.format(user=user, scratch=base / "scratch"), owner)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["mine", "changed", "made", "mine.txt", "new.txt", "unmount refused: Operation not permitted"]
+    assert proc.stdout.splitlines() == [
+        "mine",
+        "changed",
+        "made",
+        "mine.txt",
+        "new.txt",
+        "unmount refused: Operation not permitted",
+    ]
     assert snapshot(user) == before
     assert (base / "scratch" / "kept.txt").read_text() == "kept\n"  # the scratch folder is the real one
     assert sorted(w.replace(str(user), "USER") for w in isolate.writes_outside(base)) == [
-        "/top-level.txt", "USER/gone.txt (deleted)", "USER/made", "USER/mine.txt", "USER/new.txt"]
+        "/top-level.txt",
+        "USER/gone.txt (deleted)",
+        "USER/made",
+        "USER/mine.txt",
+        "USER/new.txt",
+    ]
     assert not Path("/top-level.txt").exists()  # "/" holds mounts: its entries are recreated, not overlaid
     isolate.remove_layout(base)
     assert not base.exists()
@@ -244,11 +288,13 @@ def test_isolate_refuses_with_the_reason_when_the_private_view_cannot_be_built(t
     for name in ("scratch", "layers"):  # no "root" to mount the private tree on
         (base / name).mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(Path(mplint.__file__).parent.parent))
-    proc = subprocess.run([sys.executable, "-m", "mplint.verify.isolate", str(base), "--", "/bin/true"],
-                          cwd=base / "scratch", env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mplint.verify.isolate", str(base), "--", "/bin/true"], cwd=base / "scratch", env=env
+    )
     assert proc.returncode == isolate.UNAVAILABLE
     assert (base / "scratch" / "isolation-error.txt").read_text() == (
-        f"mount bind {base / 'root'} on {base / 'root'}: No such file or directory")
+        f"mount bind {base / 'root'} on {base / 'root'}: No such file or directory"
+    )
     assert isolation_problem() is None  # here it can be built
 
 
@@ -263,5 +309,6 @@ def test_verify_refuses_to_run_without_a_private_view(capsys, tmp_path, monkeypa
         "mplint verify: error: the script cannot be given a private view of the file system here (unshare: "
         "Operation not permitted), so its writes could reach your files; --no-isolation runs it anyway with "
         "writes redirected at the Python level only (open, os, shutil, Keras and TensorFlow saving), which "
-        "C-level writers escape\n")
+        "C-level writers escape\n"
+    )
     assert not marker.exists()

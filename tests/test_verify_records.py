@@ -4,22 +4,30 @@ from mplint.verify.bootstrap import crash_site
 
 # str() of the errors a Keras 3 model raises when a layer's build() fails: called eagerly, and
 # inside a tf.function (whose "in user code" part names the script's lines)
-KERAS_CALL = ("Exception encountered when calling MyModel.call().\n\n\x1b[1mmodule 'keras.backend' has no "
-              "attribute 'Variable'\x1b[0m\n\nArguments received by MyModel.call():\n"
-              "  • x=tf.Tensor(shape=(32, 128), dtype=float32)")
-IN_USER_CODE = ('in user code:\n\n    File "{script}", line 72, in train_step  *\n        y_pred = model(x)\n'
-                '    File "/site-packages/keras/src/utils/traceback_utils.py", line 122, in error_handler  **\n'
-                '        raise e.with_traceback(filtered_tb) from None\n'
-                '    File "{script}", line 27, in build\n        self.w = backend.Variable(w_value, name="kernel")\n\n'
-                "    AttributeError: " + KERAS_CALL.replace("\n", "\n    ") + "\n")
+KERAS_CALL = (
+    "Exception encountered when calling MyModel.call().\n\n\x1b[1mmodule 'keras.backend' has no "
+    "attribute 'Variable'\x1b[0m\n\nArguments received by MyModel.call():\n"
+    "  • x=tf.Tensor(shape=(32, 128), dtype=float32)"
+)
+IN_USER_CODE = (
+    'in user code:\n\n    File "{script}", line 72, in train_step  *\n        y_pred = model(x)\n'
+    '    File "/site-packages/keras/src/utils/traceback_utils.py", line 122, in error_handler  **\n'
+    "        raise e.with_traceback(filtered_tb) from None\n"
+    '    File "{script}", line 27, in build\n        self.w = backend.Variable(w_value, name="kernel")\n\n'
+    "    AttributeError: " + KERAS_CALL.replace("\n", "\n    ") + "\n"
+)
 
 
 def test_a_keras_call_error_reports_its_cause_not_the_arguments_line(tmp_path):
     script = tmp_path / "demo.py"
     script.write_text("\n" * 26 + 'self.w = backend.Variable(w_value, name="kernel")\n')
     site = crash_site(AttributeError(IN_USER_CODE.format(script=script)), str(script))
-    assert site == {"error": "AttributeError: module 'keras.backend' has no attribute 'Variable'", "file": "demo.py",
-                    "line": 27, "source": 'self.w = backend.Variable(w_value, name="kernel")'}
+    assert site == {
+        "error": "AttributeError: module 'keras.backend' has no attribute 'Variable'",
+        "file": "demo.py",
+        "line": 27,
+        "source": 'self.w = backend.Variable(w_value, name="kernel")',
+    }
 
 
 def test_an_eager_keras_call_error_reports_its_cause(tmp_path):
@@ -45,13 +53,25 @@ def test_a_crash_is_reported_by_its_error_line_without_the_stderr_tail_after_it(
     from mplint.verify.cli import _failure
     from mplint.verify.runner import RunResult
 
-    crash = {"error": "AttributeError: module 'keras.backend' has no attribute 'Variable'", "file": "demo.py",
-             "line": 27, "source": ""}
-    run = RunResult("run", "crashed", crash["error"], {"crash": crash},
-                    stderr_tail="Arguments received by MyModel.call():\n  • x=tf.Tensor(shape=(32, 128), dtype=float32)")
+    crash = {
+        "error": "AttributeError: module 'keras.backend' has no attribute 'Variable'",
+        "file": "demo.py",
+        "line": 27,
+        "source": "",
+    }
+    run = RunResult(
+        "run",
+        "crashed",
+        crash["error"],
+        {"crash": crash},
+        stderr_tail="Arguments received by MyModel.call():\n  • x=tf.Tensor(shape=(32, 128), dtype=float32)",
+    )
     assert _failure(run, tmp_path / "demo.py")["message"] == (
-        "could not verify demo.py: the run run crashed: AttributeError: module 'keras.backend' has no attribute 'Variable'")
-    exited = RunResult("run", "exited", "the script exited with status 2", {}, stderr_tail="error: --data-dir is required")
+        "could not verify demo.py: the run run crashed: AttributeError: module 'keras.backend' has no attribute 'Variable'"
+    )
+    exited = RunResult(
+        "run", "exited", "the script exited with status 2", {}, stderr_tail="error: --data-dir is required"
+    )
     assert _failure(exited, tmp_path / "demo.py")["message"].endswith("status 2 (error: --data-dir is required)")
 
 

@@ -25,7 +25,12 @@ def test_clip_before_unscale_update_is_65536x_too_small_then_right(capsys):
     assert doc["fixed_rules"] == ["MPT204"]
     before, after = (doc["runs"][r]["metrics"] for r in ("before", "after"))
     (b,), (a,) = before["units"], after["units"]
-    assert (b["unit"], b["model"], b["steps"], a["steps"]) == ("loop at torch_clip_before_unscale.py:13 / SGD", "Sequential", 4, 4)
+    assert (b["unit"], b["model"], b["steps"], a["steps"]) == (
+        "loop at torch_clip_before_unscale.py:13 / SGD",
+        "Sequential",
+        4,
+        4,
+    )
     assert round(math.log2(1 / b["update_ratio"])) == 16  # 65536x too small
     assert abs(a["update_ratio"] - 1.0) < 0.02
     assert b["scale_history"] == a["scale_history"] == [65536.0] * 4
@@ -42,9 +47,12 @@ def test_masked_fill_overflow_crash_is_repaired_by_the_fix(capsys):
     assert code == 0
     assert "MPT601" in doc["fixed_rules"]
     before, after = (doc["runs"][r]["metrics"] for r in ("before", "after"))
-    assert before["crash"] == {"error": "RuntimeError: value cannot be converted to type c10::Half without overflow",
-                               "file": "torch_masked_fill.py", "line": 17,
-                               "source": "scores = scores.masked_fill(mask, -1e9)"}
+    assert before["crash"] == {
+        "error": "RuntimeError: value cannot be converted to type c10::Half without overflow",
+        "file": "torch_masked_fill.py",
+        "line": 17,
+        "source": "scores = scores.masked_fill(mask, -1e9)",
+    }
     assert (after["steps"], after["non_finite_steps"]) == (3, 0)
     assert after["model_outputs"] == {"Attention": ["float16"]}
     assert doc["verdict"].startswith("verified repair: the original crashed with RuntimeError")
@@ -58,7 +66,8 @@ def test_gradscaler_skipped_steps_and_non_finite_loss_are_counted(capsys, tmp_pa
         "for i in range(100):\n"
         "    with torch.autocast('cpu', dtype=torch.float16):\n"
         "        loss = (model(torch.full((8, 4), 300.0)) ** 2).mean()\n"
-        "    opt.zero_grad()\n    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
+        "    opt.zero_grad()\n    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"
+    )
     code, doc = verify_json(capsys, script, "--steps", "3")
     (unit,) = doc["runs"]["run"]["metrics"]["units"]
     assert unit["steps"] == 3
@@ -76,7 +85,7 @@ def test_torch_hub_download_is_blocked_with_a_clear_message(capsys, tmp_path):
     assert "DownloadBlocked: mplint verify: torch.hub.load of pytorch/vision blocked: the run is offline" in out
 
 
-ATTENTION = '''import torch
+ATTENTION = """import torch
 
 torch.manual_seed(0)
 
@@ -100,7 +109,7 @@ for step in range(100):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-'''
+"""
 
 
 def test_each_op_under_autocast_is_reported_with_the_dtype_it_ran_in(capsys, tmp_path):
@@ -112,17 +121,21 @@ def test_each_op_under_autocast_is_reported_with_the_dtype_it_ran_in(capsys, tmp
     # the third region runs before the third optimizer step ends the loop; views, detach and
     # randn (no tensor input) are left out; casts are autocast's own: the Linear's weight, bias and
     # its float32 input (layer_norm stays float32 under bfloat16 CPU autocast), then .float()
-    assert ("run: ops under autocast (output dtype): each of 3 autocast regions: _to_copy x3 bfloat16, "
-            "bmm x2 bfloat16, _softmax x1 bfloat16, _to_copy x1 float32, addmm x1 bfloat16, mean x1 float32, "
-            "native_layer_norm x1 float32, pow x1 float32\n") in out
+    assert (
+        "run: ops under autocast (output dtype): each of 3 autocast regions: _to_copy x3 bfloat16, "
+        "bmm x2 bfloat16, _softmax x1 bfloat16, _to_copy x1 float32, addmm x1 bfloat16, mean x1 float32, "
+        "native_layer_norm x1 float32, pow x1 float32\n"
+    ) in out
     assert "float32 reference: ops under autocast" not in out  # autocast is off there
 
 
 def test_autocast_regions_that_differ_are_added_up():
     from mplint.verify.report import autocast_ops
 
-    regions = [{"regions": 2, "ops": [["addmm", "float16", 2], ["_softmax", "float32", 1]]},
-               {"regions": 1, "ops": [["addmm", "float16", 1]]}]
+    regions = [
+        {"regions": 2, "ops": [["addmm", "float16", 2], ["_softmax", "float32", 1]]},
+        {"regions": 1, "ops": [["addmm", "float16", 1]]},
+    ]
     assert autocast_ops(regions) == "3 autocast regions in all: addmm x5 float16, _softmax x2 float32"
     assert autocast_ops([{"regions": 1, "ops": [["mm", "bfloat16", 4]]}]) == "each of 1 autocast region: mm x4 bfloat16"
     assert autocast_ops([]) is None
@@ -137,22 +150,26 @@ def test_cuda_autocast_and_scaler_that_torch_turns_off_on_cpu_are_named(capsys, 
         "for step in range(10):\n"
         "    with torch.autocast('cuda', dtype=torch.float16):\n"
         "        loss = model(torch.randn(8, 4)).pow(2).mean()\n"
-        "    optimizer.zero_grad()\n    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n")
+        "    optimizer.zero_grad()\n    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n"
+    )
     code = main([str(script), "--steps", "2"])
     out = capsys.readouterr().out
     assert code == 0
-    assert ("note: GradScaler('cuda') was turned off by torch: no cuda device here, so it did not run\n"
-            "note: autocast(device_type='cuda') was turned off by torch: no cuda device here, so it did not run\n") in out
+    assert (
+        "note: GradScaler('cuda') was turned off by torch: no cuda device here, so it did not run\n"
+        "note: autocast(device_type='cuda') was turned off by torch: no cuda device here, so it did not run\n"
+    ) in out
     assert "ops under autocast" not in out  # no autocast region ran
 
 
 # --- one step cap per training loop ------------------------------------------------------------
 
+
 def units_of(doc, run="run"):
     return [(u["unit"], u["model"], u["steps"]) for u in doc["runs"][run]["metrics"]["units"]]
 
 
-TWO_LOOPS = '''import torch
+TWO_LOOPS = """import torch
 
 torch.manual_seed(0)
 encoder = torch.nn.Linear(8, 4)
@@ -172,7 +189,7 @@ for step in range(1000):
     finetune.zero_grad()
     loss.backward()
     finetune.step()
-'''
+"""
 
 
 def test_two_loops_with_two_optimizers_each_get_the_cap_and_the_script_goes_on(capsys, tmp_path):
@@ -182,13 +199,16 @@ def test_two_loops_with_two_optimizers_each_get_the_cap_and_the_script_goes_on(c
     # fine-tuning loop (line 15) runs its own 3; the script then runs to its end
     code, doc = verify_json(capsys, script, "--steps", "3")
     assert code == 0
-    assert units_of(doc) == units_of(doc, "float32 reference") == [
-        ("loop at two_loops.py:8 / SGD", "Linear", 3), ("loop at two_loops.py:15 / Adam", "Linear #2", 3)]
+    assert (
+        units_of(doc)
+        == units_of(doc, "float32 reference")
+        == [("loop at two_loops.py:8 / SGD", "Linear", 3), ("loop at two_loops.py:15 / Adam", "Linear #2", 3)]
+    )
     assert doc["runs"]["run"]["status"] == "completed"  # not stopped: it ran past both loops
     assert doc["events"]["loop_stops"] == []
 
 
-ONE_OPTIMIZER_TWICE = '''import torch
+ONE_OPTIMIZER_TWICE = """import torch
 
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 1)
@@ -208,7 +228,7 @@ train(100)
 for group in optimizer.param_groups:
     group["lr"] = 0.01
 train(100)
-'''
+"""
 
 
 def test_one_optimizer_in_two_loops_through_one_function_gets_a_cap_per_call(capsys, tmp_path):
@@ -216,12 +236,14 @@ def test_one_optimizer_in_two_loops_through_one_function_gets_a_cap_per_call(cap
     script.write_text(ONE_OPTIMIZER_TWICE)
     code, doc = verify_json(capsys, script, "--steps", "2")
     assert code == 0
-    assert units_of(doc) == [("loop at twice.py:10 via twice.py:17 / SGD", "Linear", 2),
-                             ("loop at twice.py:10 via twice.py:20 / SGD", "Linear", 2)]
+    assert units_of(doc) == [
+        ("loop at twice.py:10 via twice.py:17 / SGD", "Linear", 2),
+        ("loop at twice.py:10 via twice.py:20 / SGD", "Linear", 2),
+    ]
     assert doc["runs"]["run"]["status"] == "completed"
 
 
-GAN = '''import torch
+GAN = """import torch
 
 torch.manual_seed(0)
 generator = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh())
@@ -239,7 +261,7 @@ for step in range(1000):
     opt_g.zero_grad()
     g_loss.backward()
     opt_g.step()
-'''
+"""
 
 
 def test_a_gan_loop_stepping_two_optimizers_per_iteration_is_one_loop(capsys, tmp_path):
@@ -248,21 +270,27 @@ def test_a_gan_loop_stepping_two_optimizers_per_iteration_is_one_loop(capsys, tm
     code, doc = verify_json(capsys, script, "--steps", "3")
     assert code == 0
     # the discriminator's step comes first in each iteration: its Adam is the loop's first unit
-    assert units_of(doc) == [("loop at gan.py:9 / Adam", "Sequential #2", 3), ("loop at gan.py:9 / Adam #2", "Sequential", 3)]
+    assert units_of(doc) == [
+        ("loop at gan.py:9 / Adam", "Sequential #2", 3),
+        ("loop at gan.py:9 / Adam #2", "Sequential", 3),
+    ]
     assert doc["runs"]["run"]["status"] == "completed"
 
 
-TRAINER = ("def fit(model, optimizer, x, steps):\n"
-           "    for step in range(steps):\n"
-           "        loss = model(x).pow(2).mean()\n"
-           "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n")
+TRAINER = (
+    "def fit(model, optimizer, x, steps):\n"
+    "    for step in range(steps):\n"
+    "        loss = model(x).pow(2).mean()\n"
+    "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+)
 SCRIPT_AFTER_TRAINER = (
     "model = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     "x = torch.randn(16, 8)\nfit(model, optimizer, x, 1000)\n"
     "scaler = torch.amp.GradScaler('cpu')\nscheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\n"
     "for step in range(1000):\n"
     "    loss = model(x).pow(2).mean()\n    optimizer.zero_grad()\n    scaler.scale(loss).backward()\n"
-    "    scaler.step(optimizer)\n    scaler.update()\n    scheduler.step()\n")
+    "    scaler.step(optimizer)\n    scaler.update()\n    scheduler.step()\n"
+)
 
 
 def test_the_loop_of_a_trainer_module_beside_the_script_is_capped_and_the_script_goes_on(capsys, tmp_path):
@@ -281,15 +309,19 @@ def test_a_loop_the_script_cannot_end_stops_the_run_and_names_the_loops_that_did
     (library / "trainer.py").write_text(TRAINER)
     (tmp_path / "project").mkdir()
     script = tmp_path / "project" / "train.py"
-    script.write_text(f"import sys\nsys.path.insert(0, {str(library)!r})\nimport torch\nfrom trainer import fit\n"
-                      + SCRIPT_AFTER_TRAINER.replace("fit(model", "\nfit(model"))
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {str(library)!r})\nimport torch\nfrom trainer import fit\n"
+        + SCRIPT_AFTER_TRAINER.replace("fit(model", "\nfit(model")
+    )
     code = main([str(script), "--steps", "3"])
     out = capsys.readouterr().out
     assert code == 0
     # the run ends at the library loop's cap, before the script's own loop (the scheduler's step is not
     # an optimizer's)
-    assert ("note: stopped after 3 steps of the loop in the call at train.py:9; the script has a further training "
-            "loop at train.py:12 that did not run\n") in out
+    assert (
+        "note: stopped after 3 steps of the loop in the call at train.py:9; the script has a further training "
+        "loop at train.py:12 that did not run\n"
+    ) in out
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
     assert ["status", "step-cap", "step-cap"] in rows
     assert ["loop in the call at train.py:9 / SGD", "trains Linear", "trains Linear"] in rows
@@ -302,21 +334,25 @@ def test_a_script_that_catches_the_end_of_its_loop_is_stopped_at_its_next_step(c
         "import torch\nmodel = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for step in range(1000):\n    try:\n        loss = model(torch.randn(4, 8)).pow(2).mean()\n"
         "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
-        "    except BaseException:\n        pass\n")
+        "    except BaseException:\n        pass\n"
+    )
     code, doc = verify_json(capsys, script, "--steps", "2")
     assert code == 0
     assert units_of(doc) == [("loop at swallow.py:4 / SGD", "Linear", 2)]
     assert doc["runs"]["run"]["status"] == "step-cap"
     assert doc["events"]["loop_stops"] == [
-        "the script caught the end of the loop at swallow.py:4 and went on: the run ended at its next step"]
+        "the script caught the end of the loop at swallow.py:4 and went on: the run ended at its next step"
+    ]
 
 
 def test_training_loops_are_found_in_the_source_by_their_optimizer_steps():
     from mplint.verify.loops import not_run, training_loops
 
-    source = ("for epoch in range(3):\n    for batch in data:\n        opt.step()\n        scheduler.step()\n"
-              "def gan():\n    while True:\n        scaler.step(opt_d)\n        opt_g.step()\n"
-              "optimizer.step()\nlr_scheduler.step()\nscaler.step()\n")
+    source = (
+        "for epoch in range(3):\n    for batch in data:\n        opt.step()\n        scheduler.step()\n"
+        "def gan():\n    while True:\n        scaler.step(opt_d)\n        opt_g.step()\n"
+        "optimizer.step()\nlr_scheduler.step()\nscaler.step()\n"
+    )
     assert training_loops(source) == {1: {3}, 6: {7, 8}, 9: {9}}
     assert not_run(source, {3, 8}) == [9]
 
@@ -328,14 +364,17 @@ def test_a_failure_after_a_capped_loop_that_needs_what_the_loop_would_have_made_
         "for epoch in range(3):\n    for step in range(100):\n        loss = model(torch.randn(4, 8)).pow(2).mean()\n"
         "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
         "    torch.save(model.state_dict(), 'best.pt')\n"
-        "model.load_state_dict(torch.load('best.pt'))\n")
+        "model.load_state_dict(torch.load('best.pt'))\n"
+    )
     code = main([str(script), "--steps", "2"])
     out = capsys.readouterr().out
     assert code == 0
     # the epoch loop ended before its first torch.save: loading the checkpoint after it fails
-    assert ("note: after the loop at ckpt.py:5 ended at its cap, the script stopped with FileNotFoundError: [Errno 2] "
-            "No such file or directory: 'best.pt' at ckpt.py:12: what follows a capped loop may need what the rest "
-            "of the loop would have made (a checkpoint), so the run counts as stopped at the cap\n") in out
+    assert (
+        "note: after the loop at ckpt.py:5 ended at its cap, the script stopped with FileNotFoundError: [Errno 2] "
+        "No such file or directory: 'best.pt' at ckpt.py:12: what follows a capped loop may need what the rest "
+        "of the loop would have made (a checkpoint), so the run counts as stopped at the cap\n"
+    ) in out
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
     assert ["status", "step-cap", "step-cap"] in rows
 
@@ -350,11 +389,14 @@ def test_a_second_training_loop_that_crashes_is_a_crash_not_the_cap(capsys, tmp_
         "for step in range(100):\n    with torch.autocast('cpu', dtype=torch.float16):\n"
         "        scores = model(torch.randn(4, 8)).masked_fill(mask, -1e9)\n"
         "    loss = scores.float().pow(2).mean()\n"
-        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n")
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
     code, doc = verify_json(capsys, script, "--steps", "2")
     assert code == 2  # the first loop's cap let the second run: its float16 overflow is found, not hidden
-    assert doc["error"]["message"] == ("could not verify crash2.py: the run run crashed: RuntimeError: value cannot be "
-                                       "converted to type c10::Half without overflow")
+    assert doc["error"]["message"] == (
+        "could not verify crash2.py: the run run crashed: RuntimeError: value cannot be "
+        "converted to type c10::Half without overflow"
+    )
 
 
 def test_a_fifth_training_loop_ends_the_run_with_a_note(capsys, tmp_path):
@@ -363,9 +405,12 @@ def test_a_fifth_training_loop_ends_the_run_with_a_note(capsys, tmp_path):
         "import torch\n\nmodel = torch.nn.Linear(8, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n\n\n"
         "def train():\n    for step in range(100):\n        loss = model(torch.randn(4, 8)).pow(2).mean()\n"
         "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n\n"
-        "train()\ntrain()\ntrain()\ntrain()\ntrain()\n")
+        "train()\ntrain()\ntrain()\ntrain()\ntrain()\n"
+    )
     code, doc = verify_json(capsys, script, "--steps", "1")
     assert code == 0
-    assert [unit for unit, _, _ in units_of(doc)] == [f"loop at folds.py:8 via folds.py:{line} / SGD" for line in (15, 16, 17, 18)]
+    assert [unit for unit, _, _ in units_of(doc)] == [
+        f"loop at folds.py:8 via folds.py:{line} / SGD" for line in (15, 16, 17, 18)
+    ]
     assert doc["runs"]["run"]["status"] == "step-cap"
     assert doc["events"]["loop_stops"] == ["stopped before training loop 5 (at most 4 are run)"]

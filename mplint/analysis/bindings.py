@@ -26,8 +26,19 @@ from mplint.engine.walk import children
 _UNSURE_USES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.ClassDef)
 _UNSURE_BINDINGS = frozenset({cst.Match})
 _BINDING_KINDS = _UNSURE_BINDINGS | {
-    cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.Del,
-    cst.For, cst.WithItem, cst.ExceptHandler, cst.Import, cst.ImportFrom,
+    cst.FunctionDef,
+    cst.ClassDef,
+    cst.Lambda,
+    cst.Assign,
+    cst.AnnAssign,
+    cst.AugAssign,
+    cst.NamedExpr,
+    cst.Del,
+    cst.For,
+    cst.WithItem,
+    cst.ExceptHandler,
+    cst.Import,
+    cst.ImportFrom,
 }
 
 
@@ -76,7 +87,11 @@ def _collect(owner: cst.CSTNode, children_of=children) -> _Scope:
         if kind is cst.FunctionDef or kind is cst.ClassDef:
             scope.bind(node.name, node)
             # Its body is its own scope; decorators, defaults and bases are evaluated here.
-            outer = [*node.decorators, node.params] if kind is cst.FunctionDef else [*node.decorators, *node.bases, *node.keywords]
+            outer = (
+                [*node.decorators, node.params]
+                if kind is cst.FunctionDef
+                else [*node.decorators, *node.bases, *node.keywords]
+            )
             stack.extend(outer)
             continue
         if kind is cst.Lambda:

@@ -27,4 +27,8 @@ def argument(call: cst.Call, position: int | None, name: str) -> cst.BaseExpress
 def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value`` with no spaces around ``=``, as PEP 8 writes keyword arguments."""
     no_space = cst.SimpleWhitespace("")
-    return cst.Arg(value=value, keyword=cst.Name(name), equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space))
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space),
+    )

@@ -173,7 +173,7 @@ class Origin:
     parameter: str = ""  # the parameter's name when the value is its default
 
     def where(self, context: FileContext) -> str:
-        """"the default of `mask_value` at line 8", "set at line 4" (positions are computed only when asked:
+        """ "the default of `mask_value` at line 8", "set at line 4" (positions are computed only when asked:
         they cost a pass over the file)."""
         line = context.position(self.binding).start.line
         return f"the default of `{self.parameter}` at line {line}" if self.parameter else f"set at line {line}"
@@ -215,16 +215,24 @@ def _self_attribute(context: FileContext, attribute: cst.Attribute) -> Origin | 
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
         for target in targets:
             for element in _target_elements(target):
-                if isinstance(element, cst.Attribute) and element.attr.value == name \
-                        and isinstance(element.value, cst.Name) and element.value.value == "self":
+                if (
+                    isinstance(element, cst.Attribute)
+                    and element.attr.value == name
+                    and isinstance(element.value, cst.Name)
+                    and element.value.value == "self"
+                ):
                     single = isinstance(node, (cst.Assign, cst.AnnAssign)) and len(targets) == 1 and element is target
                     writes.append((element, node.value if single else None))
     if not writes:
         for statement in owner.body.body:  # a class attribute read through self
             if isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
-                    if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                            and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == name:
+                    if (
+                        isinstance(small, cst.Assign)
+                        and len(small.targets) == 1
+                        and isinstance(small.targets[0].target, cst.Name)
+                        and small.targets[0].target.value == name
+                    ):
                         writes.append((small.targets[0].target, small.value))
     if len(writes) != 1 or writes[0][1] is None:
         return None

@@ -25,12 +25,17 @@ def discarded(context: FileContext, call: cst.Call) -> bool:
     statement = context.parent(value)
     if isinstance(statement, cst.Expr):
         return True
-    if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-            and isinstance(statement.targets[0].target, cst.Name)):
+    if not (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
         return False
     name = statement.targets[0].target.value
     scope = context.enclosing(statement, _SCOPES) or context.module
-    if isinstance(scope, cst.ClassDef) or any(isinstance(a, (cst.For, cst.While)) for a in _ancestors_within(context, statement, scope)):
+    if isinstance(scope, cst.ClassDef) or any(
+        isinstance(a, (cst.For, cst.While)) for a in _ancestors_within(context, statement, scope)
+    ):
         return False
     rebinding = _next_binding(context, statement, name)
     if rebinding is None and scope is context.module:
@@ -53,7 +58,12 @@ def discarded(context: FileContext, call: cst.Call) -> bool:
 def _is_read(context: FileContext, name: cst.Name) -> bool:
     """A variable, not an attribute's or a keyword's name (``model.outputs``, ``Dense(units=8)``)."""
     parent = context.parent(name)
-    return not (isinstance(parent, cst.Attribute) and parent.attr is name or isinstance(parent, cst.Arg) and parent.keyword is name)
+    return not (
+        isinstance(parent, cst.Attribute)
+        and parent.attr is name
+        or isinstance(parent, cst.Arg)
+        and parent.keyword is name
+    )
 
 
 def _ancestors_within(context: FileContext, node: cst.CSTNode, scope: cst.CSTNode):
@@ -70,10 +80,14 @@ def _next_binding(context: FileContext, statement: cst.Assign, name: str) -> cst
     body = getattr(block, "body", None)
     if not isinstance(line, cst.SimpleStatementLine) or not isinstance(body, (list, tuple)):
         return None
-    for later in body[body.index(line) + 1:]:
+    for later in body[body.index(line) + 1 :]:
         if isinstance(later, cst.SimpleStatementLine):
             for small in later.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                        and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == name:
+                if (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                    and small.targets[0].target.value == name
+                ):
                     return small
     return None

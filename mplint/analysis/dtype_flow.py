@@ -39,9 +39,7 @@ from mplint.engine.names import dotted
 from mplint.engine.walk import walk
 from mplint.knowledge.dtypes import FLOAT16_NAMES, FLOAT16_SPELLINGS, WIDE_SPELLINGS
 
-_NON_FLOAT_SPELLINGS = frozenset(
-    {"int8", "int16", "int32", "int64", "uint8", "uint16", "bool", "string", "bfloat16"}
-)
+_NON_FLOAT_SPELLINGS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "bool", "string", "bfloat16"})
 _CAST_PATHS = frozenset({"cast", "dtypes.cast", "ops.cast", "backend.cast", "image.convert_image_dtype"})
 _CONVERT_PATHS = frozenset({"convert_to_tensor", "constant", "ops.convert_to_tensor", "array", "asarray"})
 _NON_FLOAT_RESULTS = frozenset({"shape", "rank", "size", "argmax", "argmin", "ops.shape", "ops.argmax", "ops.argmin"})
@@ -49,30 +47,87 @@ _INPUT_EXEMPT = frozenset({"self", "training"})
 # Keras' functional losses compute in the dtype of y_pred (the labels are cast to it).
 _LOSS_PREDICTION = (1, "y_pred")
 # TF losses on logits: the result has the logits' dtype.
-_LOGITS_LOSSES = frozenset({
-    "nn.softmax_cross_entropy_with_logits", "nn.sparse_softmax_cross_entropy_with_logits",
-    "nn.sigmoid_cross_entropy_with_logits", "nn.weighted_cross_entropy_with_logits",
-})
+_LOGITS_LOSSES = frozenset(
+    {
+        "nn.softmax_cross_entropy_with_logits",
+        "nn.sparse_softmax_cross_entropy_with_logits",
+        "nn.sigmoid_cross_entropy_with_logits",
+        "nn.weighted_cross_entropy_with_logits",
+    }
+)
 _MAP_STRUCTURE = frozenset({"nest.map_structure", "tree.map_structure"})
 # TF ops that accept only float32/float64 (or complex) input: RFFT raises on float16, so code after them never
 # sees a float16 value (a float16 audio pipeline fails there, before any epsilon meets it).
-_WIDE_ONLY = frozenset({"signal.stft", "signal.rfft", "signal.rfft2d", "signal.rfft3d", "signal.fft",
-                        "signal.fft2d", "signal.fft3d", "signal.linear_to_mel_weight_matrix"})
+_WIDE_ONLY = frozenset(
+    {
+        "signal.stft",
+        "signal.rfft",
+        "signal.rfft2d",
+        "signal.rfft3d",
+        "signal.fft",
+        "signal.fft2d",
+        "signal.fft3d",
+        "signal.linear_to_mel_weight_matrix",
+    }
+)
 # A helper named for what it does: fp16_to_fp32_nested, to_float32, cast_to_fp32, as_float32.
 _FLOAT32_HELPER = re.compile(r"(?:^|_)(?:to|as)_?(?:fp32|float32)(?:_|$)")
 # 0/1 masks: their sums are counts.
 _MASK_MAKERS = frozenset({"one_hot", "sequence_mask", "ones_like", "ops.one_hot", "ops.ones_like", "nn.one_hot"})
-_BOOLEAN_OPS = frozenset({
-    "equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
-    "logical_not", "logical_xor", "math.equal", "math.not_equal", "math.greater", "math.greater_equal",
-    "math.less", "math.less_equal", "math.logical_and", "math.logical_or", "math.logical_not", "is_nan",
-    "math.is_nan", "is_finite", "math.is_finite", "ops.equal", "ops.not_equal", "ops.greater",
-    "ops.greater_equal", "ops.less", "ops.less_equal", "ops.logical_and", "ops.logical_or", "ops.logical_not",
-})
-_SHAPE_ONLY = frozenset({
-    "expand_dims", "reshape", "squeeze", "transpose", "tile", "broadcast_to", "gather", "stop_gradient",
-    "ops.expand_dims", "ops.reshape", "ops.squeeze", "ops.transpose", "ops.tile", "ops.broadcast_to",
-})
+_BOOLEAN_OPS = frozenset(
+    {
+        "equal",
+        "not_equal",
+        "greater",
+        "greater_equal",
+        "less",
+        "less_equal",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "logical_xor",
+        "math.equal",
+        "math.not_equal",
+        "math.greater",
+        "math.greater_equal",
+        "math.less",
+        "math.less_equal",
+        "math.logical_and",
+        "math.logical_or",
+        "math.logical_not",
+        "is_nan",
+        "math.is_nan",
+        "is_finite",
+        "math.is_finite",
+        "ops.equal",
+        "ops.not_equal",
+        "ops.greater",
+        "ops.greater_equal",
+        "ops.less",
+        "ops.less_equal",
+        "ops.logical_and",
+        "ops.logical_or",
+        "ops.logical_not",
+    }
+)
+_SHAPE_ONLY = frozenset(
+    {
+        "expand_dims",
+        "reshape",
+        "squeeze",
+        "transpose",
+        "tile",
+        "broadcast_to",
+        "gather",
+        "stop_gradient",
+        "ops.expand_dims",
+        "ops.reshape",
+        "ops.squeeze",
+        "ops.transpose",
+        "ops.tile",
+        "ops.broadcast_to",
+    }
+)
 
 
 class Float32:
@@ -141,10 +196,15 @@ class DtypeFlow:
         cls = self.enclosing_class(node)
         if cls is None or self.context.generation != 3:
             return False
-        if not any(k.is_keras and k.path == "losses.Loss" for arg in cls.bases for k in self.context.names.knames(arg.value)):
+        if not any(
+            k.is_keras and k.path == "losses.Loss" for arg in cls.bases for k in self.context.names.knames(arg.value)
+        ):
             return False
-        return not any(keyword_value(call, "dtype") is not None for call in self.context.nodes_within(cls, cst.Call)
-                       if isinstance(call.func, cst.Attribute) and call.func.attr.value == "__init__")
+        return not any(
+            keyword_value(call, "dtype") is not None
+            for call in self.context.nodes_within(cls, cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "__init__"
+        )
 
     def in_layer_class(self, node: cst.CSTNode) -> bool:
         cls = self.enclosing_class(node)
@@ -165,14 +225,20 @@ class DtypeFlow:
         for init in (s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"):
             for call in self.context.nodes_within(init.body, cst.Call):
                 func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "__init__" and isinstance(func.value, cst.Call):
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value == "__init__"
+                    and isinstance(func.value, cst.Call)
+                ):
                     dtype = keyword_value(call, "dtype")
                     if dtype is not None and dtype_spelling(self.context, dtype) in WIDE_SPELLINGS:
                         return True
         return False
 
     def _built_in_float32(self, cls: cst.ClassDef) -> bool:
-        built = [c for c in self.context.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == cls.name.value]
+        built = [
+            c for c in self.context.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == cls.name.value
+        ]
         return bool(built) and all(
             (dtype := keyword_value(c, "dtype")) is not None and dtype_spelling(self.context, dtype) in WIDE_SPELLINGS
             for c in built
@@ -353,11 +419,20 @@ class DtypeFlow:
         key = ("carrier", id(function))
         if key not in self._helpers:
             self._helpers[key] = None  # guards against recursion
-            returns = [r for r in self.context.nodes_within(function.body, cst.Return)
-                       if self.enclosing_function(r) is function and r.value is not None]
+            returns = [
+                r
+                for r in self.context.nodes_within(function.body, cst.Return)
+                if self.enclosing_function(r) is function and r.value is not None
+            ]
             found = next((c for c in map(self.classify, (r.value for r in returns)) if isinstance(c, Carrier)), None)
-            self._helpers[key] = Carrier(found.dtype if isinstance(found.dtype, cst.Attribute) and _is_self(found.dtype.value) else None,
-                                         found.always_float16) if found is not None else None
+            self._helpers[key] = (
+                Carrier(
+                    found.dtype if isinstance(found.dtype, cst.Attribute) and _is_self(found.dtype.value) else None,
+                    found.always_float16,
+                )
+                if found is not None
+                else None
+            )
         return self._helpers[key]
 
     def _definition(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
@@ -381,8 +456,11 @@ class DtypeFlow:
         key = id(function)
         if key not in self._helpers:
             self._helpers[key] = False  # guards against recursion
-            returns = [r for r in self.context.nodes_within(function.body, cst.Return)
-                       if self.enclosing_function(r) is function]
+            returns = [
+                r
+                for r in self.context.nodes_within(function.body, cst.Return)
+                if self.enclosing_function(r) is function
+            ]
             self._helpers[key] = bool(returns) and all(
                 r.value is not None and self.classify(r.value) is FLOAT32 for r in returns
             )
@@ -667,7 +745,8 @@ def _carrying_functions(code) -> frozenset[str]:
         return _last_helpers[1]
     _last_helpers = (tree, frozenset())  # a helper's own unit is read without helpers
     found = frozenset(
-        node.name for node in tree.body
+        node.name
+        for node in tree.body
         if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and may_carry(code, list(walk_ast(node)))
     )
     _last_helpers = (tree, found)

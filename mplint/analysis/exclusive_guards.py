@@ -145,8 +145,17 @@ def _collect_bindings(context: FileContext) -> dict[str, list[bool]]:
         if name is not None:
             out.setdefault(name, []).append(in_loop)
 
-    for node in context.nodes(cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.AsName,
-                              cst.NamedExpr, cst.Global, cst.Nonlocal):
+    for node in context.nodes(
+        cst.Assign,
+        cst.AugAssign,
+        cst.AnnAssign,
+        cst.For,
+        cst.CompFor,
+        cst.AsName,
+        cst.NamedExpr,
+        cst.Global,
+        cst.Nonlocal,
+    ):
         if isinstance(node, (cst.For, cst.CompFor)):
             bind(node.target, True)  # bound once per turn
         elif isinstance(node, (cst.Global, cst.Nonlocal)):

@@ -39,11 +39,14 @@ ALL = frozenset(ERAS)
 _KERAS_ROOTS = ("tensorflow.keras.", "tensorflow.python.keras.", "keras.")
 # owner module (below the Keras root) -> name -> the eras that have it
 MODULE_FEATURES = {
-    "mixed_precision": {"experimental": keras_eras("mixed_precision.experimental.LossScaleOptimizer"),
-                        "LossScaleOptimizer": keras_eras("mixed_precision.LossScaleOptimizer") - {G1},
-                        "set_global_policy": keras_eras("mixed_precision.set_global_policy") - {G1}},
-    "mixed_precision.experimental": {n: keras_eras(f"mixed_precision.experimental.{n}")
-                                     for n in ("LossScaleOptimizer", "set_policy")},
+    "mixed_precision": {
+        "experimental": keras_eras("mixed_precision.experimental.LossScaleOptimizer"),
+        "LossScaleOptimizer": keras_eras("mixed_precision.LossScaleOptimizer") - {G1},
+        "set_global_policy": keras_eras("mixed_precision.set_global_policy") - {G1},
+    },
+    "mixed_precision.experimental": {
+        n: keras_eras(f"mixed_precision.experimental.{n}") for n in ("LossScaleOptimizer", "set_policy")
+    },
     "optimizers": {"LossScaleOptimizer": keras_eras("optimizers.LossScaleOptimizer")},
 }
 # the first TF/Keras version of each era, and the last one probed
@@ -85,7 +88,9 @@ def keras_branch(context, node: cst.CSTNode) -> Branch | None:
                 continue  # no version test: a plain condition
             true, false = _arms(context, ancestor.test)
             arm = true if child is ancestor.body else false
-        elif isinstance(ancestor, cst.Try) and (child is ancestor.body and ancestor.handlers or child in ancestor.handlers):
+        elif isinstance(ancestor, cst.Try) and (
+            child is ancestor.body and ancestor.handlers or child in ancestor.handlers
+        ):
             if not _catches_import_errors(ancestor):
                 child = ancestor
                 continue
@@ -151,8 +156,11 @@ def _join(a, b):
 
 
 def _probe(specifier, probes) -> frozenset[str]:
-    return frozenset(e for e, (first, last) in probes.items()
-                     if specifier.contains(Version(first), prereleases=True) or specifier.contains(Version(last), prereleases=True))
+    return frozenset(
+        e
+        for e, (first, last) in probes.items()
+        if specifier.contains(Version(first), prereleases=True) or specifier.contains(Version(last), prereleases=True)
+    )
 
 
 def _keras_module(context, node: cst.BaseExpression) -> str | None:
@@ -161,7 +169,7 @@ def _keras_module(context, node: cst.BaseExpression) -> str | None:
         name = name.replace("tf.keras.", "tensorflow.keras.", 1) if name.startswith("tf.keras.") else name
         for root in _KERAS_ROOTS:
             if name.startswith(root):
-                return name[len(root):]
+                return name[len(root) :]
     return None
 
 
@@ -193,7 +201,7 @@ def _imported_eras(module: str, name: str) -> frozenset[str] | None:
     module = module.replace("tf.keras", "tensorflow.keras", 1)
     for root in _KERAS_ROOTS:
         if f"{module}.".startswith(root):
-            return MODULE_FEATURES.get(f"{module}."[len(root):].rstrip("."), {}).get(name)
+            return MODULE_FEATURES.get(f"{module}."[len(root) :].rstrip("."), {}).get(name)
     return None
 
 
@@ -216,12 +224,15 @@ def guarded_target(context, node: cst.CSTNode, generation, wrong: frozenset[str]
     if not eras & wrong:
         return False
     within = " and ".join(branch.tests)
-    return GuardedTarget(eras, f"target {eras_label(eras)}: {within}, within {generation.label} from {generation.source}")
+    return GuardedTarget(
+        eras, f"target {eras_label(eras)}: {within}, within {generation.label} from {generation.source}"
+    )
 
 
 @dataclass(frozen=True)
 class KerasRange:
     """The Keras versions a piece of code runs on: the program's target, narrowed by the version guards around it."""
+
     eras: frozenset[str]
     tf_newest: str | None  # the newest TF the range admits, where known
     text: str  # "target Keras 2 or Keras 3 (TF >= 2.6), from requirements.txt pins tensorflow>=2.6"
@@ -255,5 +266,9 @@ def code_range(context, node: cst.CSTNode) -> KerasRange | None:
         return None
     tf_newest = program.tf_newest if eras & {K2, K3} else "2.8"
     within = " and ".join(branch.tests)
-    return KerasRange(eras, tf_newest, f"target {eras_label(eras)}: {within}, within {generation.label} from "
-                                       f"{generation.source}", True)
+    return KerasRange(
+        eras,
+        tf_newest,
+        f"target {eras_label(eras)}: {within}, within {generation.label} from {generation.source}",
+        True,
+    )

@@ -32,10 +32,22 @@ SIZED_LAYERS: dict[str, tuple[tuple[int, str], ...]] = {
     "layers.LSTM": _UNITS,
     "layers.GRU": _UNITS,
     "layers.Embedding": ((0, "input_dim"), (1, "output_dim")),
-    **{f"layers.{conv}": _FILTERS for conv in (
-        "Conv1D", "Conv2D", "Conv3D", "Convolution1D", "Convolution2D", "Convolution3D",
-        "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D",
-    )},
+    **{
+        f"layers.{conv}": _FILTERS
+        for conv in (
+            "Conv1D",
+            "Conv2D",
+            "Conv3D",
+            "Convolution1D",
+            "Convolution2D",
+            "Convolution3D",
+            "Conv1DTranspose",
+            "Conv2DTranspose",
+            "Conv3DTranspose",
+            "SeparableConv1D",
+            "SeparableConv2D",
+        )
+    },
 }
 ATTENTION = "layers.MultiHeadAttention"
 _SIZED_LAYER_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in [*SIZED_LAYERS, ATTENTION])

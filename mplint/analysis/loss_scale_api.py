@@ -41,7 +41,7 @@ def loss_scale_optimizer_call(context: FileContext, node: cst.CSTNode) -> KName 
 
 
 def loss_scale_class(context: FileContext, node: cst.CSTNode) -> str | None:
-    """"DynamicLossScale" or "FixedLossScale" when ``node`` constructs one (any namespace)."""
+    """ "DynamicLossScale" or "FixedLossScale" when ``node`` constructs one (any namespace)."""
     if not isinstance(node, cst.Call):
         return None
     found = context.names.matches(node.func, _LOSS_SCALE_CLASSES, namespaces=("tf", "keras", "tf.keras", "tf_keras"))

@@ -89,26 +89,76 @@ def _component_class(name: str, module: str) -> bool:
 _COMPONENT_NAME = re.compile(r"encoder|backbone|extractor|sub_?model|tower|decoder", re.I)
 # Keyword arguments that hand a model to another model as a part of it.
 _COMPONENT_ARGUMENT = re.compile(
-    r"network|encoder|decoder|backbone|embedding|tower|layer|head|feature|interaction|_cls$|^cls$|sub_?model|base_model", re.I
+    r"network|encoder|decoder|backbone|embedding|tower|layer|head|feature|interaction|_cls$|^cls$|sub_?model|base_model",
+    re.I,
 )
 # Layers with no weights that only prepare inputs: a Sequential of these is a preprocessing pipeline.
-_PREPROCESSING = frozenset({
-    "Resizing", "Rescaling", "CenterCrop", "Normalization", "RandomFlip", "RandomRotation", "RandomZoom",
-    "RandomTranslation", "RandomContrast", "RandomCrop", "RandomBrightness", "RandomHeight", "RandomWidth",
-    "InputLayer", "Input", "Lambda", "StringLookup", "IntegerLookup", "TextVectorization", "Hashing",
-    "Discretization", "CategoryEncoding",
-})
+_PREPROCESSING = frozenset(
+    {
+        "Resizing",
+        "Rescaling",
+        "CenterCrop",
+        "Normalization",
+        "RandomFlip",
+        "RandomRotation",
+        "RandomZoom",
+        "RandomTranslation",
+        "RandomContrast",
+        "RandomCrop",
+        "RandomBrightness",
+        "RandomHeight",
+        "RandomWidth",
+        "InputLayer",
+        "Input",
+        "Lambda",
+        "StringLookup",
+        "IntegerLookup",
+        "TextVectorization",
+        "Hashing",
+        "Discretization",
+        "CategoryEncoding",
+    }
+)
 # Layers whose output has the shape of their input: the layer before one is the output layer.
-SHAPE_PRESERVING = frozenset({
-    "Activation", "Softmax", "ReLU", "LeakyReLU", "PReLU", "ELU", "ThresholdedReLU", "Dropout",
-    "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianDropout", "GaussianNoise",
-    "AlphaDropout", "ActivityRegularization", "Identity",
-})
-_SHAPE_PRESERVING_FUNCTIONS = frozenset({
-    "cast", "dtypes.cast", "ops.cast", "nn.softmax", "math.softmax", "activations.softmax", "ops.softmax",
-    "nn.sigmoid", "math.sigmoid", "sigmoid", "activations.sigmoid", "ops.sigmoid", "identity", "nn.relu",
-    "activations.linear",
-})
+SHAPE_PRESERVING = frozenset(
+    {
+        "Activation",
+        "Softmax",
+        "ReLU",
+        "LeakyReLU",
+        "PReLU",
+        "ELU",
+        "ThresholdedReLU",
+        "Dropout",
+        "SpatialDropout1D",
+        "SpatialDropout2D",
+        "SpatialDropout3D",
+        "GaussianDropout",
+        "GaussianNoise",
+        "AlphaDropout",
+        "ActivityRegularization",
+        "Identity",
+    }
+)
+_SHAPE_PRESERVING_FUNCTIONS = frozenset(
+    {
+        "cast",
+        "dtypes.cast",
+        "ops.cast",
+        "nn.softmax",
+        "math.softmax",
+        "activations.softmax",
+        "ops.softmax",
+        "nn.sigmoid",
+        "math.sigmoid",
+        "sigmoid",
+        "activations.sigmoid",
+        "ops.sigmoid",
+        "identity",
+        "nn.relu",
+        "activations.linear",
+    }
+)
 
 
 @dataclass
@@ -215,7 +265,9 @@ class ModelOutputs:
             expr, scope = found
         return expr
 
-    def layer_of(self, expr: cst.BaseExpression, scope: cst.CSTNode, cls: cst.ClassDef | None = None) -> cst.Call | None:
+    def layer_of(
+        self, expr: cst.BaseExpression, scope: cst.CSTNode, cls: cst.ClassDef | None = None
+    ) -> cst.Call | None:
         """The layer construction behind a value: ``Dense(10)`` in ``Dense(10)(x)`` or ``head(x)``."""
         if not isinstance(expr, cst.Call):
             return None
@@ -295,9 +347,15 @@ class ModelOutputs:
         layers: list[cst.BaseExpression] = []
         if site.kind == "sequential-add":
             adds = sorted(
-                (c for c, _ in self.index.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == "add"
-                 and c.args and isinstance(c.func.value, cst.Name)
-                 and self.trace(c.func.value, self._scope_of(c)) is model),
+                (
+                    c
+                    for c, _ in self.index.calls
+                    if isinstance(c.func, cst.Attribute)
+                    and c.func.attr.value == "add"
+                    and c.args
+                    and isinstance(c.func.value, cst.Name)
+                    and self.trace(c.func.value, self._scope_of(c)) is model
+                ),
                 key=self.context.source_order,
             )
             layers = [c.args[0].value for c in adds]
@@ -360,7 +418,9 @@ class ModelOutputs:
 
     def _add_site(self, written, scope, kind, model, cls=None) -> None:
         expr = self.trace(written, scope)
-        layer = expr if kind.startswith("sequential") and isinstance(expr, cst.Call) else self.layer_of(expr, scope, cls)
+        layer = (
+            expr if kind.startswith("sequential") and isinstance(expr, cst.Call) else self.layer_of(expr, scope, cls)
+        )
         if all(site.expr is not expr for site in self.sites):  # one output shared by two models
             self.sites.append(OutputSite(expr, layer, kind, model, written))
 
@@ -435,11 +495,15 @@ class _Roles:
     def _class_role(self, cls: cst.ClassDef) -> tuple[str, bool]:
         methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}
         if "train_step" in methods:
-            uses = [c for c in self.context.nodes_within(methods["train_step"], cst.Call)
-                    if isinstance(c.func, cst.Name) and c.func.value == "self"]
+            uses = [
+                c
+                for c in self.context.nodes_within(methods["train_step"], cst.Call)
+                if isinstance(c.func, cst.Name) and c.func.value == "self"
+            ]
             return "trained", bool(uses) and all(self._cast_result(c) for c in uses)
-        built = [c for c, _ in self.outputs.index.calls
-                 if (isinstance(c.func, cst.Name) and c.func.value == cls.name.value)]
+        built = [
+            c for c, _ in self.outputs.index.calls if (isinstance(c.func, cst.Name) and c.func.value == cls.name.value)
+        ]
         if not built:
             # A library model class: a component when its name or its package says so
             # (SegmentationHead, vision/modeling/backbones/resnet.py).
@@ -536,9 +600,13 @@ class _Roles:
             if self._is_target(use):
                 # Rebound: later uses are another value. `model = wrap(model)` hands this one on.
                 # A rebinding in another branch (`elif`) leaves this value's later uses alone.
-                statement = self.context.enclosing(use, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem))
+                statement = self.context.enclosing(
+                    use, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.WithItem)
+                )
                 value = getattr(statement, "value", None) or getattr(statement, "iter", None)
-                if value is None or any(n.value == name and not self._is_member(n) for n in self.context.nodes_within(value, cst.Name)):
+                if value is None or any(
+                    n.value == name and not self._is_member(n) for n in self.context.nodes_within(value, cst.Name)
+                ):
                     escapes = True
                     break
                 block = self.context.enclosing(use, cst.BaseSuite)
@@ -590,7 +658,11 @@ class _Roles:
             if isinstance(parent, cst.Call):
                 if self._builds_model(parent):
                     return "component"
-                if isinstance(node, cst.Arg) and node.keyword is not None and _COMPONENT_ARGUMENT.search(node.keyword.value):
+                if (
+                    isinstance(node, cst.Arg)
+                    and node.keyword is not None
+                    and _COMPONENT_ARGUMENT.search(node.keyword.value)
+                ):
                     return "component"  # EncoderScaffold(embedding_cls=network), Classifier(network=encoder)
                 if (last_name(parent.func) or "").startswith("assert"):
                     return "none"
@@ -643,13 +715,22 @@ class _Roles:
         if isinstance(parent, cst.Arg):
             outer = self.context.parent(parent)
             return isinstance(outer, cst.Call) and flow.classify(outer) is FLOAT32
-        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+        if not (
+            isinstance(parent, cst.Assign)
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0].target, cst.Name)
+        ):
             return False
         name = parent.targets[0].target.value
         scope = self.outputs._scope_of(parent)
         after = self.context.end_order(parent)
         for use in self.context.nodes_within(scope, cst.Name):
-            if use.value != name or self.context.source_order(use) <= after or self._is_target(use) or self._is_member(use):
+            if (
+                use.value != name
+                or self.context.source_order(use) <= after
+                or self._is_target(use)
+                or self._is_member(use)
+            ):
                 continue
             arg = self.context.parent(use)
             outer = self.context.parent(arg) if isinstance(arg, cst.Arg) else None

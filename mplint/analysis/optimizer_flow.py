@@ -308,7 +308,7 @@ class OptimizerFlow:
             if kind:
                 site.ops.append(GradOp(kind, node, stmt, grad_names, frozenset(grad_names)))
         self._find_target(site, lines[:index])
-        self._follow_gradients(site, line, lines[index + 1:])
+        self._follow_gradients(site, line, lines[index + 1 :])
         if site.apply_call is not None:
             site.origin = self.origin(site.optimizer_expr, line)
             site.paths = _Paths(self, site, lines[:index]).paths()
@@ -434,8 +434,11 @@ class OptimizerFlow:
         anything else makes a plain optimizer."""
         fn = self.helper(call)
         if fn is not None:
-            returns = [r.value for r in self.context.nodes_within(fn, cst.Return)
-                       if r.value is not None and self.context.enclosing(r, cst.FunctionDef) is fn]
+            returns = [
+                r.value
+                for r in self.context.nodes_within(fn, cst.Return)
+                if r.value is not None and self.context.enclosing(r, cst.FunctionDef) is fn
+            ]
             if returns:
                 return self._values_origin(returns, returns[0], depth + 1)
             return OptimizerOrigin("unknown")
@@ -444,8 +447,9 @@ class OptimizerFlow:
             wrap, _, _, path, line = factory
             name = last_name(call.func)
             made_at = Related(path, line, f"`{name}` returns the optimizer")
-            return OptimizerOrigin(wrap, call if wrap in ("none", "maybe") else None, made_by=f"`{name}` at {path}:{line}",
-                                   made_at=made_at)
+            return OptimizerOrigin(
+                wrap, call if wrap in ("none", "maybe") else None, made_by=f"`{name}` at {path}:{line}", made_at=made_at
+            )
         text = self.context.module.code_for_node(call)
         if _MAY_WRAP.search(text):
             return OptimizerOrigin("maybe", call)
@@ -482,7 +486,9 @@ class OptimizerFlow:
             if last_name(call.func) != callee:
                 continue
             for i, arg in enumerate(call.args):
-                if (arg.keyword and arg.keyword.value == name) or (arg.keyword is None and not arg.star and i == position):
+                if (arg.keyword and arg.keyword.value == name) or (
+                    arg.keyword is None and not arg.star and i == position
+                ):
                     values.append(arg.value)
         if not values:
             return OptimizerOrigin("unknown")
@@ -670,7 +676,9 @@ class _Paths:
 
     def origin_on(self, path, values) -> tuple[OptimizerOrigin | None, bool]:
         """The optimizer's origin on this path, and whether its wrap is known to happen on it."""
-        conditional = any(self.conds(self.flow.c.assign_nodes.get(id(v), v)) or isinstance(v, cst.IfExp) for v in values)
+        conditional = any(
+            self.conds(self.flow.c.assign_nodes.get(id(v), v)) or isinstance(v, cst.IfExp) for v in values
+        )
         if not conditional:
             origin = self.site.origin
             return origin, origin is not None and origin.wrap == "explicit" and bool(values)
@@ -686,8 +694,11 @@ class _Paths:
         """The calls of the site's function that scale or unscale, or build a LossScaleOptimizer."""
         scope = self.site.scope
         return [
-            call for call in self.context.nodes_within(scope, cst.Call)
-            if method_name(call) in SCALE_METHODS or method_name(call) == UNSCALE_METHOD or is_lso_call(call)
+            call
+            for call in self.context.nodes_within(scope, cst.Call)
+            if method_name(call) in SCALE_METHODS
+            or method_name(call) == UNSCALE_METHOD
+            or is_lso_call(call)
             or self.flow.project_steps(call)
         ]
 
@@ -698,7 +709,13 @@ class _Paths:
         single = [GradientPath({}, site.scaled_by, list(site.ops), site.origin, False)]
         values = self._origin_values()
         steps = self._scaling_steps()
-        nodes: list[cst.CSTNode] = [site.call, site.apply_call, *self._target_nodes(), *(op.node for op in site.ops), *steps]
+        nodes: list[cst.CSTNode] = [
+            site.call,
+            site.apply_call,
+            *self._target_nodes(),
+            *(op.node for op in site.ops),
+            *steps,
+        ]
         nodes.extend(self.flow.c.assign_nodes.get(id(v), v) for v in values)
         for node in nodes:
             self.conds(node)
@@ -722,8 +739,13 @@ class _Paths:
                 scaled_by is None
                 and not any(op.kind in ("unscale", "manual_unscale") for op in ops)
                 and any(self._turned_off(step, path) for step in steps)
-                and not (site.keras is not None and site.keras.newest == 3 and origin is not None
-                         and origin.wrap == "explicit" and wrapped_here)
+                and not (
+                    site.keras is not None
+                    and site.keras.newest == 3
+                    and origin is not None
+                    and origin.wrap == "explicit"
+                    and wrapped_here
+                )
             )
             when = {a: path[a] for a in atoms if self.kinds[a] in ("flag", "other")}
             tests = {a: path[a] for a in atoms if self.kinds[a] == "type"}
@@ -743,8 +765,10 @@ class _Paths:
 
     def _turned_off(self, step: cst.Call, path: dict[str, bool]) -> bool:
         """A flag of this path keeps a loss-scaling step from running."""
-        return any(self.kinds.get(atom) == "flag" and path.get(atom) is not None and path[atom] != value
-                   for atom, value in self.conds(step))
+        return any(
+            self.kinds.get(atom) == "flag" and path.get(atom) is not None and path[atom] != value
+            for atom, value in self.conds(step)
+        )
 
 
 def _text(context: FileContext, node: cst.CSTNode) -> str:
@@ -816,7 +840,11 @@ def keras_spellings(context: FileContext) -> dict[str, str]:
     return found
 
 
-_SPELLING_KEYS = {"optimizers.LossScaleOptimizer": "lso", "mixed_precision": "mixed_precision", "optimizers": "optimizers"}
+_SPELLING_KEYS = {
+    "optimizers.LossScaleOptimizer": "lso",
+    "mixed_precision": "mixed_precision",
+    "optimizers": "optimizers",
+}
 
 
 def lso_spelling(context: FileContext, keras: KerasRange | None = None) -> tuple[str, list[ImportSpec]]:
@@ -887,8 +915,9 @@ def optimizers_get_spelling(context: FileContext) -> str | None:
     return None
 
 
-def wrap_construction(context: FileContext, construction: cst.BaseExpression,
-                      keras: KerasRange | None = None) -> tuple[cst.BaseExpression, list[ImportSpec]] | None:
+def wrap_construction(
+    context: FileContext, construction: cst.BaseExpression, keras: KerasRange | None = None
+) -> tuple[cst.BaseExpression, list[ImportSpec]] | None:
     """``Adam(1e-3)`` -> ``LossScaleOptimizer(Adam(1e-3))``; ``"adam"`` -> ``LossScaleOptimizer(...get("adam"))``,
     spelled for the range ``keras`` (else the program's)."""
     spelling, imports = lso_spelling(context, keras)
@@ -929,7 +958,9 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
         method = scale_method(newest)
         added = cst.parse_statement(f"{scaled} = {code(opt)}.{method}({loss})")
         out[site.loss_stmt] = cst.FlattenSentinel([site.loss_stmt, added])
-        new_call = site.call.with_changes(args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]])
+        new_call = site.call.with_changes(
+            args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]]
+        )
         if grad_stmt is None:
             out[site.call] = new_call
         else:

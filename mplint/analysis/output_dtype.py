@@ -19,10 +19,23 @@ from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, UNKNO
 FLOAT32 = frozenset({"float32", "float64"})
 REDUCED = FLOAT16_POLICIES | BFLOAT16_POLICIES
 INTEGER_LAYERS = frozenset(
-    {"StringLookup", "IntegerLookup", "Hashing", "HashedCrossing", "TextVectorization", "CategoryEncoding", "Discretization"}
+    {
+        "StringLookup",
+        "IntegerLookup",
+        "Hashing",
+        "HashedCrossing",
+        "TextVectorization",
+        "CategoryEncoding",
+        "Discretization",
+    }
 )
-INTEGER_OPS = frozenset({"argmax", "argmin", "math.argmax", "math.argmin", "ops.argmax", "ops.argmin", "argsort", "ops.argsort"})
-_SOFTMAX_FUNCTIONS = {"tf": ("nn.softmax", "math.softmax"), "keras": ("activations.softmax", "ops.softmax", "ops.nn.softmax")}
+INTEGER_OPS = frozenset(
+    {"argmax", "argmin", "math.argmax", "math.argmin", "ops.argmax", "ops.argmin", "argsort", "ops.argsort"}
+)
+_SOFTMAX_FUNCTIONS = {
+    "tf": ("nn.softmax", "math.softmax"),
+    "keras": ("activations.softmax", "ops.softmax", "ops.nn.softmax"),
+}
 _CAST_FUNCTIONS = {"tf": ("cast", "dtypes.cast"), "keras": ("ops.cast",)}
 _UNEVALUATED = "<unevaluated>"
 
@@ -43,7 +56,11 @@ def dtype_value(context: FileContext, node: cst.BaseExpression) -> str:
     if text is not None:
         return text
     k = context.names.kname(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-    if k is not None and k.ns in ("tf", "np") and k.path.rsplit(".", 1)[-1] in ("float16", "bfloat16", "float32", "float64"):
+    if (
+        k is not None
+        and k.ns in ("tf", "np")
+        and k.path.rsplit(".", 1)[-1] in ("float16", "bfloat16", "float32", "float64")
+    ):
         return k.last
     if isinstance(node, cst.Call) and context.names.callee(node, ["mixed_precision.Policy"]) and node.args:
         return dtype_value(context, node.args[0].value)
@@ -214,7 +231,9 @@ def binding_for(context: FileContext, wanted: KName) -> str | None:
     return None
 
 
-def cast_call(context: FileContext, value: cst.BaseExpression, keras3: bool, quote: str = '"') -> tuple[cst.Call, list[ImportSpec]]:
+def cast_call(
+    context: FileContext, value: cst.BaseExpression, keras3: bool, quote: str = '"'
+) -> tuple[cst.Call, list[ImportSpec]]:
     """``tf.cast(value, "float32")`` with the file's tensorflow alias, or ``keras.ops.cast`` for Keras 3 code."""
     imports: list[ImportSpec] = []
     if keras3:
@@ -242,7 +261,9 @@ def cast_call(context: FileContext, value: cst.BaseExpression, keras3: bool, quo
     return call, imports
 
 
-def layer_reference(context: FileContext, name: str, hints: list[cst.CSTNode]) -> tuple[cst.BaseExpression, list[ImportSpec]]:
+def layer_reference(
+    context: FileContext, name: str, hints: list[cst.CSTNode]
+) -> tuple[cst.BaseExpression, list[ImportSpec]]:
     """How this file spells the Keras layer ``name``: like the layers or model classes it already uses."""
     names = context.names
     namespaces = [k.ns for h in hints for k in names.knames(h.func if isinstance(h, cst.Call) else h) if k.is_keras]
@@ -278,13 +299,18 @@ def layer_reference(context: FileContext, name: str, hints: list[cst.CSTNode]) -
     return cst.parse_expression(f"keras.layers.{name}"), [ImportSpec("keras")]
 
 
-def float32_linear(context: FileContext, hints: list[cst.CSTNode], quote: str = '"') -> tuple[cst.Call, list[ImportSpec]]:
+def float32_linear(
+    context: FileContext, hints: list[cst.CSTNode], quote: str = '"'
+) -> tuple[cst.Call, list[ImportSpec]]:
     """``layers.Activation("linear", dtype="float32")`` in the file's spelling."""
     func, imports = layer_reference(context, "Activation", hints)
     call = cst.Call(
         func=func,
         args=[
-            cst.Arg(value=cst.SimpleString(f"{quote}linear{quote}"), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            cst.Arg(
+                value=cst.SimpleString(f"{quote}linear{quote}"),
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+            ),
             keyword_arg("dtype", cst.SimpleString(f"{quote}float32{quote}")),
         ],
     )

@@ -41,16 +41,38 @@ AUTOCAST_APIS = {
     "cpu.amp.autocast": "cpu",
     "cpu.amp.autocast_mode.autocast": "cpu",
 }
-SCALER_APIS = frozenset({
-    "amp.GradScaler", "amp.grad_scaler.GradScaler", "cuda.amp.GradScaler", "cuda.amp.grad_scaler.GradScaler",
-    "cpu.amp.GradScaler", "cpu.amp.grad_scaler.GradScaler", "GradScaler",
-    "distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
-})
+SCALER_APIS = frozenset(
+    {
+        "amp.GradScaler",
+        "amp.grad_scaler.GradScaler",
+        "cuda.amp.GradScaler",
+        "cuda.amp.grad_scaler.GradScaler",
+        "cpu.amp.GradScaler",
+        "cpu.amp.grad_scaler.GradScaler",
+        "GradScaler",
+        "distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+    }
+)
 OPTIMIZER_MODULES = ("optim.",)
-OPTIMIZER_CLASSES = frozenset({
-    "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "Adafactor", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
-    "Rprop", "SparseAdam", "Muon",
-})
+OPTIMIZER_CLASSES = frozenset(
+    {
+        "SGD",
+        "Adam",
+        "AdamW",
+        "Adamax",
+        "Adagrad",
+        "Adadelta",
+        "Adafactor",
+        "ASGD",
+        "LBFGS",
+        "NAdam",
+        "RAdam",
+        "RMSprop",
+        "Rprop",
+        "SparseAdam",
+        "Muon",
+    }
+)
 _CONSTRUCTED = OPTIMIZER_CLASSES | {"GradScaler", "ShardedGradScaler"}
 _DTYPES = {**dict.fromkeys(FLOAT16_NAMES, FLOAT16), "bfloat16": BFLOAT16, "float32": "float32", "float": "float32"}
 _FLOAT16_STRINGS = frozenset({FLOAT16, *(f"torch.{name}" for name in FLOAT16_NAMES)})
@@ -151,8 +173,11 @@ class TorchAmp:
         if not isinstance(item, cst.Name) or "autocast" not in self.context.text:
             return item
         value = self._bound_once(item)
-        if isinstance(value, cst.IfExp) and (self.autocast_call(value.body) or self.autocast_call(value.orelse)) \
-                or self.autocast_call(value):
+        if (
+            isinstance(value, cst.IfExp)
+            and (self.autocast_call(value.body) or self.autocast_call(value.orelse))
+            or self.autocast_call(value)
+        ):
             return value
         return item
 
@@ -204,8 +229,12 @@ class TorchAmp:
         if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Dict) and len(node.slice) == 1:
             key = node.slice[0].slice
             keys = self._strings(key.value, depth + 1) if isinstance(key, cst.Index) else None
-            return any(isinstance(e, cst.DictElement) and self.dtype_of(e.value) == FLOAT16
-                       and (keys is None or _string(e.key) in keys) for e in node.value.elements)
+            return any(
+                isinstance(e, cst.DictElement)
+                and self.dtype_of(e.value) == FLOAT16
+                and (keys is None or _string(e.key) in keys)
+                for e in node.value.elements
+            )
         if isinstance(node, cst.Name):
             value = self._bound_once(node)
             return value is not None and self._can_be_float16(value, depth + 1)
@@ -285,8 +314,13 @@ class TorchAmp:
     def is_optimizer_construction(self, call: cst.Call) -> bool:
         if not self.context.names.could_be(call.func, OPTIMIZER_CLASSES):
             return False
-        return any(k.ns == "torch" and k.path.startswith(OPTIMIZER_MODULES) and "lr_scheduler" not in k.path
-                   and k.last[:1].isupper() for k in self.context.names.torch_names(call.func))
+        return any(
+            k.ns == "torch"
+            and k.path.startswith(OPTIMIZER_MODULES)
+            and "lr_scheduler" not in k.path
+            and k.last[:1].isupper()
+            for k in self.context.names.torch_names(call.func)
+        )
 
     @property
     def scaler_targets(self) -> set[str]:
@@ -310,8 +344,11 @@ class TorchAmp:
 
     def scaler_calls(self, *methods: str) -> list[cst.Call]:
         """Every ``<scaler>.<method>(...)`` call of the file, in source order."""
-        return [c for c in self.context.nodes(cst.Call) if isinstance(c.func, cst.Attribute)
-                and c.func.attr.value in methods and self.is_scaler(c.func.value)]
+        return [
+            c
+            for c in self.context.nodes(cst.Call)
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value in methods and self.is_scaler(c.func.value)
+        ]
 
 
 def condition_of(context: FileContext, test: cst.BaseExpression) -> Condition | None:
@@ -388,8 +425,11 @@ def is_half_cast(context: FileContext, amp: TorchAmp, node: cst.CSTNode) -> bool
 
 def _names_float16(context: FileContext, node: cst.BaseExpression) -> bool:
     """``torch.float16``/``torch.half`` spelled out (a plain name could be anything)."""
-    return any(k.ns == "torch" and k.path in FLOAT16_NAMES for k in context.names.torch_names(node)) \
-        if isinstance(node, cst.Attribute) else False
+    return (
+        any(k.ns == "torch" and k.path in FLOAT16_NAMES for k in context.names.torch_names(node))
+        if isinstance(node, cst.Attribute)
+        else False
+    )
 
 
 def half_names(context: FileContext, amp: TorchAmp, scope: cst.CSTNode) -> dict[str, cst.CSTNode]:
@@ -406,5 +446,12 @@ def half_names(context: FileContext, amp: TorchAmp, scope: cst.CSTNode) -> dict[
 
 def float32_cast(node: cst.CSTNode) -> bool:
     """``x.float()``/``x.to(torch.float32)``: explicitly float32."""
-    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and (
-        node.func.attr.value == "float" or node.func.attr.value == "to" and "float32" in cst.Module([]).code_for_node(node))
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and (
+            node.func.attr.value == "float"
+            or node.func.attr.value == "to"
+            and "float32" in cst.Module([]).code_for_node(node)
+        )
+    )

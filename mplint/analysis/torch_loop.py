@@ -27,10 +27,16 @@ from mplint.analysis.torch_amp import FLOAT16, Condition, TorchAmp, condition_of
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
 
-CLIP_APIS = frozenset({
-    "nn.utils.clip_grad_norm_", "nn.utils.clip_grad_value_", "nn.utils.clip_grad.clip_grad_norm_",
-    "nn.utils.clip_grad.clip_grad_value_", "nn.utils.clip_grad_norm", "nn.utils.clip_grads_with_norm_",
-})
+CLIP_APIS = frozenset(
+    {
+        "nn.utils.clip_grad_norm_",
+        "nn.utils.clip_grad_value_",
+        "nn.utils.clip_grad.clip_grad_norm_",
+        "nn.utils.clip_grad.clip_grad_value_",
+        "nn.utils.clip_grad_norm",
+        "nn.utils.clip_grads_with_norm_",
+    }
+)
 _MAX_PATHS = 48  # per program point; beyond it later paths are dropped (findings can only be missed)
 _MAX_INLINE_DEPTH = 3
 
@@ -61,6 +67,7 @@ class _Path:
     @property
     def float16_active(self) -> bool:
         return any(c is None or self.assumes(c) is not False for c in self.float16_ran)
+
     plain_backward: int | None = None  # id of a backward() after float16 autocast, awaiting optimizer.step()
 
     def assumes(self, condition: Condition | None) -> bool | None:
@@ -77,9 +84,12 @@ class _Path:
     def forget(self, keys: set[str]) -> _Path:
         """A new loop iteration: conditions on names the loop rebinds no longer hold, and an optimizer
         named by the loop variable (``for opt in optimizers: scaler.unscale_(opt)``) is another one."""
-        return replace(self, assumed=frozenset(c for c in self.assumed if c.key.split(".")[0] not in keys),
-                       unscaled=frozenset(pair for pair in self.unscaled if pair[1].split(".")[0] not in keys),
-                       stepped=frozenset(pair for pair in self.stepped if pair[1].split(".")[0] not in keys))
+        return replace(
+            self,
+            assumed=frozenset(c for c in self.assumed if c.key.split(".")[0] not in keys),
+            unscaled=frozenset(pair for pair in self.unscaled if pair[1].split(".")[0] not in keys),
+            stepped=frozenset(pair for pair in self.stepped if pair[1].split(".")[0] not in keys),
+        )
 
 
 @dataclass
@@ -112,14 +122,18 @@ class TrainingLoopFlow:
         self._events: dict[int, list[_Event]] = {}
         self._holds: dict[int, list[bool]] = {}  # event node -> whether its finding's condition held, per path
         self.pending_scalers: dict[int, set[str]] = {}
-        self.unscaled_steps: dict[int, dict[int, cst.Call]] = {}  # MISSING_SCALER backward -> the optimizer steps after it  # clip/step node -> the scalers whose backward is pending
+        self.unscaled_steps: dict[
+            int, dict[int, cst.Call]
+        ] = {}  # MISSING_SCALER backward -> the optimizer steps after it  # clip/step node -> the scalers whose backward is pending
         self.functions = {s.name.value: s for s in context.module.body if isinstance(s, cst.FunctionDef)}
         self._renames: dict[str, str] = {}  # parameter of an inlined callee -> the caller's text for its argument
         for root in [context.module, *context.nodes(cst.FunctionDef)]:
             self._root = root
             self._root_has_scaler = self._mentions_scaler(root, set())
             body = root.body if isinstance(root, cst.Module) else root.body.body
-            if not isinstance(root, cst.Module) or any(not isinstance(s, (cst.FunctionDef, cst.ClassDef)) for s in body):
+            if not isinstance(root, cst.Module) or any(
+                not isinstance(s, (cst.FunctionDef, cst.ClassDef)) for s in body
+            ):
                 self._block(body, [_Path()], (id(root),))
 
     def findings(self, kind: str) -> list[cst.CSTNode]:
@@ -157,7 +171,11 @@ class TrainingLoopFlow:
             return self._loop(node, paths, stack)
         if isinstance(node, cst.With):
             entered = self._enter(node, paths)
-            return self._block(node.body.body, entered, stack) if isinstance(node.body, cst.IndentedBlock) else self._simple_suite(node.body, entered, stack)
+            return (
+                self._block(node.body.body, entered, stack)
+                if isinstance(node.body, cst.IndentedBlock)
+                else self._simple_suite(node.body, entered, stack)
+            )
         if isinstance(node, cst.Try):
             return self._try(node, paths, stack)
         return _Flow(normal=paths)  # definitions run nothing; match statements are not followed
@@ -225,8 +243,12 @@ class TrainingLoopFlow:
         """The loop variable is what ``scaler.unscale_``/``scaler.step`` of the body receive."""
         for call in self.context.nodes_within(loop.body, cst.Call):
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value in ("unscale_", "step") and self.amp.is_scaler(func.value) \
-                    and _first_text(call).split(".")[0] in targets:
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in ("unscale_", "step")
+                and self.amp.is_scaler(func.value)
+                and _first_text(call).split(".")[0] in targets
+            ):
                 return True
         return False
 
@@ -240,16 +262,26 @@ class TrainingLoopFlow:
             out = _merge(out, flow)
         if node.orelse is not None:
             after = self._block(node.orelse.body.body, body.normal, stack)
-            out = _merge(_Flow(returned=out.returned, broken=out.broken, continued=out.continued,
-                               normal=[p for f in flows[1:] for p in f.normal]), after)
+            out = _merge(
+                _Flow(
+                    returned=out.returned,
+                    broken=out.broken,
+                    continued=out.continued,
+                    normal=[p for f in flows[1:] for p in f.normal],
+                ),
+                after,
+            )
         if node.finalbody is not None:
             final = self._block(node.finalbody.body.body, out.normal, stack)
             out = _merge(_Flow(returned=out.returned, broken=out.broken, continued=out.continued), final)
         return out
 
     def _enter(self, node: cst.With, paths: list[_Path]) -> list[_Path]:
-        regions = [r for r in self.amp.regions if r.node is node and (r.dtype == FLOAT16 or r.may_be_float16)
-                   and r.enabled is not False]
+        regions = [
+            r
+            for r in self.amp.regions
+            if r.node is node and (r.dtype == FLOAT16 or r.may_be_float16) and r.enabled is not False
+        ]
         if not regions:
             return paths
         conditions = frozenset(None if r.enabled is True else r.enabled_when for r in regions)
@@ -310,10 +342,19 @@ class TrainingLoopFlow:
             event = replace(event, scaler=self._renamed(event.scaler), optimizer=self._renamed(event.optimizer))
         kind = event.kind
         if kind == "scaled-backward":
-            return replace(path, pending=path.pending | {event.scaler}, last_update=_drop(path.last_update, event.scaler),
-                           stepped=_drop(path.stepped, event.scaler), between=_drop(path.between, event.scaler))
+            return replace(
+                path,
+                pending=path.pending | {event.scaler},
+                last_update=_drop(path.last_update, event.scaler),
+                stepped=_drop(path.stepped, event.scaler),
+                between=_drop(path.between, event.scaler),
+            )
         if kind == "plain-backward":
-            return replace(path, plain_backward=id(event.node)) if path.float16_active and not self._root_has_scaler else path
+            return (
+                replace(path, plain_backward=id(event.node))
+                if path.float16_active and not self._root_has_scaler
+                else path
+            )
         if kind == "unscale":
             pair = (event.scaler, event.optimizer)
             if self._hold(event.node, pair in path.unscaled):
@@ -333,8 +374,13 @@ class TrainingLoopFlow:
             between = path.between
             if pair not in path.stepped:  # another optimizer of the same backward, after an update()
                 between |= {u for u in path.last_update if u[0] == event.scaler}
-            return replace(path, unscaled=path.unscaled | {pair}, stepped=path.stepped | {pair}, between=between,
-                           manual_unscale=None)
+            return replace(
+                path,
+                unscaled=path.unscaled | {pair},
+                stepped=path.stepped | {pair},
+                between=between,
+                manual_unscale=None,
+            )
         if kind == "optimizer-step":
             if self._hold(event.node, bool(path.pending)):
                 self._report(STEP_BYPASSED, event.node)
@@ -348,9 +394,14 @@ class TrainingLoopFlow:
             for owner, earlier in path.between:  # the earlier update() sits between two optimizers' steps
                 if owner == scaler:
                     self._report(UPDATE_BETWEEN_STEPS, self._nodes[earlier])
-            return replace(path, pending=path.pending - {scaler}, unscaled=_drop(path.unscaled, scaler),
-                           last_update=_drop(path.last_update, scaler) | {(scaler, id(event.node))},
-                           between=_drop(path.between, scaler), manual_unscale=None)
+            return replace(
+                path,
+                pending=path.pending - {scaler},
+                unscaled=_drop(path.unscaled, scaler),
+                last_update=_drop(path.last_update, scaler) | {(scaler, id(event.node))},
+                between=_drop(path.between, scaler),
+                manual_unscale=None,
+            )
         return path
 
     def _report(self, kind: str, node: cst.CSTNode) -> None:
@@ -383,8 +434,12 @@ class TrainingLoopFlow:
         method, receiver = func.attr.value, func.value
         amp = self.amp
         if method == "backward":
-            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
-                    and receiver.func.attr.value == "scale" and amp.is_scaler(receiver.func.value):
+            if (
+                isinstance(receiver, cst.Call)
+                and isinstance(receiver.func, cst.Attribute)
+                and receiver.func.attr.value == "scale"
+                and amp.is_scaler(receiver.func.value)
+            ):
                 return _Event("scaled-backward", call, scaler=dotted(receiver.func.value) or "")
             scaler = self._scaled_name(call, receiver)
             if scaler is not None:
@@ -411,9 +466,13 @@ class TrainingLoopFlow:
         scope = self.context.enclosing(call, cst.FunctionDef) or self.context.module
         for assign in self.context.nodes_within(scope, cst.Assign):
             value = assign.value
-            if any(dotted(t.target) == receiver.value for t in assign.targets) and isinstance(value, cst.Call) \
-                    and isinstance(value.func, cst.Attribute) and value.func.attr.value == "scale" \
-                    and self.amp.is_scaler(value.func.value):
+            if (
+                any(dotted(t.target) == receiver.value for t in assign.targets)
+                and isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value == "scale"
+                and self.amp.is_scaler(value.func.value)
+            ):
                 return dotted(value.func.value)
         return None
 
@@ -430,13 +489,23 @@ class TrainingLoopFlow:
         """``p.grad /= scaler.get_scale()``, ``p.grad.div_(scaler.get_scale())``: gradients unscaled by hand."""
         for call in self.context.nodes_within(small, cst.Call):
             func = call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "get_scale" and self.amp.is_scaler(func.value)):
+            if not (
+                isinstance(func, cst.Attribute) and func.attr.value == "get_scale" and self.amp.is_scaler(func.value)
+            ):
                 continue
             for ancestor in self.context.ancestors(call):
-                if isinstance(ancestor, cst.AugAssign) and isinstance(ancestor.operator, cst.DivideAssign) and _is_grad(ancestor.target):
+                if (
+                    isinstance(ancestor, cst.AugAssign)
+                    and isinstance(ancestor.operator, cst.DivideAssign)
+                    and _is_grad(ancestor.target)
+                ):
                     return _Event("manual-unscale", ancestor)
-                if isinstance(ancestor, cst.Call) and isinstance(ancestor.func, cst.Attribute) \
-                        and ancestor.func.attr.value == "div_" and _is_grad(ancestor.func.value):
+                if (
+                    isinstance(ancestor, cst.Call)
+                    and isinstance(ancestor.func, cst.Attribute)
+                    and ancestor.func.attr.value == "div_"
+                    and _is_grad(ancestor.func.value)
+                ):
                     return _Event("manual-unscale", ancestor)
                 if ancestor is small:
                     break
@@ -477,8 +546,12 @@ def _drop(pairs: frozenset[tuple], scaler: str) -> frozenset[tuple]:
 
 
 def _merge(first: _Flow, second: _Flow) -> _Flow:
-    return _Flow(_dedupe(first.normal + second.normal), first.returned + second.returned,
-                 first.broken + second.broken, first.continued + second.continued)
+    return _Flow(
+        _dedupe(first.normal + second.normal),
+        first.returned + second.returned,
+        first.broken + second.broken,
+        first.continued + second.continued,
+    )
 
 
 def _dedupe(paths: list[_Path]) -> list[_Path]:

@@ -29,8 +29,13 @@ _OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", as
 
 def _mentions_version(node: ast.AST, package: str) -> bool:
     """``<package>.__version__`` anywhere in ``node``."""
-    return any(isinstance(n, ast.Attribute) and n.attr == "__version__" and isinstance(n.value, ast.Name)
-               and n.value.id == package for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Attribute)
+        and n.attr == "__version__"
+        and isinstance(n.value, ast.Name)
+        and n.value.id == package
+        for n in ast.walk(node)
+    )
 
 
 def _literal_version(node: ast.AST) -> str | None:
@@ -38,7 +43,11 @@ def _literal_version(node: ast.AST) -> str | None:
     for n in ast.walk(node):
         if isinstance(n, ast.Constant) and isinstance(n.value, str):
             return n.value
-        if isinstance(n, ast.Tuple) and n.elts and all(isinstance(e, ast.Constant) and isinstance(e.value, int) for e in n.elts):
+        if (
+            isinstance(n, ast.Tuple)
+            and n.elts
+            and all(isinstance(e, ast.Constant) and isinstance(e.value, int) for e in n.elts)
+        ):
             return ".".join(str(e.value) for e in n.elts)
     return None
 
@@ -134,12 +143,18 @@ def try_imports(node: cst.Try) -> Iterator[tuple[str, str]]:
     readers look them up in their own tables."""
     for statement in node.body.body:
         for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
-            if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
-                    and not isinstance(small.names, cst.ImportStar):
+            if (
+                isinstance(small, cst.ImportFrom)
+                and small.module is not None
+                and not small.relative
+                and not isinstance(small.names, cst.ImportStar)
+            ):
                 module = dotted(small.module) or ""
                 yield from ((module, dotted(alias.name) or "") for alias in small.names)
             elif isinstance(small, cst.Import):
-                yield from (tuple((dotted(a.name) or "").rsplit(".", 1)) for a in small.names if "." in (dotted(a.name) or ""))
+                yield from (
+                    tuple((dotted(a.name) or "").rsplit(".", 1)) for a in small.names if "." in (dotted(a.name) or "")
+                )
 
 
 def _import_arms(context, node: cst.Try, package: str) -> Arms:
@@ -189,5 +204,8 @@ def branch_admits(context, node: cst.CSTNode, package: str, version: str) -> boo
     known = [s for s in specifiers if s is not None]
     if not known:
         return None
-    probes = [Version(version), *(Version(f"{version.split('.')[0]}.{m}") for m in range(int(version.split('.')[1]), 40))]
+    probes = [
+        Version(version),
+        *(Version(f"{version.split('.')[0]}.{m}") for m in range(int(version.split(".")[1]), 40)),
+    ]
     return any(all(s.contains(v, prereleases=True) for s in known) for v in probes)

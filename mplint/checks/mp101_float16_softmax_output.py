@@ -33,8 +33,11 @@ class Float16SoftmaxOutput(Rule):
     def candidate(cls, code) -> bool:
         # a model built here, "softmax" handed to a call (a project builder's activation parameter), or a call of
         # a project builder whose softmax output layer takes a dtype parameter
-        return code.mentions("softmax", "Softmax") and (builds_model(code) or "softmax" in code.argument_words) \
+        return (
+            code.mentions("softmax", "Softmax")
+            and (builds_model(code) or "softmax" in code.argument_words)
             or bool(code.calls_summarized("output_dtype"))
+        )
 
     @classmethod
     def active_for(cls, facts):
@@ -82,12 +85,18 @@ class Float16SoftmaxOutput(Rule):
         else:
             return  # a value the caller computes or names: its own business
         reason = policy_reason(self.context, None)
-        fixed = with_float32_dtype(call, param) if passed is None else call.deep_replace(
-            passed, cst.SimpleString(f'{quote_of(call)}float32{quote_of(call)}'))
-        self.report(call, f"`{last}` builds a softmax output layer at {path}:{line} whose dtype is its `{param}` parameter, "
-                          f"{given}: it computes in reduced precision ({reason}): {_harm(reason)}; pass {param}=\"float32\"",
-                    Fix({call: fixed}, FixSafety.SAFE) if fixed is not None else None,
-                    related=(Related(path, line, f"`{last}` gives its softmax layer `dtype={param}` here"),))
+        fixed = (
+            with_float32_dtype(call, param)
+            if passed is None
+            else call.deep_replace(passed, cst.SimpleString(f"{quote_of(call)}float32{quote_of(call)}"))
+        )
+        self.report(
+            call,
+            f"`{last}` builds a softmax output layer at {path}:{line} whose dtype is its `{param}` parameter, "
+            f'{given}: it computes in reduced precision ({reason}): {_harm(reason)}; pass {param}="float32"',
+            Fix({call: fixed}, FixSafety.SAFE) if fixed is not None else None,
+            related=(Related(path, line, f"`{last}` gives its softmax layer `dtype={param}` here"),),
+        )
 
     def _softmax_passed(self, call: cst.Call, last: str, found: tuple) -> None:
         """``ImageClassifier(activation="softmax")`` where the project's class feeds that parameter to a layer's
@@ -96,10 +105,13 @@ class Float16SoftmaxOutput(Rule):
         passed = argument(call, index if index >= 0 else None, param)
         if isinstance(passed, cst.SimpleString) and passed.evaluated_value == "softmax":
             reason = policy_reason(self.context, None)
-            self.report(call, f"`{last}({param}=\"softmax\")` builds a softmax output layer at {path}:{line} that computes "
-                              f"in reduced precision ({reason}): {_harm(reason)}; give that layer dtype=\"float32\" "
-                              "(a dtype parameter of the builder), or apply the softmax in float32 after it",
-                        related=(Related(path, line, f"`{last}` builds its output layer from `{param}` here"),))
+            self.report(
+                call,
+                f'`{last}({param}="softmax")` builds a softmax output layer at {path}:{line} that computes '
+                f'in reduced precision ({reason}): {_harm(reason)}; give that layer dtype="float32" '
+                "(a dtype parameter of the builder), or apply the softmax in float32 after it",
+                related=(Related(path, line, f"`{last}` builds its output layer from `{param}` here"),),
+            )
 
     def _layer_in_reduced_precision(self, layer: cst.Call) -> bool:
         dtype = layer_dtype(self.context, layer)
@@ -108,7 +120,7 @@ class Float16SoftmaxOutput(Rule):
     def _report_layer(self, layer: cst.Call) -> None:
         fixed = with_float32_dtype(layer)
         reason = policy_reason(self.context, layer)
-        message = f"softmax output layer computes in reduced precision ({reason}): {_harm(reason)}; give this layer dtype=\"float32\""
+        message = f'softmax output layer computes in reduced precision ({reason}): {_harm(reason)}; give this layer dtype="float32"'
         self.report(layer, message, Fix({layer: fixed}, FixSafety.SAFE) if fixed is not None else None)
 
     def _report_function(self, call: cst.Call, kind: str) -> None:

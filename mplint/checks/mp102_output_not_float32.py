@@ -69,7 +69,9 @@ class OutputNotFloat32(Rule):
         trained = self.context.facts.trained_names
         if not trained:
             return False
-        maker = site.model if isinstance(site.model, cst.ClassDef) else self.context.enclosing(site.model, cst.FunctionDef)
+        maker = (
+            site.model if isinstance(site.model, cst.ClassDef) else self.context.enclosing(site.model, cst.FunctionDef)
+        )
         if maker is not None:
             return maker.name.value in trained
         assign = self.context.enclosing(site.model, cst.Assign)  # a module-level `model = Sequential(...)`
@@ -137,7 +139,11 @@ class OutputNotFloat32(Rule):
         if flow.is_float32_layer(cls):
             return True
         call = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "call"), None)
-        returns = [r for r in self.context.nodes_within(call, cst.Return) if flow.enclosing_function(r) is call] if call else []
+        returns = (
+            [r for r in self.context.nodes_within(call, cst.Return) if flow.enclosing_function(r) is call]
+            if call
+            else []
+        )
         return bool(returns) and all(r.value is not None and flow.classify(r.value) is DTYPE_FLOAT32 for r in returns)
 
     def _local_class(self, layer: cst.Call) -> cst.ClassDef | None:

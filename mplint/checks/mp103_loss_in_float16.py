@@ -24,13 +24,39 @@ _MAYBE_LOSS = re.compile(r"(^|\.)(losses|reduce_mean|reduce_sum|mean|sum)(\.|$)"
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide)
 _LOSS_SINKS = frozenset({"add_loss", "gradient", "scale_loss", "get_scaled_loss"})
 # The functions of keras.losses and tf.keras.losses (Keras 2 and 3) that compute a loss.
-_FUNCTIONAL_LOSSES = frozenset({
-    "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy", "categorical_focal_crossentropy",
-    "categorical_generalized_cross_entropy", "categorical_hinge", "circle", "cosine_similarity", "ctc", "dice",
-    "hinge", "huber", "kl_divergence", "kld", "kullback_leibler_divergence", "log_cosh", "logcosh", "mae", "mape",
-    "mean_absolute_error", "mean_absolute_percentage_error", "mean_squared_error", "mean_squared_logarithmic_error",
-    "mse", "msle", "poisson", "sparse_categorical_crossentropy", "squared_hinge", "tversky",
-})
+_FUNCTIONAL_LOSSES = frozenset(
+    {
+        "binary_crossentropy",
+        "binary_focal_crossentropy",
+        "categorical_crossentropy",
+        "categorical_focal_crossentropy",
+        "categorical_generalized_cross_entropy",
+        "categorical_hinge",
+        "circle",
+        "cosine_similarity",
+        "ctc",
+        "dice",
+        "hinge",
+        "huber",
+        "kl_divergence",
+        "kld",
+        "kullback_leibler_divergence",
+        "log_cosh",
+        "logcosh",
+        "mae",
+        "mape",
+        "mean_absolute_error",
+        "mean_absolute_percentage_error",
+        "mean_squared_error",
+        "mean_squared_logarithmic_error",
+        "mse",
+        "msle",
+        "poisson",
+        "sparse_categorical_crossentropy",
+        "squared_hinge",
+        "tversky",
+    }
+)
 
 
 class LossInFloat16(Rule):
@@ -50,8 +76,14 @@ class LossInFloat16(Rule):
         if not (functional or reduction or passes):
             return False
         return any(
-            (functional and _calls_loss_function(unit, code) or reduction and _reduces_a_loss(unit, code)
-             or passes and calls_in(unit, passes))
+            (
+                functional
+                and _calls_loss_function(unit, code)
+                or reduction
+                and _reduces_a_loss(unit, code)
+                or passes
+                and calls_in(unit, passes)
+            )
             and may_carry(code, unit)
             for unit in flow_units(code.tree)
         )
@@ -113,7 +145,8 @@ class LossInFloat16(Rule):
             f"`{name}` computes `{math}` ({path}:{line}) on the compute-dtype {shown}: under mixed_float16 the loss "
             "overflows to inf above 65504 (an error of 256 squared is already inf); cast to float32 before the call"
             + self.context.facts.library_note(),
-            fix, related=(Related(path, line, f"`{math}`"),),
+            fix,
+            related=(Related(path, line, f"`{math}`"),),
         )
 
     def _check_reduction(self, call: cst.Call, path: str) -> None:
@@ -125,7 +158,8 @@ class LossInFloat16(Rule):
         self.report(
             call,
             f"this loss squares, exponentiates or sums the compute-dtype `{self._code(risky)}`: under mixed_float16 "
-            "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32" + self.context.facts.library_note(),
+            "it overflows to inf above 65504 (an error of 256 squared is already inf); compute the loss in float32"
+            + self.context.facts.library_note(),
             self._cast_fix(call, self._cast_points(risky), self._partners(call)),
         )
 
@@ -135,8 +169,13 @@ class LossInFloat16(Rule):
             return None
         values = call.args[0].value
         risky = self._growing_operand(values)
-        if risky is None and path in SUMS and self._is_compute(values) and not self._bounded_sum(call, values) \
-                and (self.context.analysis(DtypeFlow).in_layer_class(call) or self._unbounded(values)):
+        if (
+            risky is None
+            and path in SUMS
+            and self._is_compute(values)
+            and not self._bounded_sum(call, values)
+            and (self.context.analysis(DtypeFlow).in_layer_class(call) or self._unbounded(values))
+        ):
             risky = values
         return risky
 
@@ -157,8 +196,10 @@ class LossInFloat16(Rule):
             node = self.context.analysis(DtypeFlow).assigned_value(node)
             if node is None:
                 return False
-        return any(self._reported_reduction(c) or self._functional_predictions(c)
-                   for c in (node, *self.context.nodes_within(node, cst.Call)))
+        return any(
+            self._reported_reduction(c) or self._functional_predictions(c)
+            for c in (node, *self.context.nodes_within(node, cst.Call))
+        )
 
     def _cast_points(self, risky: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression]:
         """Where to cast to float32 so that the math which overflows runs in float32: before it, not after.
@@ -176,8 +217,11 @@ class LossInFloat16(Rule):
             if isinstance(risky, cst.UnaryOperation):
                 return self._cast_points(risky.expression, depth + 1)
             if isinstance(risky, cst.BinaryOperation) and isinstance(risky.operator, _ARITHMETIC):
-                sides = [side for side in (risky.left, risky.right)
-                         if literal_number(side) is None and flow.classify(side) is not FLOAT32]
+                sides = [
+                    side
+                    for side in (risky.left, risky.right)
+                    if literal_number(side) is None and flow.classify(side) is not FLOAT32
+                ]
                 if all(self._grows_inside(side) or self._is_compute(side) for side in sides):
                     return [point for side in sides for point in self._cast_points(side, depth + 1)]
             if isinstance(risky, cst.Name):
@@ -192,7 +236,12 @@ class LossInFloat16(Rule):
         the sum of logs grows), so the cast after it, before the sum, is enough."""
         if isinstance(node, cst.Name):
             value = self.context.analysis(DtypeFlow).assigned_value(node)
-            return value is not None and value is not node and not isinstance(value, cst.Name) and self._grows_inside(value)
+            return (
+                value is not None
+                and value is not node
+                and not isinstance(value, cst.Name)
+                and self._grows_inside(value)
+            )
         for found in (node, *self.context.nodes_within(node, cst.Call)):
             if isinstance(found, cst.Call) and found.args:
                 api = self.context.names.kname(found.func)
@@ -254,8 +303,12 @@ class LossInFloat16(Rule):
                 if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, _ARITHMETIC):
                     other = parent.right if parent.left is node else parent.left
                     reported = isinstance(other, cst.Call) and other.args and self._growing_operand(other.args[0].value)
-                    if literal_number(other) is None and flow.classify(other) is not FLOAT32 and not reported \
-                            and not self._becomes_float32(other):
+                    if (
+                        literal_number(other) is None
+                        and flow.classify(other) is not FLOAT32
+                        and not reported
+                        and not self._becomes_float32(other)
+                    ):
                         partners.append(other)
                 elif not isinstance(parent, (cst.UnaryOperation, cst.Arg)) and not self._reduces(parent, node):
                     break
@@ -277,18 +330,26 @@ class LossInFloat16(Rule):
 
     def _later_uses(self, statement: cst.CSTNode | None, value: cst.CSTNode) -> list[cst.Name]:
         """The loads of the one name ``statement`` (an assignment of ``value``) binds, after it in its function."""
-        if not (isinstance(statement, cst.Assign) and statement.value is value and len(statement.targets) == 1
-                and isinstance(statement.targets[0].target, cst.Name)):
+        if not (
+            isinstance(statement, cst.Assign)
+            and statement.value is value
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Name)
+        ):
             return []
         flow = self.context.analysis(DtypeFlow)
         function = flow.enclosing_function(statement)
         if function is None:
             return []
         bound = statement.targets[0].target
-        return [name for name in self.context.nodes_within(function.body, cst.Name)
-                if name.value == bound.value and name is not bound
-                and self.context.source_order(name) > self.context.source_order(statement)
-                and flow.assigned_value(name) is value]
+        return [
+            name
+            for name in self.context.nodes_within(function.body, cst.Name)
+            if name.value == bound.value
+            and name is not bound
+            and self.context.source_order(name) > self.context.source_order(statement)
+            and flow.assigned_value(name) is value
+        ]
 
     def _is_loss(self, call: cst.Call) -> bool:
         """Whether the reduction computes a loss rather than a value of the forward pass.
@@ -340,7 +401,9 @@ class LossInFloat16(Rule):
         if flow.is_mask(values):
             return True
         axis = argument(call, 1, "axis")
-        if not (isinstance(values, cst.BinaryOperation) and isinstance(values.operator, cst.Multiply)) or not _is_last_axis(axis):
+        if not (
+            isinstance(values, cst.BinaryOperation) and isinstance(values.operator, cst.Multiply)
+        ) or not _is_last_axis(axis):
             return False
         return any(self._is_one_hot(side) for side in (values.left, values.right))
 
@@ -374,7 +437,8 @@ class LossInFloat16(Rule):
             call,
             f"`{self._code(call.func)}` computes in the dtype of its predictions, here the compute dtype of "
             f"`{self._code(risky[-1])}`: under mixed_float16 the loss overflows to inf above 65504; cast the "
-            "predictions to float32 first (loss objects such as `MeanSquaredError()` do this themselves)" + self.context.facts.library_note(),
+            "predictions to float32 first (loss objects such as `MeanSquaredError()` do this themselves)"
+            + self.context.facts.library_note(),
             self._cast_fix(call, risky, self._partners(call)),
         )
 
@@ -399,7 +463,9 @@ class LossInFloat16(Rule):
             template = f"{tf}.cast({{}}, {tf}.float32)"  # `from tensorflow import keras`: TensorFlow is imported
         else:
             return None
-        replacements = {v: cst.parse_expression(template.format(self._unparenthesized(v))) for v in (*values, *partners)}
+        replacements = {
+            v: cst.parse_expression(template.format(self._unparenthesized(v))) for v in (*values, *partners)
+        }
         return Fix(replacements, FixSafety.SAFE)
 
     def _unparenthesized(self, node: cst.BaseExpression) -> str:
@@ -414,8 +480,10 @@ class LossInFloat16(Rule):
 
 def _is_last_axis(axis: cst.BaseExpression | None) -> bool:
     return (
-        isinstance(axis, cst.UnaryOperation) and isinstance(axis.operator, cst.Minus)
-        and isinstance(axis.expression, cst.Integer) and axis.expression.value == "1"
+        isinstance(axis, cst.UnaryOperation)
+        and isinstance(axis.operator, cst.Minus)
+        and isinstance(axis.expression, cst.Integer)
+        and axis.expression.value == "1"
     )
 
 
@@ -435,17 +503,18 @@ def _calls_loss_function(unit, code) -> bool:
 def _reduces_a_loss(unit, code) -> bool:
     """A reduction, something that grows, and a loss (a sink called, or a name that says loss)."""
     called = {
-        found.path for call in _api_calls(unit, code) for found in code.api_names(call)
+        found.path
+        for call in _api_calls(unit, code)
+        for found in code.api_names(call)
         if found.ns == "tf" or found.is_keras
     }
     if called.isdisjoint(REDUCTIONS):
         return False
-    if called.isdisjoint(GROWING | SUMS) and not any(type(node) is ast.BinOp and type(node.op) is ast.Pow for node in unit):
+    if called.isdisjoint(GROWING | SUMS) and not any(
+        type(node) is ast.BinOp and type(node.op) is ast.Pow for node in unit
+    ):
         return False
-    sinks = any(
-        type(node) is ast.Call and not code.names_of(node).isdisjoint(_LOSS_SINKS)
-        for node in unit
-    )
+    sinks = any(type(node) is ast.Call and not code.names_of(node).isdisjoint(_LOSS_SINKS) for node in unit)
     return sinks or _names_a_loss(unit, code)
 
 
@@ -472,6 +541,7 @@ def _names_a_loss(unit, code) -> bool:
 def _names(context, node: cst.CSTNode) -> list[cst.Name]:
     """The plain names in ``node`` (targets, tuple targets, operands), not attributes' members."""
     return [
-        name for name in context.nodes_within(node, cst.Name)
+        name
+        for name in context.nodes_within(node, cst.Name)
         if not (isinstance(parent := context.parent(name), cst.Attribute) and parent.attr is name)
     ]

@@ -21,6 +21,7 @@ from mplint.knowledge.loss_scale_names import UNSCALE_METHOD, scale_method
 
 class MissingLossScaling(GradientSiteRule):
     id = "MP201"
+
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:
@@ -28,10 +29,7 @@ class MissingLossScaling(GradientSiteRule):
                 continue  # a guarded arm that never runs on the target
             g3 = site.keras.newest == 3  # the site's own range: its version guards narrow the program's
             live = [p for p in site.paths if not p.float32]
-            hits = [
-                p for p in live
-                if p.origin is not None and p.origin.wrap == "none" and (p.scaled_by is None or g3)
-            ]
+            hits = [p for p in live if p.origin is not None and p.origin.wrap == "none" and (p.scaled_by is None or g3)]
             if not hits:
                 continue
             when = describe_when(site.paths, hits)
@@ -64,7 +62,9 @@ class MissingLossScaling(GradientSiteRule):
             return None
         names = ({scale_method(3 if g3 else 2)} if scale else set()) | ({UNSCALE_METHOD} if unscale else set())
         self._note = range_note(self.context, names, site.keras) or range_note(
-            self.context, written_names(lso_spelling(self.context, made_on)[0]), made_on)
+            self.context, written_names(lso_spelling(self.context, made_on)[0]), made_on
+        )
         new, imports = wrapped
-        return Fix({origin.construction: new, **insertion}, FixSafety.UNSAFE if self._note else FixSafety.SAFE,
-                   imports=imports)
+        return Fix(
+            {origin.construction: new, **insertion}, FixSafety.UNSAFE if self._note else FixSafety.SAFE, imports=imports
+        )

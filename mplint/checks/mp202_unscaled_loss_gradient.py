@@ -22,8 +22,12 @@ class UnscaledLossGradient(GradientSiteRule):
         # mixed_float16, and `optimizer.scale_loss` is a no-op for those who do not. Keras 3 must be pinned (or
         # configured): a library without pins runs on whatever its users have, Keras 2 included, where nothing
         # divides, and one test importing `keras` says nothing of what the library's users install.
-        return facts.float16 or facts.library_context and facts.generation.value == 3 \
+        return (
+            facts.float16
+            or facts.library_context
+            and facts.generation.value == 3
             and facts.generation.origin in _PINNED
+        )
 
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
@@ -45,19 +49,27 @@ class UnscaledLossGradient(GradientSiteRule):
         use_float16=...)``) may be a LossScaleOptimizer or not; a loop that neither scales nor
         unscales is broken either way: nothing scales, or (Keras 3) the wrapper divides the gradients."""
         hits = [
-            p for p in live
-            if p.origin is not None and p.origin.wrap == "maybe" and p.scaled_by is None
-            and not p.unscaled and not any(op.kind == "manual_unscale" for op in p.ops)
+            p
+            for p in live
+            if p.origin is not None
+            and p.origin.wrap == "maybe"
+            and p.scaled_by is None
+            and not p.unscaled
+            and not any(op.kind == "manual_unscale" for op in p.ops)
         ]
         if not hits:
             return
         origin = hits[0].origin
         if origin.made_by:
-            comes_from = f"the optimizer comes from {origin.made_by}, which wraps it in a LossScaleOptimizer on some paths"
+            comes_from = (
+                f"the optimizer comes from {origin.made_by}, which wraps it in a LossScaleOptimizer on some paths"
+            )
         else:
             made_by = " ".join(self.context.module.code_for_node(origin.construction.func).split())
-            comes_from = (f"the optimizer comes from `{made_by}(...)`, which is handed float16 options and may wrap it in "
-                          "a LossScaleOptimizer")
+            comes_from = (
+                f"the optimizer comes from `{made_by}(...)`, which is handed float16 options and may wrap it in "
+                "a LossScaleOptimizer"
+            )
         message = (
             f"{comes_from}, but {describe_when(site.paths, hits)}the loss is never scaled (scale_loss/get_scaled_loss): "
             "without scaling small float16 gradients underflow, and a Keras 3 LossScaleOptimizer would also divide "
@@ -83,7 +95,9 @@ class UnscaledLossGradient(GradientSiteRule):
             "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; differentiate "
             "optimizer.scale_loss(loss)"
         )
-        self._report_fixed(site.call, message, self._fix(site, scale=True, unscale=False), related=hits[0].origin.related)
+        self._report_fixed(
+            site.call, message, self._fix(site, scale=True, unscale=False), related=hits[0].origin.related
+        )
 
     def _keras2(self, site, live, wrapped) -> None:
         def manual(p):
@@ -93,25 +107,44 @@ class UnscaledLossGradient(GradientSiteRule):
         never = [p for p in wrapped if p.scaled_by is None and not (p.unscaled or manual(p))]
         # `scale_loss` is Keras 3's API (Keras 2's LossScaleOptimizer has none: AttributeError there), and Keras 3's
         # apply_gradients unscales: a path that scales with it is Keras 3 code, right as written.
-        too_large = [p for p in wrapped if p.scaled_by is not None and not p.unscaled and not manual(p)
-                     and method_name(p.scaled_by) != SCALE_METHOD[3]]
+        too_large = [
+            p
+            for p in wrapped
+            if p.scaled_by is not None
+            and not p.unscaled
+            and not manual(p)
+            and method_name(p.scaled_by) != SCALE_METHOD[3]
+        ]
         if unscaled_only:
             when = describe_when(site.paths, unscaled_only)
-            message = (f"{self._how(unscaled_only[0])}; {when}the gradients are unscaled but the tape differentiates the "
-                       "unscaled loss: updates 32768x too small")
-            self._report_fixed(site.call, message, self._fix(site, scale=True, unscale=False),
-                        related=unscaled_only[0].origin.related)
+            message = (
+                f"{self._how(unscaled_only[0])}; {when}the gradients are unscaled but the tape differentiates the "
+                "unscaled loss: updates 32768x too small"
+            )
+            self._report_fixed(
+                site.call, message, self._fix(site, scale=True, unscale=False), related=unscaled_only[0].origin.related
+            )
         elif never:
             when = describe_when(site.paths, never)
-            message = (f"{self._how(never[0])}, but {when}the loss is never scaled (get_scaled_loss) so small float16 "
-                       "gradients underflow")
-            self._report_fixed(site.call, message, self._fix(site, scale=True, unscale=True), related=never[0].origin.related)
+            message = (
+                f"{self._how(never[0])}, but {when}the loss is never scaled (get_scaled_loss) so small float16 "
+                "gradients underflow"
+            )
+            self._report_fixed(
+                site.call, message, self._fix(site, scale=True, unscale=True), related=never[0].origin.related
+            )
         if too_large:
             when = describe_when(site.paths, too_large)
-            message = (f"{self._how(too_large[0])}; {when}the tape differentiates the scaled loss but "
-                       "get_unscaled_gradients is never called: updates 32768x too large")
-            self._report_fixed(site.apply_call, message, self._fix(site, scale=False, unscale=True),
-                        related=too_large[0].origin.related)
+            message = (
+                f"{self._how(too_large[0])}; {when}the tape differentiates the scaled loss but "
+                "get_unscaled_gradients is never called: updates 32768x too large"
+            )
+            self._report_fixed(
+                site.apply_call,
+                message,
+                self._fix(site, scale=False, unscale=True),
+                related=too_large[0].origin.related,
+            )
 
     def _report_fixed(self, node, message: str, fix: tuple[Fix, str | None] | None, **kwargs) -> None:
         """A finding whose fix holds on part of the target range only says so."""
@@ -127,6 +160,7 @@ class UnscaledLossGradient(GradientSiteRule):
             return None
         g3 = site.keras.newest == 3
         names = ({scale_method(3 if g3 else 2)} if scale else set()) | (
-            {UNSCALE_METHOD} if unscale and not g3 else set())
+            {UNSCALE_METHOD} if unscale and not g3 else set()
+        )
         note = range_note(self.context, names, site.keras)
         return Fix(insertion, FixSafety.UNSAFE if note else FixSafety.SAFE), note

@@ -11,6 +11,7 @@ from mplint.diagnostics import Fix, FixSafety
 
 class DoubleUnscale(GradientSiteRule):
     id = "MP203"
+
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(OptimizerFlow)
         for site in flow.sites:

@@ -67,8 +67,10 @@ class ClipBeforeUnscale(Rule):
 
     @staticmethod
     def _message(later: str, when: str = "") -> str:
-        return (f"{when}gradients are clipped while still multiplied by the loss scale ({later}): the threshold is "
-                "32768x too tight")
+        return (
+            f"{when}gradients are clipped while still multiplied by the loss scale ({later}): the threshold is "
+            "32768x too tight"
+        )
 
     def _keras2_fix(self, clip, unscale) -> Fix | None:
         """Move the clip right after the unscale, when both reassign the same gradient name in one block."""
@@ -79,22 +81,35 @@ class ClipBeforeUnscale(Rule):
             return None
         if self.context.parent(clip.stmt) is not self.context.parent(unscale.stmt):
             return None
-        return Fix({clip.stmt: cst.RemovalSentinel.REMOVE, unscale.stmt: cst.FlattenSentinel([unscale.stmt, clip.stmt])}, FixSafety.SAFE)
+        return Fix(
+            {clip.stmt: cst.RemovalSentinel.REMOVE, unscale.stmt: cst.FlattenSentinel([unscale.stmt, clip.stmt])},
+            FixSafety.SAFE,
+        )
 
     def _keras3_fix(self, site, clip) -> Fix | None:
         """``grads, _ = clip_by_global_norm(grads, N)`` -> ``global_clipnorm=N`` on the inner optimizer."""
         inner = site.origin.construction
         call = clip.node
-        if self.context.names.matches(call.func, ["clip_by_global_norm"], ["tf"]) is None or not isinstance(inner, cst.Call) \
-                or clip.stmt is None:
+        if (
+            self.context.names.matches(call.func, ["clip_by_global_norm"], ["tf"]) is None
+            or not isinstance(inner, cst.Call)
+            or clip.stmt is None
+        ):
             return None
         if len(call.args) < 2 or any(a.keyword and a.keyword.value.endswith("clipnorm") for a in inner.args):
             return None
         if not clip.targets or clip.inputs != {clip.targets[0]}:
             return None
-        norm = cst.Arg(call.args[1].value, keyword=cst.Name("global_clipnorm"), equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        norm = cst.Arg(
+            call.args[1].value,
+            keyword=cst.Name("global_clipnorm"),
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+            ),
+        )
         args = list(inner.args)
         if args:
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return Fix({clip.stmt: cst.RemovalSentinel.REMOVE, inner: inner.with_changes(args=[*args, norm])}, FixSafety.SAFE)
+        return Fix(
+            {clip.stmt: cst.RemovalSentinel.REMOVE, inner: inner.with_changes(args=[*args, norm])}, FixSafety.SAFE
+        )

@@ -68,8 +68,11 @@ def _problems(node: cst.Call, api) -> list[tuple[cst.CSTNode, str]]:
     found = []
     for i, arg in enumerate(node.args):
         key = arg.keyword.value if arg.keyword else None
-        if key == "loss_scale_factor" and api.path.startswith("optimizers.") \
-                and not (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
+        if (
+            key == "loss_scale_factor"
+            and api.path.startswith("optimizers.")
+            and not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+        ):
             found.append((arg, "loss_scale_factor= multiplies the loss by a constant"))
         elif name == LSO and key == "dynamic" and isinstance(arg.value, cst.Name) and arg.value.value == "False":
             found.append((arg, "LossScaleOptimizer(dynamic=False)"))

@@ -41,7 +41,9 @@ class LossScalingWithBfloat16(Rule):
             inner = lso_inner(node)
             self.report(node, f"LossScaleOptimizer under mixed_bfloat16: {_WHY}", self._unwrap(node, inner))
         elif method_name(node) in SCALE_METHODS | {UNSCALE_METHOD} and len(node.args) == 1 and not node.args[0].keyword:
-            self.report(node, f"{method_name(node)}() under mixed_bfloat16: {_WHY}", self._unwrap(node, node.args[0].value))
+            self.report(
+                node, f"{method_name(node)}() under mixed_bfloat16: {_WHY}", self._unwrap(node, node.args[0].value)
+            )
 
     def _unwrap(self, call: cst.Call, inner: cst.BaseExpression | None) -> Fix | None:
         """The call becomes its argument; ``x = f(x)`` goes away entirely."""

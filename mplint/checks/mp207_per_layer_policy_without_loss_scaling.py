@@ -32,7 +32,9 @@ class PerLayerPolicyWithoutLossScaling(Rule):
         return layer_only and not facts.global_policy_names & (FLOAT16_POLICIES | {UNKNOWN_POLICY})
 
     def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) != "compile" or not any(a.keyword and a.keyword.value in ("loss", "optimizer") for a in node.args):
+        if method_name(node) != "compile" or not any(
+            a.keyword and a.keyword.value in ("loss", "optimizer") for a in node.args
+        ):
             return
         arg = compile_optimizer(node)
         if arg is None:
@@ -52,7 +54,8 @@ class PerLayerPolicyWithoutLossScaling(Rule):
             wrapped = wrap_construction(self.context, origin.construction)
             if wrapped is not None:
                 note = range_note(self.context, written_names(lso_spelling(self.context)[0]))
-                fix = Fix({origin.construction: wrapped[0]}, FixSafety.UNSAFE if note else FixSafety.SAFE,
-                          imports=wrapped[1])
+                fix = Fix(
+                    {origin.construction: wrapped[0]}, FixSafety.UNSAFE if note else FixSafety.SAFE, imports=wrapped[1]
+                )
                 message += f" ({note})" if note else ""
         self.report(arg.value, message, fix)

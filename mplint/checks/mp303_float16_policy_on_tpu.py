@@ -196,8 +196,7 @@ class Float16PolicyOnTpu(Rule):
                 continue
             strategy_class = self.context.module.code_for_node(call.func)
             choice = cst.parse_expression(
-                f"{arg.quote}mixed_bfloat16{arg.quote} if isinstance({name.value}, {strategy_class}) "
-                f"else {arg.value}"
+                f"{arg.quote}mixed_bfloat16{arg.quote} if isinstance({name.value}, {strategy_class}) else {arg.value}"
             )
             return Fix({arg: choice}, safety=FixSafety.SAFE)
         return None

@@ -15,7 +15,9 @@ from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS,
 from mplint.knowledge.dtypes import FLOAT16_NAMES, FLOAT16_SPELLINGS
 
 # Last names of every call _float16_conversion accepts (the pre-filter's test).
-_CONVERTERS = frozenset({"astype", *(p.rsplit(".", 1)[-1] for p in CONVERSIONS), *DTYPE_KEYWORD_CONVERSIONS, *FLOAT16_NAMES})
+_CONVERTERS = frozenset(
+    {"astype", *(p.rsplit(".", 1)[-1] for p in CONVERSIONS), *DTYPE_KEYWORD_CONVERSIONS, *FLOAT16_NAMES}
+)
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
 
 
@@ -33,8 +35,10 @@ class Float16Preprocessing(Rule):
             return False
         for call in code.called:
             names = code.names_of(call)
-            spells = any(not FLOAT16_SPELLINGS.isdisjoint(code.words_of(arg))
-                         for arg in [*call.args, *(k.value for k in call.keywords)])
+            spells = any(
+                not FLOAT16_SPELLINGS.isdisjoint(code.words_of(arg))
+                for arg in [*call.args, *(k.value for k in call.keywords)]
+            )
             if names.isdisjoint(_CONVERTERS):
                 if spells and not names.isdisjoint(code.summarized.get("conversion_dtype", ())):
                     return True  # float16 handed to a project function that converts to it (``_passed_dtype``)
@@ -74,8 +78,11 @@ class Float16Preprocessing(Rule):
         if not self.context.facts.summaries_of("conversion_dtype"):
             return
         found = self._converting_function(call.func)
-        if found is None or self._float16_conversion(call) is not None \
-                or self.context.analysis(DtypeFlow).in_layer_class(call):
+        if (
+            found is None
+            or self._float16_conversion(call) is not None
+            or self.context.analysis(DtypeFlow).in_layer_class(call)
+        ):
             return  # conversions themselves are ``_float16_conversion``'s
         name, (param, index, _default, path, line) = found
         passed = argument(call, index if index >= 0 else None, param)
@@ -84,8 +91,11 @@ class Float16Preprocessing(Rule):
             if dtype is not None and dtype_spelling(self.context, dtype) in FLOAT16_SPELLINGS:
                 other = next((arm for arm in arms if arm is not dtype), None)
                 # `tf.float16 if amp else tf.float32` becomes `tf.float32`, not a conditional with two equal arms
-                edit = {passed: other} if other is not None and dtype_spelling(self.context, other) == "float32" \
+                edit = (
+                    {passed: other}
+                    if other is not None and dtype_spelling(self.context, other) == "float32"
                     else {dtype: _as_float32(dtype)}
+                )
                 self.report(
                     dtype,
                     f"`{name}` converts its data to this dtype at {path}:{line} and then computes with it: float16 "
@@ -146,7 +156,11 @@ class Float16Preprocessing(Rule):
         if self._is_arithmetic_operand(call):
             return self._use_site(call)
         parent = self.context.parent(call)
-        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+        if not (
+            isinstance(parent, cst.Assign)
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0].target, cst.Name)
+        ):
             return None
         name = parent.targets[0].target.value
         scope = self._scope(parent)
@@ -175,8 +189,11 @@ class Float16Preprocessing(Rule):
             if kname.ns == "np":
                 return kname.path in NP_MATH
             if kname.ns == "tf":
-                return kname.path.startswith(("image.", "math.")) and kname.path != "image.convert_image_dtype" \
+                return (
+                    kname.path.startswith(("image.", "math."))
+                    and kname.path != "image.convert_image_dtype"
                     or kname.path in TF_MATH
+                )
         return False
 
     def _scope(self, node: cst.CSTNode) -> cst.CSTNode:

@@ -34,8 +34,12 @@ from mplint.engine.rule import Rule
 from mplint.knowledge.api_versions import G1, K2, K3
 
 # Experimental names and their non-experimental twins (present in Keras 2 and Keras 3).
-_TWINS = {"Policy": "Policy", "set_policy": "set_global_policy", "global_policy": "global_policy",
-          "LossScaleOptimizer": "LossScaleOptimizer"}
+_TWINS = {
+    "Policy": "Policy",
+    "set_policy": "set_global_policy",
+    "global_policy": "global_policy",
+    "LossScaleOptimizer": "LossScaleOptimizer",
+}
 _EXPERIMENTAL = "mixed_precision.experimental"
 _TF_LOSS_SCALE_MODULES = {_EXPERIMENTAL, "train.experimental"}
 _LOSS_SCALE_CLASSES = {"DynamicLossScale", "FixedLossScale", "LossScale"}
@@ -84,7 +88,9 @@ class ExperimentalMixedPrecisionApi(Rule):
         # The rewrite writes the TF >= 2.4 API; on TF 2.1-2.3 the experimental one is the only one.
         self.safety = FixSafety.UNSAFE if gen.low <= 1 else FixSafety.SAFE
         if gen.low <= 1:
-            self.target += "; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe"
+            self.target += (
+                "; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe"
+            )
 
     # --- imports ---------------------------------------------------------------------------
 
@@ -125,7 +131,9 @@ class ExperimentalMixedPrecisionApi(Rule):
         elif k.ns == "tf" and k.path in _TF_LOSS_SCALE_MODULES and not star:
             names = [a.name.value for a in node.names]
             if k.path == _EXPERIMENTAL or set(names) <= _LOSS_SCALE_CLASSES:
-                self._tf_import(node, [a.asname.name.value if a.asname else a.name.value for a in node.names], f"{module}")
+                self._tf_import(
+                    node, [a.asname.name.value if a.asname else a.name.value for a in node.names], f"{module}"
+                )
 
     def _from_mixed_precision_import_experimental(self, node: cst.ImportFrom, module: str) -> None:
         """``from tensorflow.keras.mixed_precision import experimental as mixed_precision``."""
@@ -134,14 +142,20 @@ class ExperimentalMixedPrecisionApi(Rule):
         parent_module = module.rsplit(".", 1)[0]
         asname = None if bound == "mixed_precision" else cst.AsName(name=cst.Name(bound))
         new = f"from {parent_module} import mixed_precision" + (f" as {bound}" if asname else "")
-        replacements = {node: node.with_changes(module=node.module.value, names=[cst.ImportAlias(cst.Name("mixed_precision"), asname=asname)])}
+        replacements = {
+            node: node.with_changes(
+                module=node.module.value, names=[cst.ImportAlias(cst.Name("mixed_precision"), asname=asname)]
+            )
+        }
         blocker = None
         if len(node.names) != 1:
             blocker = "it imports other names in the same statement"
         else:
             blocker = self._rename_module_uses(node, bound, replacements)
-        message = (f"`from {module} import experimental` is the TF 2.1-2.3 experimental API, removed in TF 2.9 "
-                   f"(ImportError): write `{new}`")
+        message = (
+            f"`from {module} import experimental` is the TF 2.1-2.3 experimental API, removed in TF 2.9 "
+            f"(ImportError): write `{new}`"
+        )
         self._namespace(node, message + _rename_note(replacements), None if blocker else replacements, blocker)
 
     def _from_experimental_import(self, node: cst.ImportFrom, module: str, star: bool) -> None:
@@ -177,7 +191,9 @@ class ExperimentalMixedPrecisionApi(Rule):
             message += f": replace the uses of {', '.join(f'`{n}`' for n in used) or 'it'} and remove the import"
             self.items.append(_Item(node, message, blocks=False))
         else:
-            self.items.append(_Item(node, f"{message}; the import is unused: remove it", {node: cst.RemovalSentinel.REMOVE}))
+            self.items.append(
+                _Item(node, f"{message}; the import is unused: remove it", {node: cst.RemovalSentinel.REMOVE})
+            )
 
     def _rename_module_uses(self, stmt, bound: str, replacements: dict) -> str | None:
         """Renames ``bound.set_policy`` uses into ``replacements``; a reason when a use has no twin."""
@@ -198,7 +214,6 @@ class ExperimentalMixedPrecisionApi(Rule):
             return []
         return [ref.node for a in scope.assignments[bound] if getattr(a, "node", None) is stmt for ref in a.references]
 
-
     # --- code ------------------------------------------------------------------------------
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -207,8 +222,13 @@ class ExperimentalMixedPrecisionApi(Rule):
             return
         if attr == "set_policy":
             if self.context.names.matches(node, ["mixed_precision.set_policy"]):
-                self.items.append(_Item(node, "`set_policy` does not exist outside the G1 experimental API: use `set_global_policy`",
-                                        {node.attr: cst.Name("set_global_policy")}))
+                self.items.append(
+                    _Item(
+                        node,
+                        "`set_policy` does not exist outside the G1 experimental API: use `set_global_policy`",
+                        {node.attr: cst.Name("set_global_policy")},
+                    )
+                )
             return
         if not self.context.names.matches(node, [_EXPERIMENTAL]):
             return
@@ -224,8 +244,11 @@ class ExperimentalMixedPrecisionApi(Rule):
             fix = {parent: parent.with_changes(value=node.value, attr=cst.Name(twin))}
             self._namespace(parent, f"{message}: use `{head}.{twin}`", fix)
         else:
-            self._namespace(node, f"`{head}.experimental` is the TF 2.1-2.3 experimental API, removed in TF 2.9: use `{head}`",
-                            {node: node.value})
+            self._namespace(
+                node,
+                f"`{head}.experimental` is the TF 2.1-2.3 experimental API, removed in TF 2.9: use `{head}`",
+                {node: node.value},
+            )
 
     def _in_import(self, node: cst.CSTNode) -> bool:
         return any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in self.context.ancestors(node))
@@ -237,8 +260,13 @@ class ExperimentalMixedPrecisionApi(Rule):
             self._loss_scale_optimizer(node)
         elif id(node) not in self.handled and loss_scale_class(self.context, node):
             name = loss_scale_class(self.context, node)
-            self.items.append(_Item(node, f"`{name}` is a G1 loss-scale object, gone from current TensorFlow: pass its settings to "
-                                          f"`LossScaleOptimizer(opt, initial_scale=..., dynamic_growth_steps=...)`"))
+            self.items.append(
+                _Item(
+                    node,
+                    f"`{name}` is a G1 loss-scale object, gone from current TensorFlow: pass its settings to "
+                    f"`LossScaleOptimizer(opt, initial_scale=..., dynamic_growth_steps=...)`",
+                )
+            )
 
     def _policy(self, call: cst.Call) -> None:
         arg = keyword(call, "loss_scale") or positional(call, 1)
@@ -247,33 +275,60 @@ class ExperimentalMixedPrecisionApi(Rule):
         self.handled.add(id(arg.value))
         value = read_loss_scale(self.context, arg.value)
         if self.context.names.callee(call, ["mixed_precision.experimental.Policy"]):
-            head = ("`loss_scale=` of the experimental `Policy` is G1 API, with no counterpart in the `Policy` of Keras 2 and 3 "
-                    "(TypeError there)")
+            head = (
+                "`loss_scale=` of the experimental `Policy` is G1 API, with no counterpart in the `Policy` of Keras 2 and 3 "
+                "(TypeError there)"
+            )
         else:
             head = "`Policy(..., loss_scale=...)` is G1 API (TypeError in Keras 2 and 3)"
         if value.kind == "dynamic":
-            self.items.append(_Item(arg, f"{head}: drop it; compile() adds dynamic loss scaling itself under mixed_float16",
-                                    {call: without_arg(call, arg)}))
+            self.items.append(
+                _Item(
+                    arg,
+                    f"{head}: drop it; compile() adds dynamic loss scaling itself under mixed_float16",
+                    {call: without_arg(call, arg)},
+                )
+            )
             return
         if value.kind == "unknown":
             self.items.append(_Item(arg, f"{head}: move the loss scale to a `LossScaleOptimizer` around the optimizer"))
             return
         if value.kind == "fixed" and self.gen == 3:
-            self.items.append(_Item(arg, f"{head}, and Keras 3 has no fixed-scale LossScaleOptimizer: drop `loss_scale`, pass "
-                                         f"`loss_scale_factor={_code(value.value)}` to the optimizer and `auto_scale_loss=False` to "
-                                         f"compile()"))
+            self.items.append(
+                _Item(
+                    arg,
+                    f"{head}, and Keras 3 has no fixed-scale LossScaleOptimizer: drop `loss_scale`, pass "
+                    f"`loss_scale_factor={_code(value.value)}` to the optimizer and `auto_scale_loss=False` to "
+                    f"compile()",
+                )
+            )
             return
         settings = self._lso_settings(value)
         where = self._compile_optimizer()
         if isinstance(where, str):
-            self.items.append(_Item(arg, f"{head}: wrap the optimizer as `LossScaleOptimizer(opt, {_kwargs(settings)})`; "
-                                         f"no automatic fix because {where}"))
+            self.items.append(
+                _Item(
+                    arg,
+                    f"{head}: wrap the optimizer as `LossScaleOptimizer(opt, {_kwargs(settings)})`; "
+                    f"no automatic fix because {where}",
+                )
+            )
             return
         lso, imports = self._lso_reference(call.func)
-        wrapped = cst.Call(func=lso, args=[cst.Arg(where.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))] + _kw_args(settings))
-        self.items.append(_Item(arg, f"{head}: the loss scale moves to `LossScaleOptimizer(opt, {_kwargs(settings)})` around "
-                                     f"the compile() optimizer",
-                                {call: without_arg(call, arg), where.value: wrapped}, imports))
+        wrapped = cst.Call(
+            func=lso,
+            args=[cst.Arg(where.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))]
+            + _kw_args(settings),
+        )
+        self.items.append(
+            _Item(
+                arg,
+                f"{head}: the loss scale moves to `LossScaleOptimizer(opt, {_kwargs(settings)})` around "
+                f"the compile() optimizer",
+                {call: without_arg(call, arg), where.value: wrapped},
+                imports,
+            )
+        )
 
     def _lso_settings(self, value) -> list:
         if value.kind == "fixed":
@@ -289,7 +344,11 @@ class ExperimentalMixedPrecisionApi(Rule):
             if arg is not None and not m.matches(call.func, m.Attribute(value=m.Name("re"))):
                 found.append(arg)
         if len(found) != 1:
-            return "this file has no compile() call with an optimizer" if not found else "this file has several compile() calls"
+            return (
+                "this file has no compile() call with an optimizer"
+                if not found
+                else "this file has several compile() calls"
+            )
         arg = found[0]
         if isinstance(arg.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
             return "compile() gets the optimizer by name; construct it to wrap it"
@@ -322,18 +381,35 @@ class ExperimentalMixedPrecisionApi(Rule):
         value = read_loss_scale(self.context, arg.value)
         head = f"`LossScaleOptimizer(opt, {_short(arg.value)})` is the G1 signature"
         if value.kind == "dynamic":
-            self.items.append(_Item(arg, f"{head}: `LossScaleOptimizer(opt)` is dynamic by default", {call: without_arg(call, arg)}))
+            self.items.append(
+                _Item(arg, f"{head}: `LossScaleOptimizer(opt)` is dynamic by default", {call: without_arg(call, arg)})
+            )
         elif value.kind == "unknown":
-            self.items.append(_Item(arg, f"{head}: pass `initial_scale=`/`dynamic_growth_steps=` (and `dynamic=False` for a fixed scale "
-                                         f"in Keras 2) instead of a loss-scale object"))
+            self.items.append(
+                _Item(
+                    arg,
+                    f"{head}: pass `initial_scale=`/`dynamic_growth_steps=` (and `dynamic=False` for a fixed scale "
+                    f"in Keras 2) instead of a loss-scale object",
+                )
+            )
         elif value.kind == "fixed" and self.gen == 3:
-            self.items.append(_Item(arg, f"{head} with a fixed scale; Keras 3's LossScaleOptimizer is always dynamic: drop the "
-                                         f"wrapper, construct the inner optimizer with `loss_scale_factor={_code(value.value)}` (and "
-                                         f"`auto_scale_loss=False` in compile())"))
+            self.items.append(
+                _Item(
+                    arg,
+                    f"{head} with a fixed scale; Keras 3's LossScaleOptimizer is always dynamic: drop the "
+                    f"wrapper, construct the inner optimizer with `loss_scale_factor={_code(value.value)}` (and "
+                    f"`auto_scale_loss=False` in compile())",
+                )
+            )
         else:
             settings = self._lso_settings(value)
-            self.items.append(_Item(arg, f"{head}: write `LossScaleOptimizer(opt, {_kwargs(settings)})`",
-                                    {call: without_arg(call, arg, _kw_args(settings))}))
+            self.items.append(
+                _Item(
+                    arg,
+                    f"{head}: write `LossScaleOptimizer(opt, {_kwargs(settings)})`",
+                    {call: without_arg(call, arg, _kw_args(settings))},
+                )
+            )
 
     def _g1_positional(self, value: cst.BaseExpression) -> bool:
         """A non-experimental second argument that can only be a G1 loss scale."""
@@ -352,8 +428,9 @@ class ExperimentalMixedPrecisionApi(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         # a guarded arm is silent where it never runs past TF 2.8 (an arm written for the experimental API)
-        judged = [(item, guarded_target(self.context, item.node, self.generation, frozenset({K2, K3})))
-                  for item in self.items]
+        judged = [
+            (item, guarded_target(self.context, item.node, self.generation, frozenset({K2, K3}))) for item in self.items
+        ]
         judged = [(item, guard) for item, guard in judged if guard is not False]
         waiting = any(item.replacements is None and item.blocks and not item.namespace for item, _ in judged)
         for item, guard in judged:
@@ -363,8 +440,12 @@ class ExperimentalMixedPrecisionApi(Rule):
                 fix = None
                 message += "; fixed once the loss-scale findings in this file are settled by hand"
             target, safety, deprecated = self._target(guard)
-            self.report(item.node, f"{message} ({target})", Fix(fix, safety, imports=item.imports) if fix else None,
-                        Severity.WARNING if deprecated else None)
+            self.report(
+                item.node,
+                f"{message} ({target})",
+                Fix(fix, safety, imports=item.imports) if fix else None,
+                Severity.WARNING if deprecated else None,
+            )
             self.findings[-1].guards_read = guard is not None
 
     def _target(self, guard) -> tuple[str, FixSafety, bool]:

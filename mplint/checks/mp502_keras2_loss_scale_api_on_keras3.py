@@ -35,7 +35,9 @@ class Keras2LossScaleApiOnKeras3(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return code.mentions(*_METHODS, *_ATTRIBUTES) or ("dynamic" in code.words and "LossScaleOptimizer" in code.calls)
+        return code.mentions(*_METHODS, *_ATTRIBUTES) or (
+            "dynamic" in code.words and "LossScaleOptimizer" in code.calls
+        )
 
     @classmethod
     def active_for(cls, facts) -> bool:
@@ -83,23 +85,34 @@ class Keras2LossScaleApiOnKeras3(Rule):
         kname = loss_scale_optimizer_call(self.context, node)
         if kname is None or kname.ns == "tf_keras":
             return
-        self.report(arg, "Keras 3's LossScaleOptimizer raises ValueError on `dynamic=False`: for a fixed loss scale drop the "
-                         "wrapper, pass `loss_scale_factor=<scale>` to the inner optimizer (and `auto_scale_loss=False` to "
-                         f"compile()); or keep dynamic scaling and remove `dynamic=False` ({self.target})")
+        self.report(
+            arg,
+            "Keras 3's LossScaleOptimizer raises ValueError on `dynamic=False`: for a fixed loss scale drop the "
+            "wrapper, pass `loss_scale_factor=<scale>` to the inner optimizer (and `auto_scale_loss=False` to "
+            f"compile()); or keep dynamic scaling and remove `dynamic=False` ({self.target})",
+        )
 
     # --- methods ---------------------------------------------------------------------------
 
     def _method(self, node: cst.Attribute, name: str) -> None:
         call = self.context.parent(node)
         if not (isinstance(call, cst.Call) and call.func is node):
-            self.report(node.attr, f"`{name}` does not exist on Keras 3's LossScaleOptimizer (AttributeError) ({self.target})")
+            self.report(
+                node.attr, f"`{name}` does not exist on Keras 3's LossScaleOptimizer (AttributeError) ({self.target})"
+            )
             return
         if name == "get_scaled_loss":
-            self.report(node.attr, f"`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use "
-                                   f"`scale_loss` ({self.target})", Fix({node: node.with_changes(attr=cst.Name("scale_loss"))}, self.safety))
+            self.report(
+                node.attr,
+                f"`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use "
+                f"`scale_loss` ({self.target})",
+                Fix({node: node.with_changes(attr=cst.Name("scale_loss"))}, self.safety),
+            )
             return
-        message = (f"`get_unscaled_gradients` does not exist on Keras 3's LossScaleOptimizer (AttributeError): its "
-                   f"`apply_gradients` unscales the gradients itself, so pass them on unchanged ({self.target})")
+        message = (
+            f"`get_unscaled_gradients` does not exist on Keras 3's LossScaleOptimizer (AttributeError): its "
+            f"`apply_gradients` unscales the gradients itself, so pass them on unchanged ({self.target})"
+        )
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             self.report(node.attr, message)
             return

@@ -47,7 +47,11 @@ def _namespaces_read(context: FileContext) -> set[str]:
         if k is not None and k.is_keras:
             found.add(k.ns)
     for statement in context.nodes(cst.Import, cst.ImportFrom):
-        modules = [cst.helpers.get_full_name_for_node(a.name) for a in statement.names] if isinstance(statement, cst.Import) else []
+        modules = (
+            [cst.helpers.get_full_name_for_node(a.name) for a in statement.names]
+            if isinstance(statement, cst.Import)
+            else []
+        )
         if isinstance(statement, cst.ImportFrom) and statement.module is not None and not statement.relative:
             module = cst.helpers.get_full_name_for_node(statement.module)
             names = statement.names if isinstance(statement.names, (list, tuple)) else ()
@@ -87,11 +91,14 @@ class MixedKerasNamespaces(Rule):
                 return
         used_here = _namespaces_read(self.context) | {ns}
         elsewhere = [
-            other for other in sorted(self.context.facts.keras_namespaces & KERAS_NAMESPACES - used_here)
+            other
+            for other in sorted(self.context.facts.keras_namespaces & KERAS_NAMESPACES - used_here)
             if keras_library(self.context, other) != mine
         ]
         if elsewhere:
-            self.report(setter, self._message(ns, elsewhere[0], f"other files of the project import {_LABELS[elsewhere[0]]}"))
+            self.report(
+                setter, self._message(ns, elsewhere[0], f"other files of the project import {_LABELS[elsewhere[0]]}")
+            )
 
     def _message(self, ns: str, other: str, where: str) -> str:
         names = {"keras2": "Keras 2", "keras3": "Keras 3"}

@@ -37,8 +37,18 @@ _FIXABLE_TINY = (cst.Add, cst.Subtract, cst.AddAssign, cst.SubtractAssign)
 _CHECKED_OPS = (*_FIXABLE_LARGE, cst.Divide, cst.DivideAssign)
 _CHECKED_AST_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)  # the same operators on CPython's tree
 _BOUNDING_CALLS = frozenset(
-    {"where", "maximum", "minimum", "clip_by_value", "math.maximum", "math.minimum", "ops.where",
-     "ops.maximum", "ops.minimum", "ops.clip"}
+    {
+        "where",
+        "maximum",
+        "minimum",
+        "clip_by_value",
+        "math.maximum",
+        "math.minimum",
+        "ops.where",
+        "ops.maximum",
+        "ops.minimum",
+        "ops.clip",
+    }
 )
 
 
@@ -93,7 +103,8 @@ class Float16OverflowConstant(Rule):
         limits = _DTYPE_LIMIT.search(code.source) is not None
         direct = (
             any(_beyond_float16(n) for n in code.operand_numbers)
-            or code.calls_any(*_BOUNDING_NAMES) and any(_beyond_float16(n) for n in code.argument_numbers)
+            or code.calls_any(*_BOUNDING_NAMES)
+            and any(_beyond_float16(n) for n in code.argument_numbers)
             or limits
         )
         bound, bound_large = _names_bound_beyond(code, limits)
@@ -101,9 +112,17 @@ class Float16OverflowConstant(Rule):
         normalizes = code.calls_api(*_NORMALIZATION_NAMES)
         if not (direct or bound or passes or normalizes):
             return False
-        return any((_has_constant(unit, code, limits, bound, bound_large) or passes and calls_in(unit, passes)
-                    or normalizes and _normalizes(unit, code))
-                   and may_carry(code, unit) for unit in flow_units(code.tree))
+        return any(
+            (
+                _has_constant(unit, code, limits, bound, bound_large)
+                or passes
+                and calls_in(unit, passes)
+                or normalizes
+                and _normalizes(unit, code)
+            )
+            and may_carry(code, unit)
+            for unit in flow_units(code.tree)
+        )
 
     @classmethod
     def active_for(cls, facts):
@@ -131,7 +150,7 @@ class Float16OverflowConstant(Rule):
             return
         positional = [a.value for a in node.args if a.keyword is None and a.star == ""]
         for i, constant in enumerate(positional):
-            others = positional[:i] + positional[i + 1:]
+            others = positional[:i] + positional[i + 1 :]
             if kname.last == "where":
                 others = others[1:] if i else others  # the condition is boolean
             self._check(constant, others, None, clamp=kname.last != "where")
@@ -157,15 +176,23 @@ class Float16OverflowConstant(Rule):
         name = dotted(call.func) or "the function"
         constant = operation.split(" ", 1)[1]
         large = abs(literal_number(cst.parse_expression(constant)) or 0.0) > FLOAT16_MAX  # the summary read a literal
-        effect = ("is outside float16's range (largest finite value 65504), so the result is infinite" if large else
-                  "flushes to 0 in float16 (smallest subnormal 6e-8), so the epsilon vanishes and a log or division "
-                  "by it gives inf or NaN")
+        effect = (
+            "is outside float16's range (largest finite value 65504), so the result is infinite"
+            if large
+            else "flushes to 0 in float16 (smallest subnormal 6e-8), so the epsilon vanishes and a log or division "
+            "by it gives inf or NaN"
+        )
         facts = self.context.facts
-        when = "float16 under a float16 policy" if facts.float16 else \
-            "library code: float16 under a mixed_float16 policy its users set"
-        message = (f"`{name}` computes `{param} {operation}` ({path}:{line}) on this compute-dtype value, {when}: "
-                   f"`{constant}` {effect}; cast the value to float32 before the call, or make the constant "
-                   f"dtype-aware in `{name.rsplit('.', 1)[-1]}`{facts.library_note() if facts.distribution else ''}")
+        when = (
+            "float16 under a float16 policy"
+            if facts.float16
+            else "library code: float16 under a mixed_float16 policy its users set"
+        )
+        message = (
+            f"`{name}` computes `{param} {operation}` ({path}:{line}) on this compute-dtype value, {when}: "
+            f"`{constant}` {effect}; cast the value to float32 before the call, or make the constant "
+            f"dtype-aware in `{name.rsplit('.', 1)[-1]}`{facts.library_note() if facts.distribution else ''}"
+        )
         self.report(passed, message, related=(Related(path, line, f"`{param} {operation}`"),))
 
     def _normalization(self, call: cst.Call) -> None:
@@ -193,7 +220,11 @@ class Float16OverflowConstant(Rule):
         if not 0 < clamp < FLOAT16_TINY:
             return
         carrier = self.context.analysis(DtypeFlow).classify(values)
-        if not isinstance(carrier, Carrier) or self._not_float16_branch(call) or self.context.analysis(DtypeFlow).in_keras3_loss(call):
+        if (
+            not isinstance(carrier, Carrier)
+            or self._not_float16_branch(call)
+            or self.context.analysis(DtypeFlow).in_keras3_loss(call)
+        ):
             return
         name = dotted(call.func) or kname.path
         if spelled is None:
@@ -202,18 +233,27 @@ class Float16OverflowConstant(Rule):
             what = f"`epsilon={spelled}`"
         where = f"({what}) in the dtype of `{self._code(values)}`, the compute dtype: under a float16 policy"
         if squared:  # Keras 3 bounds the L2 norm either way: a floor on the squared norm, or (newer) a cap on rsqrt
-            capped = f", and the cap 1 / epsilon = {1 / epsilon:g} that other Keras releases put on rsqrt overflows " \
-                "to inf" if 1 / epsilon > FLOAT16_MAX else ""
-            head = (f"`{name}` bounds the L2 norm by epsilon {where} the bound is lost (the floor epsilon * epsilon = "
-                    f"{clamp:g} on the squared norm flushes to 0, smallest subnormal 6e-8{capped})")
+            capped = (
+                f", and the cap 1 / epsilon = {1 / epsilon:g} that other Keras releases put on rsqrt overflows to inf"
+                if 1 / epsilon > FLOAT16_MAX
+                else ""
+            )
+            head = (
+                f"`{name}` bounds the L2 norm by epsilon {where} the bound is lost (the floor epsilon * epsilon = "
+                f"{clamp:g} on the squared norm flushes to 0, smallest subnormal 6e-8{capped})"
+            )
         else:
             how = f"the squared norm with {clamp:g}" if not known.squared else f"the norm with {clamp:g}"
             head = f"`{name}` clamps {how} {where} it flushes to 0 (smallest subnormal 6e-8)"
         self.report(
             given if given is not None else call,
-            head + ", so "
-            + ("rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf"
-               if squared or not known.squared else "dividing by the norm turns a zero vector into NaN")
+            head
+            + ", so "
+            + (
+                "rsqrt(0) turns a zero vector into NaN and a vector whose squares underflow into inf"
+                if squared or not known.squared
+                else "dividing by the norm turns a zero vector into NaN"
+            )
             + "; normalize in float32"
             + self.context.facts.library_note(),
             self._normalization_fix(call, kname, values),
@@ -235,23 +275,28 @@ class Float16OverflowConstant(Rule):
             cast, wide = f"{parts[0]}.cast", f"{parts[0]}.float32"
             narrow = f"{text}.dtype in ({parts[0]}.float16, {parts[0]}.bfloat16)"
         elif "ops" in parts[:-1]:
-            cast, wide = ".".join(parts[:parts.index("ops") + 1]) + ".cast", '"float32"'
+            cast, wide = ".".join(parts[: parts.index("ops") + 1]) + ".cast", '"float32"'
             backend, imports = self._keras_backend(call.func)
             if backend is None:
                 return None
             narrow = f'{backend}.standardize_dtype({text}.dtype) in ("float16", "bfloat16")'
         else:
             return None
-        inner = call.with_changes(args=[call.args[0].with_changes(value=cst.parse_expression(f"{cast}({text}, {wide})")),
-                                        *call.args[1:]])
+        inner = call.with_changes(
+            args=[call.args[0].with_changes(value=cst.parse_expression(f"{cast}({text}, {wide})")), *call.args[1:]]
+        )
         widened = cst.parse_expression(f"{cast}(__normalized__, {text}.dtype)")
         widened = widened.with_changes(args=[widened.args[0].with_changes(value=inner), widened.args[1]])
         replacement = cst.IfExp(test=cst.parse_expression(narrow), body=widened, orelse=call)
         if not isinstance(self.context.parent(call), (cst.Return, cst.Assign, cst.AnnAssign, cst.Arg, cst.Expr)):
             replacement = replacement.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        return Fix({call: replacement}, FixSafety.SAFE,
-                   "Normalize float16 and bfloat16 inputs in float32 and cast the result back; every other input runs "
-                   "the call as written.", imports=imports)
+        return Fix(
+            {call: replacement},
+            FixSafety.SAFE,
+            "Normalize float16 and bfloat16 inputs in float32 and cast the result back; every other input runs "
+            "the call as written.",
+            imports=imports,
+        )
 
     def _keras_backend(self, func: cst.BaseExpression) -> tuple[str | None, tuple]:
         """How to spell Keras 3's ``backend`` module (for ``standardize_dtype``) beside the ``ops`` of ``func``:
@@ -262,8 +307,11 @@ class Float16OverflowConstant(Rule):
             scope = self.context.names.scopes.get(func)
             for assignment in scope["backend"] if scope is not None and "backend" in scope else ():
                 statement = getattr(assignment, "node", None)
-                if not (isinstance(statement, cst.ImportFrom) and statement.module is not None
-                        and dotted(statement.module) == "keras.src"):
+                if not (
+                    isinstance(statement, cst.ImportFrom)
+                    and statement.module is not None
+                    and dotted(statement.module) == "keras.src"
+                ):
                     return None, ()  # another ``backend`` is bound here
             return "backend", (ImportSpec("keras.src", "backend"),)
         if any(q.startswith("keras.") for q in qualified):
@@ -307,7 +355,9 @@ class Float16OverflowConstant(Rule):
             return
         other = others[0] if len(others) == 1 else None
         message = self._message(constant, value, large, other, operator, origin)
-        related = (Related("", self.context.position(origin.binding).start.line, "the constant's value"),) if origin else ()
+        related = (
+            (Related("", self.context.position(origin.binding).start.line, "the constant's value"),) if origin else ()
+        )
         self.report(constant, message, self._fix(constant, value, large, carrier, operator, origin), related=related)
 
     def _tolerance(self, constant: cst.CSTNode) -> bool:
@@ -365,12 +415,18 @@ class Float16OverflowConstant(Rule):
             return None
         target = test.comparisons[0]
         left = test.left
-        if isinstance(left, cst.Call) and len(left.args) == 1 \
-                and self.context.names.matches(left.func, ["backend.standardize_dtype"], ["keras"]):
+        if (
+            isinstance(left, cst.Call)
+            and len(left.args) == 1
+            and self.context.names.matches(left.func, ["backend.standardize_dtype"], ["keras"])
+        ):
             left = left.args[0].value
         if isinstance(target.operator, (cst.In, cst.NotIn)):
-            if not (isinstance(left, cst.Attribute) and left.attr.value in ("dtype", "compute_dtype")
-                    and isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set))):
+            if not (
+                isinstance(left, cst.Attribute)
+                and left.attr.value in ("dtype", "compute_dtype")
+                and isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set))
+            ):
                 return None
             spelled = [dtype_spelling(self.context, e.value) for e in target.comparator.elements]
             if None in spelled:
@@ -488,7 +544,8 @@ def _has_constant(unit: list[ast.AST], code, limits: bool, bound: frozenset[str]
         kind = type(node)
         if kind is ast.BinOp and id(node) in compared:
             if type(node.op) in _CHECKED_AST_OPS and any(
-                    _beyond(operand, code, limits, bound_large, large_only=True) for operand in (node.left, node.right)):
+                _beyond(operand, code, limits, bound_large, large_only=True) for operand in (node.left, node.right)
+            ):
                 return True
             continue
         if kind is ast.BinOp:
@@ -506,8 +563,10 @@ def _has_constant(unit: list[ast.AST], code, limits: bool, bound: frozenset[str]
 
 def _normalizes(unit: list[ast.AST], code) -> bool:
     """A call in the unit of one of ``_NORMALIZATIONS`` by its resolved name (the rule checks its epsilon)."""
-    return any(type(node) is ast.Call and any((found.ns, found.path) in _NORMALIZATIONS for found in code.api_names(node))
-               for node in unit)
+    return any(
+        type(node) is ast.Call and any((found.ns, found.path) in _NORMALIZATIONS for found in code.api_names(node))
+        for node in unit
+    )
 
 
 def _beyond(node: ast.expr, code, limits: bool, bound: frozenset[str] = frozenset(), large_only: bool = False) -> bool:

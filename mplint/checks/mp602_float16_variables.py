@@ -11,8 +11,15 @@ from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.knowledge.apinames import NAMESPACE_MODULES
 
-_POLICY_CALLS = ("mixed_precision.Policy", "DTypePolicy", "mixed_precision.set_global_policy", "mixed_precision.experimental.Policy",
-                 "mixed_precision.experimental.set_policy", "dtype_policies.get", "config.set_dtype_policy")
+_POLICY_CALLS = (
+    "mixed_precision.Policy",
+    "DTypePolicy",
+    "mixed_precision.set_global_policy",
+    "mixed_precision.experimental.Policy",
+    "mixed_precision.experimental.set_policy",
+    "dtype_policies.get",
+    "config.set_dtype_policy",
+)
 _FLOATX_CALLS = ("backend.set_floatx", "config.set_floatx")
 _DATA_ONLY = frozenset({"layers.Input", "Input", "layers.InputLayer", "InputLayer"})
 # Files that only run a model (no optimizer step) may keep float16 weights on purpose.
@@ -83,7 +90,7 @@ class Float16Variables(Rule):
         self.report(
             node,
             '`set_floatx("float16")` makes every variable float16: small updates round away and training stalls; '
-            'use the `mixed_float16` policy, which keeps float32 variables' + (f" ({note})" if note else ""),
+            "use the `mixed_float16` policy, which keeps float32 variables" + (f" ({note})" if note else ""),
             self._floatx_fix(node, kname.ns if kname else "keras", FixSafety.UNSAFE if note else FixSafety.SAFE),
         )
 
@@ -108,7 +115,8 @@ class Float16Variables(Rule):
         self.report(
             dtype.value,
             '`dtype="float16"` on a layer stores its weights in float16: small updates round away and training '
-            'stalls; `dtype="mixed_float16"` computes in float16 and keeps float32 weights' + (f" ({note})" if note else ""),
+            'stalls; `dtype="mixed_float16"` computes in float16 and keeps float32 weights'
+            + (f" ({note})" if note else ""),
             Fix({dtype.value: cst.SimpleString(_MIXED)}, FixSafety.UNSAFE if note else FixSafety.SAFE),
         )
 
@@ -125,6 +133,7 @@ class Float16Variables(Rule):
 
 def _inference_only(code: str | bytes) -> bool:
     """A file that runs a model but never trains it (its text, or its bytes: the markers are ASCII)."""
+
     def has(marker: str) -> bool:
         return (marker if isinstance(code, str) else marker.encode()) in code
 

@@ -15,10 +15,20 @@ from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 
 # Layers that hold no float weights or are adapted outside the model; their policy does not matter.
-_NOT_MODEL_LAYERS = frozenset({
-    "Input", "InputLayer", "InputSpec", "TextVectorization", "StringLookup", "IntegerLookup", "Normalization",
-    "Discretization", "Hashing", "CategoryEncoding",
-})
+_NOT_MODEL_LAYERS = frozenset(
+    {
+        "Input",
+        "InputLayer",
+        "InputSpec",
+        "TextVectorization",
+        "StringLookup",
+        "IntegerLookup",
+        "Normalization",
+        "Discretization",
+        "Hashing",
+        "CategoryEncoding",
+    }
+)
 _KERAS_LOADERS = frozenset({"load_model", "model_from_json", "model_from_config", "clone_model"})
 _BUILDER = re.compile(
     r"^(build|create|make|get|load|construct|init)_?\w*?(model|net|network|encoder|decoder|classifier|backbone)s?$",
@@ -82,7 +92,9 @@ class Constructions:
         k = names.kname(func)
         if k is not None and k.is_keras:
             if k.path in ("Sequential", "Model") or (
-                k.path.startswith(("layers.", "applications.")) and k.last[:1].isupper() and k.last not in _NOT_MODEL_LAYERS
+                k.path.startswith(("layers.", "applications."))
+                and k.last[:1].isupper()
+                and k.last not in _NOT_MODEL_LAYERS
             ):
                 return f"`{k.path}(...)`"
         if k is not None and k.is_keras and k.last in _KERAS_LOADERS or self._hub_loader(func):
@@ -104,8 +116,10 @@ class Constructions:
 
     def _hub_loader(self, func: cst.BaseExpression) -> bool:
         """``TFAutoModel.from_pretrained``: a class of Hugging Face transformers that loads a model."""
-        return any(path.startswith("transformers.") and path.endswith(".from_pretrained")
-                   for path in self.context.names.project_paths(func))
+        return any(
+            path.startswith("transformers.") and path.endswith(".from_pretrained")
+            for path in self.context.names.project_paths(func)
+        )
 
     def _local_builder(self, name: str) -> bool:
         function = self.functions.get(name)
@@ -153,13 +167,19 @@ class PolicyAfterModelBuild(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         built = constructions(self.context)
-        setters = [[call for call in scope.calls
-                    if policy_setter(self.context, call) and policy_values(self.context, call.args[0].value) & REDUCED_POLICIES]
-                   for scope in built.scopes]
+        setters = [
+            [
+                call
+                for call in scope.calls
+                if policy_setter(self.context, call)
+                and policy_values(self.context, call.args[0].value) & REDUCED_POLICIES
+            ]
+            for scope in built.scopes
+        ]
         last = max((i for i, found in enumerate(setters) if found), default=-1)
         # What calls create is asked in source order up to the last scope that sets a policy (``describe``
         # memoises local builders as it meets them); scopes after it are not asked at all.
-        for scope, found in zip(built.scopes[:last + 1], setters):
+        for scope, found in zip(built.scopes[: last + 1], setters):
             made = [(c, what) for c in scope.calls if (what := built.describe(c))]
             for call in found:
                 self._check(call, made)
@@ -196,7 +216,9 @@ class PolicyAfterModelBuild(Rule):
             target = self.context.parent(target)
         if target is None or not self._names_bound_before(setter, target):
             return None
-        return Fix({target: cst.FlattenSentinel([line, target]), line: cst.RemovalSentinel.REMOVE}, safety=FixSafety.UNSAFE)
+        return Fix(
+            {target: cst.FlattenSentinel([line, target]), line: cst.RemovalSentinel.REMOVE}, safety=FixSafety.UNSAFE
+        )
 
     def _names_bound_before(self, setter: cst.Call, target: cst.CSTNode) -> bool:
         """Every name the setter reads is bound before ``target`` (the import may come late in the file)."""

@@ -20,8 +20,11 @@ class HalfPrecisionTraining(TorchRule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return code.imports_torch and "parameters" in code.calls and (
-            "half" in code.calls or "float16" in code.argument_words or "set_default_dtype" in code.calls)
+        return (
+            code.imports_torch
+            and "parameters" in code.calls
+            and ("half" in code.calls or "float16" in code.argument_words or "set_default_dtype" in code.calls)
+        )
 
     def visit_Module(self, node: cst.Module) -> None:
         amp = self.context.analysis(TorchAmp.of)
@@ -29,16 +32,26 @@ class HalfPrecisionTraining(TorchRule):
         if not trained:
             return
         for call in self.context.nodes(cst.Call):
-            if self.context.names.torch_api(call.func, {"set_default_dtype"}) is not None and call.args \
-                    and amp.dtype_of(call.args[0].value) == "float16":
-                self.report(call, "the default dtype is float16, so the model's weights and their updates are float16 and small "
-                                  "updates vanish: keep float32 weights and train under `torch.autocast` with a GradScaler")
+            if (
+                self.context.names.torch_api(call.func, {"set_default_dtype"}) is not None
+                and call.args
+                and amp.dtype_of(call.args[0].value) == "float16"
+            ):
+                self.report(
+                    call,
+                    "the default dtype is float16, so the model's weights and their updates are float16 and small "
+                    "updates vanish: keep float32 weights and train under `torch.autocast` with a GradScaler",
+                )
                 continue
             model = self._made_half(amp, call)
             if model is not None and model in trained:
-                self.report(call, f"`{model}` is made pure float16 and then trained: its weights and their updates are float16, "
-                                  "so updates smaller than 1/2048 of a weight vanish; keep the model float32 and train under "
-                                  "`torch.autocast` with a GradScaler", self._fix(amp, call))
+                self.report(
+                    call,
+                    f"`{model}` is made pure float16 and then trained: its weights and their updates are float16, "
+                    "so updates smaller than 1/2048 of a weight vanish; keep the model float32 and train under "
+                    "`torch.autocast` with a GradScaler",
+                    self._fix(amp, call),
+                )
 
     def _trained_models(self, amp: TorchAmp) -> set[str]:
         """Texts ``m`` of ``m.parameters()`` passed to a torch optimizer's construction."""
@@ -46,7 +59,10 @@ class HalfPrecisionTraining(TorchRule):
         for call in self.context.nodes(cst.Call):
             if amp.is_optimizer_construction(call) and call.args:
                 for inner in self.context.nodes_within(call.args[0].value, cst.Call):
-                    if isinstance(inner.func, cst.Attribute) and inner.func.attr.value in ("parameters", "named_parameters"):
+                    if isinstance(inner.func, cst.Attribute) and inner.func.attr.value in (
+                        "parameters",
+                        "named_parameters",
+                    ):
                         text = dotted(inner.func.value)
                         if text:
                             found.add(text)

@@ -10,15 +10,57 @@ from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 
 # Functions autocast runs in float32 (its "autocast to float32" list), as torch APIs.
-_FLOAT32_OPS = frozenset({
-    *(f"nn.functional.{f}" for f in (
-        "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
-        "binary_cross_entropy_with_logits", "softmax", "log_softmax", "softmin", "cosine_embedding_loss",
-        "margin_ranking_loss", "poisson_nll_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "layer_norm")),
-    "log", "exp", "softmax", "log_softmax", "logsumexp", "pow", "sum", "prod", "cumsum", "norm", "dist",
-})
-_LOSS_MODULES = ("CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
-                 "BCEWithLogitsLoss", "CosineEmbeddingLoss", "MarginRankingLoss", "PoissonNLLLoss", "SoftMarginLoss")
+_FLOAT32_OPS = frozenset(
+    {
+        *(
+            f"nn.functional.{f}"
+            for f in (
+                "cross_entropy",
+                "nll_loss",
+                "mse_loss",
+                "l1_loss",
+                "smooth_l1_loss",
+                "huber_loss",
+                "kl_div",
+                "binary_cross_entropy_with_logits",
+                "softmax",
+                "log_softmax",
+                "softmin",
+                "cosine_embedding_loss",
+                "margin_ranking_loss",
+                "poisson_nll_loss",
+                "soft_margin_loss",
+                "multilabel_soft_margin_loss",
+                "layer_norm",
+            )
+        ),
+        "log",
+        "exp",
+        "softmax",
+        "log_softmax",
+        "logsumexp",
+        "pow",
+        "sum",
+        "prod",
+        "cumsum",
+        "norm",
+        "dist",
+    }
+)
+_LOSS_MODULES = (
+    "CrossEntropyLoss",
+    "NLLLoss",
+    "MSELoss",
+    "L1Loss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "KLDivLoss",
+    "BCEWithLogitsLoss",
+    "CosineEmbeddingLoss",
+    "MarginRankingLoss",
+    "PoissonNLLLoss",
+    "SoftMarginLoss",
+)
 
 
 class LossOutsideAutocastInFloat16(TorchRule):
@@ -34,18 +76,32 @@ class LossOutsideAutocastInFloat16(TorchRule):
         criteria = self._loss_objects()
         for call in self.context.nodes(cst.Call):
             name = self._float32_op(call, criteria)
-            if name is None or any(r.enabled is not False for r in amp.enclosing_regions(call)) \
-                    or any(a.keyword is not None and a.keyword.value == "dtype" for a in call.args):
+            if (
+                name is None
+                or any(r.enabled is not False for r in amp.enclosing_regions(call))
+                or any(a.keyword is not None and a.keyword.value == "dtype" for a in call.args)
+            ):
                 continue  # softmax(x, dtype=torch.float32) computes in float32
             for arg in call.args:
                 value = arg.value
                 if arg.keyword is not None and arg.keyword.value not in ("input", "target"):
                     continue
                 if is_half_cast(self.context, amp, value) or self._reaching_half(amp, value, call):
-                    self.report(value, f"`{name}` runs on the float16 tensor `{self.code(value)}` outside autocast (autocast would "
-                                       "run it in float32): exp/log/sums overflow or lose precision in float16; `.float()` it first",
-                                Fix({value: cst.parse_expression(f"({self.code(value)}).float()" if not isinstance(
-                                    value, (cst.Name, cst.Attribute, cst.Call)) else f"{self.code(value)}.float()")}, FixSafety.SAFE))
+                    self.report(
+                        value,
+                        f"`{name}` runs on the float16 tensor `{self.code(value)}` outside autocast (autocast would "
+                        "run it in float32): exp/log/sums overflow or lose precision in float16; `.float()` it first",
+                        Fix(
+                            {
+                                value: cst.parse_expression(
+                                    f"({self.code(value)}).float()"
+                                    if not isinstance(value, (cst.Name, cst.Attribute, cst.Call))
+                                    else f"{self.code(value)}.float()"
+                                )
+                            },
+                            FixSafety.SAFE,
+                        ),
+                    )
 
     def _float32_op(self, call: cst.Call, criteria: set[str]) -> str | None:
         func = call.func
@@ -60,7 +116,9 @@ class LossOutsideAutocastInFloat16(TorchRule):
         found = set()
         for assign in self.context.nodes(cst.Assign):
             value = assign.value
-            if isinstance(value, cst.Call) and self.context.names.torch_api(value.func, {f"nn.{m}" for m in _LOSS_MODULES}):
+            if isinstance(value, cst.Call) and self.context.names.torch_api(
+                value.func, {f"nn.{m}" for m in _LOSS_MODULES}
+            ):
                 found.update(t for t in (dotted(a.target) for a in assign.targets) if t)
         return found
 

@@ -27,15 +27,22 @@ class MissingGradScaler(TorchRule):
         for backward in flow.findings(MISSING_SCALER):
             steps = sorted(flow.unscaled_steps.get(id(backward), {}).values(), key=self.context.source_order)
             if certain:
-                self.report(backward, "the loss comes from a float16 autocast region but `backward()` and the optimizer "
-                                      "step run without a GradScaler: small gradients underflow to zero in float16; scale "
-                                      f"the loss with {self._advice()}", self._fix(backward, steps))
+                self.report(
+                    backward,
+                    "the loss comes from a float16 autocast region but `backward()` and the optimizer "
+                    "step run without a GradScaler: small gradients underflow to zero in float16; scale "
+                    f"the loss with {self._advice()}",
+                    self._fix(backward, steps),
+                )
             else:  # the dtype is chosen at run time (bfloat16 where the GPU has it, else float16): no one fix
-                self.report(backward, f"the loss comes from an autocast region whose dtype `{computed[0]}` is chosen at "
-                                      "run time and can be float16, but `backward()` and the optimizer step run without a "
-                                      "GradScaler: where it is float16 (GPUs without bfloat16) small gradients underflow "
-                                      f"to zero; scale the loss with {self._enabled_where_float16(computed[0])}; no "
-                                      "automatic fix")
+                self.report(
+                    backward,
+                    f"the loss comes from an autocast region whose dtype `{computed[0]}` is chosen at "
+                    "run time and can be float16, but `backward()` and the optimizer step run without a "
+                    "GradScaler: where it is float16 (GPUs without bfloat16) small gradients underflow "
+                    f"to zero; scale the loss with {self._enabled_where_float16(computed[0])}; no "
+                    "automatic fix",
+                )
 
     def _devices(self) -> set[str]:
         return {r.device for r in self.context.analysis(TorchAmp.of).regions if r.dtype == FLOAT16 and r.device}
@@ -69,8 +76,12 @@ class MissingGradScaler(TorchRule):
         ``scaler.step(opt)`` + ``scaler.update()``: when the loss is a name, every step a statement of its own,
         one optimizer constructed in this file and ``scaler`` a free name."""
         amp = self.context.analysis(TorchAmp.of)
-        if "scaler" in self.context.text or not isinstance(backward.func, cst.Attribute) \
-                or not isinstance(backward.func.value, cst.Name) or self.statement_of(backward) is None:
+        if (
+            "scaler" in self.context.text
+            or not isinstance(backward.func, cst.Attribute)
+            or not isinstance(backward.func.value, cst.Name)
+            or self.statement_of(backward) is None
+        ):
             return None
         step_lines = [self.statement_of(step) for step in steps]
         optimizers = {dotted(step.func.value) for step in steps}
@@ -86,17 +97,25 @@ class MissingGradScaler(TorchRule):
             return None
         replacements = {
             construction: cst.FlattenSentinel([construction, cst.parse_statement(f"scaler = {scaler}\n")]),
-            backward.func: backward.func.with_changes(value=cst.parse_expression(f"scaler.scale({backward.func.value.value})")),
+            backward.func: backward.func.with_changes(
+                value=cst.parse_expression(f"scaler.scale({backward.func.value.value})")
+            ),
         }
         for line in step_lines:
-            replacements[line] = cst.FlattenSentinel([
-                cst.parse_statement(f"scaler.step({optimizer})\n").with_changes(leading_lines=line.leading_lines),
-                cst.parse_statement("scaler.update()\n").with_changes(trailing_whitespace=line.trailing_whitespace),
-            ])
+            replacements[line] = cst.FlattenSentinel(
+                [
+                    cst.parse_statement(f"scaler.step({optimizer})\n").with_changes(leading_lines=line.leading_lines),
+                    cst.parse_statement("scaler.update()\n").with_changes(trailing_whitespace=line.trailing_whitespace),
+                ]
+            )
         return Fix(replacements, FixSafety.SAFE, imports=[ImportSpec("torch")])
 
     def _construction(self, amp: TorchAmp, optimizer: str) -> cst.SimpleStatementLine | None:
-        found = [self.statement_of(call) for call in self.context.nodes(cst.Call) if amp.is_optimizer_construction(call)
-                 and isinstance(self.context.parent(call), cst.Assign)
-                 and [dotted(t.target) for t in self.context.parent(call).targets] == [optimizer]]
+        found = [
+            self.statement_of(call)
+            for call in self.context.nodes(cst.Call)
+            if amp.is_optimizer_construction(call)
+            and isinstance(self.context.parent(call), cst.Assign)
+            and [dotted(t.target) for t in self.context.parent(call).targets] == [optimizer]
+        ]
         return found[0] if len(found) == 1 else None

@@ -28,13 +28,19 @@ class GradScalerStepBypassed(TorchRule):
             scalers = sorted(flow.pending_scalers.get(id(step), ()))
             scaler = scalers[0] if len(scalers) == 1 else "scaler"
             optimizer = self.code(step.func.value)
-            self.report(step, f"`{optimizer}.step()` after `{scaler}.scale(loss).backward()` applies gradients still multiplied by "
-                              f"the loss scale and never skips a step with inf/NaN gradients: call `{scaler}.step({optimizer})`",
-                        self._route_through_scaler(flow, amp, step, scalers))
+            self.report(
+                step,
+                f"`{optimizer}.step()` after `{scaler}.scale(loss).backward()` applies gradients still multiplied by "
+                f"the loss scale and never skips a step with inf/NaN gradients: call `{scaler}.step({optimizer})`",
+                self._route_through_scaler(flow, amp, step, scalers),
+            )
         for update in flow.findings(UPDATE_BETWEEN_STEPS):
-            self.report(update, f"`{self.code(update)}` runs between two optimizer steps of one backward: the next step unscales "
-                                "with a scale its gradients were not made with; call `update()` once, after every optimizer stepped",
-                        self._remove_or_move(update))
+            self.report(
+                update,
+                f"`{self.code(update)}` runs between two optimizer steps of one backward: the next step unscales "
+                "with a scale its gradients were not made with; call `update()` once, after every optimizer stepped",
+                self._remove_or_move(update),
+            )
         self._missing_updates(amp)
 
     # --- fixes ------------------------------------------------------------------------------------
@@ -46,12 +52,16 @@ class GradScalerStepBypassed(TorchRule):
         if line is None or len(scalers) != 1 or not flow.on_every_path(step) or step.args:
             return None
         scaler, optimizer = scalers[0], self.code(step.func.value)
-        new = cst.parse_statement(f"{scaler}.step({optimizer})\n").with_changes(leading_lines=line.leading_lines,
-                                                                                 trailing_whitespace=line.trailing_whitespace)
+        new = cst.parse_statement(f"{scaler}.step({optimizer})\n").with_changes(
+            leading_lines=line.leading_lines, trailing_whitespace=line.trailing_whitespace
+        )
         if self._updates(step, scaler):
             return Fix({line: new}, FixSafety.SAFE)
-        steps = [step, *(s for s in flow.findings(STEP_BYPASSED) if s is not step and self._same_function(s, step)),
-                 *(s for s in amp.scaler_calls("step") if dotted(s.func.value) == scaler and self._same_function(s, step))]
+        steps = [
+            step,
+            *(s for s in flow.findings(STEP_BYPASSED) if s is not step and self._same_function(s, step)),
+            *(s for s in amp.scaler_calls("step") if dotted(s.func.value) == scaler and self._same_function(s, step)),
+        ]
         site = self._after_steps(steps)
         if site is None:
             return None
@@ -66,19 +76,26 @@ class GradScalerStepBypassed(TorchRule):
         if block is None:
             return None
         scaler = dotted(update.func.value)
-        following = list(block.body)[list(block.body).index(line) + 1:]
+        following = list(block.body)[list(block.body).index(line) + 1 :]
         for statement in following:
             if self._is_update_line(statement, scaler):
                 return Fix({line: cst.RemovalSentinel.REMOVE}, FixSafety.SAFE)
             if any(self.context.nodes_within(statement, *_EXITS)):
                 break
         loop = self.context.parent(block)
-        if isinstance(loop, cst.For) and loop.orelse is None and not following and len(block.body) > 1 \
-                and self._steps_loop_target(loop, scaler):
+        if (
+            isinstance(loop, cst.For)
+            and loop.orelse is None
+            and not following
+            and len(block.body) > 1
+            and self._steps_loop_target(loop, scaler)
+        ):
             body = [s for s in block.body if s is not line]
             moved = line.with_changes(leading_lines=())
-            return Fix({loop: cst.FlattenSentinel([loop.with_changes(body=block.with_changes(body=body)), moved])},
-                       FixSafety.SAFE)
+            return Fix(
+                {loop: cst.FlattenSentinel([loop.with_changes(body=block.with_changes(body=body)), moved])},
+                FixSafety.SAFE,
+            )
         return None
 
     def _missing_updates(self, amp: TorchAmp) -> None:
@@ -96,9 +113,12 @@ class GradScalerStepBypassed(TorchRule):
             site = self._after_steps(steps)
             fix = self._insert_update(site, scaler, {}) if site is not None else None
             for step in steps:
-                self.report(step, f"`{scaler}` is stepped but `{scaler}.update()` is never called: the next step raises "
-                                  "RuntimeError (step() has already been called since the last update()) and the scale never adapts",
-                            fix if step is steps[-1] else None)
+                self.report(
+                    step,
+                    f"`{scaler}` is stepped but `{scaler}.update()` is never called: the next step raises "
+                    "RuntimeError (step() has already been called since the last update()) and the scale never adapts",
+                    fix if step is steps[-1] else None,
+                )
 
     # --- where the one update() goes ------------------------------------------------------------
 
@@ -127,7 +147,10 @@ class GradScalerStepBypassed(TorchRule):
         for ancestor in self.context.ancestors(site):
             if isinstance(ancestor, cst.FunctionDef):
                 break
-            if isinstance(ancestor, cst.For) and {n.value for n in self.context.nodes_within(ancestor.target, cst.Name)} & roots:
+            if (
+                isinstance(ancestor, cst.For)
+                and {n.value for n in self.context.nodes_within(ancestor.target, cst.Name)} & roots
+            ):
                 site = ancestor
         return site
 
@@ -137,8 +160,9 @@ class GradScalerStepBypassed(TorchRule):
         for ancestor in self.context.ancestors(node):
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 break
-            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) \
-                    and not isinstance(self.context.parent(ancestor), cst.If):
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and not isinstance(
+                self.context.parent(ancestor), cst.If
+            ):
                 chain.append(ancestor)
         return chain[::-1]
 
@@ -157,8 +181,10 @@ class GradScalerStepBypassed(TorchRule):
 
     def _updates(self, node: cst.CSTNode, scaler: str) -> bool:
         scope = self.context.enclosing(node, cst.FunctionDef) or self.context.module
-        return any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "update" and dotted(c.func.value) == scaler
-                   for c in self.context.nodes_within(scope, cst.Call))
+        return any(
+            isinstance(c.func, cst.Attribute) and c.func.attr.value == "update" and dotted(c.func.value) == scaler
+            for c in self.context.nodes_within(scope, cst.Call)
+        )
 
     def _same_function(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         return self.context.enclosing(a, cst.FunctionDef) is self.context.enclosing(b, cst.FunctionDef)
@@ -168,16 +194,26 @@ class GradScalerStepBypassed(TorchRule):
             return False
         small = statement.body[0]
         call = small.value if isinstance(small, cst.Expr) else None
-        return isinstance(call, cst.Call) and not call.args and isinstance(call.func, cst.Attribute) \
-            and call.func.attr.value == "update" and dotted(call.func.value) == scaler
+        return (
+            isinstance(call, cst.Call)
+            and not call.args
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "update"
+            and dotted(call.func.value) == scaler
+        )
 
     def _steps_loop_target(self, loop: cst.For, scaler: str | None) -> bool:
         """``for opt in optimizers: scaler.step(opt)``: the loop visits several optimizers of one backward."""
         names = {n.value for n in self.context.nodes_within(loop.target, cst.Name)}
         for call in self.context.nodes_within(loop.body, cst.Call):
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "step" and dotted(func.value) == scaler and call.args \
-                    and (dotted(call.args[0].value) or "").split(".")[0] in names:
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "step"
+                and dotted(func.value) == scaler
+                and call.args
+                and (dotted(call.args[0].value) or "").split(".")[0] in names
+            ):
                 return True
         return False
 

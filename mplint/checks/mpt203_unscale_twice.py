@@ -21,12 +21,20 @@ class UnscaleTwice(TorchRule):
         flow = self.context.analysis(TrainingLoopFlow)
         for call in flow.findings(UNSCALE_TWICE):
             fix = self._remove(call) if flow.on_every_path(call) else None
-            self.report(call, f"`{self.code(call)}` unscales gradients already unscaled (or stepped) since the last `update()`: "
-                              "PyTorch raises RuntimeError (unscale_() has already been called on this optimizer)", fix)
+            self.report(
+                call,
+                f"`{self.code(call)}` unscales gradients already unscaled (or stepped) since the last `update()`: "
+                "PyTorch raises RuntimeError (unscale_() has already been called on this optimizer)",
+                fix,
+            )
         for manual in flow.findings(MANUAL_UNSCALE):
-            self.report(manual, "gradients are divided by the loss scale by hand and then `scaler.step` unscales them again: "
-                                "updates 65536x too small; drop the division (call `scaler.unscale_(optimizer)` if they "
-                                "must be unscaled before the step)", self._remove(manual))
+            self.report(
+                manual,
+                "gradients are divided by the loss scale by hand and then `scaler.step` unscales them again: "
+                "updates 65536x too small; drop the division (call `scaler.unscale_(optimizer)` if they "
+                "must be unscaled before the step)",
+                self._remove(manual),
+            )
 
     def _remove(self, node: cst.CSTNode) -> Fix | None:
         """Delete the statement; a ``for p in ...:`` loop that only held it goes with it."""

@@ -16,17 +16,23 @@ class TorchClipBeforeUnscale(TorchRule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return code.imports_torch and code.calls_any("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm",
-                                                     "clip_grads_with_norm_") and "scale" in code.calls
+        return (
+            code.imports_torch
+            and code.calls_any("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grads_with_norm_")
+            and "scale" in code.calls
+        )
 
     def visit_Module(self, node: cst.Module) -> None:
         flow = self.context.analysis(TrainingLoopFlow)
         for clip in flow.findings(CLIP_BEFORE_UNSCALE):
             scalers = sorted(flow.pending_scalers.get(id(clip), ()))
             scaler = scalers[0] if len(scalers) == 1 else "scaler"
-            self.report(clip, f"gradients are clipped while still multiplied by the loss scale (no `{scaler}.unscale_(optimizer)` "
-                              f"since `{scaler}.scale(loss).backward()`): the threshold is in effect 65536x too tight",
-                        self._fix(flow, clip, scalers))
+            self.report(
+                clip,
+                f"gradients are clipped while still multiplied by the loss scale (no `{scaler}.unscale_(optimizer)` "
+                f"since `{scaler}.scale(loss).backward()`): the threshold is in effect 65536x too tight",
+                self._fix(flow, clip, scalers),
+            )
 
     def _fix(self, flow: TrainingLoopFlow, clip: cst.Call, scalers: list[str]) -> Fix | None:
         """``scaler.unscale_(optimizer)`` on the line before the clip, when every path to the clip has a scaled
@@ -45,9 +51,14 @@ class TorchClipBeforeUnscale(TorchRule):
                     other_unscales = True
         if not steps and "MPT202" in self.context.active_rules:
             # MPT202's fix routes a bypassed ``optimizer.step()`` through this scaler in the same --fix
-            steps = {self.code(step.func.value) for step in flow.findings(STEP_BYPASSED)
-                     if self.context.contains(scope, step) and flow.pending_scalers.get(id(step)) == {scalers[0]}
-                     and flow.on_every_path(step) and not step.args}
+            steps = {
+                self.code(step.func.value)
+                for step in flow.findings(STEP_BYPASSED)
+                if self.context.contains(scope, step)
+                and flow.pending_scalers.get(id(step)) == {scalers[0]}
+                and flow.on_every_path(step)
+                and not step.args
+            }
         if len(steps) != 1 or other_unscales:
             return None
         unscale = cst.parse_statement(f"{scalers[0]}.unscale_({steps.pop()})\n")

@@ -24,11 +24,16 @@ class GradScalerWithBfloat16(TorchRule):
         if not regions or any(r.dtype != BFLOAT16 for r in regions):
             return
         for binding in amp.scalers:
-            if binding.enabled is not None and not (isinstance(binding.enabled, cst.Name) and binding.enabled.value == "True"):
+            if binding.enabled is not None and not (
+                isinstance(binding.enabled, cst.Name) and binding.enabled.value == "True"
+            ):
                 continue  # GradScaler(enabled=dtype == torch.float16) is what the docs recommend
-            self.report(binding.call, "GradScaler with bfloat16 autocast: bfloat16 has float32's exponent range, so loss scaling "
-                                      "only costs time (every autocast region of this file is bfloat16); remove the scaler",
-                        self._remove(binding))
+            self.report(
+                binding.call,
+                "GradScaler with bfloat16 autocast: bfloat16 has float32's exponent range, so loss scaling "
+                "only costs time (every autocast region of this file is bfloat16); remove the scaler",
+                self._remove(binding),
+            )
 
     def _remove(self, binding) -> Fix | None:
         """Unwrap every use of the scaler: ``scaler.scale(x)`` -> ``x``, ``scaler.step(opt)`` -> ``opt.step()``,
@@ -57,7 +62,9 @@ class GradScalerWithBfloat16(TorchRule):
                 removed_from[block] = removed_from.get(block, 0) + 1
             else:
                 return None
-        blocks = {id(b): b for b in self.context.nodes(cst.IndentedBlock)} | {id(self.context.module): self.context.module}
+        blocks = {id(b): b for b in self.context.nodes(cst.IndentedBlock)} | {
+            id(self.context.module): self.context.module
+        }
         if any(len(blocks[b].body) <= count for b, count in removed_from.items()):
             return None
         return Fix(replacements, FixSafety.SAFE)

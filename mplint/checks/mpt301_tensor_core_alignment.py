@@ -23,17 +23,55 @@ _SIZES = {
     "nn.GRU": (1, "hidden_size"),
 }
 # layer -> (position, keyword) of the size it takes from the layer before
-_INPUTS = {name: (0, "in_channels" if "Conv" in name else "input_size" if name in ("nn.LSTM", "nn.GRU") else "in_features")
-           for name in _SIZES if name not in ("nn.Embedding", "nn.MultiheadAttention")}
+_INPUTS = {
+    name: (0, "in_channels" if "Conv" in name else "input_size" if name in ("nn.LSTM", "nn.GRU") else "in_features")
+    for name in _SIZES
+    if name not in ("nn.Embedding", "nn.MultiheadAttention")
+}
 # Layers and functions whose output has their input's shape: what follows the last sized layer to the output.
-_ACTIVATIONS = ("ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
-                "Hardtanh", "Mish")
-_PRESERVING_LAYERS = frozenset({*(f"nn.{a}" for a in _ACTIVATIONS), "nn.Identity",
-                                *(f"nn.Dropout{n}" for n in ("", "1d", "2d", "3d"))})
-_PRESERVING_FUNCTIONS = frozenset({
-    *(f"nn.functional.{f}" for f in ("relu", "relu6", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh",
-                                    "softmax", "log_softmax", "dropout", "mish")),
-    "relu", "sigmoid", "tanh", "softmax", "log_softmax"})
+_ACTIVATIONS = (
+    "ReLU",
+    "ReLU6",
+    "LeakyReLU",
+    "ELU",
+    "GELU",
+    "SiLU",
+    "Sigmoid",
+    "Tanh",
+    "Softmax",
+    "LogSoftmax",
+    "Hardtanh",
+    "Mish",
+)
+_PRESERVING_LAYERS = frozenset(
+    {*(f"nn.{a}" for a in _ACTIVATIONS), "nn.Identity", *(f"nn.Dropout{n}" for n in ("", "1d", "2d", "3d"))}
+)
+_PRESERVING_FUNCTIONS = frozenset(
+    {
+        *(
+            f"nn.functional.{f}"
+            for f in (
+                "relu",
+                "relu6",
+                "leaky_relu",
+                "elu",
+                "gelu",
+                "silu",
+                "sigmoid",
+                "tanh",
+                "softmax",
+                "log_softmax",
+                "dropout",
+                "mish",
+            )
+        ),
+        "relu",
+        "sigmoid",
+        "tanh",
+        "softmax",
+        "log_softmax",
+    }
+)
 # Names of sizes and attributes that are a model's output (a class count, a vocabulary, a head).
 _OUTPUT_NAME = re.compile(r"class|label|vocab|target|out(put)?s?$|^n_?out|head|classifier|logit|num_out", re.I)
 
@@ -48,8 +86,19 @@ class TorchTensorCoreAlignment(TorchRule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        layers = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
-                  "Embedding", "MultiheadAttention", "LSTM", "GRU")
+        layers = (
+            "Linear",
+            "Conv1d",
+            "Conv2d",
+            "Conv3d",
+            "ConvTranspose1d",
+            "ConvTranspose2d",
+            "ConvTranspose3d",
+            "Embedding",
+            "MultiheadAttention",
+            "LSTM",
+            "GRU",
+        )
         reduced = code.calls_any("autocast", "half") or code.mentions("float16")  # .to(torch.float16)
         return code.imports_torch and reduced and code.calls_any(*layers)
 
@@ -71,8 +120,12 @@ class TorchTensorCoreAlignment(TorchRule):
                 continue  # sizes below 8 are heads (a regression output, 3D coordinates), not widths to pad
             rounded = -(-value.value // 8) * 8
             fix = self._fix(call, size, value, rounded)
-            self.report(size, f"`{keyword}={value.value}` of `{found.path}` is not a multiple of 8: under {precision} its "
-                              f"matmuls miss tensor cores (use {rounded})", fix)
+            self.report(
+                size,
+                f"`{keyword}={value.value}` of `{found.path}` is not a multiple of 8: under {precision} its "
+                f"matmuls miss tensor cores (use {rounded})",
+                fix,
+            )
 
     def _fix(self, call: cst.Call, size, value, rounded: int) -> Fix | None:
         """A PyTorch layer's size is also the next layer's input size: round a literal together with the
@@ -99,9 +152,15 @@ class TorchTensorCoreAlignment(TorchRule):
         outer = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
         if not isinstance(outer, cst.Call) or not (dotted(outer.func) or "").endswith("Sequential"):
             return None
-        later = outer.args[outer.args.index(arg) + 1:]
-        return next((a.value for a in later if isinstance(a.value, cst.Call)
-                     and self.context.names.torch_api(a.value.func, _SIZES) is not None), None)
+        later = outer.args[outer.args.index(arg) + 1 :]
+        return next(
+            (
+                a.value
+                for a in later
+                if isinstance(a.value, cst.Call) and self.context.names.torch_api(a.value.func, _SIZES) is not None
+            ),
+            None,
+        )
 
     def _layer_size(self, name: cst.Name) -> bool:
         arg = self.context.parent(name)
@@ -133,7 +192,7 @@ class TorchTensorCoreAlignment(TorchRule):
                 statements = list(method.body.body)
                 for ret in self.context.nodes_within(method, cst.Return):
                     top = next(a for a in [ret, *self.context.ancestors(ret)] if self.context.parent(a) is method.body)
-                    if self._produced_by(ret.value, statements[:statements.index(top)], attribute, preserving):
+                    if self._produced_by(ret.value, statements[: statements.index(top)], attribute, preserving):
                         return True
         return False
 
@@ -160,7 +219,9 @@ class TorchTensorCoreAlignment(TorchRule):
         """``self.x`` attributes of the class bound to an activation, dropout or identity layer."""
         found = set()
         for assign in self.context.nodes_within(owner, cst.Assign):
-            if isinstance(assign.value, cst.Call) and self.context.names.torch_api(assign.value.func, _PRESERVING_LAYERS):
+            if isinstance(assign.value, cst.Call) and self.context.names.torch_api(
+                assign.value.func, _PRESERVING_LAYERS
+            ):
                 found.update(dotted(t.target) or "" for t in assign.targets)
         return found - {""}
 
@@ -169,7 +230,11 @@ def _assignment_to(statement) -> cst.Assign | None:
     """``name = value`` as a whole statement line, else None."""
     if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
         assign = statement.body[0]
-        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+        if (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+        ):
             return assign
     return None
 

@@ -58,8 +58,13 @@ class ApexAmp(TorchRule):
             self._legacy(node, "`apex.fp16_utils` (FP16_Optimizer, network_to_half) is removed from apex")
         elif module.startswith("apex.amp") or "amp" in names:
             self.imports.append(node)
-            self.items.append((node, "apex's AMP is deprecated (NVIDIA points to torch.amp): use `torch.autocast` and "
-                                     "`torch.amp.GradScaler`"))
+            self.items.append(
+                (
+                    node,
+                    "apex's AMP is deprecated (NVIDIA points to torch.amp): use `torch.autocast` and "
+                    "`torch.amp.GradScaler`",
+                )
+            )
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -80,30 +85,43 @@ class ApexAmp(TorchRule):
 
     def _legacy(self, node, what: str) -> None:
         self.blocker = "the file uses apex.fp16_utils"
-        self.legacy.append((node, f"{what}: keep the model float32, run the forward and loss under `torch.autocast` and "
-                                 "step through `torch.amp.GradScaler`"))
+        self.legacy.append(
+            (
+                node,
+                f"{what}: keep the model float32, run the forward and loss under `torch.autocast` and "
+                "step through `torch.amp.GradScaler`",
+            )
+        )
 
     def _message(self, path: str, call: cst.Call) -> str:
         if path == "amp.initialize":
             level = self._opt_level(call)
             if level == "O0":
-                return "`amp.initialize(..., opt_level=\"O0\")` is plain float32: delete the call and apex"
+                return '`amp.initialize(..., opt_level="O0")` is plain float32: delete the call and apex'
             if level == "O3" and argument(call, 1, "optimizers") is None:
-                return ("`amp.initialize(model, opt_level=\"O3\")` without an optimizer casts the model to float16 for "
-                        "inference: write `model.half()`, which needs no apex")
+                return (
+                    '`amp.initialize(model, opt_level="O3")` without an optimizer casts the model to float16 for '
+                    "inference: write `model.half()`, which needs no apex"
+                )
             if level == "O3":
-                return ("`amp.initialize(..., opt_level=\"O3\")` trains in pure float16: no torch.amp equivalent; keep the model "
-                        "float32 and use `torch.autocast` with `torch.amp.GradScaler` (or `.half()` for inference only)")
+                return (
+                    '`amp.initialize(..., opt_level="O3")` trains in pure float16: no torch.amp equivalent; keep the model '
+                    "float32 and use `torch.autocast` with `torch.amp.GradScaler` (or `.half()` for inference only)"
+                )
             shown = f'"{level}"' if level else "?"
-            return (f"`amp.initialize(..., opt_level={shown})` is apex's deprecated AMP: keep model and optimizer, create "
-                    "`scaler = torch.amp.GradScaler(\"cuda\")`, run the forward and loss under `torch.autocast(\"cuda\")`")
+            return (
+                f"`amp.initialize(..., opt_level={shown})` is apex's deprecated AMP: keep model and optimizer, create "
+                '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`'
+            )
         if path == "amp.scale_loss":
             return "`with amp.scale_loss(loss, optimizer) as scaled_loss: scaled_loss.backward()` -> `scaler.scale(loss).backward()`"
         if path == "amp.master_params":
             return "`amp.master_params(optimizer)` -> the model's `parameters()`, after `scaler.unscale_(optimizer)`"
         verb = "saves" if path == "amp.state_dict" else "restores"
-        return (f"`{path}()` {verb} apex's loss-scaler state: use `scaler.{path.split('.')[1]}()` (checkpoints written by apex "
-                "hold their scale under another key and need converting)")
+        return (
+            f"`{path}()` {verb} apex's loss-scaler state: use `scaler.{path.split('.')[1]}()` (checkpoints written by apex "
+            "hold their scale under another key and need converting)"
+        )
 
     def _opt_level(self, call: cst.Call) -> str | None:
         value = argument(call, None, "opt_level")
@@ -167,7 +185,11 @@ class ApexAmp(TorchRule):
         if not isinstance(assign, cst.Assign) or len(args) != 2 or not all(isinstance(a, cst.Name) for a in args):
             raise _NoFix("`amp.initialize` is not `model, optimizer = amp.initialize(model, optimizer, ...)`")
         targets = self.code(assign.targets[0].target)
-        scaler = 'torch.amp.GradScaler("cuda")' if self.context.facts.torch_target.at_least("2.3") else "torch.cuda.amp.GradScaler()"
+        scaler = (
+            'torch.amp.GradScaler("cuda")'
+            if self.context.facts.torch_target.at_least("2.3")
+            else "torch.cuda.amp.GradScaler()"
+        )
         new = [cst.parse_statement(f"scaler = {scaler}\n")]
         if targets.replace(" ", "").strip("()") != f"{args[0].value},{args[1].value}":
             new.insert(0, cst.parse_statement(f"{targets} = {args[0].value}, {args[1].value}\n"))
@@ -192,7 +214,7 @@ class ApexAmp(TorchRule):
             if not isinstance(loss, cst.Name) or optimizer is None or not text.startswith(f"{scaled}.backward("):
                 raise _NoFix("the `amp.scale_loss` block does more than `scaled_loss.backward()`")
             optimizers.add(self.code(optimizer))
-            new = cst.parse_statement(f"scaler.scale({loss.value})" + text[len(scaled):] + "\n")
+            new = cst.parse_statement(f"scaler.scale({loss.value})" + text[len(scaled) :] + "\n")
             replacements[with_node] = new.with_changes(leading_lines=with_node.leading_lines)
             self._wrap_forward(with_node, loss.value, model, replacements)
         self._steps(optimizers, replacements)
@@ -204,46 +226,69 @@ class ApexAmp(TorchRule):
         statements = list(block.body)
         at = statements.index(with_node)
         end = at - 1
-        while end >= 0 and not (isinstance(statements[end], cst.SimpleStatementLine) and _assigns(statements[end], loss)):
+        while end >= 0 and not (
+            isinstance(statements[end], cst.SimpleStatementLine) and _assigns(statements[end], loss)
+        ):
             end -= 1
         start = end
-        while start > 0 and isinstance(statements[start - 1], cst.SimpleStatementLine) \
-                and not any(f".{stop}(" in self.code(statements[start - 1]) for stop in _STOPS):
+        while (
+            start > 0
+            and isinstance(statements[start - 1], cst.SimpleStatementLine)
+            and not any(f".{stop}(" in self.code(statements[start - 1]) for stop in _STOPS)
+        ):
             start -= 1
-        forward = statements[start:end + 1] if end >= 0 else []
+        forward = statements[start : end + 1] if end >= 0 else []
         if not forward or not any(f"{model}(" in self.code(s) for s in forward):
-            raise _NoFix(f"the forward pass (`{model}(...)` up to `{loss} = ...`) is not a run of statements before the backward")
+            raise _NoFix(
+                f"the forward pass (`{model}(...)` up to `{loss} = ...`) is not a run of statements before the backward"
+            )
         region = cst.parse_statement('with torch.autocast("cuda"):\n    pass\n')
-        region = region.with_changes(body=region.body.with_changes(body=[forward[0].with_changes(leading_lines=()), *forward[1:]]),
-                                     leading_lines=forward[0].leading_lines)
+        region = region.with_changes(
+            body=region.body.with_changes(body=[forward[0].with_changes(leading_lines=()), *forward[1:]]),
+            leading_lines=forward[0].leading_lines,
+        )
         replacements[forward[0]] = region
         for statement in forward[1:]:
             replacements[statement] = cst.RemovalSentinel.REMOVE
 
     def _steps(self, optimizers: set[str], replacements: dict) -> None:
-        steps = [c for c in self.context.nodes(cst.Call) if isinstance(c.func, cst.Attribute) and c.func.attr.value == "step"
-                 and self.code(c.func.value) in optimizers and not c.args]
+        steps = [
+            c
+            for c in self.context.nodes(cst.Call)
+            if isinstance(c.func, cst.Attribute)
+            and c.func.attr.value == "step"
+            and self.code(c.func.value) in optimizers
+            and not c.args
+        ]
         if not steps:
             raise _NoFix("no `optimizer.step()` to route through the scaler")
         for step in steps:
             line = self.statement_of(step)
             if line is None:
                 raise _NoFix("an `optimizer.step()` is part of a larger statement")
-            replacements[line] = cst.FlattenSentinel([
-                cst.parse_statement(f"scaler.step({self.code(step.func.value)})\n").with_changes(leading_lines=line.leading_lines),
-                cst.parse_statement("scaler.update()\n").with_changes(trailing_whitespace=line.trailing_whitespace),
-            ])
+            replacements[line] = cst.FlattenSentinel(
+                [
+                    cst.parse_statement(f"scaler.step({self.code(step.func.value)})\n").with_changes(
+                        leading_lines=line.leading_lines
+                    ),
+                    cst.parse_statement("scaler.update()\n").with_changes(trailing_whitespace=line.trailing_whitespace),
+                ]
+            )
 
     def _master_params(self, model: str, replacements: dict) -> None:
         for call in self.calls.get("amp.master_params", []):
             if not self._clipped(call):
-                raise _NoFix("`amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
-                             "master copy of an O2 model has no torch.amp counterpart")
+                raise _NoFix(
+                    "`amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
+                    "master copy of an O2 model has no torch.amp counterpart"
+                )
             optimizer = argument(call, 0, "optimizer")
             line = self.context.enclosing(call, cst.SimpleStatementLine)
             if optimizer is None or line is None or line in replacements:
                 raise _NoFix("`amp.master_params` is used where no unscale can precede it")
-            unscale = cst.parse_statement(f"scaler.unscale_({self.code(optimizer)})\n").with_changes(leading_lines=line.leading_lines)
+            unscale = cst.parse_statement(f"scaler.unscale_({self.code(optimizer)})\n").with_changes(
+                leading_lines=line.leading_lines
+            )
             rewritten = line.deep_replace(call, cst.parse_expression(f"{model}.parameters()"))
             replacements[line] = cst.FlattenSentinel([unscale, rewritten.with_changes(leading_lines=())])
 
@@ -252,8 +297,11 @@ class ApexAmp(TorchRule):
         parameters stand in for it."""
         arg = self.context.parent(call)
         clip = self.context.parent(arg) if isinstance(arg, cst.Arg) else None
-        return isinstance(clip, cst.Call) and clip.args[0] is arg \
+        return (
+            isinstance(clip, cst.Call)
+            and clip.args[0] is arg
             and self.context.names.torch_api(clip.func, CLIP_APIS) is not None
+        )
 
     def _checkpoints(self, replacements: dict) -> None:
         for path in ("amp.state_dict", "amp.load_state_dict"):
@@ -261,9 +309,15 @@ class ApexAmp(TorchRule):
                 replacements[call.func] = cst.parse_expression(f"scaler.{path.split('.')[1]}")
 
     def _whole_line(self, node: cst.CSTNode) -> cst.SimpleStatementLine:
-        line = node if isinstance(node, cst.SimpleStatementLine) else self.context.enclosing(node, cst.SimpleStatementLine)
-        if line is None or len(line.body) != 1 or not isinstance(self.context.parent(line), (cst.Module, cst.IndentedBlock)) \
-                or len(self.context.parent(line).body) < 2:
+        line = (
+            node if isinstance(node, cst.SimpleStatementLine) else self.context.enclosing(node, cst.SimpleStatementLine)
+        )
+        if (
+            line is None
+            or len(line.body) != 1
+            or not isinstance(self.context.parent(line), (cst.Module, cst.IndentedBlock))
+            or len(self.context.parent(line).body) < 2
+        ):
             raise _NoFix("an apex statement shares its line or is the only statement of its block")
         return line
 

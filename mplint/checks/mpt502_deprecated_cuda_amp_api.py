@@ -18,15 +18,27 @@ from mplint.knowledge.api_versions import torch_since
 _DEPRECATED = {
     f"{device}.amp.{path}": (device, name)
     for device in ("cuda", "cpu")
-    for path, name in (("autocast", "autocast"), ("autocast_mode.autocast", "autocast"), ("GradScaler", "GradScaler"),
-                       ("grad_scaler.GradScaler", "GradScaler"), ("custom_fwd", "custom_fwd"), ("custom_bwd", "custom_bwd"))
+    for path, name in (
+        ("autocast", "autocast"),
+        ("autocast_mode.autocast", "autocast"),
+        ("GradScaler", "GradScaler"),
+        ("grad_scaler.GradScaler", "GradScaler"),
+        ("custom_fwd", "custom_fwd"),
+        ("custom_bwd", "custom_bwd"),
+    )
     if device == "cuda" or not name.startswith("custom")
 }
 # What each name becomes: `torch.autocast` (from 1.10) is the same class as `torch.amp.autocast` (from 1.12), so the
 # rewrite of autocast holds on more of a range; the others exist under torch.amp only.
-_REPLACEMENT = {"autocast": "torch.autocast", "GradScaler": "torch.amp.GradScaler", "custom_fwd": "torch.amp.custom_fwd",
-                "custom_bwd": "torch.amp.custom_bwd"}
-_NEW_API = re.compile(r"(?<!cuda\.)(?<!cpu\.)\bamp\.(?:GradScaler|autocast|custom_fwd|custom_bwd)\(|\bautocast\(\s*(?:device_type=)?[\"']|GradScaler\(\s*(?:device=)?[\"']")
+_REPLACEMENT = {
+    "autocast": "torch.autocast",
+    "GradScaler": "torch.amp.GradScaler",
+    "custom_fwd": "torch.amp.custom_fwd",
+    "custom_bwd": "torch.amp.custom_bwd",
+}
+_NEW_API = re.compile(
+    r"(?<!cuda\.)(?<!cpu\.)\bamp\.(?:GradScaler|autocast|custom_fwd|custom_bwd)\(|\bautocast\(\s*(?:device_type=)?[\"']|GradScaler\(\s*(?:device=)?[\"']"
+)
 # torch.cuda.amp.autocast(enabled, dtype, cache_enabled) -> torch.autocast(device_type, dtype, enabled, cache_enabled)
 _AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
 
@@ -37,7 +49,11 @@ class DeprecatedCudaAmpApi(TorchRule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return code.imports_torch and "amp" in code.words and code.mentions("autocast", "GradScaler", "custom_fwd", "custom_bwd")
+        return (
+            code.imports_torch
+            and "amp" in code.words
+            and code.mentions("autocast", "GradScaler", "custom_fwd", "custom_bwd")
+        )
 
     def __init__(self, context):
         super().__init__(context)
@@ -86,9 +102,11 @@ class DeprecatedCudaAmpApi(TorchRule):
             return  # code for older torch, a branch that never runs on torch >= 2.4, or a shim's name
         path, device, name = found
         new = self._new_spelling(call, device, name)
-        message = (f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning): write "
-                   f"`{self.code(new) if new is not None else _REPLACEMENT[name]}` (target "
-                   f"{self.target.described})")
+        message = (
+            f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning): write "
+            f"`{self.code(new) if new is not None else _REPLACEMENT[name]}` (target "
+            f"{self.target.described})"
+        )
         since = torch_since(_REPLACEMENT[name])
         fix = None
         from mplint.engine.check import in_compatibility_branch  # the engine's own test of a version gate
@@ -102,8 +120,10 @@ class DeprecatedCudaAmpApi(TorchRule):
             fix = self._fix(node, func, new, FixSafety.SAFE)
         elif new is not None:
             # The old spelling is the only one the older part of the range has: a rewrite would break it there.
-            message += (f"; no automatic fix: `{_REPLACEMENT[name]}` exists from torch {since} only, and the range "
-                        f"admits older torch (pin torch >= {since}, or set `torch` in the config, for the fix)")
+            message += (
+                f"; no automatic fix: `{_REPLACEMENT[name]}` exists from torch {since} only, and the range "
+                f"admits older torch (pin torch >= {since}, or set `torch` in the config, for the fix)"
+            )
         self.report(node, message, fix)
 
     def _call_needs(self, call: cst.Call | None, device: str, name: str) -> tuple[Version, str] | None:
@@ -115,8 +135,10 @@ class DeprecatedCudaAmpApi(TorchRule):
         if device == "cpu":
             since = torch_since("torch.cpu.amp.autocast")
             return Version(since), f"`torch.cpu.amp` itself needs torch >= {since}"
-        if call is not None and (len([a for a in call.args if a.keyword is None]) > 1 or any(
-                a.keyword is not None and a.keyword.value in ("dtype", "cache_enabled") for a in call.args)):
+        if call is not None and (
+            len([a for a in call.args if a.keyword is None]) > 1
+            or any(a.keyword is not None and a.keyword.value in ("dtype", "cache_enabled") for a in call.args)
+        ):
             since = torch_since("torch.cuda.amp.autocast(dtype=)")
             return Version(since), f"the call's own `dtype`/`cache_enabled` needs torch >= {since}"
         return None
@@ -159,7 +181,9 @@ class DeprecatedCudaAmpApi(TorchRule):
                 return None
             args = [keyword_arg("device_type", cst.SimpleString(f'"{device}"')), *old_args]
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        args = [a.with_changes(comma=comma) for a in args[:-1]] + [args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+        args = [a.with_changes(comma=comma) for a in args[:-1]] + [
+            args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        ]
         return cst.Call(func, args)
 
     def _fix(self, node, func, new: cst.Call, safety: FixSafety) -> Fix:
@@ -197,7 +221,11 @@ class DeprecatedCudaAmpApi(TorchRule):
             line = self.context.parent(statement)
             kept = [a for a in statement.names if (a.asname.name.value if a.asname else dotted(a.name)) != name.value]
             if not kept:
-                return {line: cst.RemovalSentinel.REMOVE} if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+                return (
+                    {line: cst.RemovalSentinel.REMOVE}
+                    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+                    else None
+                )
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return {statement: statement.with_changes(names=kept)}
         return None

@@ -59,12 +59,16 @@ class TorchFloat16OverflowConstant(TorchRule):
             return
         shown = self.code(constant)
         if abs(value) > FLOAT16_MAX:
-            message = (f"`{shown}` is outside float16's range (largest finite value 65504) and `{self.code(tensor)}` is float16 "
-                       f"{why}: masked_fill raises 'value cannot be converted to type at::Half without overflow', arithmetic "
-                       "gives inf and NaN; bound it by the tensor's dtype (`torch.finfo(x.dtype).min`)")
+            message = (
+                f"`{shown}` is outside float16's range (largest finite value 65504) and `{self.code(tensor)}` is float16 "
+                f"{why}: masked_fill raises 'value cannot be converted to type at::Half without overflow', arithmetic "
+                "gives inf and NaN; bound it by the tensor's dtype (`torch.finfo(x.dtype).min`)"
+            )
         else:
-            message = (f"`{shown}` flushes to 0 in float16 (smallest subnormal 6e-8) and `{self.code(tensor)}` is float16 "
-                       f"{why}: the epsilon vanishes and log/division give inf or NaN")
+            message = (
+                f"`{shown}` flushes to 0 in float16 (smallest subnormal 6e-8) and `{self.code(tensor)}` is float16 "
+                f"{why}: the epsilon vanishes and log/division give inf or NaN"
+            )
         self.report(constant, message, self._fix(constant, value, tensor))
 
     def _value(self, node: cst.BaseExpression) -> float | None:
@@ -109,7 +113,10 @@ class TorchFloat16OverflowConstant(TorchRule):
     def _float32_name(self, tensor: cst.BaseExpression, scope) -> bool:
         text = dotted(tensor)
         return text is not None and any(
-            float32_cast(a.value) for a in self.context.nodes_within(scope, cst.Assign) if any(dotted(t.target) == text for t in a.targets))
+            float32_cast(a.value)
+            for a in self.context.nodes_within(scope, cst.Assign)
+            if any(dotted(t.target) == text for t in a.targets)
+        )
 
     def _in_module_method(self, node: cst.CSTNode) -> bool:
         owner = self.context.enclosing(node, cst.ClassDef)
@@ -131,7 +138,11 @@ class TorchFloat16OverflowConstant(TorchRule):
                 # no finfo(float32).min the code may have avoided on purpose), float16's limit where it does not.
                 new = f"{'max' if value < 0 else 'min'}({self.code(constant)}, {limit})"
         else:
-            if not isinstance(self.context.parent(constant), cst.BinaryOperation) or value < 0 or math.isclose(value, 0.0):
+            if (
+                not isinstance(self.context.parent(constant), cst.BinaryOperation)
+                or value < 0
+                or math.isclose(value, 0.0)
+            ):
                 return None
             new = f"(6.104e-05 if {dtype} == torch.float16 else {self.code(constant)})"
         return Fix({constant: cst.parse_expression(new)}, FixSafety.SAFE, imports=[ImportSpec("torch")])

@@ -68,11 +68,15 @@ def parse_native(path: str, source: bytes) -> ast.Module | Diagnostic:
     except (SyntaxError, LookupError) as exc:
         return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
     except UnicodeDecodeError as exc:
-        return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} at byte {exc.start}")
+        return _engine_diagnostic(
+            path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} at byte {exc.start}"
+        )
     try:
         return compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as native:
-        return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno or 1, max(native.offset or 1, 1))
+        return _engine_diagnostic(
+            path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno or 1, max(native.offset or 1, 1)
+        )
     except (RecursionError, MemoryError):
         return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
     except ValueError as exc:
@@ -101,7 +105,9 @@ def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagn
         compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as native:
         if native.lineno:
-            return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno, max(native.offset or 1, 1))
+            return _engine_diagnostic(
+                path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno, max(native.offset or 1, 1)
+            )
     except (ValueError, RecursionError, MemoryError):
         pass
     return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
@@ -128,6 +134,7 @@ def admits(rule: type[Rule], source: bytes, facts: Facts | None = None) -> bool:
 
 def _aliased_triggers(rule: type[Rule], facts: Facts) -> tuple[bytes, ...]:
     """Once per rule and project (every module shares the project's re-exports)."""
+
     def compute() -> tuple[bytes, ...]:
         out = []
         for alias, parts in facts.reexported_names.items():
@@ -228,18 +235,30 @@ def crash_message(rule: Rule, exc: Exception) -> str:
         where = f" in {first.name} ({_frame_path(first)}:{first.lineno})"
         if last is not first:
             where += f", raised at {_frame_path(last)}:{last.lineno} in {last.name}"
-    return (f"rule {label} crashed on this file: {exc!r}{where}; its findings for this file were dropped, "
-            "the other rules' findings are kept")
+    return (
+        f"rule {label} crashed on this file: {exc!r}{where}; its findings for this file were dropped, "
+        "the other rules' findings are kept"
+    )
 
 
 def _frame_path(frame: traceback.FrameSummary) -> str:
     """A frame's file, relative to the folder holding the mplint package when it is mplint's."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     filename = os.path.abspath(frame.filename)
-    return os.path.relpath(filename, os.path.dirname(package)) if filename.startswith(package + os.sep) else frame.filename
+    return (
+        os.path.relpath(filename, os.path.dirname(package)) if filename.startswith(package + os.sep) else frame.filename
+    )
 
 
-VERSION_WORDS = ("__version__", "version.parse", "LooseVersion", "StrictVersion", "parse_version", "VERSION", "hasattr(")
+VERSION_WORDS = (
+    "__version__",
+    "version.parse",
+    "LooseVersion",
+    "StrictVersion",
+    "parse_version",
+    "VERSION",
+    "hasattr(",
+)
 IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"})
 
 
@@ -256,7 +275,8 @@ def in_compatibility_branch(context: FileContext, node: cst.CSTNode) -> bool:
                 return True
         elif isinstance(ancestor, cst.Try):
             catches = {
-                n.value for h in ancestor.handlers
+                n.value
+                for h in ancestor.handlers
                 for n in ([h.type] if not isinstance(h.type, cst.Tuple) else [e.value for e in h.type.elements])
                 if isinstance(n, cst.Name)
             } | ({"Exception"} if any(h.type is None for h in ancestor.handlers) else set())
@@ -272,13 +292,30 @@ _RAISE_EXPECTATIONS = frozenset({"raises", "assertRaises", "assertRaisesRegex", 
 class _Run:
     """One lint pass over one parsed module."""
 
-    def __init__(self, path: str, module: cst.Module, options: CheckOptions, module_name: str, is_package: bool,
-                 source: bytes, rules: list[type[Rule]] | None = None, starts: Starts | None = None):
+    def __init__(
+        self,
+        path: str,
+        module: cst.Module,
+        options: CheckOptions,
+        module_name: str,
+        is_package: bool,
+        source: bytes,
+        rules: list[type[Rule]] | None = None,
+        starts: Starts | None = None,
+    ):
         self.path = path
         self.options = options
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.context = FileContext(path, self.wrapper, options.facts, module_name, is_package, source,
-                                   frozenset(r.id for r in options.rules), starts)
+        self.context = FileContext(
+            path,
+            self.wrapper,
+            options.facts,
+            module_name,
+            is_package,
+            source,
+            frozenset(r.id for r in options.rules),
+            starts,
+        )
         self.findings: list[Finding] = []
         self.crashes: list[Diagnostic] = []
         if rules is None:
@@ -305,7 +342,11 @@ class _Run:
                 line = self.context.position(finding.node).start.line
                 if suppressions.suppressed(visitor.meta, line) or self.expected_to_raise(finding.node):
                     continue
-                if visitor.silent_in_compatibility_branches and not finding.guards_read and in_compatibility_branch(self.context, finding.node):
+                if (
+                    visitor.silent_in_compatibility_branches
+                    and not finding.guards_read
+                    and in_compatibility_branch(self.context, finding.node)
+                ):
                     continue
                 self.findings.append(finding)
         self.findings.sort(key=lambda f: self.span(f.node))
@@ -330,10 +371,20 @@ class _Run:
         r = self.context.position(finding.node)
         safety = finding.fix.safety if finding.fix else FixSafety.NONE
         return Diagnostic(
-            self.path, finding.rule_id, meta.name, finding.message,
-            r.start.line, r.start.column + 1, r.end.line, r.end.column + 1,
-            finding.severity or meta.severity, safety, finding.fix.description if finding.fix else "", fixed,
-            edits=self.edits(finding), context=self.context.facts.context_record(),
+            self.path,
+            finding.rule_id,
+            meta.name,
+            finding.message,
+            r.start.line,
+            r.start.column + 1,
+            r.end.line,
+            r.end.column + 1,
+            finding.severity or meta.severity,
+            safety,
+            finding.fix.description if finding.fix else "",
+            fixed,
+            edits=self.edits(finding),
+            context=self.context.facts.context_record(),
             related=tuple(replace(r, path=r.path or self.path) for r in finding.related),
             imports=tuple(finding.fix.imports) if finding.fix else (),
         )
@@ -357,7 +408,9 @@ class _Run:
         return [f for f in self.findings if f.fix is not None and self.options.may_apply(f.fix.safety)]
 
 
-def check_source(path: str, source: bytes, options: CheckOptions, module_name: str = "", is_package: bool = False) -> FileResult:
+def check_source(
+    path: str, source: bytes, options: CheckOptions, module_name: str = "", is_package: bool = False
+) -> FileResult:
     """Check one file. Only files that some active rule can match reach libcst.
 
     Two pre-filters decide: the rules' byte triggers, then (on CPython's syntax tree, which also
@@ -366,8 +419,10 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
     result = FileResult(path, original_source=source)
     if len(source) > MAX_SOURCE_BYTES:
         # plain byte triggers only: a regular expression over many megabytes costs seconds per rule
-        if any(not rule.triggers or any(isinstance(t, bytes) and t in source for t in rule.triggers)
-               for rule in options.rules):
+        if any(
+            not rule.triggers or any(isinstance(t, bytes) and t in source for t in rule.triggers)
+            for rule in options.rules
+        ):
             message = f"file too large to check ({len(source) / 2**20:.1f} MiB, limit {MAX_SOURCE_BYTES // 2**20} MiB); skipped"
         elif not isinstance(parse_native(path, source), Diagnostic):
             return result
@@ -384,15 +439,32 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
         result.diagnostics.append(tree)
         return result
     if rules and options.prefilter:
-        rules = _candidates(rules, summarize(tree, source, options.facts.reexported_names, module_name, is_package,
-                                             options.facts.reexports, options.facts.summarized_names))
+        rules = _candidates(
+            rules,
+            summarize(
+                tree,
+                source,
+                options.facts.reexported_names,
+                module_name,
+                is_package,
+                options.facts.reexports,
+                options.facts.summarized_names,
+            ),
+        )
     if not rules:
         return result
     nodes = budget.syntax_nodes(tree, budget.MAX_SYNTAX_NODES)
     if nodes > budget.MAX_SYNTAX_NODES:
-        result.diagnostics.append(_engine_diagnostic(path, OVER_BUDGET, (
-            f"not fully checked: more than {budget.MAX_SYNTAX_NODES:,} syntax nodes (the per-file budget, about "
-            "300 MB); its imports and policies still count for the project, its own findings are not looked for")))
+        result.diagnostics.append(
+            _engine_diagnostic(
+                path,
+                OVER_BUDGET,
+                (
+                    f"not fully checked: more than {budget.MAX_SYNTAX_NODES:,} syntax nodes (the per-file budget, about "
+                    "300 MB); its imports and policies still count for the project, its own findings are not looked for"
+                ),
+            )
+        )
         return result
     starts = statement_starts(tree)  # where libcst's statements start: positions of only those asked about
     del tree  # CPython's tree (and the summary over it) is not needed while libcst's exists
@@ -401,14 +473,22 @@ def check_source(path: str, source: bytes, options: CheckOptions, module_name: s
             return _check_concrete(path, source, options, module_name, is_package, rules, result, starts)
     except budget.OverBudget:
         result = FileResult(path, original_source=source)
-        result.diagnostics.append(_engine_diagnostic(path, OVER_BUDGET, (
-            f"not fully checked: checking took longer than {budget.MAX_SECONDS:g} s (the per-file budget); "
-            "no finding or fix of this file is reported")))
+        result.diagnostics.append(
+            _engine_diagnostic(
+                path,
+                OVER_BUDGET,
+                (
+                    f"not fully checked: checking took longer than {budget.MAX_SECONDS:g} s (the per-file budget); "
+                    "no finding or fix of this file is reported"
+                ),
+            )
+        )
         return result
 
 
-def _check_concrete(path, source, options, module_name, is_package, rules, result: FileResult,
-                    starts: Starts | None = None) -> FileResult:
+def _check_concrete(
+    path, source, options, module_name, is_package, rules, result: FileResult, starts: Starts | None = None
+) -> FileResult:
     module = parse_concrete(path, source)
     if isinstance(module, Diagnostic):
         result.diagnostics.append(module)
@@ -440,10 +520,14 @@ def _fix(path, source, run: _Run, options, module_name, is_package, result: File
         new_source = new_module.bytes
         reparsed = parse(path, new_source)
         if isinstance(reparsed, Diagnostic):
-            return _reverted(first, result, f"the fixed file would not parse ({reparsed.message}); the file was left unchanged")
+            return _reverted(
+                first, result, f"the fixed file would not parse ({reparsed.message}); the file was left unchanged"
+            )
         run = _Run(path, reparsed, options, module_name, is_package, new_source)
     else:
-        return _reverted(first, result, f"fixes did not settle after {MAX_FIX_ROUNDS} rounds; the file was left unchanged")
+        return _reverted(
+            first, result, f"fixes did not settle after {MAX_FIX_ROUNDS} rounds; the file was left unchanged"
+        )
     final_source = keep_untouched(source, first.wrapper.module.bytes, run.wrapper.module.bytes)
     try:
         compile(final_source, path, "exec", dont_inherit=True)

@@ -147,13 +147,15 @@ class CodeSummary:
                         attributes.setdefault(target.attr, []).append(node.value)
             elif kind is ast.arguments:
                 positional = [*node.posonlyargs, *node.args]
-                for arg, default in zip(positional[len(positional) - len(node.defaults):], node.defaults):
+                for arg, default in zip(positional[len(positional) - len(node.defaults) :], node.defaults):
                     names.setdefault(arg.arg, []).append(default)
                 for arg, default in zip(node.kwonlyargs, node.kw_defaults):
                     if default is not None:
                         names.setdefault(arg.arg, []).append(default)
-        return ({name: tuple(values) for name, values in names.items()},
-                {name: tuple(values) for name, values in attributes.items()})
+        return (
+            {name: tuple(values) for name, values in names.items()},
+            {name: tuple(values) for name, values in attributes.items()},
+        )
 
     @functools.cached_property
     def _lines(self) -> list[bytes]:
@@ -171,9 +173,11 @@ class CodeSummary:
         lines = self._lines
         first, last = node.lineno - 1, node.end_lineno - 1
         if first == last:
-            raw = lines[first][node.col_offset:node.end_col_offset]
+            raw = lines[first][node.col_offset : node.end_col_offset]
         else:
-            raw = b"".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]])
+            raw = b"".join(
+                [lines[first][node.col_offset :], *lines[first + 1 : last], lines[last][: node.end_col_offset]]
+            )
         return raw.decode("utf-8", errors="replace")
 
     def api_names(self, call: ast.Call) -> list[KName]:
@@ -224,9 +228,15 @@ def walk_ast(root: ast.AST):
                 push(value)
 
 
-def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozenset[str]] = {}, module_name: str = "",
-              is_package: bool = False, reexports: Mapping[str, str] = {},
-              summarized: Mapping[str, frozenset[str]] = {}) -> CodeSummary:
+def summarize(
+    tree: ast.Module,
+    source: bytes,
+    reexported: Mapping[str, frozenset[str]] = {},
+    module_name: str = "",
+    is_package: bool = False,
+    reexports: Mapping[str, str] = {},
+    summarized: Mapping[str, frozenset[str]] = {},
+) -> CodeSummary:
     """The summary of one parsed file. ``reexported`` maps a re-exported name to the parts of its
     target and ``reexports`` is the project's table of them (``ProjectFacts``); ``module_name`` and
     ``is_package`` place the file for relative imports; ``summarized`` names the project's functions
@@ -321,10 +331,24 @@ def summarize(tree: ast.Module, source: bytes, reexported: Mapping[str, frozense
                 if name in table:
                     table.update(target)
     return CodeSummary(
-        source, tree, frozenset(words), frozenset(calls), frozenset(attribute_calls), frozenset(imported), aliases,
-        frozenset(bases), frozenset(keywords), frozenset(argument_words), frozenset(operators),
-        frozenset(operands), frozenset(arguments), {name: frozenset(paths) for name, paths in origins.items()},
-        tuple(called), reexported, reexports, summarized,
+        source,
+        tree,
+        frozenset(words),
+        frozenset(calls),
+        frozenset(attribute_calls),
+        frozenset(imported),
+        aliases,
+        frozenset(bases),
+        frozenset(keywords),
+        frozenset(argument_words),
+        frozenset(operators),
+        frozenset(operands),
+        frozenset(arguments),
+        {name: frozenset(paths) for name, paths in origins.items()},
+        tuple(called),
+        reexported,
+        reexports,
+        summarized,
     )
 
 

@@ -21,8 +21,17 @@ N = TypeVar("N", bound=cst.CSTNode)
 class FileContext:
     """One file under check. Metadata is resolved lazily, once, on first use."""
 
-    def __init__(self, path: str, wrapper: MetadataWrapper, facts: Facts, module_name: str, is_package: bool,
-                 source: bytes | None = None, active_rules: frozenset[str] = frozenset(), starts: Starts | None = None):
+    def __init__(
+        self,
+        path: str,
+        wrapper: MetadataWrapper,
+        facts: Facts,
+        module_name: str,
+        is_package: bool,
+        source: bytes | None = None,
+        active_rules: frozenset[str] = frozenset(),
+        starts: Starts | None = None,
+    ):
         self.path = path
         # The rules of this run: a fix may build on another rule's fix that the same --fix applies.
         self.active_rules = active_rules
@@ -123,7 +132,7 @@ class FileContext:
         found = self.nodes(*node_types)
         first, last = self.source_order(node), self.end_order(node)
         start = bisect.bisect_left(found, first, key=self.source_order)
-        return found[start:bisect.bisect_right(found, last, lo=start, key=self.source_order)]
+        return found[start : bisect.bisect_right(found, last, lo=start, key=self.source_order)]
 
     def findall(self, root: cst.CSTNode, matcher, node_types: tuple[type, ...]) -> list:
         """``libcst.matchers.findall(root, matcher)`` for a matcher of nodes of ``node_types``, from

@@ -72,7 +72,11 @@ def _head_length(body: Sequence[cst.BaseStatement]) -> int:
 
 
 def _single(statement: cst.BaseStatement, kinds) -> cst.BaseSmallStatement | None:
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], kinds):
+    if (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], kinds)
+    ):
         return statement.body[0]
     return None
 
@@ -84,5 +88,9 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 def _is_strict_flag(statement: cst.BaseStatement) -> bool:
     assign = _single(statement, cst.Assign)
-    return (assign is not None and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
-            and assign.targets[0].target.value == "__strict__")
+    return (
+        assign is not None
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and assign.targets[0].target.value == "__strict__"
+    )

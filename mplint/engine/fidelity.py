@@ -27,8 +27,8 @@ def keep_untouched(source: bytes, printed: bytes, fixed: bytes) -> bytes:
         return fixed
     original, before, after = lines(source), lines(printed), lines(fixed)
     tail: list[bytes] = []
-    if len(original) > len(before) and not b"".join(original[len(before):]).strip():
-        original, tail = original[:len(before)], original[len(before):]  # blank last lines libcst dropped
+    if len(original) > len(before) and not b"".join(original[len(before) :]).strip():
+        original, tail = original[: len(before)], original[len(before) :]  # blank last lines libcst dropped
     if len(original) != len(before):
         return fixed  # not a difference of whitespace within lines: nothing to map
     out: list[bytes] = []

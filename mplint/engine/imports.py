@@ -28,8 +28,9 @@ def dotted_name(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
-def import_bindings(names: Iterable[tuple[str, str | None]], level: int | None = None,
-                    module: str = "") -> list[tuple[str, str]]:
+def import_bindings(
+    names: Iterable[tuple[str, str | None]], level: int | None = None, module: str = ""
+) -> list[tuple[str, str]]:
     """The local names an import statement binds and the dotted path each stands for, as written (relative
     paths keep their dots: ``resolve_relative`` places them). ``names`` are (name, asname) pairs; ``level``
     None is ``import a.b`` (binds ``a`` to ``a``, or the alias to ``a.b``), an int is ``from <dots><module>
@@ -38,8 +39,11 @@ def import_bindings(names: Iterable[tuple[str, str | None]], level: int | None =
     if level is None:
         return [(asname, name) if asname else (name.split(".")[0], name.split(".")[0]) for name, asname in names]
     base = "." * level + module
-    return [(asname or name, f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}")
-            for name, asname in names if name != "*"]
+    return [
+        (asname or name, f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}")
+        for name, asname in names
+        if name != "*"
+    ]
 
 
 def resolve_relative(qualified: str, module_name: str, is_package: bool) -> str:

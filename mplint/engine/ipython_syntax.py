@@ -28,7 +28,8 @@ PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
 
 # IPython's own line magics and aliases, as IPython 9.18 registers them (the version the
 # test extra pins; tests/test_ipython_syntax.py compares this set with the installed one).
-IPYTHON_LINE_MAGICS = frozenset("""
+IPYTHON_LINE_MAGICS = frozenset(
+    """
     alias alias_magic autoawait autocall automagic bookmark cat cd code_wrap colors conda config cp
     debug dhist dirs doctest_mode ed edit env gui hist history killbgscripts ldir lf lk ll load
     load_ext loadpy logoff logon logstart logstate logstop ls lsmagic lx macro magic mamba matplotlib
@@ -36,7 +37,8 @@ IPYTHON_LINE_MAGICS = frozenset("""
     precision prun psearch psource pushd pwd pycat pylab quickref recall rehashx reload_ext rep rerun
     reset reset_selective rm rmdir run save sc set_env sx system tb time timeit unalias unload_ext uv
     who who_ls whos xdel xmode
-""".split())
+""".split()
+)
 # What a notebook kernel adds: ipykernel's kernel magics, and Colab's tensorflow_version.
 KERNEL_LINE_MAGICS = frozenset("autosave clear connect_info less man more qtconsole tensorflow_version".split())
 LINE_MAGICS = IPYTHON_LINE_MAGICS | KERNEL_LINE_MAGICS
@@ -130,7 +132,7 @@ def _strip_leading_indent(lines: list[Line]) -> None:
         if margin is None or margin.startswith(indent):
             margin = indent
         elif not indent.startswith(margin):
-            margin = margin[:next(i for i, (a, b) in enumerate(zip(margin, indent)) if a != b)]
+            margin = margin[: next(i for i, (a, b) in enumerate(zip(margin, indent)) if a != b)]
     if margin:
         for line in lines:
             if line.code:
@@ -176,7 +178,7 @@ def _triple_quote_mask(codes: list[str]) -> list[bool]:
         for m in _TRIPLE_QUOTE.finditer(code):
             if quote is None:
                 quote = m.group(1)
-                before = code[:m.start()]
+                before = code[: m.start()]
                 rest = _DOCTEST_PS2.sub("", _DOCTEST_PS1.sub("", before, count=1), count=1)
                 preserve = not (rest != before and seen_prompt) and bool(_STRING_PREFIX.match(rest.strip()))
                 mask[-1] = preserve
@@ -243,7 +245,7 @@ def _assignment(tokens: list[tuple]) -> tuple | None:
     depth = 0
     for i, (_, text, _, _, physical) in enumerate(tokens):
         if text == "=" and depth == 0:
-            after = tokens[i + 1:i + 3]
+            after = tokens[i + 1 : i + 3]
             if len(after) == 2 and after[0][1] == "%" and after[1][0] == "name":
                 return after[0][2], after[0][3], 10, "assign", None
             if after and after[0][0] == "error" and after[0][1] == "!" and not physical.strip().startswith("="):
@@ -266,7 +268,7 @@ def _continued_end(codes: list[str], start: int) -> int:
 def _apply(lines: list[Line], codes: list[str], found: tuple) -> bool:
     start, column, _, kind, q_line = found
     if kind == "help":
-        content = "\n".join(codes[start:q_line + 1])[column:] + "\n"
+        content = "\n".join(codes[start : q_line + 1])[column:] + "\n"
         if not _HELP_END.search(content):
             return False  # IPython's HelpEnd raises SyntaxError here and tries the next candidate
         _mask(lines, start, q_line, "pass", codes[start][:column])
@@ -280,13 +282,14 @@ def _apply(lines: list[Line], codes: list[str], found: tuple) -> bool:
 def _mask(lines: list[Line], start: int, end: int, placeholder: str, lead: str) -> None:
     lines[start].code = lead + placeholder
     lines[start].special = True
-    for line in lines[start + 1:end + 1]:
+    for line in lines[start + 1 : end + 1]:
         line.code, line.special = "", True
 
 
 # -- the tokens IPython looks at, grouped by logical line -------------------------------------
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>[ \t\f\r]+)
   | (?P<comment>\#[^\n]*)
   | (?P<string>(?:[rRbBuUfF]|[rR][bBfF]|[bBfF][rR])?(?:'''|\"\"\"|'|"))
@@ -296,7 +299,9 @@ _TOKEN = re.compile(r"""
   | (?P<continuation>\\\r?\n)
   | (?P<newline>\n)
   | (?P<error>.)
-""", re.VERBOSE | re.DOTALL)
+""",
+    re.VERBOSE | re.DOTALL,
+)
 _STRING_END = {
     "'''": re.compile(r"(?:[^\\]|\\.)*?'''", re.DOTALL),
     '"""': re.compile(r'(?:[^\\]|\\.)*?"""', re.DOTALL),
@@ -357,6 +362,7 @@ def _closed(groups: list[list[tuple]]) -> list[list[tuple]]:
 
 
 # -- names that shadow automagic commands ------------------------------------------------------
+
 
 def mask_automagic(code: CellCode, shadowed: set[str]) -> None:
     """Mask the cell's automagic line unless a name of the notebook shadows the command (``cat = ...``)."""

@@ -46,8 +46,13 @@ def whole_module(wrapper: MetadataWrapper):
 class LazyPositions:
     """A mapping node -> ``CodeRange`` equal to ``whole_module(wrapper)``, filled per top-level statement."""
 
-    def __init__(self, wrapper: MetadataWrapper, text: Callable[[], str], starts: Starts,
-                 parent: Callable[[cst.CSTNode], cst.CSTNode | None]):
+    def __init__(
+        self,
+        wrapper: MetadataWrapper,
+        text: Callable[[], str],
+        starts: Starts,
+        parent: Callable[[cst.CSTNode], cst.CSTNode | None],
+    ):
         self._wrapper = wrapper
         self._module = wrapper.module
         self._text = text
@@ -86,8 +91,13 @@ class LazyPositions:
         if line is None:
             return False
         module = self._module
-        state = PositionProvidingCodegenState(default_indent=module.default_indent, default_newline=module.default_newline,
-                                              provider=self._provider, line=line, column=0)
+        state = PositionProvidingCodegenState(
+            default_indent=module.default_indent,
+            default_newline=module.default_newline,
+            provider=self._provider,
+            line=line,
+            column=0,
+        )
         stmt._codegen(state)
         if not self._matches_source(stmt, line, state.tokens):
             self._provider._computed.clear()
@@ -125,7 +135,7 @@ class LazyPositions:
             self._offsets = self._line_offsets()
         if line > len(self._offsets):
             return False
-        source_line = self._text()[self._offsets[line - 1]:].split("\n", 1)[0].encode("utf-8")
+        source_line = self._text()[self._offsets[line - 1] :].split("\n", 1)[0].encode("utf-8")
         return _DECORATOR_PREFIX.fullmatch(source_line[:column]) is not None
 
     def _matches_source(self, stmt: cst.CSTNode, line: int, tokens: list[str]) -> bool:

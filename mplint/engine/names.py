@@ -164,8 +164,14 @@ class NameResolver:
     go to libcst's ScopeProvider, resolved once per file on first need.
     """
 
-    def __init__(self, wrapper: MetadataWrapper, module_name: str, is_package: bool, reexports: Mapping[str, str],
-                 source: bytes | None = None):
+    def __init__(
+        self,
+        wrapper: MetadataWrapper,
+        module_name: str,
+        is_package: bool,
+        reexports: Mapping[str, str],
+        source: bytes | None = None,
+    ):
         self._wrapper = wrapper
         self._module_name = module_name
         self._is_package = is_package

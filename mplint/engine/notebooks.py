@@ -207,9 +207,14 @@ def _read_cells(sources: list[tuple[int, str]]) -> list[Cell]:
 
     magics = ipython_syntax.LINE_MAGICS
     read = [(index, text, ipython_syntax.read_cell(text, magics)) for index, text in sources]
-    extensions = {name for _, text, code in read if code is not None
-                  for line, source in zip(code.lines, ipython_syntax.source_lines(text)) if line.special
-                  for name in ipython_syntax.loaded_extension_magics(source)}
+    extensions = {
+        name
+        for _, text, code in read
+        if code is not None
+        for line, source in zip(code.lines, ipython_syntax.source_lines(text))
+        if line.special
+        for name in ipython_syntax.loaded_extension_magics(source)
+    }
     if extensions - magics:  # `%load_ext tensorboard` makes `tensorboard --logdir logs` a command
         magics = magics | extensions
         read = [(index, text, ipython_syntax.read_cell(text, magics)) for index, text in sources]
@@ -246,6 +251,7 @@ def _syntax_error(cell: Cell) -> CellError | None:
 
 
 # -- write-back ---------------------------------------------------------------
+
 
 def _ws(raw: str, i: int) -> int:
     return _WS.match(raw, i).end()
@@ -290,7 +296,7 @@ def _format_source(text: str, was_list: bool, original: str, raw: str, key_start
     indent = step.group(1) if step else " "
     inner = re.match(r"\[\r?\n([ \t]*)", original)
     if inner and inner.group(1).startswith(key_indent):
-        indent = inner.group(1)[len(key_indent):]
+        indent = inner.group(1)[len(key_indent) :]
     dumped = json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
     newline = "\r\n" if "\r\n" in raw else "\n"
     return dumped.replace("\n", newline + key_indent)
@@ -318,6 +324,7 @@ def _splice_sources(raw: str, changed: dict[int, str]) -> str:
 
 # -- checking -----------------------------------------------------------------
 
+
 @dataclass
 class NotebookResult(FileResult):
     notebook: Notebook | None = None
@@ -334,7 +341,9 @@ class NotebookResult(FileResult):
         return []
 
 
-def _diagnostic(path: str, rule_id: str, message: str, line: int = 1, column: int = 1, cell: int | None = None) -> Diagnostic:
+def _diagnostic(
+    path: str, rule_id: str, message: str, line: int = 1, column: int = 1, cell: int | None = None
+) -> Diagnostic:
     from mplint.catalog import load_catalog
 
     meta = load_catalog()[rule_id]
@@ -354,10 +363,22 @@ def to_cell(nb: Notebook, d: Diagnostic) -> Diagnostic:
     for e in d.edits:
         start, end = nb.locate(e.line)[1], nb.locate(e.end_line)[1]
         edits.append(Edit(start, e.column + shift(start), end, e.end_column + shift(end), e.text))
-    related = tuple(replace(r, cell=nb.locate(r.line)[0], line=nb.locate(r.line)[1])
-                    if r.path in ("", d.path) and r.cell is None else r for r in d.related)
-    return replace(d, cell=cell, line=line, end_line=end_line, column=d.column + shift(line),
-                   end_column=d.end_column + shift(end_line), edits=tuple(edits), related=related)
+    related = tuple(
+        replace(r, cell=nb.locate(r.line)[0], line=nb.locate(r.line)[1])
+        if r.path in ("", d.path) and r.cell is None
+        else r
+        for r in d.related
+    )
+    return replace(
+        d,
+        cell=cell,
+        line=line,
+        end_line=end_line,
+        column=d.column + shift(line),
+        end_column=d.end_column + shift(end_line),
+        edits=tuple(edits),
+        related=related,
+    )
 
 
 def _cell_errors(path: str, nb: Notebook) -> list[Diagnostic]:
@@ -379,7 +400,11 @@ def check_notebook(path: str, data: bytes, check, module_name: str = "", is_pack
     elif texts is None:
         unfixed = check_source(path, nb.virtual.encode("utf-8"), replace(check, fix=False), module_name, is_package)
         out.diagnostics = [to_cell(nb, d) for d in unfixed.diagnostics]
-        out.diagnostics.append(_diagnostic(path, FIX_REVERTED, "the fixes would have merged notebook cells; the notebook was left unchanged"))
+        out.diagnostics.append(
+            _diagnostic(
+                path, FIX_REVERTED, "the fixes would have merged notebook cells; the notebook was left unchanged"
+            )
+        )
     else:
         out.fixed_cells = {c.index: texts[c.index] for c in nb.cells if texts[c.index] != c.text}
         out.fixed_source = nb.rewrite(result.fixed_source.decode("utf-8"))
@@ -392,6 +417,7 @@ def check_notebook(path: str, data: bytes, check, module_name: str = "", is_pack
 
 
 # -- positions in the .ipynb file ------------------------------------------------
+
 
 def _string_offsets(raw: str, quote: int) -> tuple[str, list[int], int]:
     """The JSON string literal at ``raw[quote] == '"'``: its text, the offset in ``raw`` of each of its characters,
@@ -408,12 +434,12 @@ def _string_offsets(raw: str, quote: int) -> tuple[str, list[int], int]:
             continue
         kind = raw[i + 1]
         if kind != "u":
-            chars.append(json.loads(f'"{raw[i:i + 2]}"'))
+            chars.append(json.loads(f'"{raw[i : i + 2]}"'))
             i += 2
             continue
-        unit = raw[i:i + 6]
-        if 0xD800 <= int(unit[2:], 16) < 0xDC00 and raw[i + 6:i + 8] == "\\u":
-            unit = raw[i:i + 12]
+        unit = raw[i : i + 6]
+        if 0xD800 <= int(unit[2:], 16) < 0xDC00 and raw[i + 6 : i + 8] == "\\u":
+            unit = raw[i : i + 12]
         chars.append(json.loads(f'"{unit}"'))
         i += len(unit)
     return "".join(chars), offsets, i

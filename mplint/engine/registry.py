@@ -22,9 +22,7 @@ def unknown_selectors(selectors: Iterable[str]) -> list[str]:
     return [s for s in selectors if not any(matches(s, m) for m in metas)]
 
 
-def select(
-    select: Iterable[str] | None, ignore: Iterable[str] = (), extend_select: Iterable[str] = ()
-) -> set[str]:
+def select(select: Iterable[str] | None, ignore: Iterable[str] = (), extend_select: Iterable[str] = ()) -> set[str]:
     """Rule IDs enabled by ``select``/``ignore``/``extend_select`` (Ruff's semantics)."""
     metas = rule_keys()
     if select is None:

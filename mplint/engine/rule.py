@@ -48,10 +48,17 @@ class Rule:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        wrong = [name for name in vars(cls) if name.startswith(("visit_", "leave_")) and name.count("_") > 1
-                 or name in ("get_metadata", "on_visit", "on_leave", "visit_batched")]
+        wrong = [
+            name
+            for name in vars(cls)
+            if name.startswith(("visit_", "leave_"))
+            and name.count("_") > 1
+            or name in ("get_metadata", "on_visit", "on_leave", "visit_batched")
+        ]
         if wrong:
-            raise TypeError(f"{cls.__name__}.{wrong[0]}: rules get visit_<Node>/leave_<Node> calls only (see mplint.engine.rule)")
+            raise TypeError(
+                f"{cls.__name__}.{wrong[0]}: rules get visit_<Node>/leave_<Node> calls only (see mplint.engine.rule)"
+            )
 
     @classmethod
     def active_for(cls, facts: Facts) -> bool:
@@ -68,8 +75,14 @@ class Rule:
         """
         return True
 
-    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None, severity: Severity | None = None,
-               related: tuple[Related, ...] = ()) -> None:
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str,
+        fix: Fix | None = None,
+        severity: Severity | None = None,
+        related: tuple[Related, ...] = (),
+    ) -> None:
         """``related``: the other end of a finding that crosses a boundary (path "" for this file)."""
         if fix is not None and not fix.description:
             fix.description = self.meta.fix.splitlines()[0] if self.meta.fix else ""

@@ -69,9 +69,15 @@ class StatementReuse:
             footer = module.footer
         while len(self.chunks) > KEPT:
             del self.chunks[next(iter(self.chunks))]
-        return cst.Module(body=body, header=header, footer=footer, encoding="utf-8",
-                          default_indent=indent or "    ", default_newline="\n",
-                          has_trailing_newline=text.endswith("\n"))
+        return cst.Module(
+            body=body,
+            header=header,
+            footer=footer,
+            encoding="utf-8",
+            default_indent=indent or "    ",
+            default_newline="\n",
+            has_trailing_newline=text.endswith("\n"),
+        )
 
 
 def _utf8_text(source: bytes) -> str | None:
@@ -97,7 +103,7 @@ def _chunks(text: str) -> list[str] | None:
     out, cut = [], 0
     for i, (first, last) in enumerate(spans):
         end = len(lines) if i == len(spans) - 1 else last
-        if any(line != "\n" and not line.startswith("#") for line in lines[cut:first - 1]):
+        if any(line != "\n" and not line.startswith("#") for line in lines[cut : first - 1]):
             return None  # something with indentation between statements: libcst may give it to the block above
         out.append("".join(lines[cut:end]))
         cut = end

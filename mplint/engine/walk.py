@@ -24,11 +24,27 @@ _ORDER: dict[type, tuple[str, ...]] = {
 }
 _FIELDS: dict[type, tuple[str, ...]] = {}
 # Whitespace, comments and punctuation: no check reads them as nodes, and they are half of every tree.
-_TRIVIA = frozenset({
-    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine,
-    cst.Comment, cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
-    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Comma, cst.Dot, cst.Colon, cst.AssignEqual, cst.Semicolon,
-})
+_TRIVIA = frozenset(
+    {
+        cst.SimpleWhitespace,
+        cst.ParenthesizedWhitespace,
+        cst.TrailingWhitespace,
+        cst.Newline,
+        cst.EmptyLine,
+        cst.Comment,
+        cst.LeftParen,
+        cst.RightParen,
+        cst.LeftSquareBracket,
+        cst.RightSquareBracket,
+        cst.LeftCurlyBrace,
+        cst.RightCurlyBrace,
+        cst.Comma,
+        cst.Dot,
+        cst.Colon,
+        cst.AssignEqual,
+        cst.Semicolon,
+    }
+)
 _VISITED: dict[type, bool] = {}  # per type: a node worth visiting (cached: isinstance on ABCs is slow)
 
 

@@ -39,9 +39,11 @@ def _handle(path: Path, remove: bool, now: float) -> str | None:
     except OSError:
         return None  # gone meanwhile: its run finished
     if path.name.endswith(BACKUP_SUFFIX):
-        original = path.name[1:-len(BACKUP_SUFFIX)].rsplit(".", 1)[0]
-        return (f"backup of {original} left by an interrupted in-place rewrite; {original} may be partly "
-                "written: compare the two, then delete the backup")
+        original = path.name[1 : -len(BACKUP_SUFFIX)].rsplit(".", 1)[0]
+        return (
+            f"backup of {original} left by an interrupted in-place rewrite; {original} may be partly "
+            "written: compare the two, then delete the backup"
+        )
     if age < STALE_SECONDS:
         return "temporary file of a write in progress (another mplint run?); left alone"
     if not remove:

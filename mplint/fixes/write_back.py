@@ -18,8 +18,16 @@ ENGINE_CODES = {PARSE_ERROR, FIX_REVERTED, RULE_CRASHED, OVER_BUDGET}
 CHANGED_NOTICE = "not fixed: the file changed on disk after mplint read it; run mplint again"
 
 
-def write_back(path: Path, display: str, data: bytes, result: FileResult, recheck: Callable[[bytes], FileResult],
-               add_noqa_comments: bool, errors: list[str], changed_on_disk: list[str]) -> tuple[FileResult, int, int]:
+def write_back(
+    path: Path,
+    display: str,
+    data: bytes,
+    result: FileResult,
+    recheck: Callable[[bytes], FileResult],
+    add_noqa_comments: bool,
+    errors: list[str],
+    changed_on_disk: list[str],
+) -> tuple[FileResult, int, int]:
     """Write ``result``'s fixes (and noqa comments) to ``path``, which must still hold ``data``; on a write
     failure the file is checked again as it is. A file changed since it was read is left alone, named in
     ``errors`` and ``changed_on_disk``. Returns the result that holds, and the noqa lines (changed, skipped)."""
@@ -47,8 +55,14 @@ def write_back(path: Path, display: str, data: bytes, result: FileResult, rechec
     return result, changed, skipped
 
 
-def _left_alone(path: Path, display: str, data: bytes, recheck: Callable[[bytes], FileResult], errors: list[str],
-                changed_on_disk: list[str]) -> FileResult:
+def _left_alone(
+    path: Path,
+    display: str,
+    data: bytes,
+    recheck: Callable[[bytes], FileResult],
+    errors: list[str],
+    changed_on_disk: list[str],
+) -> FileResult:
     """The findings of the file as it is now (the user's edit wins)."""
     errors.append(f"{display}: {CHANGED_NOTICE}")
     changed_on_disk.append(display)
@@ -80,5 +94,3 @@ def with_noqa(result: FileResult, data: bytes) -> tuple[bytes | None, int, int]:
         return None, 0, len(targets)
     code, changed, skipped = add_noqa(text, targets)
     return (code.encode(encoding) if changed else None), changed, skipped
-
-

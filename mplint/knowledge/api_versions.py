@@ -33,7 +33,10 @@ class KerasName(NamedTuple):
 
 
 _K2 = "keras-team/keras v2.6.0-v2.15.0 and keras-team/tf-keras v2.15.0-v2.21.0, keras/mixed_precision/loss_scale_optimizer.py"
-_K2_TF = "tensorflow/tensorflow@0029a3c3 tensorflow/python/keras/mixed_precision/loss_scale_optimizer.py (TF 2.4-2.5); " + _K2
+_K2_TF = (
+    "tensorflow/tensorflow@0029a3c3 tensorflow/python/keras/mixed_precision/loss_scale_optimizer.py (TF 2.4-2.5); "
+    + _K2
+)
 _K3 = "keras-team/keras v3.0.0-v3.15.1, keras/src/optimizers/loss_scale_optimizer.py"
 
 KERAS = {
@@ -43,13 +46,18 @@ KERAS = {
     "LossScaleOptimizer(initial_scale=)": KerasName(frozenset({2, 3}), None, f"{_K2_TF}; {_K3}"),
     "LossScaleOptimizer(dynamic_growth_steps=)": KerasName(frozenset({2, 3}), None, f"{_K2_TF}; {_K3}"),
     "LossScaleOptimizer(dynamic=)": KerasName(frozenset({2}), None, _K2_TF),
-    "optimizers.LossScaleOptimizer": KerasName(frozenset({3}), None, _K3 + " (@keras_export keras.optimizers.LossScaleOptimizer)"),
-    "mixed_precision.set_global_policy": KerasName(frozenset({2, 3}), None,
-                                                  f"{_K2}; keras-team/keras v3.0.0-v3.15.1 dtype policy module"),
-    "mixed_precision.experimental.LossScaleOptimizer": KerasName(frozenset({1, 2}), "2.8",
-                                                                 "keras-team/keras v2.6.0-v2.8.0; absent from v2.9.0"),
-    "mixed_precision.experimental.set_policy": KerasName(frozenset({1, 2}), "2.8",
-                                                         "keras-team/keras v2.6.0-v2.8.0; absent from v2.9.0"),
+    "optimizers.LossScaleOptimizer": KerasName(
+        frozenset({3}), None, _K3 + " (@keras_export keras.optimizers.LossScaleOptimizer)"
+    ),
+    "mixed_precision.set_global_policy": KerasName(
+        frozenset({2, 3}), None, f"{_K2}; keras-team/keras v3.0.0-v3.15.1 dtype policy module"
+    ),
+    "mixed_precision.experimental.LossScaleOptimizer": KerasName(
+        frozenset({1, 2}), "2.8", "keras-team/keras v2.6.0-v2.8.0; absent from v2.9.0"
+    ),
+    "mixed_precision.experimental.set_policy": KerasName(
+        frozenset({1, 2}), "2.8", "keras-team/keras v2.6.0-v2.8.0; absent from v2.9.0"
+    ),
     # LossScaleOptimizer members
     "get_scaled_loss": KerasName(frozenset({2}), None, _K2_TF),
     "get_unscaled_gradients": KerasName(frozenset({2}), None, _K2_TF),
@@ -59,8 +67,9 @@ KERAS = {
     "dynamic_scale": KerasName(frozenset({3}), None, _K3),
     "step_counter": KerasName(frozenset({3}), None, _K3),
     # an optimizer's own scaling argument (BaseOptimizer.__init__)
-    "optimizer(loss_scale_factor=)": KerasName(frozenset({3}), None,
-                                               "keras-team/keras v3.0.0-v3.15.1, keras/src/optimizers/base_optimizer.py"),
+    "optimizer(loss_scale_factor=)": KerasName(
+        frozenset({3}), None, "keras-team/keras v3.0.0-v3.15.1, keras/src/optimizers/base_optimizer.py"
+    ),
 }
 
 # The LossScaleOptimizer members above, by generation (the form tests and MP502 read).
@@ -72,8 +81,10 @@ class TorchName(NamedTuple):
     source: str
 
 
-_AMP_2_4 = ("https://github.com/pytorch/pytorch/pull/126531 (merged 2024-05, the 2.4 deprecation of torch.cuda.amp."
-            "custom_fwd/custom_bwd in favour of torch.amp's); https://pytorch.org/docs/2.4/amp.html")
+_AMP_2_4 = (
+    "https://github.com/pytorch/pytorch/pull/126531 (merged 2024-05, the 2.4 deprecation of torch.cuda.amp."
+    "custom_fwd/custom_bwd in favour of torch.amp's); https://pytorch.org/docs/2.4/amp.html"
+)
 
 _WHEELS = "the torch wheels' sources (see the module docstring)"
 TORCH = {
@@ -81,15 +92,22 @@ TORCH = {
     "torch.cuda.amp.GradScaler": TorchName("1.6", f"torch/cuda/amp/grad_scaler.py in 1.6.0, {_WHEELS}"),
     "torch.cuda.amp.custom_fwd": TorchName("1.6", f"torch/cuda/amp/autocast_mode.py in 1.6.0, {_WHEELS}"),
     "torch.cuda.amp.custom_bwd": TorchName("1.6", f"torch/cuda/amp/autocast_mode.py in 1.6.0, {_WHEELS}"),
-    "torch.cpu.amp.autocast": TorchName("1.10", f"torch/cpu/amp/autocast_mode.py in 1.10.0, no torch/cpu in 1.9.0, "
-                                                f"{_WHEELS}"),
+    "torch.cpu.amp.autocast": TorchName(
+        "1.10", f"torch/cpu/amp/autocast_mode.py in 1.10.0, no torch/cpu in 1.9.0, {_WHEELS}"
+    ),
     # the dtype/cache_enabled parameters: torch.cuda.amp.autocast(enabled=True) alone in 1.6-1.9
-    "torch.cuda.amp.autocast(dtype=)": TorchName("1.10", f"torch/cuda/amp/autocast_mode.py in 1.10.0 and 1.9.0, {_WHEELS}"),
+    "torch.cuda.amp.autocast(dtype=)": TorchName(
+        "1.10", f"torch/cuda/amp/autocast_mode.py in 1.10.0 and 1.9.0, {_WHEELS}"
+    ),
     "torch.autocast": TorchName("1.10", f"torch/__init__.py in 1.10.0, absent from 1.9.0, {_WHEELS}"),
     "torch.amp.autocast": TorchName("1.12", f"torch/amp/autocast_mode.py in 1.12.0, no torch/amp in 1.11.0, {_WHEELS}"),
     "torch.amp.GradScaler": TorchName("2.3", f"torch/amp/grad_scaler.py in 2.3.0, absent from 2.2.0, {_WHEELS}"),
-    "torch.amp.custom_fwd": TorchName("2.4", f"torch/amp/__init__.py in 2.4.0, absent from 2.3.0, {_WHEELS}; {_AMP_2_4}"),
-    "torch.amp.custom_bwd": TorchName("2.4", f"torch/amp/__init__.py in 2.4.0, absent from 2.3.0, {_WHEELS}; {_AMP_2_4}"),
+    "torch.amp.custom_fwd": TorchName(
+        "2.4", f"torch/amp/__init__.py in 2.4.0, absent from 2.3.0, {_WHEELS}; {_AMP_2_4}"
+    ),
+    "torch.amp.custom_bwd": TorchName(
+        "2.4", f"torch/amp/__init__.py in 2.4.0, absent from 2.3.0, {_WHEELS}; {_AMP_2_4}"
+    ),
 }
 
 TORCH_SINCE = {name: row.since for name, row in TORCH.items()}
@@ -134,7 +152,7 @@ def eras_of(generations, tf_newest: str | None = None) -> frozenset[str]:
 
 
 def eras_label(eras) -> str:
-    """"Keras 2 or Keras 3"; an era of Keras 2 alone keeps its TF versions."""
+    """ "Keras 2 or Keras 3"; an era of Keras 2 alone keeps its TF versions."""
     names = [e for e in ERAS if e in eras]
     if K2_EARLY in eras and K2 in eras:
         names = [e for e in names if e != K2_EARLY]

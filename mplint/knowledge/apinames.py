@@ -101,7 +101,7 @@ def canonical(qualified: str, reexports: Mapping[str, str] = {}) -> KName | None
         if qualified == prefix:
             return KName(ns, "")
         if qualified.startswith(prefix + "."):
-            rest = qualified[len(prefix) + 1:]
+            rest = qualified[len(prefix) + 1 :]
             if ns == "tf" and rest.startswith("keras."):
                 continue
             return KName(ns, _normalize_path(rest))
@@ -122,5 +122,5 @@ def torch_canonical(qualified: str) -> KName | None:
         if qualified == prefix:
             return KName(ns, "")
         if qualified.startswith(prefix + "."):
-            return KName(ns, qualified[len(prefix) + 1:])
+            return KName(ns, qualified[len(prefix) + 1 :])
     return None

@@ -9,5 +9,18 @@ CONVERSIONS = {"cast": 1, "dtypes.cast": 1, "image.convert_image_dtype": 1}
 DTYPE_KEYWORD_CONVERSIONS = frozenset({"array", "asarray", "convert_to_tensor"})
 # Calls whose arguments are computed with (besides `tf.image.*` and `tf.math.*`).
 NP_MATH = frozenset({"clip", "mean", "std", "subtract", "divide", "multiply", "add", "sqrt", "flip", "rot90"})
-TF_MATH = frozenset({"clip_by_value", "add", "subtract", "multiply", "divide", "truediv", "sqrt", "reduce_mean",
-                     "reduce_std", "maximum", "minimum"})
+TF_MATH = frozenset(
+    {
+        "clip_by_value",
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "truediv",
+        "sqrt",
+        "reduce_mean",
+        "reduce_std",
+        "maximum",
+        "minimum",
+    }
+)

@@ -17,8 +17,18 @@ KERAS3_RENAMES = {"loss_scale": "dynamic_scale", "dynamic_counter": "step_counte
 # The members of either generation's LossScaleOptimizer that the rules read or write.
 LSO_MEMBERS = KERAS2_METHODS | {SCALE_METHOD[3]} | KERAS3_RENAMES.keys() | set(KERAS3_RENAMES.values())
 # Attributes only a LossScaleOptimizer has (Keras 2 and 3): `hasattr(opt, ...)` tests for one.
-LSO_ATTRS = frozenset({"get_scaled_loss", "get_unscaled_gradients", "loss_scale", "dynamic_scale", "dynamic_counter",
-                       "initial_scale", "inner_optimizer", "dynamic_growth_steps"})
+LSO_ATTRS = frozenset(
+    {
+        "get_scaled_loss",
+        "get_unscaled_gradients",
+        "loss_scale",
+        "dynamic_scale",
+        "dynamic_counter",
+        "initial_scale",
+        "inner_optimizer",
+        "dynamic_growth_steps",
+    }
+)
 
 
 def scale_method(generation: int) -> str:

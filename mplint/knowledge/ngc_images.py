@@ -73,8 +73,12 @@ PYTORCH = (
     Release((22, 11), "1.13.0a0", _PT_NOTES + "rel-22-11.html"),
     # NVIDIA's Jetson build of the 24.01 release, torch-2.2.0a0+81ea7a4.nv24.01-cp310-cp310-linux_aarch64.whl
     # (a repository's comment agrees: "In NVIDIA PyTorch container 24.01, the PyTorch version is 2.2.0a0+81ea7a4")
-    Release((24, 1), "2.2.0a0", "https://developer.download.nvidia.com/compute/redist/jp/v60dp/pytorch/"
-                                "torch-2.2.0a0+81ea7a4.nv24.01-cp310-cp310-linux_aarch64.whl"),
+    Release(
+        (24, 1),
+        "2.2.0a0",
+        "https://developer.download.nvidia.com/compute/redist/jp/v60dp/pytorch/"
+        "torch-2.2.0a0+81ea7a4.nv24.01-cp310-cp310-linux_aarch64.whl",
+    ),
     Release((25, 12), "2.10.0a0", _PT_NOTES + "rel-25-12.html"),  # "based on 2.10.0a0+b4e4ee81d3"
 )
 
@@ -82,7 +86,9 @@ PYTORCH = (
 # tf1 flavour (``YY.MM-tf1-py3``), NVIDIA's TensorFlow 1.15 builds.
 TENSORFLOW1 = (
     # "TensorFlow container image version 18.05 is based on TensorFlow 1.7.0."
-    Release((18, 5), "1.7.0", "https://docs.nvidia.com/deeplearning/frameworks/tensorflow-release-notes/rel_18.05.html"),
+    Release(
+        (18, 5), "1.7.0", "https://docs.nvidia.com/deeplearning/frameworks/tensorflow-release-notes/rel_18.05.html"
+    ),
     # "TensorFlow container image version 18.07 is based on TensorFlow 1.8.0."
     Release((18, 7), "1.8.0", _TF_NOTES + "rel_18.07.html"),
     # "TensorFlow container image version 18.10 is based on TensorFlow 1.10.0."
@@ -92,12 +98,19 @@ TENSORFLOW1 = (
     Release((20, 6), "1.15.2", "https://developer.nvidia.com/blog/accelerating-tensorflow-on-a100-gpus/"),
     # NVIDIA's release tags v1.15.5+nvYY.MM in NVIDIA/tensorflow, whose tensorflow/tools/pip_package/setup.py at
     # the tag reads ``_VERSION = '1.15.5'``
-    *(Release((yy, mm), "1.15.5", f"{_NV_TF1}/tag/v1.15.5%2Bnv{yy}.{mm:02d}")
-      for yy, mm in ((21, 12), (22, 1), (22, 2), (22, 3), (22, 4), (22, 5), (22, 6), (22, 8))),
+    *(
+        Release((yy, mm), "1.15.5", f"{_NV_TF1}/tag/v1.15.5%2Bnv{yy}.{mm:02d}")
+        for yy, mm in ((21, 12), (22, 1), (22, 2), (22, 3), (22, 4), (22, 5), (22, 6), (22, 8))
+    ),
     # "NVIDIA TensorFlow release YY.MM is based on TensorFlow 1.15.5." (22.10 from its release tag, as above)
-    *(Release((yy, mm), "1.15.5", f"{_NV_TF1}/tag/v1.15.5%2Bnv{yy}.{mm:02d}" if (yy, mm) in ((22, 9), (22, 10))
-              else _NV_TF1)
-      for yy, mm in ((22, 9), (22, 10), (22, 11), (22, 12), (23, 1), (23, 2), (23, 3))),
+    *(
+        Release(
+            (yy, mm),
+            "1.15.5",
+            f"{_NV_TF1}/tag/v1.15.5%2Bnv{yy}.{mm:02d}" if (yy, mm) in ((22, 9), (22, 10)) else _NV_TF1,
+        )
+        for yy, mm in ((22, 9), (22, 10), (22, 11), (22, 12), (23, 1), (23, 2), (23, 3))
+    ),
 )
 
 # The first release whose notes name only the flavoured TensorFlow images ("Container image 20.03-tf1-py3 and
@@ -127,5 +140,8 @@ def between(table: tuple[Release, ...], release: tuple[int, int]) -> Bounds:
     before = [row for row in table if row.release < release]
     after = [row for row in table if row.release > release]
     low, high = (before[-1] if before else None), (after[0] if after else None)
-    return Bounds(low.version if low else None, high.version if high else None,
-                  tuple(row for row in (low, high) if row is not None))
+    return Bounds(
+        low.version if low else None,
+        high.version if high else None,
+        tuple(row for row in (low, high) if row is not None),
+    )

@@ -13,7 +13,9 @@ def render(report, stream: TextIO) -> None:
     for project in report.projects:
         stream.write(f"project {project.root.as_posix()} ({project.files} files)\n")
         if project.generation:
-            stream.write(f"  target for every program: {project.generation['label']} ({project.generation['source']})\n")
+            stream.write(
+                f"  target for every program: {project.generation['label']} ({project.generation['source']})\n"
+            )
         programs = sorted(project.programs, key=lambda p: (not p["policies"], p["entry"]))
         for program in programs:
             count = program["modules"]
@@ -53,4 +55,3 @@ def _library_status(library: dict[str, str], stream: TextIO) -> None:
         counts[kind] = counts.get(kind, 0) + 1
     for kind, count in sorted(counts.items()):
         stream.write(f"  {count} of {len(library)} files given: {kind}\n")
-

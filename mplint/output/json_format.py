@@ -19,8 +19,12 @@ def document(report) -> dict:
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "mplint", "version": __version__},
         "projects": [
-            {"root": p.root.as_posix(), "files": p.files, "keras_generation": p.generation,
-             "programs": [program for program in p.programs if program["policies"]]}
+            {
+                "root": p.root.as_posix(),
+                "files": p.files,
+                "keras_generation": p.generation,
+                "programs": [program for program in p.programs if program["policies"]],
+            }
             for p in report.projects
         ],
         "diagnostics": [d.to_dict() for d in remaining],

@@ -47,28 +47,54 @@ def _result(d, index: dict[str, int], regions: FileRegions) -> dict:
     related = []
     set_at = (d.context or {}).get("set_at")
     if set_at:  # where the policy that makes this a defect is set
-        related.append((f"{d.context['policy']} set here" + (f" (program {d.context['program']})" if d.context.get("program") else ""),
-                        set_at["path"], set_at.get("cell"), set_at["line"]))
+        related.append(
+            (
+                f"{d.context['policy']} set here"
+                + (f" (program {d.context['program']})" if d.context.get("program") else ""),
+                set_at["path"],
+                set_at.get("cell"),
+                set_at["line"],
+            )
+        )
     related.extend((r.message, r.path or d.path, r.cell, r.line) for r in d.related)  # the other end across a boundary
     if related:
-        result["relatedLocations"] = [{
-            "id": i,
-            "message": {"text": text},
-            "physicalLocation": {"artifactLocation": {"uri": _uri(path)},
-                                 "region": {"startLine": regions.point(path, cell, line)[0]}},
-            **({"properties": {"cell": cell, "cellLine": line}} if cell is not None else {}),
-        } for i, (text, path, cell, line) in enumerate(related, 1)]
-    if d.edits and d.cell is None:  # a cell's edits are in cell positions; a replacement in the JSON text would need them escaped
-        result["fixes"] = [{
-            "description": {"text": f"{d.fix_description} ({d.fix_safety.value} fix)"},
-            "artifactChanges": [{
-                "artifactLocation": {"uri": _uri(d.path)},
-                "replacements": [{
-                    "deletedRegion": {"startLine": e.line, "startColumn": e.column, "endLine": e.end_line, "endColumn": e.end_column},
-                    "insertedContent": {"text": e.text},
-                } for e in d.edits],
-            }],
-        }]
+        result["relatedLocations"] = [
+            {
+                "id": i,
+                "message": {"text": text},
+                "physicalLocation": {
+                    "artifactLocation": {"uri": _uri(path)},
+                    "region": {"startLine": regions.point(path, cell, line)[0]},
+                },
+                **({"properties": {"cell": cell, "cellLine": line}} if cell is not None else {}),
+            }
+            for i, (text, path, cell, line) in enumerate(related, 1)
+        ]
+    if (
+        d.edits and d.cell is None
+    ):  # a cell's edits are in cell positions; a replacement in the JSON text would need them escaped
+        result["fixes"] = [
+            {
+                "description": {"text": f"{d.fix_description} ({d.fix_safety.value} fix)"},
+                "artifactChanges": [
+                    {
+                        "artifactLocation": {"uri": _uri(d.path)},
+                        "replacements": [
+                            {
+                                "deletedRegion": {
+                                    "startLine": e.line,
+                                    "startColumn": e.column,
+                                    "endLine": e.end_line,
+                                    "endColumn": e.end_column,
+                                },
+                                "insertedContent": {"text": e.text},
+                            }
+                            for e in d.edits
+                        ],
+                    }
+                ],
+            }
+        ]
     return result
 
 
@@ -79,23 +105,29 @@ def document(report) -> dict:
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "mplint",
-                "version": __version__,
-                "informationUri": "https://pypi.org/project/mplint/",
-                "rules": [_rule(m, report.config.docs_url) for m in metas],
-            }},
-            "columnKind": "unicodeCodePoints",
-            "results": [_result(d, index, regions) for d in sorted(report.remaining, key=sort_key)],
-            "invocations": [{
-                "executionSuccessful": not report.errors,
-                "toolExecutionNotifications": [
-                    *({"level": "note", "message": {"text": n}} for n in report.notices),
-                    *({"level": "error", "message": {"text": e}} for e in report.errors),
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "mplint",
+                        "version": __version__,
+                        "informationUri": "https://pypi.org/project/mplint/",
+                        "rules": [_rule(m, report.config.docs_url) for m in metas],
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": [_result(d, index, regions) for d in sorted(report.remaining, key=sort_key)],
+                "invocations": [
+                    {
+                        "executionSuccessful": not report.errors,
+                        "toolExecutionNotifications": [
+                            *({"level": "note", "message": {"text": n}} for n in report.notices),
+                            *({"level": "error", "message": {"text": e}} for e in report.errors),
+                        ],
+                    }
                 ],
-            }],
-        }],
+            }
+        ],
     }
 
 

@@ -66,8 +66,17 @@ def _mark(paint: _Paint, safety: FixSafety) -> str:
     return ""
 
 
-def render(report, stream: TextIO, statistics: bool = False, show_source: bool = True, colour: bool | None = None,
-           quiet: bool = False, show_fixes: bool = False, fix_only: bool = False, **_) -> None:
+def render(
+    report,
+    stream: TextIO,
+    statistics: bool = False,
+    show_source: bool = True,
+    colour: bool | None = None,
+    quiet: bool = False,
+    show_fixes: bool = False,
+    fix_only: bool = False,
+    **_,
+) -> None:
     """``quiet``: the findings and nothing else; ``fix_only``: what was fixed and nothing else (Ruff's meanings)."""
     paint = _Paint(use_colour(stream, choice=colour))
     out: list[str] = []
@@ -77,7 +86,9 @@ def render(report, stream: TextIO, statistics: bool = False, show_source: bool =
     else:
         by_path = {r.path: r for r in report.results}
         for d in remaining:
-            out.append(f"{paint(location(d), 'bold')}: {paint(d.rule_id, 'red', 'bold')}{_mark(paint, d.fix_safety)} {d.message}")
+            out.append(
+                f"{paint(location(d), 'bold')}: {paint(d.rule_id, 'red', 'bold')}{_mark(paint, d.fix_safety)} {d.message}"
+            )
             if show_source:
                 out += _frame(paint, source_lines(by_path[d.path], d.cell), d)
             if d.fix_description:
@@ -112,8 +123,10 @@ def _fix_summary(report) -> list[str]:
 def _statistics(paint: _Paint, remaining) -> list[str]:
     counts = Counter((d.rule_id, d.name) for d in remaining)
     fixable = Counter(d.rule_id for d in remaining if d.fixable)
-    rows = [(str(n), rule_id, name, str(fixable[rule_id] or ""))
-            for (rule_id, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    rows = [
+        (str(n), rule_id, name, str(fixable[rule_id] or ""))
+        for (rule_id, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
     header = ("count", "rule", "name", "fixable")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
 
@@ -131,8 +144,10 @@ def _summary(paint: _Paint, report, remaining, listed: bool = False, fix_only: b
         out.append(f"Fixed {fixed} error{'s' if fixed != 1 else ''}.")
     changed = len(report.changed_on_disk)
     if changed:
-        out.append(f"Left {changed} file{'s' if changed != 1 else ''} unfixed: changed on disk during the run "
-                   "(run mplint again).")
+        out.append(
+            f"Left {changed} file{'s' if changed != 1 else ''} unfixed: changed on disk during the run "
+            "(run mplint again)."
+        )
     if fix_only:
         return out
     if not remaining:

@@ -65,9 +65,15 @@ FILES_KEPT = 4096  # file facts a memo keeps (every version of an edited file ad
 PROJECTS_KEPT = 16  # module facts a memo keeps (one per project, settings and checked file)
 
 
-def facts_of(loaded, cache: ProjectCache | None, digests: dict[Path, str], jobs: int | None,
-             expect: Callable[[str, int], None] | None = None, step: Callable[[], None] | None = None,
-             memo: FactsMemo | None = None) -> dict[Path, FileFacts]:
+def facts_of(
+    loaded,
+    cache: ProjectCache | None,
+    digests: dict[Path, str],
+    jobs: int | None,
+    expect: Callable[[str, int], None] | None = None,
+    step: Callable[[], None] | None = None,
+    memo: FactsMemo | None = None,
+) -> dict[Path, FileFacts]:
     """Each readable file's facts: from the memo or the cache, else extracted (in parallel); ``expect("facts",
     n)`` is told how many files are extracted, ``step`` after each."""
     found: dict[Path, FileFacts] = {}
@@ -109,25 +115,43 @@ def _extract_facts(item: tuple[SourcePath, bytes]) -> FileFacts | None:
     return facts
 
 
-def module_facts_of(config: Config, sources: list[SourcePath], file_facts: dict[Path, FileFacts],
-                    configured: Generation | None, policy: str | None, cache: ProjectCache | None = None,
-                    digests: dict[Path, str] | None = None, root: Path | None = None, memo: FactsMemo | None = None,
-                    expect: Callable[[str, int], None] | None = None, step: Callable[[], None] | None = None,
-                    ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
+def module_facts_of(
+    config: Config,
+    sources: list[SourcePath],
+    file_facts: dict[Path, FileFacts],
+    configured: Generation | None,
+    policy: str | None,
+    cache: ProjectCache | None = None,
+    digests: dict[Path, str] | None = None,
+    root: Path | None = None,
+    memo: FactsMemo | None = None,
+    expect: Callable[[str, int], None] | None = None,
+    step: Callable[[], None] | None = None,
+) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     """Every module's facts, from the program model of the project at ``root`` (the config's folder unless
     given: a nested project may use a config above it), cached while no file changes; with a ``memo``,
     kept while no file's facts change. ``expect`` and ``step`` follow the program model's walks (``ProjectModel``)."""
     root = root or config.root
-    pins_digest = (memo.pin_files_digest(root, sources) if memo is not None
-                   else pin_files_digest(root, sources) if cache is not None else "")
+    pins_digest = (
+        memo.pin_files_digest(root, sources)
+        if memo is not None
+        else pin_files_digest(root, sources)
+        if cache is not None
+        else ""
+    )
     if memo is None:
-        return _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest,
-                             expect, step)
+        return _module_facts(
+            config, sources, file_facts, configured, policy, cache, digests, root, pins_digest, expect, step
+        )
     key = (str(root), configured, policy, tuple((s.path, s.display) for s in sources), pins_digest)
     last = memo.projects.pop(key, None)
     if last is None or not _same_facts(last[0], file_facts):
-        last = (dict(file_facts), _module_facts(config, sources, file_facts, configured, policy, cache, digests, root,
-                                                pins_digest, expect, step))
+        last = (
+            dict(file_facts),
+            _module_facts(
+                config, sources, file_facts, configured, policy, cache, digests, root, pins_digest, expect, step
+            ),
+        )
     memo.projects[key] = last  # the newest last: the oldest go first
     while len(memo.projects) > PROJECTS_KEPT:
         del memo.projects[next(iter(memo.projects))]
@@ -147,24 +171,29 @@ def _modules_digest(by_path: dict[Path, ProjectFacts]) -> str:
     for path, facts in sorted(by_path.items()):
         if id(facts.reexports) not in shared:
             shared[id(facts.reexports)] = content_hash(
-                repr((sorted(facts.reexports.items()), sorted(facts.summaries.items()))).encode())
+                repr((sorted(facts.reexports.items()), sorted(facts.summaries.items()))).encode()
+            )
         keys.append((str(path), facts_key(facts, shared[id(facts.reexports)])))
     return content_hash(repr(keys).encode())
 
 
 def _same_facts(before: dict[Path, FileFacts], now: dict[Path, FileFacts]) -> bool:
     """Whether every file's facts are what they were (the same record, or an equal one extracted again)."""
-    return before.keys() == now.keys() and all(now[path] is facts or now[path] == facts for path, facts in before.items())
+    return before.keys() == now.keys() and all(
+        now[path] is facts or now[path] == facts for path, facts in before.items()
+    )
 
 
-def _module_facts(config, sources, file_facts, configured, policy, cache, digests, root, pins_digest, expect=None,
-                  step=None):
+def _module_facts(
+    config, sources, file_facts, configured, policy, cache, digests, root, pins_digest, expect=None, step=None
+):
     pins = PinFinder(root)
     pinned = None if configured else pins.target_for(root)
     key = None
     if cache is not None and digests is not None:
-        key = settings_key(sorted((s.display, digests.get(s.path)) for s in sources), configured, policy,
-                           str(root), pins_digest)
+        key = settings_key(
+            sorted((s.display, digests.get(s.path)) for s in sources), configured, policy, str(root), pins_digest
+        )
         cached = cache.module_facts(key)
         if cached is not None:
             by_display, summary = cached
@@ -173,7 +202,9 @@ def _module_facts(config, sources, file_facts, configured, policy, cache, digest
     for source in sources:
         if source.path in file_facts:
             name, is_package = module_name(source.path)
-            modules.append(Module(source.path, source.display, name, is_package, is_notebook(source.path), file_facts[source.path]))
+            modules.append(
+                Module(source.path, source.display, name, is_package, is_notebook(source.path), file_facts[source.path])
+            )
     reexports: dict[str, str] = {}
     for module in modules:
         reexports.update(module.facts.reexports)
@@ -189,7 +220,8 @@ def _module_facts(config, sources, file_facts, configured, policy, cache, digest
     # The root's pins are the target of every program unless some code says otherwise (tf_keras on a TF pin)
     project_wide = configured or (pinned if all(f.generation == pinned for f in by_display.values()) else None)
     summary = ProjectSummary(
-        root, len(modules),
+        root,
+        len(modules),
         [_program_record(p, by_display[p.entry.display], torch) for p in model.programs],
         _target_record(project_wide) if project_wide else None,
         {p.entry.display: sorted(m.display for m in p.parents) for p in model.programs},
@@ -203,8 +235,12 @@ def _program_record(program, facts: ProjectFacts, torch) -> dict:
     """What ``--show-facts`` and the JSON ``projects`` block say of one program."""
     return {
         "entry": program.entry.display,
-        "policies": [{"policy": s.policy, "path": s.path, "line": s.line} if s.cell is None
-                     else {"policy": s.policy, "path": s.path, "cell": s.cell, "line": s.cell_line} for s in program.sites],
+        "policies": [
+            {"policy": s.policy, "path": s.path, "line": s.line}
+            if s.cell is None
+            else {"policy": s.policy, "path": s.path, "cell": s.cell, "line": s.cell_line}
+            for s in program.sites
+        ],
         "keras_generation": _target_record(facts.generation),
         "torch": _torch_record(program, torch),
         "tpu": [f"{path}:{line}" for path, line in sorted(program.tpu_sites)],
@@ -242,18 +278,35 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
     """The facts as a value whose repr is the same in every process (no set iteration order). The project's
     re-exports, shared by every module and large in big projects, enter as their digest."""
     return (
-        facts.policies, facts.links, facts.generation, facts.tpu_sites,
+        facts.policies,
+        facts.links,
+        facts.generation,
+        facts.tpu_sites,
         reexports_digest or (sorted(facts.reexports.items()), sorted(facts.summaries.items())),
-        sorted(facts.keras_namespaces), facts.policy_from_config, facts.library_context, facts.distribution, facts.test_module,
-        sorted(facts.trained_names), facts.torch_pin,
+        sorted(facts.keras_namespaces),
+        facts.policy_from_config,
+        facts.library_context,
+        facts.distribution,
+        facts.test_module,
+        sorted(facts.trained_names),
+        facts.torch_pin,
     )
 
 
 def signature(facts: dict[Path, ProjectFacts]) -> tuple:
     """What a fix can change in the facts other files are checked with: each module's context, and the
     project's re-exports and function summaries (a fix that gives a builder a float32 dtype settles its callers)."""
-    per_module = {path: (f.policy_names, f.global_policy_names, f.generation.value, f.uses_tpu, f.keras_namespaces,
-                         f.library_context) for path, f in facts.items()}
+    per_module = {
+        path: (
+            f.policy_names,
+            f.global_policy_names,
+            f.generation.value,
+            f.uses_tpu,
+            f.keras_namespaces,
+            f.library_context,
+        )
+        for path, f in facts.items()
+    }
     tables = {id(f.summaries): (f.reexports, f.summaries) for f in facts.values()}
     return per_module, repr(sorted(repr(t) for t in tables.values()))
 
@@ -264,13 +317,14 @@ def project_facts(root: Path, keras: int | None = None, policy: str | None = Non
     config = load_config([root])
     found = discover([root], config.root, config.exclude, config.extend_exclude, config.respect_gitignore)
     nested = {folder: (marked_root(folder) or root) != root for folder in {s.path.parent for s in found.files}}
-    sources = [SourcePath(s.path, s.path.relative_to(root).as_posix()) for s in found.files if not nested[s.path.parent]]
+    sources = [
+        SourcePath(s.path, s.path.relative_to(root).as_posix()) for s in found.files if not nested[s.path.parent]
+    ]
     loaded = [(s, read_source(s)) for s in sources]
-    by_path, _ = module_facts_of(config, sources, facts_of(loaded, None, {}, 1), configured_target(config, None, keras),
-                                 policy or config.policy)
+    by_path, _ = module_facts_of(
+        config, sources, facts_of(loaded, None, {}, 1), configured_target(config, None, keras), policy or config.policy
+    )
     return {path.relative_to(root).as_posix(): facts for path, facts in by_path.items()}
-
-
 
 
 def pin_files_digest(root: Path, sources: list[SourcePath] = ()) -> str:

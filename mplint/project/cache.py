@@ -61,8 +61,10 @@ def _diagnostic_to_json(d: Diagnostic) -> dict:
     data = {name: getattr(d, name) for name in _DIAGNOSTIC_FIELDS}
     data["severity"] = d.severity.value
     data["fix_safety"] = d.fix_safety.value
-    data["edits"] = [{"line": e.line, "column": e.column, "end_line": e.end_line, "end_column": e.end_column,
-                      "text": e.text} for e in d.edits]
+    data["edits"] = [
+        {"line": e.line, "column": e.column, "end_line": e.end_line, "end_column": e.end_column, "text": e.text}
+        for e in d.edits
+    ]
     data["related"] = [[r.path, r.line, r.message, r.cell] for r in d.related]
     data["imports"] = [[i.module, i.obj, i.asname] for i in d.imports]
     return data
@@ -151,7 +153,6 @@ class _Store:
         except OSError:
             pass  # read-only tree: results stay correct, just uncached
 
-
     def merge_into_disk(self) -> None:
         """A shared store's new entries added to its file as it is on disk now (entries other runs wrote since
         are kept): entries are keyed by content digests, so whichever run wrote them, none is ever wrong."""
@@ -161,7 +162,9 @@ class _Store:
         for key, value in self.entries.items():
             on_disk.entries.pop(key, None)  # put again below, as the newest
             on_disk.put(key, value)
-        on_disk.live = set(list(on_disk.entries)[-SHARED_LIMIT:])  # bounded: an editor never runs the pruning command line
+        on_disk.live = set(
+            list(on_disk.entries)[-SHARED_LIMIT:]
+        )  # bounded: an editor never runs the pruning command line
         on_disk.save()
         self.dirty = False
 
@@ -220,7 +223,9 @@ def _torch_pin_from_json(raw: list):
     from mplint.project.torch_target import TorchTarget
 
     minimum, newest, source = raw
-    return TorchTarget(True, None if minimum is None else Version(minimum), None if newest is None else Version(newest), source)
+    return TorchTarget(
+        True, None if minimum is None else Version(minimum), None if newest is None else Version(newest), source
+    )
 
 
 _SHARED: dict[Path, _Store] = {}  # the stores of read-only runs, by file: one process's runs share them
@@ -257,24 +262,40 @@ class ProjectCache:
             return None
         try:
             reexports = dict(raw["reexports"])
-            roles = {name: {role: tuple(entry) for role, entry in by_role.items()} for name, by_role in raw["summaries"].items()}
+            roles = {
+                name: {role: tuple(entry) for role, entry in by_role.items()}
+                for name, by_role in raw["summaries"].items()
+            }
             by_display = {path: _module_facts_from_json(f, reexports, roles) for path, f in raw["modules"].items()}
             s = raw["summary"]
-            return by_display, ProjectSummary(Path(s["root"]), s["files"], s["programs"], s["generation"],
-                                              s.get("reached", {}))
+            return by_display, ProjectSummary(
+                Path(s["root"]), s["files"], s["programs"], s["generation"], s.get("reached", {})
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
     def store_module_facts(self, key: str, by_display: dict[str, ProjectFacts], summary) -> None:
         first = next(iter(by_display.values()), None)
-        self._model.put(key, {
-            "reexports": first.reexports if first else {},
-            "summaries": {name: {role: list(entry) for role, entry in by_role.items()}
-                            for name, by_role in first.summaries.items()} if first else {},
-            "modules": {path: _module_facts_to_json(f) for path, f in by_display.items()},
-            "summary": {"root": str(summary.root), "files": summary.files, "programs": summary.programs,
-                        "generation": summary.generation, "reached": summary.reached},
-        })
+        self._model.put(
+            key,
+            {
+                "reexports": first.reexports if first else {},
+                "summaries": {
+                    name: {role: list(entry) for role, entry in by_role.items()}
+                    for name, by_role in first.summaries.items()
+                }
+                if first
+                else {},
+                "modules": {path: _module_facts_to_json(f) for path, f in by_display.items()},
+                "summary": {
+                    "root": str(summary.root),
+                    "files": summary.files,
+                    "programs": summary.programs,
+                    "generation": summary.generation,
+                    "reached": summary.reached,
+                },
+            },
+        )
 
     def facts(self, path: str, digest: str) -> FileFacts | None:
         raw = self._facts.get(f"{path}:{digest}")

@@ -15,8 +15,18 @@ from mplint.knowledge.policies import POLICY_NAMES as POLICIES
 YAML_NAMES = (".mplint.yaml", ".mplint.yml")
 # What makes a folder a project root: packaging metadata, dependency pins (requirements files, conda
 # environments, Pipfiles, Dockerfiles: each names what its programs run on), an mplint config, a repository.
-_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", ".git", *YAML_NAMES,
-                 "environment.yml", "environment.yaml", "Pipfile", "Dockerfile")
+_ROOT_MARKERS = (
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "requirements.txt",
+    ".git",
+    *YAML_NAMES,
+    "environment.yml",
+    "environment.yaml",
+    "Pipfile",
+    "Dockerfile",
+)
 _ROOT_MARKER_GLOBS = ("requirements*.txt", "*.Dockerfile")
 
 
@@ -207,7 +217,8 @@ def marked_root(start: Path) -> Path | None:
     start = start.resolve()
     for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
         if any((folder / marker).exists() for marker in _ROOT_MARKERS) or any(
-                next(folder.glob(pattern), None) is not None for pattern in _ROOT_MARKER_GLOBS):
+            next(folder.glob(pattern), None) is not None for pattern in _ROOT_MARKER_GLOBS
+        ):
             return folder
     return None
 

@@ -62,8 +62,9 @@ def schema() -> dict:
         "description": "Settings of mplint: [tool.mplint] in pyproject.toml, or .mplint.yaml.",
         "type": "object",
         "additionalProperties": False,
-        "properties": {key: {"description": _DESCRIPTIONS[key], **_value_schema(check)}
-                       for key, (_, check) in cfg._KEYS.items()},
+        "properties": {
+            key: {"description": _DESCRIPTIONS[key], **_value_schema(check)} for key, (_, check) in cfg._KEYS.items()
+        },
     }
 
 

@@ -15,9 +15,32 @@ if TYPE_CHECKING:  # pathspec is imported only for patterns that need it (.gitig
     import pathspec
 
 DEFAULT_EXCLUDE = (
-    ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytype", ".ruff_cache",
-    ".svn", ".tox", ".venv", "venv", "__pypackages__", "_build", "buck-out", "build", "dist", "node_modules",
-    "site-packages", "__pycache__", ".ipynb_checkpoints", ".mplint_cache", ".pytest_cache", ".hypothesis",
+    ".bzr",
+    ".direnv",
+    ".eggs",
+    ".git",
+    ".hg",
+    ".mypy_cache",
+    ".nox",
+    ".pants.d",
+    ".pytype",
+    ".ruff_cache",
+    ".svn",
+    ".tox",
+    ".venv",
+    "venv",
+    "__pypackages__",
+    "_build",
+    "buck-out",
+    "build",
+    "dist",
+    "node_modules",
+    "site-packages",
+    "__pycache__",
+    ".ipynb_checkpoints",
+    ".mplint_cache",
+    ".pytest_cache",
+    ".hypothesis",
 )
 SUFFIXES = (".py", ".ipynb")
 
@@ -92,11 +115,14 @@ def _excluded_or_inside(excluded, path: Path, root: Path) -> bool:
     """``path`` or a folder above it (up to the project root) is excluded: what ``--force-exclude`` asks of a given path."""
     if _matches(excluded, path, root, path.is_dir()):
         return True
-    return any(_matches(excluded, folder, root, True) for folder in path.parents
-               if folder != root and root in folder.parents)
+    return any(
+        _matches(excluded, folder, root, True) for folder in path.parents if folder != root and root in folder.parents
+    )
 
 
-def is_excluded(path: Path, root: Path, exclude: Iterable[str] | None = None, extend_exclude: Iterable[str] = ()) -> bool:
+def is_excluded(
+    path: Path, root: Path, exclude: Iterable[str] | None = None, extend_exclude: Iterable[str] = ()
+) -> bool:
     """Whether the excludes skip ``path`` even when it is named explicitly (``--force-exclude``)."""
     excluded = _spec([*(DEFAULT_EXCLUDE if exclude is None else exclude), *extend_exclude])
     return _excluded_or_inside(excluded, Path(os.path.abspath(path)), root.resolve())
@@ -169,8 +195,7 @@ def discover(
             here = Path(folder)
             chain = chains.pop(here, [])
             subdirs[:] = sorted(
-                d for d in subdirs
-                if not is_excluded(here / d, True) and not git_ignored(here / d, True, chain)
+                d for d in subdirs if not is_excluded(here / d, True) and not git_ignored(here / d, True, chain)
             )
             for d in subdirs:
                 spec = _gitignore(here / d) if respect_gitignore else None

@@ -34,9 +34,18 @@ _FACT_TOKENS = re.compile(
 )
 _TRAINING_CALLS = frozenset({"compile", "fit"})
 # TF1 constructs, by canonical prefix: the program is TF1 (G0) unless it also sets a Keras policy.
-_TF1_PREFIXES = ("tensorflow.Session", "tensorflow.compat.v1.Session", "tensorflow.estimator", "tensorflow.compat.v1.estimator",
-                 "tensorflow.contrib", "tensorflow.compat.v1.disable_v2_behavior", "tensorflow.compat.v1.train.",
-                 "tensorflow.train.", "tensorflow.compat.v1.placeholder", "tensorflow.placeholder")
+_TF1_PREFIXES = (
+    "tensorflow.Session",
+    "tensorflow.compat.v1.Session",
+    "tensorflow.estimator",
+    "tensorflow.compat.v1.estimator",
+    "tensorflow.contrib",
+    "tensorflow.compat.v1.disable_v2_behavior",
+    "tensorflow.compat.v1.train.",
+    "tensorflow.train.",
+    "tensorflow.compat.v1.placeholder",
+    "tensorflow.placeholder",
+)
 _TF1_OPTIMIZER_SUFFIX = "Optimizer"
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "Exception"}
 
@@ -113,25 +122,67 @@ def _is_main_guard(stmt: ast.stmt) -> bool:
 
 
 # Module-level calls that library modules make too: they do no work of a program.
-_DECLARATIONS = frozenset({
-    "getLogger", "get_logger", "namedtuple", "NamedTuple", "TypeVar", "NewType", "compile", "partial", "field",
-    "dataclass", "register", "register_keras_serializable", "export", "keras_export", "tf_export", "LazyLoader",
-    "DEFINE_string", "DEFINE_integer", "DEFINE_float", "DEFINE_bool", "DEFINE_boolean", "DEFINE_enum", "DEFINE_list",
-    "DEFINE_multi_string", "declare_key_flag", "filterwarnings", "simplefilter", "getenv", "get", "frozenset", "set",
-    "object", "dict", "list", "tuple", "Enum", "deprecation", "external_configurable", "configurable",
-})
+_DECLARATIONS = frozenset(
+    {
+        "getLogger",
+        "get_logger",
+        "namedtuple",
+        "NamedTuple",
+        "TypeVar",
+        "NewType",
+        "compile",
+        "partial",
+        "field",
+        "dataclass",
+        "register",
+        "register_keras_serializable",
+        "export",
+        "keras_export",
+        "tf_export",
+        "LazyLoader",
+        "DEFINE_string",
+        "DEFINE_integer",
+        "DEFINE_float",
+        "DEFINE_bool",
+        "DEFINE_boolean",
+        "DEFINE_enum",
+        "DEFINE_list",
+        "DEFINE_multi_string",
+        "declare_key_flag",
+        "filterwarnings",
+        "simplefilter",
+        "getenv",
+        "get",
+        "frozenset",
+        "set",
+        "object",
+        "dict",
+        "list",
+        "tuple",
+        "Enum",
+        "deprecation",
+        "external_configurable",
+        "configurable",
+    }
+)
 
 
 def _does_work(stmt: ast.stmt) -> bool:
     """A module-level statement that runs something when the file is executed (`model = build()`, `fit(...)`)."""
     if isinstance(stmt, ast.Expr):
-        return isinstance(stmt.value, ast.Await) or isinstance(stmt.value, ast.Call) and callee_name(stmt.value) not in _DECLARATIONS
+        return (
+            isinstance(stmt.value, ast.Await)
+            or isinstance(stmt.value, ast.Call)
+            and callee_name(stmt.value) not in _DECLARATIONS
+        )
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Call):
         return callee_name(stmt.value) not in _DECLARATIONS
     if isinstance(stmt, (ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)):
         return True
     if isinstance(stmt, (ast.If, ast.Try)):
-        blocks = [stmt.body, stmt.orelse] + ([h.body for h in stmt.handlers] + [stmt.finalbody] if isinstance(stmt, ast.Try) else [])
+        blocks = [stmt.body, stmt.orelse] + (
+            [h.body for h in stmt.handlers] + [stmt.finalbody] if isinstance(stmt, ast.Try) else []
+        )
         return any(_does_work(s) for block in blocks for s in block)
     return False
 
@@ -249,7 +300,9 @@ class _Reader(_FastVisitor):
             self.aliases.update(import_bindings(((a.name, a.asname) for a in node.names), 0, module))
         for alias in node.names:
             bound = alias.asname or alias.name
-            self.facts.imports.append(ImportRecord(module, alias.name, bound if alias.name != "*" else "*", node.level, node.lineno))
+            self.facts.imports.append(
+                ImportRecord(module, alias.name, bound if alias.name != "*" else "*", node.level, node.lineno)
+            )
         if node.level == 0:
             kind = keras_namespace(module)
             if module == "tensorflow" and any(a.name == "keras" for a in node.names):
@@ -292,7 +345,9 @@ class _Reader(_FastVisitor):
     def visit_FunctionDef(self, node) -> None:
         outer = self.function[-1] if self.function else ""
         # Methods are named Class.method; nested functions belong to their top-level function.
-        self._enter(node, f"{outer}.{node.name}" if outer and outer[0].isupper() and "." not in outer else outer or node.name)
+        self._enter(
+            node, f"{outer}.{node.name}" if outer and outer[0].isupper() and "." not in outer else outer or node.name
+        )
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -304,7 +359,11 @@ class _Reader(_FastVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self.uses.add(node.attr)
-        if node.attr == "keras" and isinstance(node.value, ast.Name) and self.aliases.get(node.value.id, node.value.id) == "tensorflow":
+        if (
+            node.attr == "keras"
+            and isinstance(node.value, ast.Name)
+            and self.aliases.get(node.value.id, node.value.id) == "tensorflow"
+        ):
             self.facts.keras_imports.add("tf.keras")
         if node.attr in _TPU_NAMES:
             self.facts.tpu_lines.append(node.lineno)
@@ -318,7 +377,13 @@ class _Reader(_FastVisitor):
             return
         made = func.value
         # a variable holding a call's result names the callable; an imported model names itself
-        name = self.made_by.get(made.id, made.id) if isinstance(made, ast.Name) else callee_name(made) if isinstance(made, ast.Call) else None
+        name = (
+            self.made_by.get(made.id, made.id)
+            if isinstance(made, ast.Name)
+            else callee_name(made)
+            if isinstance(made, ast.Call)
+            else None
+        )
         if name and name not in self.facts.trains:
             self.facts.trains.append(name)
 
@@ -341,8 +406,12 @@ class _Reader(_FastVisitor):
                     if value in MIXED_POLICIES:
                         site.append(PolicySite(value, path, node.lineno, "layer", callee or "", where))
         self._legacy_keras_env(node, callee or "")
-        if callee and (callee.startswith(_TF1_PREFIXES[:-4]) or callee.startswith(("tensorflow.train.", "tensorflow.compat.v1.train."))
-                       and callee.endswith(_TF1_OPTIMIZER_SUFFIX) or callee.startswith(_TF1_PREFIXES[-2:])):
+        if callee and (
+            callee.startswith(_TF1_PREFIXES[:-4])
+            or callee.startswith(("tensorflow.train.", "tensorflow.compat.v1.train."))
+            and callee.endswith(_TF1_OPTIMIZER_SUFFIX)
+            or callee.startswith(_TF1_PREFIXES[-2:])
+        ):
             self.facts.tf1 = True
         self._sys_path(node, callee or "")
         self._package_path(node, callee or "")
@@ -357,8 +426,12 @@ class _Reader(_FastVisitor):
                 self.consts[node.targets[0].id] = values
             if isinstance(node.value, ast.Call) and callee_name(node.value):
                 self.made_by[node.targets[0].id] = callee_name(node.value)
-        elif len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call) \
-                and callee_name(node.value):  # `model, core = build()`: builders that return the model and parts
+        elif (
+            len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Tuple)
+            and isinstance(node.value, ast.Call)
+            and callee_name(node.value)
+        ):  # `model, core = build()`: builders that return the model and parts
             for element in node.targets[0].elts:
                 if isinstance(element, ast.Name):
                     self.made_by[element.id] = callee_name(node.value)
@@ -371,8 +444,12 @@ class _Reader(_FastVisitor):
 
     def _legacy_keras_env(self, node: ast.Call, callee: str) -> None:
         # os.environ.setdefault("TF_USE_LEGACY_KERAS", "1"), os.putenv(...), os.environ.update(...)
-        if len(node.args) >= 2 and _constant(node.args[0]) == "TF_USE_LEGACY_KERAS" and isinstance(_constant(node.args[1]), str) \
-                and legacy_keras_value(_constant(node.args[1])):
+        if (
+            len(node.args) >= 2
+            and _constant(node.args[0]) == "TF_USE_LEGACY_KERAS"
+            and isinstance(_constant(node.args[1]), str)
+            and legacy_keras_value(_constant(node.args[1]))
+        ):
             self.facts.legacy_keras_env = True
 
     def _sys_path(self, node: ast.Call, callee: str) -> None:
@@ -382,13 +459,16 @@ class _Reader(_FastVisitor):
         if entry is not None:
             self.facts.sys_paths.append(entry)
 
-
     def _package_path(self, node: ast.Call, callee: str) -> None:
         """``__path__.append(p)``, ``__path__.insert(i, p)``, ``__path__.extend([p, ...])`` at module level."""
         head, _, method = callee.partition(".")
         if head != "__path__" or self.function or not node.args or method not in ("append", "insert", "extend"):
             return
-        values = node.args[-1].elts if method == "extend" and isinstance(node.args[-1], (ast.List, ast.Tuple)) else [node.args[-1]]
+        values = (
+            node.args[-1].elts
+            if method == "extend" and isinstance(node.args[-1], (ast.List, ast.Tuple))
+            else [node.args[-1]]
+        )
         entries = [_path_value(v, self.qualified) for v in values]
         if not all(e and (e.startswith(HERE) or e.startswith("/")) for e in entries):
             return  # a relative entry is relative to the working directory: unknown here
@@ -444,7 +524,9 @@ def _follow_trained(tree: ast.Module, trains: list[str], made_by: dict[str, str]
 
 def _handler_names(handler: ast.ExceptHandler) -> set[str]:
     kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type] if handler.type else []
-    return {k.id if isinstance(k, ast.Name) else k.attr if isinstance(k, ast.Attribute) else "" for k in kinds} or {"Exception"}
+    return {k.id if isinstance(k, ast.Name) else k.attr if isinstance(k, ast.Attribute) else "" for k in kinds} or {
+        "Exception"
+    }
 
 
 def _constant(node: ast.AST):
@@ -521,8 +603,12 @@ def _module_level_imports(body: list[ast.stmt], conditional: bool = False, out: 
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             out[stmt.lineno] = conditional
         elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
-            for block in (stmt.body, getattr(stmt, "orelse", []), getattr(stmt, "finalbody", []),
-                          *(h.body for h in getattr(stmt, "handlers", []))):
+            for block in (
+                stmt.body,
+                getattr(stmt, "orelse", []),
+                getattr(stmt, "finalbody", []),
+                *(h.body for h in getattr(stmt, "handlers", [])),
+            ):
                 _module_level_imports(block, conditional or not isinstance(stmt, ast.With), out)
     return out
 
@@ -541,7 +627,11 @@ def _reexports(records: list[ImportRecord], module_name: str, conditional: dict[
             if record.module in _KERAS_ROOTS:
                 out.setdefault(module_name, record.module)
             continue
-        target = f"{record.module}.{record.name}" if record.name else (record.module if record.bound != record.module.split(".")[0] else record.bound)
+        target = (
+            f"{record.module}.{record.name}"
+            if record.name
+            else (record.module if record.bound != record.module.split(".")[0] else record.bound)
+        )
         if canonical(target) is not None:
             key = f"{module_name}.{record.bound}"
             if not conditional[record.line] or key not in out:
@@ -566,28 +656,51 @@ def _activation_params(statements: list[ast.stmt], source: bytes = b"") -> dict[
             continue
         params = function.args.args + function.args.kwonlyargs
         offset = 1 if owner is not function else 0  # `self` is not passed by callers of a class
-        defaults = dict(zip([a.arg for a in function.args.args][-len(function.args.defaults):] if function.args.defaults else [],
-                            function.args.defaults))
-        defaults.update({a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None})
+        defaults = dict(
+            zip(
+                [a.arg for a in function.args.args][-len(function.args.defaults) :] if function.args.defaults else [],
+                function.args.defaults,
+            )
+        )
+        defaults.update(
+            {a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None}
+        )
         names = {a.arg for a in params}
         held = {}  # self.attr -> parameter
         for node in _walk(owner):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in names:
                 for target in node.targets:
-                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    ):
                         held[target.attr] = node.value.id
         for node in _walk(owner):
             if not isinstance(node, ast.Call):
                 continue
             for kw in node.keywords:
                 value = kw.value
-                param = value.id if isinstance(value, ast.Name) and value.id in names else \
-                    held.get(value.attr) if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self" else None
+                param = (
+                    value.id
+                    if isinstance(value, ast.Name) and value.id in names
+                    else held.get(value.attr)
+                    if isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id == "self"
+                    else None
+                )
                 if kw.arg != "activation" or param is None or any(k.arg == "dtype" for k in node.keywords):
                     continue
-                index = [a.arg for a in function.args.args].index(param) - offset if param in [a.arg for a in function.args.args] else -1
+                index = (
+                    [a.arg for a in function.args.args].index(param) - offset
+                    if param in [a.arg for a in function.args.args]
+                    else -1
+                )
                 default = defaults.get(param)
-                default = default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None
+                default = (
+                    default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None
+                )
                 found.setdefault(owner.name, [param, index, default, node.lineno, node.col_offset + 1])
     return found
 
@@ -609,7 +722,7 @@ def _output_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dic
         else:
             continue
         positional = [a.arg for a in function.args.args]
-        defaults = dict(zip(positional[len(positional) - len(function.args.defaults):], function.args.defaults))
+        defaults = dict(zip(positional[len(positional) - len(function.args.defaults) :], function.args.defaults))
         defaults.update({a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults)})
         reads: dict[str, int] = {}
         for node in _walk(function):
@@ -619,7 +732,9 @@ def _output_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dic
             if not (isinstance(node, ast.Call) and _is_softmax_layer(node)):
                 continue
             dtype = next((k.value for k in node.keywords if k.arg == "dtype"), None)
-            if not (isinstance(dtype, ast.Name) and dtype.id in defaults.keys() | set(positional) and reads[dtype.id] == 1):
+            if not (
+                isinstance(dtype, ast.Name) and dtype.id in defaults.keys() | set(positional) and reads[dtype.id] == 1
+            ):
                 continue
             param = dtype.id
             index = positional.index(param) - offset if param in positional else -1
@@ -637,7 +752,9 @@ def _is_softmax_layer(call: ast.Call) -> bool:
     last = callee_name(call)
     if last == "Softmax":
         return True
-    spelled = [k.value for k in call.keywords if k.arg == "activation"] + (call.args[:1] if last == "Activation" else [])
+    spelled = [k.value for k in call.keywords if k.arg == "activation"] + (
+        call.args[:1] if last == "Activation" else []
+    )
     return any(isinstance(v, ast.Constant) and v.value == "softmax" for v in spelled)
 
 
@@ -650,8 +767,12 @@ def _conversion_dtype_params(statements: list[ast.stmt], source: bytes = b"") ->
         if isinstance(stmt, ast.FunctionDef):
             functions = [(stmt.name, stmt, 0)]
         elif isinstance(stmt, ast.ClassDef):
-            functions = [(f"{stmt.name}.{f.name}", f, 1) for f in stmt.body if isinstance(f, ast.FunctionDef)
-                         and not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in f.decorator_list)]
+            functions = [
+                (f"{stmt.name}.{f.name}", f, 1)
+                for f in stmt.body
+                if isinstance(f, ast.FunctionDef)
+                and not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in f.decorator_list)
+            ]
         else:
             continue
         for name, function, offset in functions:
@@ -667,8 +788,11 @@ def _conversion_dtype_param(function: ast.FunctionDef, offset: int) -> list | No
     params = {p for p in (*positional[offset:], *(a.arg for a in function.args.kwonlyargs)) if "type" in p}
     if not params:
         return None
-    conversions = [(node, dtype) for node in _walk(function) if isinstance(node, ast.Call)
-                   and isinstance(dtype := _conversion_dtype(node), ast.Name) and dtype.id in params]
+    conversions = [
+        (node, dtype)
+        for node in _walk(function)
+        if isinstance(node, ast.Call) and isinstance(dtype := _conversion_dtype(node), ast.Name) and dtype.id in params
+    ]
     if not conversions:
         return None
     parents = {child: node for node in _walk(function) for child in ast.iter_child_nodes(node)}
@@ -710,14 +834,34 @@ def _computed_with(call: ast.Call, function: ast.FunctionDef, parents: dict) -> 
         if isinstance(use, ast.Call) and node in use.args:
             dotted = _dotted(use.func) or ""
             last = dotted.rsplit(".", 1)[-1]
-            if ".image." in f".{dotted}" and last != "convert_image_dtype" or ".math." in f".{dotted}" \
-                    or last in TF_MATH or last in NP_MATH:
+            if (
+                ".image." in f".{dotted}"
+                and last != "convert_image_dtype"
+                or ".math." in f".{dotted}"
+                or last in TF_MATH
+                or last in NP_MATH
+            ):
                 return True
     return False
 
 
-_OPTIMIZER_CLASSES = frozenset({"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl",
-                                "Lion", "Lamb", "LAMB", "Adafactor"})
+_OPTIMIZER_CLASSES = frozenset(
+    {
+        "Adam",
+        "AdamW",
+        "SGD",
+        "RMSprop",
+        "Adagrad",
+        "Adadelta",
+        "Adamax",
+        "Nadam",
+        "Ftrl",
+        "Lion",
+        "Lamb",
+        "LAMB",
+        "Adafactor",
+    }
+)
 
 
 def _optimizer_factories(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
@@ -768,8 +912,11 @@ def _loss_scaling_helpers(statements: list[ast.stmt], source: bytes = b"") -> di
                     steps.add("scale")
                 elif node.func.attr == UNSCALE_METHOD:
                     steps.add("unscale")
-            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and any(
-                    isinstance(a, ast.Attribute) and a.attr in SCALE_ATTRS for a in _walk(node.right)):
+            elif (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Div)
+                and any(isinstance(a, ast.Attribute) and a.attr in SCALE_ATTRS for a in _walk(node.right))
+            ):
                 steps.add("manual_unscale")
         if steps:
             found[function.name] = ["+".join(sorted(steps)), -1, None, function.lineno, function.col_offset + 1]
@@ -789,20 +936,32 @@ def _loss_reduction_params(statements: list[ast.stmt], source: bytes) -> dict[st
         for node in own:
             if not (isinstance(node, ast.Call) and callee_name(node) in REDUCTION_NAMES and node.args):
                 continue
-            grown = [g for g in _walk(node.args[0]) if isinstance(g, ast.BinOp) and isinstance(g.op, ast.Pow)
-                     or isinstance(g, ast.Call) and callee_name(g) in GROWING_NAMES]
+            grown = [
+                g
+                for g in _walk(node.args[0])
+                if isinstance(g, ast.BinOp)
+                and isinstance(g.op, ast.Pow)
+                or isinstance(g, ast.Call)
+                and callee_name(g) in GROWING_NAMES
+            ]
             if any(isinstance(c, ast.Call) and callee_name(c) == "cast" for c in _walk(node.args[0])):
                 continue  # cast somewhere inside: the reduction's dtype is the cast's
             names = {n.id for g in grown for n in _walk(g) if isinstance(n, ast.Name)}
             if names & params & rebound:
                 continue  # `x = tf.cast(x, tf.float32)` first: the math is float32 (or mixes and fails anyway)
-            used = sorted(names & params,
-                          key=lambda p: (p not in positional, positional.index(p) if p in positional else 0, p))
+            used = sorted(
+                names & params, key=lambda p: (p not in positional, positional.index(p) if p in positional else 0, p)
+            )
             if used:
                 text = _segment(source, node)
                 value = ",".join(f"{p}@{positional.index(p) if p in positional else -1}" for p in used)
-                found[function.name] = [value, -1, text if len(text) <= 60 else text[:57] + "...", node.lineno,
-                                        node.col_offset + 1]
+                found[function.name] = [
+                    value,
+                    -1,
+                    text if len(text) <= 60 else text[:57] + "...",
+                    node.lineno,
+                    node.col_offset + 1,
+                ]
                 break
     return found
 
@@ -820,7 +979,7 @@ def _segment(source: bytes, node: ast.AST) -> str:
     """The node's source text on its first line, whitespace collapsed (bytes offsets: CPython's columns)."""
     line = source.splitlines()[node.lineno - 1]
     end = node.end_col_offset if node.end_lineno == node.lineno else len(line)
-    return " ".join(line[node.col_offset:end].decode("utf-8", "replace").split())
+    return " ".join(line[node.col_offset : end].decode("utf-8", "replace").split())
 
 
 _RANGE_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}  # MP601's operators
@@ -851,8 +1010,13 @@ def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[st
                     if isinstance(param, ast.Name) and param.id in params - rebound and _out_of_range(constant):
                         text = _segment(source, constant)  # one line (``_out_of_range``)
                         index = positional.index(param.id) if param.id in positional else -1
-                        found[function.name] = [param.id, index, f"{_RANGE_OPS[type(node.op)]} {text}", node.lineno,
-                                                node.col_offset + 1]
+                        found[function.name] = [
+                            param.id,
+                            index,
+                            f"{_RANGE_OPS[type(node.op)]} {text}",
+                            node.lineno,
+                            node.col_offset + 1,
+                        ]
                         break
                 if function.name in found:
                     break
@@ -959,9 +1123,13 @@ def _summaries(tree: ast.Module, source: bytes, facts: FileFacts) -> None:
             if spans is None:  # byte offsets of each definition's lines
                 starts = [0, *itertools.accumulate(len(line) for line in source.splitlines(keepends=True))]
                 spans = [(starts[d.lineno - 1], starts[min(d.end_lineno, len(starts) - 1)]) for d in definitions]
-            statements = [d for d, (start, end) in zip(definitions, spans)
-                          if all(_within(f, start, end) if isinstance(f, list) else source.find(f, start, end) >= 0
-                                 for f in found)]
+            statements = [
+                d
+                for d, (start, end) in zip(definitions, spans)
+                if all(
+                    _within(f, start, end) if isinstance(f, list) else source.find(f, start, end) >= 0 for f in found
+                )
+            ]
         for name, entry in summarize(statements, source).items():
             facts.summaries.setdefault(name, {})[kind] = entry
 

@@ -28,6 +28,7 @@ def reexported_names(reexports: dict) -> dict[str, frozenset[str]]:
             last = key.rsplit(".", 1)[-1]
             out[last] = out.get(last, frozenset()) | frozenset(target.split("."))
         return out
+
     return per_project_table(reexports, "names", compute)
 
 
@@ -80,8 +81,9 @@ class ProjectFacts:
         """The project's summaries of one kind (see ``FileFacts.summaries``): qualified name ->
         (value, index, default, path, line). Computed once per project."""
         summaries = self.summaries
-        return per_project_table(summaries, ("of", kind), lambda: {
-            name: kinds[kind] for name, kinds in summaries.items() if kind in kinds})
+        return per_project_table(
+            summaries, ("of", kind), lambda: {name: kinds[kind] for name, kinds in summaries.items() if kind in kinds}
+        )
 
     @property
     def summarized_names(self) -> dict[str, frozenset[str]]:
@@ -95,6 +97,7 @@ class ProjectFacts:
                 for kind in kinds:
                     out.setdefault(kind, set()).add(name.rsplit(".", 1)[-1])
             return {kind: frozenset(names) for kind, names in out.items()}
+
         return per_project_table(summaries, "summarized", compute)
 
     @property
@@ -136,8 +139,11 @@ class ProjectFacts:
 
     def describe_policy(self) -> str:
         """Where the MP context comes from, for messages: the policy, where it is set, and by which program."""
-        mixed = [(p, link) for p, link in zip(self.policies, self.links or [None] * len(self.policies))
-                 if p.policy not in FLOAT32_POLICIES]
+        mixed = [
+            (p, link)
+            for p, link in zip(self.policies, self.links or [None] * len(self.policies))
+            if p.policy not in FLOAT32_POLICIES
+        ]
         if not mixed:
             return self.library_reason() or "no mixed policy"
         site, link = mixed[0]
@@ -202,9 +208,15 @@ class ProjectFacts:
             if site.policy in FLOAT32_POLICIES:
                 continue
             record["policy"] = site.policy
-            record["set_at"] = None if site.how == "config" else (
-                {"path": site.path, "line": site.line} if site.cell is None
-                else {"path": site.path, "cell": site.cell, "line": site.cell_line})
+            record["set_at"] = (
+                None
+                if site.how == "config"
+                else (
+                    {"path": site.path, "line": site.line}
+                    if site.cell is None
+                    else {"path": site.path, "cell": site.cell, "line": site.cell_line}
+                )
+            )
             if link is not None:
                 record["program"] = link.entry
                 record["via"] = list(link.via)
@@ -226,6 +238,9 @@ class ProjectSummary:
     def reaching(self, checked: set[str], library: dict[str, str] | None = None) -> ProjectSummary:
         """The summary of a run that checks ``checked`` (display paths): the programs that reach one of them,
         and the library status of each file checked."""
-        programs = [p for p in self.programs if not checked.isdisjoint(self.reached.get(p["entry"], ()))] \
-            if self.reached else self.programs
+        programs = (
+            [p for p in self.programs if not checked.isdisjoint(self.reached.get(p["entry"], ()))]
+            if self.reached
+            else self.programs
+        )
         return ProjectSummary(self.root, self.files, programs, self.generation, self.reached, library or {})

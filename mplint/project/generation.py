@@ -38,8 +38,13 @@ _NAMES = {0: "G0 (TF1)", 1: "G1 (TF 2.1-2.3)", 2: "Keras 2", 3: "Keras 3"}
 
 # Nothing says which TensorFlow runs the code: every supported one may. ``value`` stays the newest, which decides
 # what a rule looks for; fixes that hold on part of the range only are unsafe.
-DEFAULT = Generation(3, "no pin, config or Keras import: any supported TensorFlow (set `target` or pin tensorflow)",
-                     "default", oldest=1, tf_range="TF >= 2.1")
+DEFAULT = Generation(
+    3,
+    "no pin, config or Keras import: any supported TensorFlow (set `target` or pin tensorflow)",
+    "default",
+    oldest=1,
+    tf_range="TF >= 2.1",
+)
 
 
 # TF_USE_LEGACY_KERAS values that select Keras 2, for code read statically and for the running process alike.
@@ -57,15 +62,18 @@ def from_setting(value: int, where: str) -> Generation:
     return Generation(value, f"target {Generation(value, '').label} from {where}", "config")
 
 
-def from_imports(keras_imports: set[str] | frozenset[str], legacy_env: bool, whose: str = "the code",
-                 tf1: bool = False) -> Generation | None:
+def from_imports(
+    keras_imports: set[str] | frozenset[str], legacy_env: bool, whose: str = "the code", tf1: bool = False
+) -> Generation | None:
     """What a program's own code says: tf_keras or TF_USE_LEGACY_KERAS=1 is Keras 2, TF1 sessions/Estimators
     without a Keras policy are TF1, `import keras` Keras 3. tf_keras comes first: it exists on TF 2 only, where
     ``tf.compat.v1`` graphs and sessions run too (tf_keras' own backend has them)."""
     if "tf_keras" in keras_imports or legacy_env:
         return Generation(2, f"{whose} imports tf_keras / sets TF_USE_LEGACY_KERAS=1", "imports")
     if tf1:
-        return Generation(0, f"{whose} uses TF1 (sessions, Estimators, tf.compat.v1 graphs) and sets no Keras policy", "imports")
+        return Generation(
+            0, f"{whose} uses TF1 (sessions, Estimators, tf.compat.v1 graphs) and sets no Keras policy", "imports"
+        )
     if "keras" in keras_imports:
         return Generation(3, f"{whose} imports Keras 3 (`import keras`)", "imports")
     return None

@@ -29,8 +29,16 @@ if TYPE_CHECKING:  # packaging is imported when a pin file is read: most warm ru
     from packaging.requirements import Requirement
     from packaging.version import Version
 
-_TF_PACKAGES = {"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos", "tf-nightly", "tensorflow-intel",
-                "intel-tensorflow", "tensorflow-aarch64"}
+_TF_PACKAGES = {
+    "tensorflow",
+    "tensorflow-cpu",
+    "tensorflow-gpu",
+    "tensorflow-macos",
+    "tf-nightly",
+    "tensorflow-intel",
+    "intel-tensorflow",
+    "tensorflow-aarch64",
+}
 
 
 @cache
@@ -41,6 +49,7 @@ def _samples(package: str) -> tuple[Version, ...]:
     if package == "keras":
         return tuple(Version(v) for v in ("2.4.0", "2.15.0", "3.0.0", "3.20.0", "4.0.0"))
     return tuple(Version(f"2.{minor}.0") for minor in range(0, 40))  # TF1 only where a pin names it
+
 
 _DOCKERFILE = re.compile(r"^(?:Dockerfile(?:[.-].*)?|.*\.[Dd]ockerfile)$")
 _METADATA_FILES = ("PKG-INFO", "METADATA")
@@ -153,7 +162,11 @@ def _loose_spec(spec) -> str:
 
 def _pipfile(path: Path) -> list[Requirement]:
     data = _toml(path)
-    specs = [f"{name}{_loose_spec(spec)}" for table in ("packages", "dev-packages") for name, spec in data.get(table, {}).items()]
+    specs = [
+        f"{name}{_loose_spec(spec)}"
+        for table in ("packages", "dev-packages")
+        for name, spec in data.get(table, {}).items()
+    ]
     return [r for r in map(_requirement, specs) if r is not None]
 
 
@@ -238,8 +251,13 @@ def _setup_py(path: Path) -> list[Requirement]:
 
 def _list_growth(call: ast.expr, names: dict) -> bool:
     """``reqs.append("x")`` / ``reqs.extend([...])`` on a list bound by name: applied to it."""
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
-            and isinstance(names.get(call.func.value.id), list) and len(call.args) == 1):
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and isinstance(names.get(call.func.value.id), list)
+        and len(call.args) == 1
+    ):
         return False
     value = _evaluate(call.args[0], names)
     if call.func.attr == "append" and isinstance(value, str):
@@ -266,7 +284,11 @@ def _evaluate(node: ast.AST, names: dict):
         items = [_evaluate(e, names) for e in node.elts]
         return [i for i in items if i is not None]
     if isinstance(node, ast.Dict):
-        return {k: _evaluate(v, names) for k, v in zip((_evaluate(k, names) for k in node.keys), node.values) if k is not None}
+        return {
+            k: _evaluate(v, names)
+            for k, v in zip((_evaluate(k, names) for k in node.keys), node.values)
+            if k is not None
+        }
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _evaluate(node.left, names), _evaluate(node.right, names)
         if isinstance(left, str) and isinstance(right, str) or isinstance(left, list) and isinstance(right, list):
@@ -278,7 +300,12 @@ def _evaluate(node: ast.AST, names: dict):
         if isinstance(container, list) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
             return container[node.slice.value] if -len(container) <= node.slice.value < len(container) else None
         return None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("dict", "list") and not node.args:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("dict", "list")
+        and not node.args
+    ):
         return {kw.arg: _evaluate(kw.value, names) for kw in node.keywords if kw.arg} if node.func.id == "dict" else []
     if isinstance(node, ast.JoinedStr):
         parts = [_evaluate(v.value if isinstance(v, ast.FormattedValue) else v, names) for v in node.values]
@@ -291,8 +318,10 @@ def _bounded(package: str, bounds, major: str = "") -> str:
     (``tensorflow>=1,<2``) or nothing (``torch``) without a bound."""
     if bounds.exact:
         return f"{package}=={bounds.oldest}"
-    parts = [f">={bounds.oldest}" if bounds.oldest else f">={major}" if major else "",
-             f"<={bounds.newest}" if bounds.newest else f"<{int(major) + 1}" if major else ""]
+    parts = [
+        f">={bounds.oldest}" if bounds.oldest else f">={major}" if major else "",
+        f"<={bounds.newest}" if bounds.newest else f"<{int(major) + 1}" if major else "",
+    ]
     return package + ",".join(p for p in parts if p)
 
 
@@ -314,8 +343,13 @@ def _image_requirements(image: str) -> list[Requirement]:
         specs.append(_bounded("torch", ngc_images.between(ngc_images.PYTORCH, (int(ngc.group(1)), int(ngc.group(2))))))
     elif name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
         m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
-        specs.append(f"tensorflow=={m.group(1)}" if m and m.group(1).count(".") == 2 else
-                     f"tensorflow=={m.group(1)}.*" if m else "tensorflow")
+        specs.append(
+            f"tensorflow=={m.group(1)}"
+            if m and m.group(1).count(".") == 2
+            else f"tensorflow=={m.group(1)}.*"
+            if m
+            else "tensorflow"
+        )
     elif name in ("pytorch/pytorch", "docker.io/pytorch/pytorch", "ghcr.io/pytorch/pytorch"):
         m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
         specs += [f"torch=={m.group(1)}" if m.group(1).count(".") == 2 else f"torch=={m.group(1)}.*"] if m else []
@@ -334,9 +368,11 @@ _VARIABLE = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")  # ${NAME}, ${NAM
 
 def _substitute(text: str, values: dict[str, str]) -> str:
     """Variables expanded as Docker expands them in a ``FROM`` line (an unknown one is left as written)."""
+
     def one(m: re.Match) -> str:
         value = values.get(m.group(1) or m.group(3))
         return value if value else m.group(2) if m.group(2) is not None else m.group(0)
+
     return _VARIABLE.sub(one, text)
 
 
@@ -386,8 +422,10 @@ def _metadata(path: Path) -> list[Requirement]:
 # --- the environment a README documents: the images it names and its install commands ---------------------
 
 _README = re.compile(r"^readme(?:\.(?:md|markdown|rst|txt))?$", re.I)
-_DOCUMENTED_IMAGE = re.compile(r"(?<![\w./-])((?:nvcr\.io/nvidia/(?:tensorflow|pytorch))|(?:(?:docker\.io|ghcr\.io)/)?"
-                               r"(?:tensorflow/tensorflow|pytorch/pytorch)):(\w[\w.-]*)")
+_DOCUMENTED_IMAGE = re.compile(
+    r"(?<![\w./-])((?:nvcr\.io/nvidia/(?:tensorflow|pytorch))|(?:(?:docker\.io|ghcr\.io)/)?"
+    r"(?:tensorflow/tensorflow|pytorch/pytorch)):(\w[\w.-]*)"
+)
 _INSTALL = re.compile(r"\b(pip3?|python3?\s+-m\s+pip|uv\s+pip|conda|mamba)\s+install\b([^\n`|;&]*)")
 _FRAMEWORKS = {"torch", "keras", "tf-keras", *_TF_PACKAGES}
 
@@ -421,8 +459,10 @@ def _documented(path: Path) -> list[tuple[str, list[Requirement]]]:
     for what, req in found:
         name = req.name.lower()
         families.setdefault("tensorflow" if name in _TF_PACKAGES else name, []).append((what, req))
-    return [(" and ".join(dict.fromkeys(w for w, _ in items)), [_either(family, [r for _, r in items])])
-            for family, items in families.items()]
+    return [
+        (" and ".join(dict.fromkeys(w for w, _ in items)), [_either(family, [r for _, r in items])])
+        for family, items in families.items()
+    ]
 
 
 def _either(family: str, requirements: list[Requirement]) -> Requirement:
@@ -431,15 +471,23 @@ def _either(family: str, requirements: list[Requirement]) -> Requirement:
         return requirements[0]
     samples = _samples("keras" if family == "keras" else "tensorflow")
     allowed = [v for req in requirements for v in _allowed(req, samples)]
-    open_above = any(not any(s.operator in ("<", "<=", "==", "~=", "===") for s in req.specifier) for req in requirements)
+    open_above = any(
+        not any(s.operator in ("<", "<=", "==", "~=", "===") for s in req.specifier) for req in requirements
+    )
     low, high = min(allowed), max(allowed)
     name = requirements[0].name
     either = f"{name}>={low}" if open_above else f"{name}=={low}" if low == high else f"{name}>={low},<={high}"
     return _requirement(either) or requirements[0]
 
 
-_READERS = (("pyproject.toml", "_pyproject"), ("setup.py", "_setup_py"), ("setup.cfg", "_setup_cfg"),
-            ("environment.yml", "_conda"), ("environment.yaml", "_conda"), ("Pipfile", "_pipfile"))
+_READERS = (
+    ("pyproject.toml", "_pyproject"),
+    ("setup.py", "_setup_py"),
+    ("setup.cfg", "_setup_cfg"),
+    ("environment.yml", "_conda"),
+    ("environment.yaml", "_conda"),
+    ("Pipfile", "_pipfile"),
+)
 
 
 def _requirement_files(folder: Path) -> list[Path]:
@@ -449,7 +497,9 @@ def _requirement_files(folder: Path) -> list[Path]:
 def _metadata_files(folder: Path) -> list[Path]:
     """An unpacked sdist's PKG-INFO, an unpacked wheel's ``*.dist-info/METADATA``, an ``*.egg-info/PKG-INFO``."""
     found = [folder / "PKG-INFO"] if (folder / "PKG-INFO").is_file() else []
-    return found + sorted(p for pattern in ("*.dist-info/METADATA", "*.egg-info/PKG-INFO") for p in folder.glob(pattern))
+    return found + sorted(
+        p for pattern in ("*.dist-info/METADATA", "*.egg-info/PKG-INFO") for p in folder.glob(pattern)
+    )
 
 
 def _dockerfiles(folder: Path) -> list[Path]:
@@ -510,7 +560,9 @@ def pin_files(folders: Iterable[Path]) -> set[Path]:
             continue
         found.add(path)
         if path.suffix in (".txt", ".in", ".yml", ".yaml") or path.name.startswith("requirements"):
-            for include in re.findall(r"(?:^|\s)(?:-r|--requirement|-c|--constraint)[\s=]+([^\s#]+)", _read(path), re.M):
+            for include in re.findall(
+                r"(?:^|\s)(?:-r|--requirement|-c|--constraint)[\s=]+([^\s#]+)", _read(path), re.M
+            ):
                 todo.append((path.parent / include).resolve())
     return found
 
@@ -562,8 +614,14 @@ def _generation_of(found: list[tuple[Requirement, str]]) -> Generation | None:
         if allowed:
             newest, oldest = max(allowed), min(allowed)
             tf_range = _version_range("TF", oldest, newest, newest >= max(_samples("tensorflow")))
-            return Generation(_tf_generation(newest), _evidence(*tf, tf_range), "pin-tensorflow", str(newest),
-                              _tf_generation(oldest), tf_range)
+            return Generation(
+                _tf_generation(newest),
+                _evidence(*tf, tf_range),
+                "pin-tensorflow",
+                str(newest),
+                _tf_generation(oldest),
+                tf_range,
+            )
     return None
 
 
@@ -614,7 +672,12 @@ class PinFinder:
                 break
             chain.append(folder)
             found = _folder_generation(folder, self.root, self.parsed)
-            if found is not None or folder == self.root or not folder.is_relative_to(self.root) or folder.parent == folder:
+            if (
+                found is not None
+                or folder == self.root
+                or not folder.is_relative_to(self.root)
+                or folder.parent == folder
+            ):
                 break
             folder = folder.parent
         for seen in chain:

@@ -88,8 +88,14 @@ def _in_test_folder(path: Path, root: Path) -> bool:
 
 
 class ProjectModel:
-    def __init__(self, modules: list[Module], root: Path, reexports: dict[str, str],
-                 expect: Callable[[str, int], None] | None = None, step: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        modules: list[Module],
+        root: Path,
+        reexports: dict[str, str],
+        expect: Callable[[str, int], None] | None = None,
+        step: Callable[[], None] | None = None,
+    ):
         """``expect("programs", n)`` is told how many programs there are once the entry points are known,
         ``step`` after each program's walk (the model of a large project takes seconds)."""
         self.modules = modules
@@ -112,8 +118,11 @@ class ProjectModel:
         for module in modules:
             module.entry = self._is_entry(module, imported)
         # modules with an import the project does not resolve for them: an entry point's folder may resolve it
-        self._unresolved = {m for m in modules if any(
-            not record.level and not self._resolve(m, m, index) for index, record in enumerate(m.facts.imports))}
+        self._unresolved = {
+            m
+            for m in modules
+            if any(not record.level and not self._resolve(m, m, index) for index, record in enumerate(m.facts.imports))
+        }
         entries = [m for m in modules if m.entry]
         if expect:
             expect("programs", len(entries))
@@ -145,8 +154,10 @@ class ProjectModel:
 
     def _search_path(self, package: Module) -> list[str]:
         """Where a package's submodules are found: its folder, or its ``__path__`` as its ``__init__`` extends it."""
-        return [os.path.normpath(package.folder + entry[len(HERE):]) if entry.startswith(HERE) else os.path.normpath(entry)
-                for entry in package.facts.package_path] or [package.folder]
+        return [
+            os.path.normpath(package.folder + entry[len(HERE) :]) if entry.startswith(HERE) else os.path.normpath(entry)
+            for entry in package.facts.package_path
+        ] or [package.folder]
 
     def _walk(self, folder: str, parts: tuple[str, ...]) -> Module | None:
         """``_module_at`` as the import system finds it, one part at a time through each package's search path
@@ -165,9 +176,15 @@ class ProjectModel:
                     inner.append(f"{outer}/{part}")
                 folders = inner
             last = parts[-1]
-            found = next((m for outer in folders
-                          for m in (self._by_file.get(f"{outer}/{last}/__init__.py"), self._by_file.get(f"{outer}/{last}.py"))
-                          if m is not None), None)
+            found = next(
+                (
+                    m
+                    for outer in folders
+                    for m in (self._by_file.get(f"{outer}/{last}/__init__.py"), self._by_file.get(f"{outer}/{last}.py"))
+                    if m is not None
+                ),
+                None,
+            )
             self._walked[key] = found
         return found
 
@@ -181,7 +198,7 @@ class ProjectModel:
             paths = [importer.path.parent, package_root, self.root, self.root / "src"]
             for entry_path in importer.facts.sys_paths:
                 if entry_path.startswith(HERE):
-                    paths.append(importer.path.parent / entry_path[len(HERE):].lstrip("/"))
+                    paths.append(importer.path.parent / entry_path[len(HERE) :].lstrip("/"))
                 elif entry_path.startswith("/"):
                     paths.append(Path(entry_path))
                 else:
@@ -239,8 +256,10 @@ class ProjectModel:
         key = (module, asked, entry.folder if entry is not module and self._falls_back(module, entry) else None)
         found = self._edge_lists.get(key)
         if found is None:
-            found = self._edge_lists[key] = [(target, names & self._relevant[target])
-                                             for target, names in self._edges_of(module, entry, every, asked)]
+            found = self._edge_lists[key] = [
+                (target, names & self._relevant[target])
+                for target, names in self._edges_of(module, entry, every, asked)
+            ]
         return found
 
     @staticmethod
@@ -250,8 +269,12 @@ class ProjectModel:
         a star import passes the names asked of it on: any name an import binds. Other names are dropped from the
         names asked, so that the program walk does not carry (and compare) every name its modules use."""
         bound = frozenset(record.bound for m in modules for record in m.facts.imports)
-        return {m: bound if m.is_package or any(r.bound == "*" for r in m.facts.imports)
-                else frozenset(r.bound for r in m.facts.imports) - m.uses for m in modules}
+        return {
+            m: bound
+            if m.is_package or any(r.bound == "*" for r in m.facts.imports)
+            else frozenset(r.bound for r in m.facts.imports) - m.uses
+            for m in modules
+        }
 
     def _falls_back(self, module: Module, entry: Module) -> bool:
         """Whether an import of ``module`` that the project does not resolve is found in ``entry``'s folder."""
@@ -260,7 +283,8 @@ class ProjectModel:
         if found is None:
             found = self._fallbacks[key] = any(
                 not record.level and not self._resolve(module, module, index) and self._resolve(module, entry, index)
-                for index, record in enumerate(module.facts.imports))
+                for index, record in enumerate(module.facts.imports)
+            )
         return found
 
     def _edges_of(self, module: Module, entry: Module, every: bool = False, asked: frozenset[str] | None = None):
@@ -276,7 +300,9 @@ class ProjectModel:
                     yield target, frozenset()
                 elif record.bound == "*":  # the names used or asked of us may be defined there
                     yield target, wanted
-                elif names is None:  # `import a.b`: the attributes used here (and, re-exported by a package, asked of it)
+                elif (
+                    names is None
+                ):  # `import a.b`: the attributes used here (and, re-exported by a package, asked of it)
                     yield target, wanted if module.is_package else module.uses
                 else:  # `from a import b`: b
                     yield target, names
@@ -286,12 +312,17 @@ class ProjectModel:
         """The other dotted name of each module under a folder a package adds to its ``__path__``
         (``krs/api/backend`` is also ``krs.backend``)."""
         out: dict[Module, str] = {}
-        folders = [(folder, package) for package in self.modules if package.folder in self._package_paths
-                   for folder in self._package_paths[package.folder] if folder != package.folder]
+        folders = [
+            (folder, package)
+            for package in self.modules
+            if package.folder in self._package_paths
+            for folder in self._package_paths[package.folder]
+            if folder != package.folder
+        ]
         for module in self.modules:
             for folder, package in folders:
                 if module.key.startswith(folder + "/"):
-                    parts = module.key[len(folder) + 1:].removesuffix(".py").split("/")
+                    parts = module.key[len(folder) + 1 :].removesuffix(".py").split("/")
                     out[module] = ".".join([package.name, *(parts[:-1] if parts[-1] == "__init__" else parts)])
                     break
         return out
@@ -319,7 +350,7 @@ class ProjectModel:
                 if module in public:
                     for key, value in list(out.items()):
                         if key == module.name or key.startswith(module.name + "."):
-                            out.setdefault(public[module] + key[len(module.name):], value)
+                            out.setdefault(public[module] + key[len(module.name) :], value)
             if not added:
                 break
         return out
@@ -338,8 +369,11 @@ class ProjectModel:
         queue = deque([(entry, frozenset())])
         while queue:
             module, names = queue.popleft()
-            folder = (entry.folder if module in unresolved and module is not entry and self._falls_back(module, entry)
-                      else None)
+            folder = (
+                entry.folder
+                if module in unresolved and module is not entry and self._falls_back(module, entry)
+                else None
+            )
             edges = edge_lists.get((module, names, folder))
             if edges is None:
                 edges = self._edges(module, entry, asked=names)
@@ -373,9 +407,14 @@ class ProjectModel:
     def summaries(self) -> dict[str, dict[str, tuple]]:
         """The function summaries of every module (``FileFacts.summaries``), by qualified name and by the names
         imports re-export them as: name -> kind -> (value, positional index, default, path, line)."""
-        table = {f"{m.name}.{name}": {role: (param, index, default, m.display, line)
-                                      for role, (param, index, default, line, _) in by_role.items()}
-                 for m in self.modules for name, by_role in m.facts.summaries.items()}
+        table = {
+            f"{m.name}.{name}": {
+                role: (param, index, default, m.display, line)
+                for role, (param, index, default, line, _) in by_role.items()
+            }
+            for m in self.modules
+            for name, by_role in m.facts.summaries.items()
+        }
         if not table:
             return table
         for _ in range(3):  # re-exports of re-exports (pkg/__init__ -> pkg/sub/__init__ -> module)
@@ -397,8 +436,13 @@ class ProjectModel:
         return is_floatx_setter(k) if site.how == "floatx" else is_policy_setter(k)
 
 
-def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: str | None,
-                 configured: Generation | None, distribution: Distribution | None = None) -> dict[str, ProjectFacts]:
+def module_facts(
+    model: ProjectModel,
+    pins: PinFinder | None,
+    policy_setting: str | None,
+    configured: Generation | None,
+    distribution: Distribution | None = None,
+) -> dict[str, ProjectFacts]:
     """Each module's facts, by display path: the union over the programs that reach it. Modules of the
     ``distribution`` the project publishes are library code whatever its own scripts set."""
     roles = model.summaries()
@@ -413,8 +457,10 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
     for module in model.modules:
         defines = frozenset(module.facts.defines)
         # messages cite the nearest program, preferring one that trains what this module defines
-        programs = sorted(reaching.get(module, []), key=lambda p: (p.entry is not module, not p.trains & defines,
-                                                                     len(p.parents), p.entry.display))
+        programs = sorted(
+            reaching.get(module, []),
+            key=lambda p: (p.entry is not module, not p.trains & defines, len(p.parents), p.entry.display),
+        )
         sites: dict[PolicySite, ProgramLink] = {}
         for program in programs:
             for site in program.sites:
@@ -438,7 +484,9 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             tpu = [(module.display, line) for line in module.facts.tpu_lines]
         out[module.display] = ProjectFacts(
             policies=policies,
-            generation=_generation(module, programs, program_generation, pins, configured, project_imports, project_legacy),
+            generation=_generation(
+                module, programs, program_generation, pins, configured, project_imports, project_legacy
+            ),
             tpu_sites=tuple(tpu),
             reexports=model.reexports,
             summaries=roles,
@@ -449,9 +497,14 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
             # tool scripts), or one no program of the project runs except tests. Unpublished code the project
             # runs in float32 (a float32 training script reaches it) is the project's own float32 code, and so is
             # unpublished support code in a test folder (an integration test's model): only the tests run it.
-            library_context=not policy_setting and not module.entry and (
-                published or not mixed and all(_is_test_module(p.entry.path) for p in programs)
-                and not _in_test_folder(module.path, model.root)),
+            library_context=not policy_setting
+            and not module.entry
+            and (
+                published
+                or not mixed
+                and all(_is_test_module(p.entry.path) for p in programs)
+                and not _in_test_folder(module.path, model.root)
+            ),
             distribution=distribution.name if published else "",
             path=module.display,
             test_module=testing,
@@ -460,8 +513,15 @@ def module_facts(model: ProjectModel, pins: PinFinder | None, policy_setting: st
     return out
 
 
-def _generation(module: Module, programs: list[Program], memo: dict, pins: PinFinder | None, configured: Generation | None,
-                project_imports: frozenset[str], project_legacy: bool) -> Generation:
+def _generation(
+    module: Module,
+    programs: list[Program],
+    memo: dict,
+    pins: PinFinder | None,
+    configured: Generation | None,
+    project_imports: frozenset[str],
+    project_legacy: bool,
+) -> Generation:
     """Config, else the pins nearest above the program, else the program's own code, else Keras 3."""
     if configured is not None:
         return configured
@@ -476,7 +536,9 @@ def _generation(module: Module, programs: list[Program], memo: dict, pins: PinFi
         if program not in memo:
             whose = f"program {program.entry.display}"
             pinned = pins.target_for(program.entry.path.parent) if pins else None
-            own = from_imports(program.keras_imports, program.legacy_keras_env, whose, program.tf1 and not program.sites)
+            own = from_imports(
+                program.keras_imports, program.legacy_keras_env, whose, program.tf1 and not program.sites
+            )
             own = _tf_keras_package(own, whose, program.entry, program.parents)
             memo[program] = _tf_keras_chosen(pinned, own) or own or DEFAULT
         found.append(memo[program])
@@ -493,7 +555,11 @@ def _tf_keras_package(own: Generation | None, whose: str, entry: Module, modules
     ours = [m for m in modules if m.name == "tf_keras" or m.name.startswith("tf_keras.")]
     if not ours:
         return own
-    how = "is part of the tf_keras package" if entry in ours else f"runs the tf_keras package ({min(m.display for m in ours)})"
+    how = (
+        "is part of the tf_keras package"
+        if entry in ours
+        else f"runs the tf_keras package ({min(m.display for m in ours)})"
+    )
     return Generation(2, f"{whose} {how}: Keras 2", "imports")
 
 
@@ -505,7 +571,9 @@ def _tf_keras_chosen(pinned: Generation | None, own: Generation | None) -> Gener
     return pinned
 
 
-def in_memory_facts(files: dict[str, bytes], keras: int | None = None, policy: str | None = None) -> dict[str, ProjectFacts]:
+def in_memory_facts(
+    files: dict[str, bytes], keras: int | None = None, policy: str | None = None
+) -> dict[str, ProjectFacts]:
     """Module facts of a project held in memory (``{"pkg/m.py": source}``), for tests and fuzzing: no pins."""
     from mplint.project.extract import extract_file_facts
 

@@ -18,12 +18,44 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # setuptools' flat-layout discovery skips these top-level folders (FlatLayoutPackageFinder.DEFAULT_EXCLUDE)
-_NOT_SHIPPED = frozenset({
-    "ci", "bin", "debian", "doc", "docs", "documentation", "manpages", "news", "newsfragments", "changelog",
-    "test", "tests", "unit_test", "unit_tests", "example", "examples", "scripts", "tools", "util", "utils",
-    "python", "build", "dist", "venv", "env", "requirements", "tasks", "fabfile", "site_scons", "benchmark",
-    "benchmarks", "exercise", "exercises", "htmlcov",
-})
+_NOT_SHIPPED = frozenset(
+    {
+        "ci",
+        "bin",
+        "debian",
+        "doc",
+        "docs",
+        "documentation",
+        "manpages",
+        "news",
+        "newsfragments",
+        "changelog",
+        "test",
+        "tests",
+        "unit_test",
+        "unit_tests",
+        "example",
+        "examples",
+        "scripts",
+        "tools",
+        "util",
+        "utils",
+        "python",
+        "build",
+        "dist",
+        "venv",
+        "env",
+        "requirements",
+        "tasks",
+        "fabfile",
+        "site_scons",
+        "benchmark",
+        "benchmarks",
+        "exercise",
+        "exercises",
+        "htmlcov",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +87,7 @@ def _normalized(name: str) -> str:
 
 # --- finding packages --------------------------------------------------------------------
 
+
 def _package_folders(base: Path, namespaces: bool) -> dict[str, Path]:
     """Dotted name -> folder of every package under ``base`` (folders with an ``__init__.py``, or with
     ``namespaces`` any folder holding Python files below it)."""
@@ -73,8 +106,11 @@ def _package_folders(base: Path, namespaces: bool) -> dict[str, Path]:
 
 def _find(base: Path, include=("*",), exclude=(), namespaces: bool = False) -> set[Path]:
     include, exclude = list(include) or ["*"], list(exclude)
-    return {folder for name, folder in _package_folders(base, namespaces).items()
-            if any(fnmatch.fnmatchcase(name, p) for p in include) and not any(fnmatch.fnmatchcase(name, p) for p in exclude)}
+    return {
+        folder
+        for name, folder in _package_folders(base, namespaces).items()
+        if any(fnmatch.fnmatchcase(name, p) for p in include) and not any(fnmatch.fnmatchcase(name, p) for p in exclude)
+    }
 
 
 def _listed(root: Path, packages, package_dir: dict) -> set[Path]:
@@ -85,7 +121,7 @@ def _listed(root: Path, packages, package_dir: dict) -> set[Path]:
             continue
         for prefix in sorted(package_dir, key=len, reverse=True):
             if prefix == "" or name == prefix or name.startswith(prefix + "."):
-                rest = name[len(prefix):].lstrip(".")
+                rest = name[len(prefix) :].lstrip(".")
                 base = root / package_dir[prefix]
                 out.add(base.joinpath(*rest.split(".")) if rest else base)
                 break
@@ -112,17 +148,29 @@ def _auto(root: Path, name: str) -> set[Path]:
             return _find(base, [wanted, f"{wanted}.*"])
     if (root / "src").is_dir():
         return _find(root / "src")
-    top = [p for p in root.iterdir() if p.is_dir() and p.name.isidentifier() and p.name not in _NOT_SHIPPED
-           and (p / "__init__.py").is_file()] if root.is_dir() else []
+    top = (
+        [
+            p
+            for p in root.iterdir()
+            if p.is_dir() and p.name.isidentifier() and p.name not in _NOT_SHIPPED and (p / "__init__.py").is_file()
+        ]
+        if root.is_dir()
+        else []
+    )
     return set().union(*(_find(root, [p.name, f"{p.name}.*"]) for p in top))
 
 
 def _distribution(name: str, metadata: str, folders: set[Path], modules: set[Path] = frozenset()) -> Distribution:
-    return Distribution(name or "this project", metadata, frozenset(os.path.normpath(p) for p in folders),
-                        frozenset(os.path.normpath(p) for p in modules))
+    return Distribution(
+        name or "this project",
+        metadata,
+        frozenset(os.path.normpath(p) for p in folders),
+        frozenset(os.path.normpath(p) for p in modules),
+    )
 
 
 # --- readers -----------------------------------------------------------------------------
+
 
 def _pyproject(path: Path, root: Path) -> Distribution | None:
     try:
@@ -148,11 +196,19 @@ def _pyproject(path: Path, root: Path) -> Distribution | None:
         find = packages["find"]
         folders = set()
         for where in find.get("where", ["."]):
-            folders |= _find(root / where, find.get("include", ["*"]), find.get("exclude", []), find.get("namespaces", True))
+            folders |= _find(
+                root / where, find.get("include", ["*"]), find.get("exclude", []), find.get("namespaces", True)
+            )
         return _distribution(name, path.name, folders)
-    wheel = tool.get("hatch", {}).get("build", {}).get("targets", {}).get("wheel", {}) if isinstance(tool.get("hatch"), dict) else {}
+    wheel = (
+        tool.get("hatch", {}).get("build", {}).get("targets", {}).get("wheel", {})
+        if isinstance(tool.get("hatch"), dict)
+        else {}
+    )
     if isinstance(wheel, dict) and isinstance(wheel.get("packages"), list):
-        return _distribution(name, path.name, set().union(*(_tree(root / p) for p in wheel["packages"] if isinstance(p, str))))
+        return _distribution(
+            name, path.name, set().union(*(_tree(root / p) for p in wheel["packages"] if isinstance(p, str)))
+        )
     if isinstance(poetry.get("packages"), list):
         folders = set()
         for entry in poetry["packages"]:
@@ -187,11 +243,17 @@ def _setup_py(path: Path, root: Path) -> Distribution | None:
             if "packages" in arguments:
                 value = arguments["packages"]
                 found = _literal(value, names, root, package_dir if isinstance(package_dir, dict) else {})
-                folders = found if isinstance(found, set) else _listed(root, found or [], package_dir if isinstance(package_dir, dict) else {})
+                folders = (
+                    found
+                    if isinstance(found, set)
+                    else _listed(root, found or [], package_dir if isinstance(package_dir, dict) else {})
+                )
             modules = _literal(arguments["py_modules"], names, root) if "py_modules" in arguments else []
             base = root / package_dir.get("", ".") if isinstance(package_dir, dict) else root
             files = {base / f"{m}.py" for m in modules or [] if isinstance(m, str)}
-            return _distribution(name if isinstance(name, str) else "", path.name, folders, {f for f in files if f.is_file()})
+            return _distribution(
+                name if isinstance(name, str) else "", path.name, folders, {f for f in files if f.is_file()}
+            )
     return None
 
 
@@ -209,14 +271,20 @@ def _literal(node: ast.AST, names: dict, root: Path, package_dir: dict | None = 
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_literal(e, names, root) for e in node.elts]
     if isinstance(node, ast.Dict):
-        return {_literal(k, names, root): _literal(v, names, root) for k, v in zip(node.keys, node.values) if k is not None}
+        return {
+            _literal(k, names, root): _literal(v, names, root) for k, v in zip(node.keys, node.values) if k is not None
+        }
     if isinstance(node, ast.Call) and _called(node) in ("find_packages", "find_namespace_packages"):
         args = {kw.arg: _literal(kw.value, names, root) for kw in node.keywords if kw.arg}
         if node.args:
             args.setdefault("where", _literal(node.args[0], names, root))
         where = args.get("where") or (package_dir or {}).get("", ".")
-        return _find(root / str(where), args.get("include") or ["*"], args.get("exclude") or [],
-                     _called(node) == "find_namespace_packages")
+        return _find(
+            root / str(where),
+            args.get("include") or ["*"],
+            args.get("exclude") or [],
+            _called(node) == "find_namespace_packages",
+        )
     return None
 
 
@@ -234,8 +302,12 @@ def _setup_cfg(path: Path, root: Path) -> Distribution | None:
     if packages in ("find:", "find_namespace:"):
         find = parser["options.packages.find"] if parser.has_section("options.packages.find") else {}
         where = find.get("where", package_dir.get("", ".")).strip() or "."
-        folders = _find(root / where, _cfg_list(find.get("include", "")) or ["*"], _cfg_list(find.get("exclude", "")),
-                        packages == "find_namespace:")
+        folders = _find(
+            root / where,
+            _cfg_list(find.get("include", "")) or ["*"],
+            _cfg_list(find.get("exclude", "")),
+            packages == "find_namespace:",
+        )
     else:
         folders = _listed(root, _cfg_list(packages), package_dir)
     base = root / package_dir.get("", ".")

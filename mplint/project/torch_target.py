@@ -61,7 +61,6 @@ class TorchTarget:
             return f"torch >= {_short(low)}"
         return f"torch {_short(low)}" if low == high else f"torch {_short(low)}-{_short(high)}"
 
-
     @property
     def described(self) -> str:
         """The range and its evidence, as messages cite them."""
@@ -118,8 +117,12 @@ def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
         candidates = [*_SAMPLES, *_mentioned(req)]
         allowed.append({v for v in candidates if req.specifier.contains(v, prereleases=True)})
     common = set.intersection(*allowed) if allowed else set()
-    unbounded_below = all(not any(s.operator in (">=", ">", "==", "~=", "===") for s in req.specifier) for req, _ in pins)
-    unbounded_above = all(not any(s.operator in ("<=", "<", "==", "~=", "===") for s in req.specifier) for req, _ in pins)
+    unbounded_below = all(
+        not any(s.operator in (">=", ">", "==", "~=", "===") for s in req.specifier) for req, _ in pins
+    )
+    unbounded_above = all(
+        not any(s.operator in ("<=", "<", "==", "~=", "===") for s in req.specifier) for req, _ in pins
+    )
     source = ", ".join(_evidence(req, where) for req, where in pins)
     if not common:
         return TorchTarget(True, None, None, source)
@@ -134,8 +137,13 @@ def _evidence(req: Requirement, where: str) -> str:
         if "==" in bounds:
             return f"{where}: torch {bounds['==']}"
         low, high = bounds.get(">="), bounds.get("<=")
-        return f"{where}: torch {low}-{high}" if low and high else f"{where}: torch >= {low}" if low else \
-            f"{where}: torch <= {high}"
+        return (
+            f"{where}: torch {low}-{high}"
+            if low and high
+            else f"{where}: torch >= {low}"
+            if low
+            else f"{where}: torch <= {high}"
+        )
     return f"{where} pins {req}" if req.specifier else f"{where} names torch with no version"
 
 
@@ -154,8 +162,12 @@ def _torch_requirements(folder: Path, parsed: dict | None = None) -> Iterable[tu
     each with where it lies: the file's path in its git repository (a monorepo has many ``requirements.txt``)."""
     place = _place_in_repository(folder)
     for sources in (pin_sources, documented_sources):  # what the README documents counts where no pin names torch
-        found = [(r, where) for where, requirements in sources(folder, parsed) for r in requirements
-                 if r.name.lower() == "torch"]
+        found = [
+            (r, where)
+            for where, requirements in sources(folder, parsed)
+            for r in requirements
+            if r.name.lower() == "torch"
+        ]
         for req, where in found:
             image, _, file = where.rpartition(" in ")
             yield req, f"{image} in {place}{file}" if image else f"{place}{where}"

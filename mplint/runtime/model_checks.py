@@ -7,8 +7,18 @@ from dataclasses import dataclass
 from mplint.knowledge.dtypes import REDUCED_DTYPES
 
 SOFTMAX_LAYERS = ("Softmax",)
-MATMUL_LAYERS = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose",
-                 "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D")
+MATMUL_LAYERS = (
+    "Dense",
+    "EinsumDense",
+    "Conv1D",
+    "Conv2D",
+    "Conv3D",
+    "Conv1DTranspose",
+    "Conv2DTranspose",
+    "Conv3DTranspose",
+    "SeparableConv1D",
+    "SeparableConv2D",
+)
 
 
 @dataclass(frozen=True)
@@ -38,9 +48,24 @@ def _compute_dtype(layer) -> str:
 
 
 # Layers whose output has the shape of their input: the layer before one sets the class count.
-SHAPE_PRESERVING = ("Activation", "Softmax", "ReLU", "LeakyReLU", "PReLU", "ELU", "ThresholdedReLU", "Dropout",
-                    "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianDropout", "GaussianNoise",
-                    "AlphaDropout", "ActivityRegularization", "Identity")
+SHAPE_PRESERVING = (
+    "Activation",
+    "Softmax",
+    "ReLU",
+    "LeakyReLU",
+    "PReLU",
+    "ELU",
+    "ThresholdedReLU",
+    "Dropout",
+    "SpatialDropout1D",
+    "SpatialDropout2D",
+    "SpatialDropout3D",
+    "GaussianDropout",
+    "GaussianNoise",
+    "AlphaDropout",
+    "ActivityRegularization",
+    "Identity",
+)
 
 
 def _producer(tensor):
@@ -124,11 +149,18 @@ def check_model(model) -> list[RuntimeFinding]:
     for tensor in getattr(model, "outputs", None) or []:
         if _dtype_name(tensor) in REDUCED_DTYPES:
             layer = getattr(tensor, "_keras_history", (None,))[0]
-            findings.append(RuntimeFinding("MP806", f"model output is {_dtype_name(tensor)}", getattr(layer, "name", None)))
+            findings.append(
+                RuntimeFinding("MP806", f"model output is {_dtype_name(tensor)}", getattr(layer, "name", None))
+            )
     for layer in output_layers:
         if _is_softmax(layer) and _compute_dtype(layer) in REDUCED_DTYPES:
-            findings.append(RuntimeFinding(
-                "MP101", f"softmax output computed in {_compute_dtype(layer)}: pass dtype=\"float32\" to this layer", layer.name))
+            findings.append(
+                RuntimeFinding(
+                    "MP101",
+                    f'softmax output computed in {_compute_dtype(layer)}: pass dtype="float32" to this layer',
+                    layer.name,
+                )
+            )
     layers = _flatten(model)
     first = layers[0] if layers else None
     for layer in layers:
@@ -144,9 +176,17 @@ def check_model(model) -> list[RuntimeFinding]:
         odd = {k: v for k, v in dims.items() if v % 8}
         if odd:
             text = ", ".join(f"{k} {v}" for k, v in odd.items())
-            findings.append(RuntimeFinding("MP807", f"{type(layer).__name__} {text} not a multiple of 8: no Tensor Cores", layer.name))
+            findings.append(
+                RuntimeFinding(
+                    "MP807", f"{type(layer).__name__} {text} not a multiple of 8: no Tensor Cores", layer.name
+                )
+            )
     for variable in getattr(model, "weights", []):
         if _dtype_name(variable) in REDUCED_DTYPES:
             name = getattr(variable, "path", None) or variable.name
-            findings.append(RuntimeFinding("MP602", f"variable {name} is stored in {_dtype_name(variable)}: small updates are lost", name))
+            findings.append(
+                RuntimeFinding(
+                    "MP602", f"variable {name} is stored in {_dtype_name(variable)}: small updates are lost", name
+                )
+            )
     return findings

@@ -88,7 +88,9 @@ def enable(policy: str = "auto", *, keras: int | None = None, strategy=None) -> 
     else:
         chosen, reason, alternatives = policy, "requested", ()
         if policy == "mixed_float16" and not hw.has_tensor_cores and hw.device != "TPU":
-            findings = (RuntimeFinding("MP801", f"mixed_float16 on {hw.name} without Tensor Cores: expect no speed-up"),)
+            findings = (
+                RuntimeFinding("MP801", f"mixed_float16 on {hw.name} without Tensor Cores: expect no speed-up"),
+            )
     module.mixed_precision.set_global_policy(chosen)
     for finding in findings:
         log.warning("%s %s", finding.rule_id, finding.message)

@@ -7,14 +7,33 @@ from mplint.knowledge.dtypes import REDUCED_DTYPES
 from mplint.runtime.model_checks import RuntimeFinding
 
 FLOAT16_MAX = 65504.0
-FLOAT16_ZERO = 2.0 ** -25  # this and smaller round to 0 in float16 (its smallest subnormal is 2**-24)
+FLOAT16_ZERO = 2.0**-25  # this and smaller round to 0 in float16 (its smallest subnormal is 2**-24)
 # Elementwise ops whose scalar operand becomes a float16 value (an epsilon, a mask fill, a bound).
-OVERFLOW_OPS = frozenset({"add", "sub", "rsub", "mul", "div", "masked_fill", "fill", "clamp", "clamp_min", "clamp_max",
-                          "where", "full_like", "new_full"})
+OVERFLOW_OPS = frozenset(
+    {
+        "add",
+        "sub",
+        "rsub",
+        "mul",
+        "div",
+        "masked_fill",
+        "fill",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "where",
+        "full_like",
+        "new_full",
+    }
+)
 ZERO_OPS = frozenset({"add", "sub", "rsub", "masked_fill", "fill", "clamp", "clamp_min", "clamp_max", "where"})
 # layer type -> the size it chooses, a matmul/conv dimension (as MPT301: the sizes taken from the layer before are not its own)
-SIZES = {"Linear": "out_features", "Embedding": "embedding_dim", "MultiheadAttention": "embed_dim",
-         **{f"{kind}{n}d": "out_channels" for kind in ("Conv", "ConvTranspose") for n in (1, 2, 3)}}
+SIZES = {
+    "Linear": "out_features",
+    "Embedding": "embedding_dim",
+    "MultiheadAttention": "embed_dim",
+    **{f"{kind}{n}d": "out_channels" for kind in ("Conv", "ConvTranspose") for n in (1, 2, 3)},
+}
 
 
 class _Stop(Exception):
@@ -85,14 +104,18 @@ class _Watch:
                 if problem and (where, op, value) not in self._seen:
                     self._seen.add((where, op, value))
                     reported = len(self.findings)
-                    self.findings.append(RuntimeFinding("MPT601", f"`{op}` with {value:g} on a float16 tensor: {problem}", where))
+                    self.findings.append(
+                        RuntimeFinding("MPT601", f"`{op}` with {value:g} on a float16 tensor: {problem}", where)
+                    )
         try:
             return func(*args, **kwargs)
         except RuntimeError as error:
             if reported is None:
                 raise
             finding = self.findings[reported]
-            self.findings[reported] = RuntimeFinding(finding.rule_id, f"{finding.message} (raises: {error})", finding.layer)
+            self.findings[reported] = RuntimeFinding(
+                finding.rule_id, f"{finding.message} (raises: {error})", finding.layer
+            )
             raise _Stop from error
 
 
@@ -137,7 +160,7 @@ def check_model(model, *inputs, precision=None, dtype: str = "float16", **kwargs
     mode = _dispatch_mode(torch, watch)
     output = None
     try:
-        with torch.no_grad(), precision.autocast(), (mode if mode is not None else contextlib.nullcontext()):
+        with torch.no_grad(), precision.autocast(), mode if mode is not None else contextlib.nullcontext():
             output = model(*inputs, **kwargs)
     except _Stop:
         pass
@@ -150,7 +173,9 @@ def check_model(model, *inputs, precision=None, dtype: str = "float16", **kwargs
     for tensor in outputs:
         name = str(tensor.dtype).replace("torch.", "")
         if name in REDUCED_DTYPES:
-            findings.append(RuntimeFinding("MP806", f"model output is {name}", watch.producers.get(id(tensor), (None, None))[1]))
+            findings.append(
+                RuntimeFinding("MP806", f"model output is {name}", watch.producers.get(id(tensor), (None, None))[1])
+            )
     if precision.dtype in REDUCED_DTYPES:
         last = watch.called[-1] if watch.called else None
         for module in watch.called:
@@ -158,12 +183,19 @@ def check_model(model, *inputs, precision=None, dtype: str = "float16", **kwargs
             size = int(getattr(module, attribute))
             if size % 8 == 0 or size < 8 or module is last or watch.names[module] in producers:
                 continue
-            findings.append(RuntimeFinding(
-                "MP807", f"{type(module).__name__} {attribute} {size} not a multiple of 8: no Tensor Cores under "
-                         f"{precision.dtype}", watch.names[module]))
+            findings.append(
+                RuntimeFinding(
+                    "MP807",
+                    f"{type(module).__name__} {attribute} {size} not a multiple of 8: no Tensor Cores under "
+                    f"{precision.dtype}",
+                    watch.names[module],
+                )
+            )
     findings.extend(watch.findings)
     for name, parameter in model.named_parameters():
         dtype_name = str(parameter.dtype).replace("torch.", "")
         if dtype_name in REDUCED_DTYPES:
-            findings.append(RuntimeFinding("MPT101", f"parameter {name} is stored in {dtype_name}: small updates are lost", name))
+            findings.append(
+                RuntimeFinding("MPT101", f"parameter {name} is stored in {dtype_name}: small updates are lost", name)
+            )
     return findings

@@ -144,8 +144,10 @@ def _unavailable(dtype: str, device_type: str, hw: Hardware, sp: Spelling, versi
         if hw.device == "GPU" and (hw.compute_capability or (0, 0)) < (8, 0):
             return f"{hw.name} does not compute in bfloat16 (needs compute capability 8.0)"
     if dtype == "float16" and sp.scaler is None:
-        return (f"torch {version} has no GradScaler for {device_type} "
-                f"(torch.amp.GradScaler(device) came in {torch_since('torch.amp.GradScaler')})")
+        return (
+            f"torch {version} has no GradScaler for {device_type} "
+            f"(torch.amp.GradScaler(device) came in {torch_since('torch.amp.GradScaler')})"
+        )
     return None
 
 
@@ -176,7 +178,9 @@ def choose(dtype: str = "auto", *, device=None) -> TorchPrecision:
     else:
         chosen, reason = dtype, "requested"
         if dtype == "float16" and not hw.has_tensor_cores:
-            findings = (RuntimeFinding("MP801", f"float16 autocast on {hw.name} without Tensor Cores: expect no speed-up"),)
+            findings = (
+                RuntimeFinding("MP801", f"float16 autocast on {hw.name} without Tensor Cores: expect no speed-up"),
+            )
     for finding in findings:
         log.warning("%s %s", finding.rule_id, finding.message)
     log.info("mplint.runtime: torch %s on %s (%s)", chosen, device_type, reason)

@@ -36,8 +36,15 @@ class Scaler:
         self._pending += 1
         return self._pending >= self.accumulation_steps
 
-    def step(self, *optimizers, max_norm: float | None = None, norm_type: float = 2.0, clip_value: float | None = None,
-             parameters=None, zero_grad: bool = True) -> bool:
+    def step(
+        self,
+        *optimizers,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        clip_value: float | None = None,
+        parameters=None,
+        zero_grad: bool = True,
+    ) -> bool:
         """Unscale, clip (``max_norm`` by norm, ``clip_value`` by value, over ``parameters`` or every parameter of the
         optimizers), step each optimizer and update the scale, then ``zero_grad()``. Returns True when the optimizers
         stepped; False while micro-batches are still accumulating or when GradScaler skipped the step (inf/NaN)."""
@@ -53,8 +60,11 @@ class Scaler:
             if scaler is not None:
                 for optimizer in optimizers:
                     scaler.unscale_(optimizer)  # the clip must see the true gradients
-            params = list(parameters) if parameters is not None else [
-                p for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]]
+            params = (
+                list(parameters)
+                if parameters is not None
+                else [p for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]]
+            )
             if max_norm is not None:
                 torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
             if clip_value is not None:
@@ -79,8 +89,11 @@ class Scaler:
         return stepped
 
     def state_dict(self) -> dict:
-        return {"grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None,
-                "steps": self.steps, "skipped": self.skipped}
+        return {
+            "grad_scaler": self.grad_scaler.state_dict() if self.grad_scaler is not None else None,
+            "steps": self.steps,
+            "skipped": self.skipped,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if self.grad_scaler is not None and state.get("grad_scaler"):

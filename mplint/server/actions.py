@@ -42,8 +42,13 @@ def fix_action(part: Part, d: dict) -> dict | None:
         return None
     unsafe = data["safety"] == "unsafe"
     title = f"Fix {data['rule']}: {data['fix'] or data['name']}" + (" (unsafe: may change results)" if unsafe else "")
-    return {"title": title, "kind": QUICK_FIX, "diagnostics": [d], "isPreferred": not unsafe,
-            "data": {"action": "fix", "uri": part.uri}}
+    return {
+        "title": title,
+        "kind": QUICK_FIX,
+        "diagnostics": [d],
+        "isPreferred": not unsafe,
+        "data": {"action": "fix", "uri": part.uri},
+    }
 
 
 def fix_imports(d: dict) -> tuple[ImportSpec, ...]:
@@ -78,8 +83,9 @@ def fixed_by_rule(buffer: Buffer, d: dict, folder, settings: Settings, **context
     """URI -> new text of each part the finding's rule fixes: a check of the buffer fixing that rule alone.
     ``context``: ``check``'s ``others`` and ``warm``."""
     data = _data(d)
-    after = check(buffer, folder, fix=True, unsafe=data["safety"] == "unsafe", select=[data["rule"]], settings=settings,
-                  **context)
+    after = check(
+        buffer, folder, fix=True, unsafe=data["safety"] == "unsafe", select=[data["rule"]], settings=settings, **context
+    )
     return fixed_texts(buffer, after)
 
 
@@ -96,8 +102,11 @@ def resolve_fix(buffer: Buffer, part: Part, d: dict, found: list[dict], codec: C
                 touched.setdefault(other["data"]["cell"], set()).update(range(e[0] - 1, e[2]))
     for uri, text in fixed.items():
         other = next(p for p in buffer.parts if p.uri == uri)
-        hunks = [h for h in edits.line_hunks(other.text, text)
-                 if not touched.get(other.cell, set()) & set(range(h[0], max(h[1], h[0] + 1)))]
+        hunks = [
+            h
+            for h in edits.line_hunks(other.text, text)
+            if not touched.get(other.cell, set()) & set(range(h[0], max(h[1], h[0] + 1)))
+        ]
         if hunks:
             changes[uri] = changes.get(uri, []) + edits.from_hunks(codec, other.text, hunks)
     return {"changes": changes}
@@ -108,8 +117,12 @@ def noqa_action(part: Part, d: dict) -> dict | None:
     data = _data(d)
     if data is None or data["rule"] in ENGINE_RULES:
         return None
-    return {"title": f"Suppress {data['rule']} on this line (noqa)", "kind": QUICK_FIX, "diagnostics": [d],
-            "data": {"action": "noqa", "uri": part.uri}}
+    return {
+        "title": f"Suppress {data['rule']} on this line (noqa)",
+        "kind": QUICK_FIX,
+        "diagnostics": [d],
+        "data": {"action": "noqa", "uri": part.uri},
+    }
 
 
 def resolve_noqa(part: Part, d: dict, result, codec: Codec) -> dict | None:
@@ -136,12 +149,23 @@ def fix_all_action(part: Part, kind: str) -> dict:
     return {"title": title, "kind": kind, "data": {"action": "fixAll", "uri": part.uri}}
 
 
-def resolve_fix_all(buffer: Buffer, part: Part, kind: str, folder, codec: Codec, settings: Settings,
-                    unsafe: bool | None = None, **context) -> dict | None:
+def resolve_fix_all(
+    buffer: Buffer,
+    part: Part,
+    kind: str,
+    folder,
+    codec: Codec,
+    settings: Settings,
+    unsafe: bool | None = None,
+    **context,
+) -> dict | None:
     """The edit of a fix-all action, ``None`` when there is nothing to fix. ``unsafe``: whether unsafe fixes are
     made too (``None``: as the configuration says); ``context``: ``check``'s ``others`` and ``warm``."""
     result = check(buffer, folder, fix=True, unsafe=unsafe, settings=settings, **context)
     texts = {p.uri: p.text for p in buffer.parts}
-    changes = {uri: edits.whole_change(codec, texts[uri], text) for uri, text in fixed_texts(buffer, result).items()
-               if kind == NOTEBOOK_FIX_ALL or uri == part.uri}
+    changes = {
+        uri: edits.whole_change(codec, texts[uri], text)
+        for uri, text in fixed_texts(buffer, result).items()
+        if kind == NOTEBOOK_FIX_ALL or uri == part.uri
+    }
     return {"changes": changes} if changes else None

@@ -31,7 +31,14 @@ from mplint.server.workspace import Workspace, fs_path
 
 DEBOUNCE_S = 0.3  # a change is checked once typing pauses this long
 IDLE_S = 1.0  # the worker does what can wait once nothing has been asked of it for this long
-WATCHED = ("**/pyproject.toml", "**/.mplint.yaml", "**/.mplint.yml", "**/setup.cfg", "**/setup.py", "**/requirements*.txt")
+WATCHED = (
+    "**/pyproject.toml",
+    "**/.mplint.yaml",
+    "**/.mplint.yml",
+    "**/setup.cfg",
+    "**/setup.py",
+    "**/requirements*.txt",
+)
 SOURCES = ("**/*.py", "**/*.ipynb")  # watched for files added or removed (the project's files are kept between checks)
 CREATED_OR_DELETED = 1 | 4  # LSP's WatchKind
 COMMANDS = ("mplint.applyAutofix", "mplint.explainRule")
@@ -83,17 +90,24 @@ class Server:
 
     def serve(self) -> int:
         handlers = {
-            "initialize": self.initialize, "initialized": self.initialized,
+            "initialize": self.initialize,
+            "initialized": self.initialized,
             "shutdown": self.shutdown,
-            "textDocument/didOpen": self.did_open, "textDocument/didChange": self.did_change,
-            "textDocument/didSave": self.did_save, "textDocument/didClose": self.did_close,
-            "notebookDocument/didOpen": self.notebook_open, "notebookDocument/didChange": self.notebook_change,
-            "notebookDocument/didSave": self.did_save, "notebookDocument/didClose": self.notebook_close,
+            "textDocument/didOpen": self.did_open,
+            "textDocument/didChange": self.did_change,
+            "textDocument/didSave": self.did_save,
+            "textDocument/didClose": self.did_close,
+            "notebookDocument/didOpen": self.notebook_open,
+            "notebookDocument/didChange": self.notebook_change,
+            "notebookDocument/didSave": self.did_save,
+            "notebookDocument/didClose": self.notebook_close,
             "workspace/didChangeWatchedFiles": self.watched_changed,
             "workspace/didChangeConfiguration": self.configuration_changed,
             "workspace/didChangeWorkspaceFolders": self.folders_changed,
-            "textDocument/codeAction": self.code_action, "codeAction/resolve": self.resolve,
-            "textDocument/hover": self.hover, "textDocument/diagnostic": self.pull,
+            "textDocument/codeAction": self.code_action,
+            "codeAction/resolve": self.resolve,
+            "textDocument/hover": self.hover,
+            "textDocument/diagnostic": self.pull,
             "workspace/executeCommand": self.execute,
         }
         while True:
@@ -154,12 +168,20 @@ class Server:
         capabilities = {
             "positionEncoding": self.codec.encoding,
             "textDocumentSync": {"openClose": True, "change": 2, "save": True},
-            "notebookDocumentSync": {"notebookSelector": [{"notebook": "*", "cells": [{"language": "python"}]}],
-                                     "save": True},
-            "codeActionProvider": {"codeActionKinds": ["quickfix", "source.fixAll.mplint", "notebook.source.fixAll.mplint"],
-                                   "resolveProvider": True},
+            "notebookDocumentSync": {
+                "notebookSelector": [{"notebook": "*", "cells": [{"language": "python"}]}],
+                "save": True,
+            },
+            "codeActionProvider": {
+                "codeActionKinds": ["quickfix", "source.fixAll.mplint", "notebook.source.fixAll.mplint"],
+                "resolveProvider": True,
+            },
             "hoverProvider": True,
-            "diagnosticProvider": {"identifier": "mplint", "interFileDependencies": True, "workspaceDiagnostics": False},
+            "diagnosticProvider": {
+                "identifier": "mplint",
+                "interFileDependencies": True,
+                "workspaceDiagnostics": False,
+            },
             "executeCommandProvider": {"commands": list(COMMANDS)},
             "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}},
         }
@@ -197,11 +219,22 @@ class Server:
 
     def initialized(self, params, id_) -> None:
         if _get(self.capabilities, "workspace", "didChangeWatchedFiles", "dynamicRegistration"):
-            self.rpc.request("client/registerCapability", {"registrations": [{
-                "id": "mplint-config", "method": "workspace/didChangeWatchedFiles",
-                "registerOptions": {"watchers": [{"globPattern": pattern} for pattern in WATCHED]
-                                    + [{"globPattern": pattern, "kind": CREATED_OR_DELETED} for pattern in SOURCES]}}]},
-                lambda answer: None)
+            self.rpc.request(
+                "client/registerCapability",
+                {
+                    "registrations": [
+                        {
+                            "id": "mplint-config",
+                            "method": "workspace/didChangeWatchedFiles",
+                            "registerOptions": {
+                                "watchers": [{"globPattern": pattern} for pattern in WATCHED]
+                                + [{"globPattern": pattern, "kind": CREATED_OR_DELETED} for pattern in SOURCES]
+                            },
+                        }
+                    ]
+                },
+                lambda answer: None,
+            )
         if _get(self.capabilities, "workspace", "configuration"):
             self.fetch_settings()
 
@@ -343,8 +376,12 @@ class Server:
     def fresh(self, key: str) -> Checked | None:
         """The last check of ``key`` if the document, the configuration and the project's facts are as they were."""
         checked = self.checked.get(key)
-        if (checked is None or checked.generation != self.generation or checked.facts != self.facts_version()
-                or checked.buffer != self.workspace.buffer(key)):
+        if (
+            checked is None
+            or checked.generation != self.generation
+            or checked.facts != self.facts_version()
+            or checked.buffer != self.workspace.buffer(key)
+        ):
             return None
         return checked
 
@@ -356,8 +393,11 @@ class Server:
 
     def others(self, key: str) -> tuple[Buffer, ...]:
         """The open files and notebooks other than ``key``, as the checks of ``key`` read them (instead of the disk)."""
-        return tuple(b for k in self.workspace.keys() if k != key and k.startswith("file:")
-                     and (b := self.workspace.buffer(k)) is not None)
+        return tuple(
+            b
+            for k in self.workspace.keys()
+            if k != key and k.startswith("file:") and (b := self.workspace.buffer(k)) is not None
+        )
 
     def ensure(self, key: str) -> Checked | None:
         """The buffer's check, run now (on the worker) unless the last one is fresh; ``None`` once it is closed."""
@@ -459,6 +499,7 @@ class Server:
             with self.lock:
                 reply = answer(checked)
             self.rpc.respond(id_, reply)
+
         self.later(job, id_)
 
     # -- requests ------------------------------------------------------------------------------
@@ -472,20 +513,25 @@ class Server:
             if previous == str(checked.id):
                 return {"kind": "unchanged", "resultId": previous}
             return {"kind": "full", "resultId": str(checked.id), "items": checked.found.get(uri, [])}
+
         self.answer_checked(id_, uri, answer)
 
     def hover(self, params, id_) -> None:
         from mplint.server import hover
 
         uri, at = params["textDocument"]["uri"], params["position"]
-        self.answer_checked(id_, uri, lambda checked: checked and hover.of(checked.found.get(uri, []), at["line"], at["character"]))
+        self.answer_checked(
+            id_, uri, lambda checked: checked and hover.of(checked.found.get(uri, []), at["line"], at["character"])
+        )
 
     def code_action(self, params, id_) -> None:
         from mplint.server import actions
 
         uri, context = params["textDocument"]["uri"], params.get("context") or {}
         only = context.get("only")
-        resolves = "edit" in (_get(self.capabilities, "textDocument", "codeAction", "resolveSupport", "properties") or [])
+        resolves = "edit" in (
+            _get(self.capabilities, "textDocument", "codeAction", "resolveSupport", "properties") or []
+        )
 
         def listed(checked: Checked | None) -> list[dict]:
             part = next((p for p in checked.buffer.parts if p.uri == uri), None) if checked else None
@@ -496,11 +542,16 @@ class Server:
                 for d in context.get("diagnostics") or []:
                     found.append(actions.fix_action(part, d))
                     found.append(actions.noqa_action(part, d))
-            unsafe = self.settings.unsafe_fixes if self.settings.unsafe_fixes is not None else checked.config.unsafe_fixes
+            unsafe = (
+                self.settings.unsafe_fixes if self.settings.unsafe_fixes is not None else checked.config.unsafe_fixes
+            )
             if actions.wants(only, actions.FIX_ALL) and self.fixable(checked.found.get(uri, []), unsafe):
                 found.append(actions.fix_all_action(part, actions.FIX_ALL))
-            if (actions.wants(only, actions.NOTEBOOK_FIX_ALL) and checked.buffer.is_notebook
-                    and any(self.fixable(ds, unsafe) for ds in checked.found.values())):
+            if (
+                actions.wants(only, actions.NOTEBOOK_FIX_ALL)
+                and checked.buffer.is_notebook
+                and any(self.fixable(ds, unsafe) for ds in checked.found.values())
+            ):
                 found.append(actions.fix_all_action(part, actions.NOTEBOOK_FIX_ALL))
             offered = [a for a in found if a is not None]
             for a in offered:
@@ -516,12 +567,15 @@ class Server:
             with self.lock:
                 offered = listed(checked)
             self.rpc.respond(id_, [a for a in (self.resolved(a) for a in offered) if a.get("edit") is not None])
+
         self.later(eager, id_)
 
     @staticmethod
     def fixable(diagnostics: list[dict], unsafe: bool) -> bool:
-        return any(d["data"]["edits"] and (d["data"]["safety"] == "safe" or (unsafe and d["data"]["safety"] == "unsafe"))
-                   for d in diagnostics)
+        return any(
+            d["data"]["edits"] and (d["data"]["safety"] == "safe" or (unsafe and d["data"]["safety"] == "unsafe"))
+            for d in diagnostics
+        )
 
     def resolve(self, params, id_) -> None:
         """A quick fix is resolved now from the last check when that check is the one it was listed from (and
@@ -534,8 +588,11 @@ class Server:
             if last is not None and "check" in data and last.buffer != self.workspace.buffer(key):
                 self.rpc.respond(id_, params)  # listed for a text the editor no longer has: the client asks again
                 return
-            if checked is not None and "check" in data and (data["check"] != checked.id
-                                                            or self.imports_known(checked, params)):
+            if (
+                checked is not None
+                and "check" in data
+                and (data["check"] != checked.id or self.imports_known(checked, params))
+            ):
                 self.rpc.respond(id_, self.resolved(params, checked))
                 return
         self.later(lambda: self.rpc.respond(id_, self.resolved(params)), id_)
@@ -567,8 +624,9 @@ class Server:
             elif data["action"] == "noqa":
                 edit = actions.resolve_noqa(part, action["diagnostics"][0], checked.result, self.codec)
             else:
-                edit = actions.resolve_fix_all(checked.buffer, part, action["kind"], folder, self.codec, self.settings,
-                                               **self.context(key))
+                edit = actions.resolve_fix_all(
+                    checked.buffer, part, action["kind"], folder, self.codec, self.settings, **self.context(key)
+                )
         except CheckFailed:
             edit = None
         return {**action, "edit": edit} if edit is not None else action
@@ -645,16 +703,20 @@ class Server:
         kind = actions.NOTEBOOK_FIX_ALL if buffer.is_notebook else actions.FIX_ALL
         folder = project_folder(buffer.path, self.workspace.folders)
         try:
-            edit = actions.resolve_fix_all(buffer, buffer.parts[0], kind, folder, self.codec, self.settings,
-                                           unsafe=False, **self.context(key))
+            edit = actions.resolve_fix_all(
+                buffer, buffer.parts[0], kind, folder, self.codec, self.settings, unsafe=False, **self.context(key)
+            )
         except CheckFailed as exc:
             self.rpc.fail(id_, rpc.INTERNAL_ERROR, str(exc))
             return
         if edit is None:
             self.rpc.respond(id_, None)
             return
-        self.rpc.request("workspace/applyEdit", {"label": "mplint: apply safe fixes", "edit": edit},
-                         lambda answer: self.rpc.respond(id_, None))
+        self.rpc.request(
+            "workspace/applyEdit",
+            {"label": "mplint: apply safe fixes", "edit": edit},
+            lambda answer: self.rpc.respond(id_, None),
+        )
 
 
 def main() -> int:

@@ -40,9 +40,12 @@ class Buffer:
     def source(self) -> bytes:
         """The bytes the runner reads: the file's text in its declared encoding, or notebook JSON."""
         if self.is_notebook:
-            cells = [{"cell_type": "code" if p.python else "markdown", "metadata": {}, "source": p.text} for p in self.parts]
-            return json.dumps({"cells": cells, "metadata": {"language_info": {"name": "python"}},
-                               "nbformat": 4, "nbformat_minor": 5}).encode("utf-8")
+            cells = [
+                {"cell_type": "code" if p.python else "markdown", "metadata": {}, "source": p.text} for p in self.parts
+            ]
+            return json.dumps(
+                {"cells": cells, "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+            ).encode("utf-8")
         text = self.parts[0].text
         data = text.encode("utf-8")
         try:
@@ -80,8 +83,12 @@ class Settings:
             return tuple(str(c) for c in value) if isinstance(value, list) else None
 
         unsafe = raw.get("unsafeFixes")
-        return cls(codes("select"), codes("extendSelect") or (), codes("ignore") or (),
-                   unsafe if isinstance(unsafe, bool) else None)
+        return cls(
+            codes("select"),
+            codes("extendSelect") or (),
+            codes("ignore") or (),
+            unsafe if isinstance(unsafe, bool) else None,
+        )
 
 
 class CheckFailed(Exception):
@@ -99,20 +106,37 @@ def project_folder(path: Path, workspace_folders: list[Path]) -> Path:
     return max(holding, key=lambda w: len(w.parts)) if holding else path.parent
 
 
-def check(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
-          select: list[str] | None = None, settings: Settings = Settings(), others: tuple[Buffer, ...] = (),
-          warm=None) -> FileResult:
+def check(
+    buffer: Buffer,
+    folder: Path,
+    *,
+    fix: bool = False,
+    unsafe: bool | None = None,
+    select: list[str] | None = None,
+    settings: Settings = Settings(),
+    others: tuple[Buffer, ...] = (),
+    warm=None,
+) -> FileResult:
     """The buffer checked (and fixed in memory with ``fix``) with its project's configuration and facts.
 
     ``others``: the editor's other open buffers, read instead of their files (as if saved: what the command line
     would find once they are); ``warm``: the ``mplint.runner.Warm`` the server keeps between checks."""
-    return check_with_config(buffer, folder, fix=fix, unsafe=unsafe, select=select, settings=settings,
-                             others=others, warm=warm)[0]
+    return check_with_config(
+        buffer, folder, fix=fix, unsafe=unsafe, select=select, settings=settings, others=others, warm=warm
+    )[0]
 
 
-def check_with_config(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe: bool | None = None,
-                      select: list[str] | None = None, settings: Settings = Settings(),
-                      others: tuple[Buffer, ...] = (), warm=None):
+def check_with_config(
+    buffer: Buffer,
+    folder: Path,
+    *,
+    fix: bool = False,
+    unsafe: bool | None = None,
+    select: list[str] | None = None,
+    settings: Settings = Settings(),
+    others: tuple[Buffer, ...] = (),
+    warm=None,
+):
     """``check``'s result and the configuration it was checked with (for the rules' documentation links)."""
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
@@ -123,10 +147,19 @@ def check_with_config(buffer: Buffer, folder: Path, *, fix: bool = False, unsafe
         select = list(settings.select)
     # named as the folder's walk names the file: the same facts whichever open file is checked
     name = display_path(buffer.path, Path.cwd().resolve())
-    options = RunOptions(paths=[folder], stdin=(Path(name), buffer.source()), fix=fix,
-                         unsafe_fixes=settings.unsafe_fixes if unsafe is None else unsafe, write=False, select=select,
-                         extend_select=list(settings.extend_select), ignore=list(settings.ignore), jobs=1,
-                         overlays={o.path: o.source() for o in others if o.path != buffer.path}, warm=warm)
+    options = RunOptions(
+        paths=[folder],
+        stdin=(Path(name), buffer.source()),
+        fix=fix,
+        unsafe_fixes=settings.unsafe_fixes if unsafe is None else unsafe,
+        write=False,
+        select=select,
+        extend_select=list(settings.extend_select),
+        ignore=list(settings.ignore),
+        jobs=1,
+        overlays={o.path: o.source() for o in others if o.path != buffer.path},
+        warm=warm,
+    )
     try:
         report = run(options)
     except (ConfigError, CatalogError) as exc:
@@ -141,9 +174,16 @@ def warm_facts(folder: Path, settings: Settings, warm) -> None:
     from mplint.project.config import ConfigError
     from mplint.runner import RunOptions, run
 
-    options = RunOptions(paths=[folder], stdin=(folder / "untitled.py", b""), facts_only=True, jobs=1,
-                         select=None if settings.select is None else list(settings.select),
-                         extend_select=list(settings.extend_select), ignore=list(settings.ignore), warm=warm)
+    options = RunOptions(
+        paths=[folder],
+        stdin=(folder / "untitled.py", b""),
+        facts_only=True,
+        jobs=1,
+        select=None if settings.select is None else list(settings.select),
+        extend_select=list(settings.extend_select),
+        ignore=list(settings.ignore),
+        warm=warm,
+    )
     try:
         run(options)
     except (ConfigError, CatalogError) as exc:

@@ -22,7 +22,7 @@ def position(codec: Codec, lines: list[str], line: int, column: int) -> dict:
         last = lines[-1].rstrip("\r\n")
         return {"line": len(lines) - 1, "character": codec.units(last)}
     body = lines[line - 1].rstrip("\r\n")
-    return {"line": line - 1, "character": codec.units(body[:max(column - 1, 0)])}
+    return {"line": line - 1, "character": codec.units(body[: max(column - 1, 0)])}
 
 
 def span(codec: Codec, lines: list[str], line: int, column: int, end_line: int, end_column: int) -> dict:
@@ -38,10 +38,17 @@ def to_lsp(codec: Codec, text: str, d: Diagnostic, docs_url: str | None = None) 
         "codeDescription": {"href": rule_url(d.rule_id, docs_url)},
         "source": "mplint",
         "message": d.message,
-        "data": {"rule": d.rule_id, "name": d.name, "safety": d.fix_safety.value, "fix": d.fix_description,
-                 "line": d.line, "column": d.column, "cell": d.cell,
-                 "edits": [[e.line, e.column, e.end_line, e.end_column, e.text] for e in d.edits],
-                 "imports": [[i.module, i.obj, i.asname] for i in d.imports]},
+        "data": {
+            "rule": d.rule_id,
+            "name": d.name,
+            "safety": d.fix_safety.value,
+            "fix": d.fix_description,
+            "line": d.line,
+            "column": d.column,
+            "cell": d.cell,
+            "edits": [[e.line, e.column, e.end_line, e.end_column, e.text] for e in d.edits],
+            "imports": [[i.module, i.obj, i.asname] for i in d.imports],
+        },
     }
     if d.related:
         out["relatedInformation"] = [related(r) for r in d.related]

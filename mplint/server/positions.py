@@ -61,5 +61,8 @@ class Codec:
         if "range" not in change:
             return change["text"]
         start, end = change["range"]["start"], change["range"]["end"]
-        return (text[:self.offset(text, start["line"], start["character"])] + change["text"]
-                + text[self.offset(text, end["line"], end["character"]):])
+        return (
+            text[: self.offset(text, start["line"], start["character"])]
+            + change["text"]
+            + text[self.offset(text, end["line"], end["character"]) :]
+        )

@@ -76,7 +76,7 @@ class Workspace:
         if structure:
             array = structure["array"]
             start, count = array["start"], array["deleteCount"]
-            notebook.cells[start:start + count] = [(c["kind"], c["document"]) for c in array.get("cells") or []]
+            notebook.cells[start : start + count] = [(c["kind"], c["document"]) for c in array.get("cells") or []]
             for item in structure.get("didOpen") or []:
                 self.open_text(item)
             for closed in structure.get("didClose") or []:
@@ -85,7 +85,9 @@ class Workspace:
             for _, cell in notebook.cells:
                 self.owner[cell] = uri
         for data in (change.get("cells") or {}).get("data") or []:
-            notebook.cells = [(data["kind"], cell) if cell == data["document"] else (kind, cell) for kind, cell in notebook.cells]
+            notebook.cells = [
+                (data["kind"], cell) if cell == data["document"] else (kind, cell) for kind, cell in notebook.cells
+            ]
         for content in (change.get("cells") or {}).get("textContent") or []:
             self.change_text(content["document"]["uri"], content["changes"])
 

@@ -27,10 +27,16 @@ def install_tensorflow(tf) -> None:
 
 
 def _install_models(model_cls, generation: int) -> None:
-    for name, make in (("__call__", hooks.wrap_call(generation)), ("fit", hooks.wrap_fit), ("evaluate", hooks.wrap_capped("steps")),
-                       ("predict", hooks.wrap_capped("steps")), ("compile", hooks.wrap_compile),
-                       ("save", hooks.wrap_path_arg(1)), ("save_weights", hooks.wrap_path_arg(1)),
-                       ("load_weights", hooks.wrap_path_arg(1, writing=False))):
+    for name, make in (
+        ("__call__", hooks.wrap_call(generation)),
+        ("fit", hooks.wrap_fit),
+        ("evaluate", hooks.wrap_capped("steps")),
+        ("predict", hooks.wrap_capped("steps")),
+        ("compile", hooks.wrap_compile),
+        ("save", hooks.wrap_path_arg(1)),
+        ("save_weights", hooks.wrap_path_arg(1)),
+        ("load_weights", hooks.wrap_path_arg(1, writing=False)),
+    ):
         setattr(model_cls, name, make(getattr(model_cls, name)))
 
 
@@ -53,8 +59,11 @@ def install_keras3(keras) -> None:
     hooks.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "keras")
     hooks.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "keras")
     _install_models(keras.Model, 3)
-    methods = (("apply_gradients", hooks.wrap_apply_gradients), ("apply", hooks.wrap_apply),
-               ("scale_loss", hooks.wrap_scale_loss))
+    methods = (
+        ("apply_gradients", hooks.wrap_apply_gradients),
+        ("apply", hooks.wrap_apply),
+        ("scale_loss", hooks.wrap_scale_loss),
+    )
     optimizers = {base_optimizer.BaseOptimizer, loss_scale_optimizer.LossScaleOptimizer}
     optimizers.update(c for c in type(keras.optimizers.SGD()).__mro__ if c.__module__.startswith("keras."))
     _install_optimizers(optimizers, methods)
@@ -76,11 +85,17 @@ def install_keras2(tf_keras) -> None:
     hooks.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "tf_keras")
     hooks.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "tf_keras")
     _install_models(tf_keras.Model, 2)
-    classes = [optimizer._BaseOptimizer, optimizer.Optimizer, optimizer_v2.OptimizerV2,
-               loss_scale_optimizer.LossScaleOptimizer, loss_scale_optimizer.LossScaleOptimizerV3,
-               loss_scale_optimizer.BaseLossScaleOptimizer]
-    _install_optimizers(classes, (("apply_gradients", hooks.wrap_apply_gradients),
-                                  ("get_scaled_loss", hooks.wrap_scale_loss)))
+    classes = [
+        optimizer._BaseOptimizer,
+        optimizer.Optimizer,
+        optimizer_v2.OptimizerV2,
+        loss_scale_optimizer.LossScaleOptimizer,
+        loss_scale_optimizer.LossScaleOptimizerV3,
+        loss_scale_optimizer.BaseLossScaleOptimizer,
+    ]
+    _install_optimizers(
+        classes, (("apply_gradients", hooks.wrap_apply_gradients), ("get_scaled_loss", hooks.wrap_scale_loss))
+    )
 
 
 def _global_policy() -> str | None:
@@ -110,10 +125,14 @@ def crash_site(exc: BaseException, script: str) -> dict:
     the line a ``tf.function`` error names in its "in user code" part (deeper than any frame)."""
     text = ANSI.sub("", str(exc))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    error = _error_line(lines) if "in user code:" in text and lines else f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    error = (
+        _error_line(lines)
+        if "in user code:" in text and lines
+        else f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    )
     if error.split(": ", 1)[-1].startswith(KERAS_CALL_ERROR):  # the cause is on the line after it
         at = max(i for i, line in enumerate(lines) if KERAS_CALL_ERROR in line)
-        following = lines[at + 1:]
+        following = lines[at + 1 :]
         error = f"{error.split(': ', 1)[0]}: {following[0]}" if following else error
     line = None
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
@@ -122,8 +141,12 @@ def crash_site(exc: BaseException, script: str) -> dict:
     for match in re.finditer(r'File "([^"]+)", line (\d+)', text):
         if os.path.abspath(match[1]) == script:
             line = int(match[2])
-    return {"error": error.rstrip(": "), "file": os.path.basename(script), "line": line,
-            "source": linecache.getline(script, line).strip() if line else ""}
+    return {
+        "error": error.rstrip(": "),
+        "file": os.path.basename(script),
+        "line": line,
+        "source": linecache.getline(script, line).strip() if line else "",
+    }
 
 
 def main(config_path: str) -> None:
@@ -136,9 +159,18 @@ def main(config_path: str) -> None:
 
     np.random.seed(config["seed"])
     sandbox.install()
-    sys.meta_path.insert(0, hooks.PostImportHook(
-        {"tensorflow": install_tensorflow, "keras": install_keras3, "tf_keras": install_keras2,
-         "torch": torch_hooks.install_torch, "torchvision": torch_hooks.install_torchvision}))
+    sys.meta_path.insert(
+        0,
+        hooks.PostImportHook(
+            {
+                "tensorflow": install_tensorflow,
+                "keras": install_keras3,
+                "tf_keras": install_keras2,
+                "torch": torch_hooks.install_torch,
+                "torchvision": torch_hooks.install_torchvision,
+            }
+        ),
+    )
     script = config["script"]
     sys.argv = [script, *config["argv"]]
     sys.path[0] = os.path.dirname(script)

@@ -31,29 +31,39 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_UNVERIFIED, EXIT_WORSE, EXIT_NOTHING_FIXED = 0, 1, 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mplint verify", description="Run a training script for a few capped steps "
-                                "under instrumentation and report what mixed precision does to it.",
-                                epilog="Arguments after '--' are passed to the script.")
+    p = argparse.ArgumentParser(
+        prog="mplint verify",
+        description="Run a training script for a few capped steps "
+        "under instrumentation and report what mixed precision does to it.",
+        epilog="Arguments after '--' are passed to the script.",
+    )
     p.add_argument("script", type=Path)
     p.add_argument("--fix", action="store_true", help="also run a copy fixed by 'mplint --fix' and compare")
     p.add_argument("--benchmark", action="store_true", help="time the mixed policy against float32")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per run (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per run (default 300)")
-    p.add_argument("--memory-limit", type=int, metavar="MB",
-                   help="cap the script's address space (RLIMIT_AS) at MB megabytes; running out is reported, "
-                   "not a pass (default: no cap)")
+    p.add_argument(
+        "--memory-limit",
+        type=int,
+        metavar="MB",
+        help="cap the script's address space (RLIMIT_AS) at MB megabytes; running out is reported, "
+        "not a pass (default: no cap)",
+    )
     p.add_argument("--keras", type=int, choices=(2, 3), help="Keras generation of the script (default: detected)")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--no-isolation", action="store_true",
-                   help="where the system gives no private view of the file system (Linux namespaces), run anyway: "
-                   "only Python-level writes outside the scratch folder are redirected, C-level writers "
-                   "(TensorFlow's file system, HDF5, torch.save, subprocesses) reach your files")
+    p.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="where the system gives no private view of the file system (Linux namespaces), run anyway: "
+        "only Python-level writes outside the scratch folder are redirected, C-level writers "
+        "(TensorFlow's file system, HDF5, torch.save, subprocesses) reach your files",
+    )
     return p
 
 
 def detect_framework(script: Path) -> str:
-    """"torch" for a script that imports torch and neither TensorFlow nor Keras, else "keras"."""
+    """ "torch" for a script that imports torch and neither TensorFlow nor Keras, else "keras"."""
     import ast
 
     try:
@@ -72,25 +82,39 @@ def detect_framework(script: Path) -> str:
 def missing_runtime(keras: int, framework: str = "keras") -> str | None:
     """What the instrumented run would fail to import here, as one line saying what to install."""
     if framework == "torch":
-        return None if importlib.util.find_spec("torch") else \
-            ("mplint verify runs this script with PyTorch, and torch is not installed in this environment: install "
-             "torch (python3 -m pip install torch; for a CPU-only build add "
-             "--index-url https://download.pytorch.org/whl/cpu)")
+        return (
+            None
+            if importlib.util.find_spec("torch")
+            else (
+                "mplint verify runs this script with PyTorch, and torch is not installed in this environment: install "
+                "torch (python3 -m pip install torch; for a CPU-only build add "
+                "--index-url https://download.pytorch.org/whl/cpu)"
+            )
+        )
     needed = ("numpy", "tensorflow", "tf_keras" if keras == 2 else "keras")
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if not missing:
         return None
-    return (f"mplint verify runs the script with TensorFlow, and {', '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} not installed in this environment: install mplint's runtime "
-            f'extra (python3 -m pip install ".[runtime]" in mplint\'s folder)')
+    return (
+        f"mplint verify runs the script with TensorFlow, and {', '.join(missing)} "
+        f"{'is' if len(missing) == 1 else 'are'} not installed in this environment: install mplint's runtime "
+        f'extra (python3 -m pip install ".[runtime]" in mplint\'s folder)'
+    )
 
 
 def _failure(run: RunResult, script: Path) -> dict:
     lines = [line for line in run.stderr_tail.splitlines() if line.strip() and not line.startswith("script exited")]
     # a crash's detail is already its error line; the stderr's last line may be what follows it
-    reason = run.detail + (f" ({lines[-1].strip()})" if lines and not run.crash and lines[-1].strip() not in run.detail else "")
-    return {"run": run.label, "status": run.status, "detail": run.detail, "stderr_tail": run.stderr_tail,
-            "message": f"could not verify {script.name}: the {run.label} run {run.status}: {reason}"}
+    reason = run.detail + (
+        f" ({lines[-1].strip()})" if lines and not run.crash and lines[-1].strip() not in run.detail else ""
+    )
+    return {
+        "run": run.label,
+        "status": run.status,
+        "detail": run.detail,
+        "stderr_tail": run.stderr_tail,
+        "message": f"could not verify {script.name}: the {run.label} run {run.status}: {reason}",
+    }
 
 
 def _events(runs: list[RunResult]) -> dict:
@@ -109,8 +133,9 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
         return
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=True, emoji=False, markup=False,
-                      width=None if sys.stdout.isatty() else 160)  # script paths and messages are user text
+    console = Console(
+        highlight=False, soft_wrap=True, emoji=False, markup=False, width=None if sys.stdout.isatty() else 160
+    )  # script paths and messages are user text
     for item in renderables:
         console.print(item)
     if doc.get("error"):
@@ -136,9 +161,11 @@ def _emit(doc: dict, fmt: str, renderables=()) -> None:
         console.print(f"download blocked: {blocked}", markup=False)
     written = events.get("writes_redirected", [])
     if written:
-        console.print(f"{len(written)} write(s) outside the scratch folder kept from your files: "
-                      f"{', '.join(written[:5])}{f' and {len(written) - 5} more' if len(written) > 5 else ''}",
-                      markup=False)
+        console.print(
+            f"{len(written)} write(s) outside the scratch folder kept from your files: "
+            f"{', '.join(written[:5])}{f' and {len(written) - 5} more' if len(written) > 5 else ''}",
+            markup=False,
+        )
     if doc.get("fixed_rules") is not None:
         console.print(f"fixes applied to the copy: {', '.join(doc['fixed_rules']) or 'none'}")
     if doc.get("summary"):
@@ -152,16 +179,34 @@ def _describe(run: RunResult) -> str:
     return f"{run.status}: {run.detail}" if run.detail else run.status
 
 
-def _document(script: Path, options: RunOptions, runs: list[RunResult], reference: RunResult, fixed_rules,
-              verdict: str, code: int, summary: str | None = None) -> tuple[dict, list]:
+def _document(
+    script: Path,
+    options: RunOptions,
+    runs: list[RunResult],
+    reference: RunResult,
+    fixed_rules,
+    verdict: str,
+    code: int,
+    summary: str | None = None,
+) -> tuple[dict, list]:
     columns = {run.label: report.metrics(run, reference) for run in runs}
     columns["float32 reference"] = report.metrics(reference)
-    doc = {"script": str(script), "keras": options.keras, "framework": options.framework, "steps": options.steps,
-           "seed": options.seed,
-           "runs": {label: {"metrics": m.to_dict(), "status": r.status}
-                    for (label, m), r in zip(columns.items(), [*runs, reference])},
-           "events": _events([*runs, reference]), "fixed_rules": fixed_rules, "summary": summary,
-           "verdict": verdict, "exit_code": code}
+    doc = {
+        "script": str(script),
+        "keras": options.keras,
+        "framework": options.framework,
+        "steps": options.steps,
+        "seed": options.seed,
+        "runs": {
+            label: {"metrics": m.to_dict(), "status": r.status}
+            for (label, m), r in zip(columns.items(), [*runs, reference])
+        },
+        "events": _events([*runs, reference]),
+        "fixed_rules": fixed_rules,
+        "summary": summary,
+        "verdict": verdict,
+        "exit_code": code,
+    }
     title = f"mplint verify {script.name}: at most {options.steps} steps per training loop, seed {options.seed}"
     return doc, [report.table(title, columns)]
 
@@ -192,23 +237,29 @@ def _verify_fix(script: Path, script_args: list[str], options: RunOptions) -> tu
         # the float32 reference runs what runs: the original, else the fixed copy
         text = copy if after is not None and not before.ok and after.ok else None
         if before.ok or text is not None:
-            reference = run_script("float32", script, script_args,
-                                   dataclasses.replace(options, force_policy="float32"), text=text)
+            reference = run_script(
+                "float32", script, script_args, dataclasses.replace(options, force_policy="float32"), text=text
+            )
     if after is None:
         if not before.ok:
             return {"error": _failure(before, script), "exit_code": EXIT_UNVERIFIED}, []
     elif not before.ok and not after.ok:
         err = _failure(after, script)
-        err["message"] = (f"could not verify {script.name}: it runs neither before nor after the fixes "
-                          f"({', '.join(fixed_rules)}): before: {_describe(before)}; after: {_describe(after)}")
+        err["message"] = (
+            f"could not verify {script.name}: it runs neither before nor after the fixes "
+            f"({', '.join(fixed_rules)}): before: {_describe(before)}; after: {_describe(after)}"
+        )
         return {"error": err, "exit_code": EXIT_UNVERIFIED}, []
     if not reference.ok:
         return {"error": _failure(reference, script), "exit_code": EXIT_UNVERIFIED}, []
     if after is None:
         problems = report.blocking(report.metrics(before, reference))
         code = EXIT_PROBLEMS if problems else EXIT_NOTHING_FIXED
-        verdict = (f"nothing fixed: mplint --fix changed nothing, and the run shows {', '.join(problems)}" if problems
-                   else "nothing to verify: mplint --fix changed nothing (no MP802/MP803/MP804 in the capped run)")
+        verdict = (
+            f"nothing fixed: mplint --fix changed nothing, and the run shows {', '.join(problems)}"
+            if problems
+            else "nothing to verify: mplint --fix changed nothing (no MP802/MP803/MP804 in the capped run)"
+        )
         return _document(script, options, [before], reference, fixed_rules, verdict, code)
     runs = [before, after]
     summary = f"before: {'runs' if before.ok else _describe(before)}; after: {'runs' if after.ok else _describe(after)}"
@@ -218,13 +269,19 @@ def _verify_fix(script: Path, script_args: list[str], options: RunOptions) -> tu
     m_before, m_after = report.metrics(before, reference), report.metrics(after, reference)
     problems = report.blocking(m_after)
     if before.ok and not report.no_worse(m_before, m_after):
-        code, verdict = EXIT_WORSE, "worse: the fixed script has more NaN/Inf, skipped steps or underflow than the original"
+        code, verdict = (
+            EXIT_WORSE,
+            "worse: the fixed script has more NaN/Inf, skipped steps or underflow than the original",
+        )
     elif problems:
         code, verdict = EXIT_PROBLEMS, f"not verified: the fixed script still shows {', '.join(problems)}"
     elif before.ok:
         code, verdict = EXIT_OK, "verified: the fixed script is no worse and shows no MP802/MP803/MP804"
     else:
-        code, verdict = EXIT_OK, f"verified repair: the original {_describe(before)}; the fixed script runs and shows no MP802/MP803/MP804"
+        code, verdict = (
+            EXIT_OK,
+            f"verified repair: the original {_describe(before)}; the fixed script runs and shows no MP802/MP803/MP804",
+        )
     return _document(script, options, runs, reference, fixed_rules, verdict, code, summary)
 
 
@@ -250,22 +307,42 @@ def _benchmark(args, script: Path, script_args: list[str], options: RunOptions) 
     elif speedup is None:
         verdict = "too few steps to time (raise --steps)"
     elif speedup <= 1.0:
-        findings.append({"rule": "MP805", "message": f"{m_mixed.policy} is not faster than float32 here "
-                         f"({m_mixed.ms_per_step:.2f} vs {m_f32.ms_per_step:.2f} ms/step)"})
+        findings.append(
+            {
+                "rule": "MP805",
+                "message": f"{m_mixed.policy} is not faster than float32 here "
+                f"({m_mixed.ms_per_step:.2f} vs {m_f32.ms_per_step:.2f} ms/step)",
+            }
+        )
         verdict = f"MP805 {findings[0]['message']}"
     else:
         verdict = f"{m_mixed.policy} is {speedup:.2f}x faster than float32 here"
-    doc = {"script": str(script), "keras": options.keras, "steps": options.steps, "seed": options.seed,
-           "benchmark": {"policy": m_mixed.policy, "mixed_ms_per_step": m_mixed.ms_per_step,
-                         "float32_ms_per_step": m_f32.ms_per_step, "speedup": speedup,
-                         "device": mixed.records.get("device")},
-           "findings": findings, "verdict": verdict, "exit_code": EXIT_OK}
+    doc = {
+        "script": str(script),
+        "keras": options.keras,
+        "steps": options.steps,
+        "seed": options.seed,
+        "benchmark": {
+            "policy": m_mixed.policy,
+            "mixed_ms_per_step": m_mixed.ms_per_step,
+            "float32_ms_per_step": m_f32.ms_per_step,
+            "speedup": speedup,
+            "device": mixed.records.get("device"),
+        },
+        "findings": findings,
+        "verdict": verdict,
+        "exit_code": EXIT_OK,
+    }
     from rich.table import Table
 
-    t = Table(title=f"mplint verify --benchmark {script.name}: median ms/step after {report.WARMUP_STEPS} warm-up steps")
+    t = Table(
+        title=f"mplint verify --benchmark {script.name}: median ms/step after {report.WARMUP_STEPS} warm-up steps"
+    )
     for column in ("run", "policy", "ms/step", "speed-up"):
         t.add_column(column)
-    t.add_row("mixed", m_mixed.policy or "n/a", report._fmt_ms(m_mixed.ms_per_step), f"{speedup:.2f}x" if speedup else "n/a")
+    t.add_row(
+        "mixed", m_mixed.policy or "n/a", report._fmt_ms(m_mixed.ms_per_step), f"{speedup:.2f}x" if speedup else "n/a"
+    )
     t.add_row("float32", "float32", report._fmt_ms(m_f32.ms_per_step), "1.00x")
     return doc, [t]
 
@@ -275,7 +352,7 @@ def main(argv: list[str]) -> int:
     script_args: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1:]
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args = _parser().parse_args(argv)
     script: Path = args.script
     if not script.is_file():
@@ -300,9 +377,16 @@ def main(argv: list[str]) -> int:
     if refusal:
         print(f"mplint verify: error: {refusal}", file=sys.stderr)
         return EXIT_UNVERIFIED
-    options = RunOptions(steps=args.steps, seed=args.seed, timeout=args.timeout, keras=keras,
-                         source_dir=str(script.resolve().parent), memory_limit_mb=args.memory_limit,
-                         framework=framework, isolated=not args.no_isolation)
+    options = RunOptions(
+        steps=args.steps,
+        seed=args.seed,
+        timeout=args.timeout,
+        keras=keras,
+        source_dir=str(script.resolve().parent),
+        memory_limit_mb=args.memory_limit,
+        framework=framework,
+        isolated=not args.no_isolation,
+    )
     doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
     _emit(doc, args.format, renderables)
     return doc["exit_code"]

@@ -44,8 +44,10 @@ def load(name: str, seed: int, **kwargs):
         if name == "cifar100" and kwargs.get("label_mode") == "coarse":
             classes = 20
         templates = rng.integers(0, 192, size=(classes, *shape), dtype=np.uint8)
-        return (_images(rng, train, shape, classes, label_shape, templates),
-                _images(rng, test, shape, classes, label_shape, templates))
+        return (
+            _images(rng, train, shape, classes, label_shape, templates),
+            _images(rng, test, shape, classes, label_shape, templates),
+        )
     if name in SEQUENCES:
         train, test, classes = SEQUENCES[name]
         words = kwargs.get("num_words")

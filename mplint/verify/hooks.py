@@ -82,6 +82,7 @@ def patch_method(cls, attr: str, make) -> None:
 
 # --- optimizer applications -------------------------------------------------------------
 
+
 def _outermost(method):
     """Call through; True when this is the call the user made (not one nested inside another)."""
     depth = getattr(_local, "depth", 0)
@@ -138,8 +139,11 @@ def wrap_apply(original):
         grads = list(grads)
         result, outer = _outermost(lambda: original(self, grads, trainable_variables, *args, **kwargs))
         if outer:
-            variables = list(trainable_variables) if trainable_variables is not None else \
-                list(getattr(self, "_trainable_variables", None) or [])
+            variables = (
+                list(trainable_variables)
+                if trainable_variables is not None
+                else list(getattr(self, "_trainable_variables", None) or [])
+            )
             after_apply(self, grads, variables)
         return result
 
@@ -223,8 +227,11 @@ def after_apply(opt, grads, variables) -> None:
         return
     graph = tf.compat.v1.get_default_graph()
     has_loss = loss is not None and getattr(loss, "graph", None) is graph
-    finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(tf.cast(g, tf.float32))) for g in grads])) \
-        if grads else tf.constant(True)
+    finite = (
+        tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(tf.cast(g, tf.float32))) for g in grads]))
+        if grads
+        else tf.constant(True)
+    )
     inputs = [
         finite,
         tf.cast(tf.convert_to_tensor(scale), tf.float32) if scale is not None else tf.constant(-1.0),
@@ -233,15 +240,22 @@ def after_apply(opt, grads, variables) -> None:
     ]
 
     def record(finite_value, scale_value, loss_value, *captured):
-        R().record_step(opt_id, label, model, float(loss_value.numpy()) if has_loss else None, bool(finite_value.numpy()),
-                        float(scale_value.numpy()) if scale is not None else None,
-                        [c.numpy() for c in captured] if captured else None)
+        R().record_step(
+            opt_id,
+            label,
+            model,
+            float(loss_value.numpy()) if has_loss else None,
+            bool(finite_value.numpy()),
+            float(scale_value.numpy()) if scale is not None else None,
+            [c.numpy() for c in captured] if captured else None,
+        )
         return []
 
     tf.py_function(record, inputs, Tout=[])
 
 
 # --- models ------------------------------------------------------------------------------
+
 
 def wrap_call(generation: int):
     def make(original):
@@ -251,7 +265,9 @@ def wrap_call(generation: int):
                 tf = sys.modules["tensorflow"]
                 flat = tf.nest.flatten(outputs)
                 if not any(type(t).__name__ == "KerasTensor" for t in flat):
-                    R().see_model(self, generation, {getattr(t.dtype, "name", str(t.dtype)) for t in flat if hasattr(t, "dtype")})
+                    R().see_model(
+                        self, generation, {getattr(t.dtype, "name", str(t.dtype)) for t in flat if hasattr(t, "dtype")}
+                    )
             return outputs
 
         return __call__
@@ -264,7 +280,9 @@ def _is_arrays(x) -> bool:
         return bool(x) and all(_is_arrays(v) for v in x)
     if isinstance(x, dict):
         return bool(x) and all(_is_arrays(v) for v in x.values())
-    return isinstance(x, np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype") and type(x).__name__ != "KerasTensor")
+    return isinstance(x, np.ndarray) or (
+        hasattr(x, "shape") and hasattr(x, "dtype") and type(x).__name__ != "KerasTensor"
+    )
 
 
 def _take(x, n):

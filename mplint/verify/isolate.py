@@ -30,9 +30,29 @@ MNT_DETACH = 2
 PR_CAPBSET_DROP, CAP_SYS_ADMIN = 24, 21
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 # Kernel file systems: bound as they are (no user files live there).
-PSEUDO = {"proc", "sysfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "securityfs", "debugfs", "tracefs",
-          "bpf", "pstore", "hugetlbfs", "binfmt_misc", "autofs", "configfs", "fusectl", "efivarfs", "nsfs",
-          "rpc_pipefs", "selinuxfs"}
+PSEUDO = {
+    "proc",
+    "sysfs",
+    "devtmpfs",
+    "devpts",
+    "mqueue",
+    "cgroup",
+    "cgroup2",
+    "securityfs",
+    "debugfs",
+    "tracefs",
+    "bpf",
+    "pstore",
+    "hugetlbfs",
+    "binfmt_misc",
+    "autofs",
+    "configfs",
+    "fusectl",
+    "efivarfs",
+    "nsfs",
+    "rpc_pipefs",
+    "selinuxfs",
+}
 _FLAG_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 
 
@@ -51,8 +71,10 @@ def _check(result: int, what: str) -> None:
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     encode = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
-    _check(_libc.mount(encode(source), encode(target), encode(fstype), ctypes.c_ulong(flags), encode(data)),
-           f"mount {fstype or 'bind'} {source} on {target}")
+    _check(
+        _libc.mount(encode(source), encode(target), encode(fstype), ctypes.c_ulong(flags), encode(data)),
+        f"mount {fstype or 'bind'} {source} on {target}",
+    )
 
 
 def _unshare(flags: int) -> None:
@@ -224,11 +246,13 @@ def enter(base: str) -> None:
     _mount(os.path.join(base, "scratch"), os.path.join(base, "root") + os.path.join(base, "scratch"), None, MS_BIND)
     _pivot(os.path.join(base, "root"), cwd)
     if uid == 0:  # root would keep the privilege to unmount after exec: drop it (and only it)
-        _check(_libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(CAP_SYS_ADMIN), 0, 0, 0),
-               "dropping CAP_SYS_ADMIN")
+        _check(
+            _libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(CAP_SYS_ADMIN), 0, 0, 0), "dropping CAP_SYS_ADMIN"
+        )
 
 
 # The parent's side: the layout of BASE, and what the command left in it.
+
 
 def make_layout(base: Path) -> None:
     for name in ("scratch", "layers", "root"):
@@ -237,6 +261,7 @@ def make_layout(base: Path) -> None:
 
 def remove_layout(base: Path) -> None:
     """Remove ``base``, including the overlays' work directories (mode 000)."""
+
     def retry(function, path, _exc):
         try:
             os.chmod(os.path.dirname(path), 0o700)
@@ -289,7 +314,7 @@ def _leaves(folder: Path, skip=frozenset()) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    base, command = argv[0], argv[argv.index("--") + 1:]
+    base, command = argv[0], argv[argv.index("--") + 1 :]
     try:
         enter(base)
     except (Unavailable, OSError) as exc:

@@ -137,8 +137,12 @@ class _SiblingModules(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         origin = getattr(spec, "origin", None) or ""
-        if spec is None or not origin.endswith(".py") or not _within(origin, self.folder) \
-                or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+        if (
+            spec is None
+            or not origin.endswith(".py")
+            or not _within(origin, self.folder)
+            or not isinstance(spec.loader, importlib.machinery.SourceFileLoader)
+        ):
             return None
         spec.loader = _WrappingLoader(spec.loader.name, spec.loader.path)
         return spec
@@ -159,8 +163,9 @@ def run(script: str) -> None:
         return
     sys.meta_path.insert(0, _SiblingModules(os.path.dirname(os.path.abspath(script))))
     module = types.ModuleType("__main__")
-    module.__dict__.update(__file__=script, __cached__=None, __loader__=None, __package__=None, __spec__=None,
-                           __builtins__=builtins)
+    module.__dict__.update(
+        __file__=script, __cached__=None, __loader__=None, __package__=None, __spec__=None, __builtins__=builtins
+    )
     setattr(module, NAME, sys.modules[__name__])
     sys.modules["__main__"] = module
     exec(code, module.__dict__)
@@ -215,6 +220,7 @@ def _place(frame) -> tuple[str, int]:
 
 
 # --- training loops found in the source, for the report of loops a capped run never reached -------
+
 
 def _optimizers(tree) -> set[str]:
     """Names bound to a torch optimizer's construction (``opt = torch.optim.Adam(...)``)."""

@@ -40,9 +40,16 @@ class Recorder:
     steps: list = field(default_factory=list)
     models: dict = field(default_factory=dict)  # id(model) -> ModelSeen
     current_model: str | None = None
-    events: dict = field(default_factory=lambda: {"downloads_blocked": [], "writes_redirected": [],
-                                                  "datasets_replaced": [], "notes": [], "turned_off": [],
-                                                  "loop_stops": []})
+    events: dict = field(
+        default_factory=lambda: {
+            "downloads_blocked": [],
+            "writes_redirected": [],
+            "datasets_replaced": [],
+            "notes": [],
+            "turned_off": [],
+            "loop_stops": [],
+        }
+    )
     in_fit: int = 0
     lock: threading.Lock = field(default_factory=threading.RLock)
     finished: bool = False
@@ -83,8 +90,9 @@ class Recorder:
             name = getattr(model, "name", None)  # a torch module has none: its class names it
             name = name if isinstance(name, str) else type(model).__name__
             same = sum(1 for m in self.models.values() if m.name == name or m.name.startswith(name + " #"))
-            seen = self.models[key] = ModelSeen(f"{name} #{same + 1}" if same else name, type(model).__name__,
-                                                keras, model)  # two torch Linear modules told apart
+            seen = self.models[key] = ModelSeen(
+                f"{name} #{same + 1}" if same else name, type(model).__name__, keras, model
+            )  # two torch Linear modules told apart
         # one name per dtype: a Keras model on the torch backend is also a torch module, and its
         # tensors' dtypes print as "torch.float32"
         seen.output_dtypes.update(str(d).replace("torch.", "") for d in dtypes)
@@ -111,7 +119,9 @@ class Recorder:
         its own step cap."""
         with self.lock:
             if len(self.loops) >= MAX_LOOPS:
-                self.note("loop_stops", f"stopped before training loop {len(self.loops) + 1} (at most {MAX_LOOPS} are run)")
+                self.note(
+                    "loop_stops", f"stopped before training loop {len(self.loops) + 1} (at most {MAX_LOOPS} are run)"
+                )
                 self.finish("step-cap")
             number = sum(1 for known in self.loops if known.startswith(kind)) + 1
             self.loop = label or f"{kind} #{number}"
@@ -134,15 +144,25 @@ class Recorder:
         key = (loop, optimizer_id)
         if key not in self.optimizer_labels:
             unit = f"{loop} / {optimizer_label}"
-            same = sum(1 for known in self.units.values() if known["loop"] == loop and known["optimizer"] == optimizer_label)
+            same = sum(
+                1 for known in self.units.values() if known["loop"] == loop and known["optimizer"] == optimizer_label
+            )
             unit += f" #{same + 1}" if same else ""  # two optimizers of one class (a GAN's two Adams)
             self.optimizer_labels[key] = unit
-            self.units[unit] = {"loop": loop, "optimizer": optimizer_label, "first_grads": None,
-                                 "first_update": None}
+            self.units[unit] = {"loop": loop, "optimizer": optimizer_label, "first_grads": None, "first_update": None}
         return self.optimizer_labels[key]
 
-    def record_step(self, optimizer_id: int, optimizer_label: str, model: str | None, loss, finite_grads, scale,
-                    grads=None, update: float | None = None) -> None:
+    def record_step(
+        self,
+        optimizer_id: int,
+        optimizer_label: str,
+        model: str | None,
+        loss,
+        finite_grads,
+        scale,
+        grads=None,
+        update: float | None = None,
+    ) -> None:
         """One optimizer application. Outside fit(), an optimizer's step past the cap stops the script
         for good: every optimizer of the loop has then made its capped steps."""
         with self.lock:
@@ -152,7 +172,9 @@ class Recorder:
             done = sum(1 for s in self.steps if s.unit == unit)
             if not self.in_fit and done >= self.cap:
                 self.finish("step-cap")
-            self.steps.append(Step(loss, bool(finite_grads), scale, time.perf_counter(), model or self.current_model, unit))
+            self.steps.append(
+                Step(loss, bool(finite_grads), scale, time.perf_counter(), model or self.current_model, unit)
+            )
             if grads is not None and self.units[unit]["first_grads"] is None:
                 self.units[unit]["first_grads"] = grads
                 self.grads_taken.add(optimizer_id)
@@ -174,13 +196,21 @@ class Recorder:
                 static = [f.to_dict() for f in check_model(seen.model)]
             except Exception as exc:  # a model check must never hide the run's records
                 static = [{"rule": "", "name": "", "message": f"check_model failed: {exc}", "layer": None}]
-            models.append({
-                "key": key, "name": seen.name, "class": seen.cls, "keras": seen.keras,
-                "output_dtypes": sorted(seen.output_dtypes), "layer_policies": policies,
-                "trained_steps": len(steps), "model_findings": static,
-                "parameter_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in seen.model.parameters()})
-                if seen.keras == 0 else [],
-            })
+            models.append(
+                {
+                    "key": key,
+                    "name": seen.name,
+                    "class": seen.cls,
+                    "keras": seen.keras,
+                    "output_dtypes": sorted(seen.output_dtypes),
+                    "layer_policies": policies,
+                    "trained_steps": len(steps),
+                    "model_findings": static,
+                    "parameter_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in seen.model.parameters()})
+                    if seen.keras == 0
+                    else [],
+                }
+            )
         names = {m["key"]: m["name"] for m in models}
         units = []
         for unit, info in self.units.items():
@@ -188,21 +218,39 @@ class Recorder:
             trained = [s.model for s in steps if s.model is not None]
             model = max(set(trained), key=trained.count) if trained else None
             loop = self.loop_aliases.get(info["loop"], info["loop"])
-            units.append({
-                "unit": loop + unit[len(info["loop"]):], "loop": loop, "optimizer": info["optimizer"], "model": names.get(model),
-                "model_key": model, "losses": [s.loss for s in steps], "finite_grads": [s.finite_grads for s in steps],
-                "loss_scale": [s.scale for s in steps], "step_times": [s.time for s in steps],
-                "first_update": info["first_update"],
-            })
+            units.append(
+                {
+                    "unit": loop + unit[len(info["loop"]) :],
+                    "loop": loop,
+                    "optimizer": info["optimizer"],
+                    "model": names.get(model),
+                    "model_key": model,
+                    "losses": [s.loss for s in steps],
+                    "finite_grads": [s.finite_grads for s in steps],
+                    "loss_scale": [s.scale for s in steps],
+                    "step_times": [s.time for s in steps],
+                    "first_update": info["first_update"],
+                }
+            )
         try:
             policy = self.policy_set or (self.policy_reader() if self.policy_reader else None)
         except Exception:
             policy = None
-        return {"status": status, "detail": detail, "policy": policy, "steps": len(self.steps), "cap": self.cap,
-                "models": models, "units": units,
-                "loops": [self.loop_aliases.get(loop, loop) for loop in self.loops], "crash": self.crash, "events": self.events,
-                "autocast_regions": [{"regions": n, "ops": [list(op) for op in key]}
-                                     for key, n in self.autocast_regions.items()]}
+        return {
+            "status": status,
+            "detail": detail,
+            "policy": policy,
+            "steps": len(self.steps),
+            "cap": self.cap,
+            "models": models,
+            "units": units,
+            "loops": [self.loop_aliases.get(loop, loop) for loop in self.loops],
+            "crash": self.crash,
+            "events": self.events,
+            "autocast_regions": [
+                {"regions": n, "ops": [list(op) for op in key]} for key, n in self.autocast_regions.items()
+            ],
+        }
 
     def finish(self, status: str, detail: str = "", exit_code: int = 0) -> None:
         """Write the records and end the process: nothing in the script can catch this."""
@@ -215,7 +263,11 @@ class Recorder:
         with _real_open(out + ".tmp", "w", encoding="utf-8") as fh:
             json.dump(data, fh, default=str)
         os.replace(out + ".tmp", out)
-        arrays = {f"u{k}_{i}": g for k, info in enumerate(self.units.values()) for i, g in enumerate(info["first_grads"] or [])}
+        arrays = {
+            f"u{k}_{i}": g
+            for k, info in enumerate(self.units.values())
+            for i, g in enumerate(info["first_grads"] or [])
+        }
         if arrays:
             import numpy as np
 

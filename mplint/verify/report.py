@@ -91,12 +91,21 @@ class Metrics:
             d.update(scale_first=u.scale_first, scale_last=u.scale_last)
             units.append(d)
         return {
-            "policy": self.policy, "status": self.status, "crash": self.crash, "output_dtype": self.output_dtype,
-            "steps": self.steps, "final_loss": main.final_loss if main else None,
-            "non_finite_steps": self.non_finite_steps, "skipped_steps": self.skipped_steps,
-            "scale_first": main.scale_first if main else None, "scale_last": main.scale_last if main else None,
-            "underflow": main.underflow if main else None, "ms_per_step": self.ms_per_step,
-            "units": units, "model_outputs": self.model_outputs, "findings": self.findings,
+            "policy": self.policy,
+            "status": self.status,
+            "crash": self.crash,
+            "output_dtype": self.output_dtype,
+            "steps": self.steps,
+            "final_loss": main.final_loss if main else None,
+            "non_finite_steps": self.non_finite_steps,
+            "skipped_steps": self.skipped_steps,
+            "scale_first": main.scale_first if main else None,
+            "scale_last": main.scale_last if main else None,
+            "underflow": main.underflow if main else None,
+            "ms_per_step": self.ms_per_step,
+            "units": units,
+            "model_outputs": self.model_outputs,
+            "findings": self.findings,
             "autocast_ops": self.autocast_ops,
         }
 
@@ -163,18 +172,28 @@ def autocast_ops(regions: list[dict]) -> str | None:
 def metrics(run: RunResult, reference: RunResult | None = None) -> Metrics:
     records = run.records
     units = records.get("units") or []
-    ref_units = {_place(u, reference.records["units"]): i
-                 for i, u in enumerate((reference.records.get("units") or []) if reference else [])}
-    m = Metrics(policy=records.get("policy"), status=run.status, crash=records.get("crash"),
-                model_outputs={model["name"]: model["output_dtypes"] for model in records.get("models", [])
-                               if model.get("output_dtypes")},
-                autocast_ops=autocast_ops(records.get("autocast_regions") or []))
+    ref_units = {
+        _place(u, reference.records["units"]): i
+        for i, u in enumerate((reference.records.get("units") or []) if reference else [])
+    }
+    m = Metrics(
+        policy=records.get("policy"),
+        status=run.status,
+        crash=records.get("crash"),
+        model_outputs={
+            model["name"]: model["output_dtypes"] for model in records.get("models", []) if model.get("output_dtypes")
+        },
+        autocast_ops=autocast_ops(records.get("autocast_regions") or []),
+    )
     for index, unit in enumerate(units):
         losses, finite_grads = unit["losses"], unit["finite_grads"]
         scales = [s for s in unit["loss_scale"] if s is not None]
         scaled = bool(scales)
-        non_finite = sum(1 for loss, ok in zip(losses, finite_grads)
-                         if (loss is not None and not math.isfinite(loss)) or (not ok and not scaled))
+        non_finite = sum(
+            1
+            for loss, ok in zip(losses, finite_grads)
+            if (loss is not None and not math.isfinite(loss)) or (not ok and not scaled)
+        )
         skipped = sum(1 for ok in finite_grads if not ok) if scaled else 0
         share = None
         place = _place(unit, units)
@@ -186,25 +205,52 @@ def metrics(run: RunResult, reference: RunResult | None = None) -> Metrics:
             if unit.get("first_update") is not None and ref_update:
                 ratio = unit["first_update"] / ref_update
         clock = _loop_clock([u for u in units if u["loop"] == unit["loop"]])
-        u = UnitMetrics(unit=unit["unit"], loop=unit["loop"], optimizer=unit["optimizer"], model=unit.get("model"),
-                        steps=len(losses), final_loss=next((x for x in reversed(losses) if x is not None), None),
-                        non_finite_steps=non_finite, skipped_steps=skipped, scale_history=scales, underflow=share,
-                        ms_per_iteration=statistics.median(clock) if clock else None,
-                        ms_spread=(min(clock), max(clock)) if clock else None, update_ratio=ratio)
+        u = UnitMetrics(
+            unit=unit["unit"],
+            loop=unit["loop"],
+            optimizer=unit["optimizer"],
+            model=unit.get("model"),
+            steps=len(losses),
+            final_loss=next((x for x in reversed(losses) if x is not None), None),
+            non_finite_steps=non_finite,
+            skipped_steps=skipped,
+            scale_history=scales,
+            underflow=share,
+            ms_per_iteration=statistics.median(clock) if clock else None,
+            ms_spread=(min(clock), max(clock)) if clock else None,
+            update_ratio=ratio,
+        )
         m.units.append(u)
         name = f"{u.model or u.optimizer} ({u.loop})" if len(units) > 1 else (u.model or u.optimizer)
         if non_finite:
             m.findings.append({"rule": "MP802", "message": f"{name}: NaN/Inf in {non_finite} of {len(losses)} steps"})
         if scaled and (scales[-1] <= scales[0] / COLLAPSE_FACTOR or (skipped >= 3 and skipped > len(losses) / 4)):
-            m.findings.append({"rule": "MP803", "message": f"{name}: loss scale {scales[0]:g} -> {scales[-1]:g}, {skipped} skipped steps"})
+            m.findings.append(
+                {
+                    "rule": "MP803",
+                    "message": f"{name}: loss scale {scales[0]:g} -> {scales[-1]:g}, {skipped} skipped steps",
+                }
+            )
         if ratio is not None and ratio > 0 and scaled and ratio <= 1 / UPDATE_FACTOR:
-            m.findings.append({"rule": "MPT204", "message": f"{name}: the first update is {_fmt_ratio(ratio)} of the float32 "
-                               "reference's: gradients clipped while still multiplied by the loss scale"})
+            m.findings.append(
+                {
+                    "rule": "MPT204",
+                    "message": f"{name}: the first update is {_fmt_ratio(ratio)} of the float32 "
+                    "reference's: gradients clipped while still multiplied by the loss scale",
+                }
+            )
         if ratio is not None and scaled and ratio >= UPDATE_FACTOR:
-            m.findings.append({"rule": "MPT202", "message": f"{name}: the first update is {_fmt_ratio(ratio)} the float32 "
-                               "reference's: gradients applied still multiplied by the loss scale"})
+            m.findings.append(
+                {
+                    "rule": "MPT202",
+                    "message": f"{name}: the first update is {_fmt_ratio(ratio)} the float32 "
+                    "reference's: gradients applied still multiplied by the loss scale",
+                }
+            )
         if share is not None and share >= UNDERFLOW_LIMIT:
-            m.findings.append({"rule": "MP804", "message": f"{name}: {share:.0%} of non-zero float32 gradients are zero"})
+            m.findings.append(
+                {"rule": "MP804", "message": f"{name}: {share:.0%} of non-zero float32 gradients are zero"}
+            )
     for model in records.get("models", []):
         reduced = [d for d in model.get("output_dtypes", []) if d in REDUCED_DTYPES]
         if model.get("keras") == 0 and not set(model.get("parameter_dtypes", [])) & REDUCED_DTYPES:
@@ -288,7 +334,9 @@ def table(title: str, columns: dict[str, Metrics]):
     for unit in order:
         cells = [next((u for u in m.units if u.unit == unit), None) for m in runs]
         t.add_section()
-        t.add_row(unit, *(f"trains {u.model}" if u and u.model else ("-" if u is None else "trains n/a") for u in cells))
+        t.add_row(
+            unit, *(f"trains {u.model}" if u and u.model else ("-" if u is None else "trains n/a") for u in cells)
+        )
         for label, fmt in UNIT_ROWS:
             t.add_row(f"  {label}", *(fmt(u) if u else "-" for u in cells))
     t.add_section()

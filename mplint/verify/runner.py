@@ -84,8 +84,19 @@ def run_script(label: str, script: Path, argv: list[str], options: RunOptions, t
 
 
 # Not copied with the script's folder: version control, caches and environments.
-COPY_IGNORED = (".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "node_modules", ".tox", ".mypy_cache",
-                ".pytest_cache", ".ipynb_checkpoints")
+COPY_IGNORED = (
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".tox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ipynb_checkpoints",
+)
 COPY_BUDGET_BYTES = 1 << 30
 COPY_BUDGET_FILES = 20000
 
@@ -141,8 +152,7 @@ def original_lines(original: Path, fixed: Path) -> dict[str, int]:
     return found
 
 
-def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunOptions,
-            text: Path | None) -> RunResult:
+def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunOptions, text: Path | None) -> RunResult:
     scratch = base / "scratch"
     work, tmp = scratch / "work", scratch / "tmp"
     left_out = copy_folder(script.parent, work)
@@ -152,14 +162,28 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
         shutil.copyfile(text, script)
     records = scratch / "records.json"
     config = {
-        "script": str(script), "argv": argv, "steps": options.steps, "seed": options.seed,
-        "scratch": str(scratch), "records": str(records), "force_policy": options.force_policy,
-        "capture_grads": options.capture_grads, "source_dir": options.source_dir, "isolated": options.isolated,
-        "framework": options.framework, "line_map": original_lines(original, text) if text is not None else {},
+        "script": str(script),
+        "argv": argv,
+        "steps": options.steps,
+        "seed": options.seed,
+        "scratch": str(scratch),
+        "records": str(records),
+        "force_policy": options.force_policy,
+        "capture_grads": options.capture_grads,
+        "source_dir": options.source_dir,
+        "isolated": options.isolated,
+        "framework": options.framework,
+        "line_map": original_lines(original, text) if text is not None else {},
     }
     (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(tmp), KERAS_HOME=str(scratch / "keras_home"),
-               PYTHONHASHSEED=str(options.seed), TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(
+        os.environ,
+        PYTHONDONTWRITEBYTECODE="1",
+        TMPDIR=str(tmp),
+        KERAS_HOME=str(scratch / "keras_home"),
+        PYTHONHASHSEED=str(options.seed),
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(mplint.__file__).parent.parent), env.get("PYTHONPATH")]))
     if options.keras == 2:
         env["TF_USE_LEGACY_KERAS"] = "1"
@@ -172,18 +196,26 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
     if options.isolated and returncode == isolate.UNAVAILABLE and refusal.exists():
         return RunResult(label, "not-isolated", isolation_refusal(refusal.read_text(encoding="utf-8")))
     if timed_out:
-        return RunResult(label, "timeout", f"no result after {options.timeout:g} s (--timeout)", stderr_tail=_tail(stderr))
+        return RunResult(
+            label, "timeout", f"no result after {options.timeout:g} s (--timeout)", stderr_tail=_tail(stderr)
+        )
     if limit and _ran_out_of_memory(records, returncode, stderr):
-        return RunResult(label, "out-of-memory", f"ran out of memory under --memory-limit {limit} MB "
-                         f"(exit status {returncode})", stderr_tail=_tail(stderr))
+        return RunResult(
+            label,
+            "out-of-memory",
+            f"ran out of memory under --memory-limit {limit} MB (exit status {returncode})",
+            stderr_tail=_tail(stderr),
+        )
     if not records.exists():
-        return RunResult(label, "crashed", f"the instrumented process died (status {returncode})",
-                         stderr_tail=_tail(stderr))
+        return RunResult(
+            label, "crashed", f"the instrumented process died (status {returncode})", stderr_tail=_tail(stderr)
+        )
     data = json.loads(records.read_text(encoding="utf-8"))
     if left_out:
         data.setdefault("events", {}).setdefault("notes", []).append(
             f"not copied into the scratch folder (budget or unreadable): {', '.join(left_out[:5])}"
-            + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""))
+            + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else "")
+        )
     if options.isolated:
         data.setdefault("events", {})["writes_redirected"] = isolate.writes_outside(base)
     result = RunResult(label, data["status"], data.get("detail", ""), data, stderr_tail=_tail(stderr))
@@ -209,9 +241,13 @@ def isolation_problem() -> str | None:
     base = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
     try:
         isolate.make_layout(base)
-        proc = subprocess.run([sys.executable, "-m", "mplint.verify.isolate", str(base), "--", sys.executable, "-c", ""],
-                              cwd=base / "scratch", capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=str(Path(mplint.__file__).parent.parent)))
+        proc = subprocess.run(
+            [sys.executable, "-m", "mplint.verify.isolate", str(base), "--", sys.executable, "-c", ""],
+            cwd=base / "scratch",
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(Path(mplint.__file__).parent.parent)),
+        )
         refusal = base / "scratch" / "isolation-error.txt"
         if refusal.exists():
             return isolation_refusal(refusal.read_text(encoding="utf-8"))
@@ -223,9 +259,11 @@ def isolation_problem() -> str | None:
 
 
 def isolation_refusal(reason: str) -> str:
-    return (f"the script cannot be given a private view of the file system here ({reason.strip()}), so its "
-            "writes could reach your files; --no-isolation runs it anyway with writes redirected at the Python "
-            "level only (open, os, shutil, Keras and TensorFlow saving), which C-level writers escape")
+    return (
+        f"the script cannot be given a private view of the file system here ({reason.strip()}), so its "
+        "writes could reach your files; --no-isolation runs it anyway with writes redirected at the Python "
+        "level only (open, os, shutil, Keras and TensorFlow saving), which C-level writers escape"
+    )
 
 
 def _ran_out_of_memory(records: Path, returncode: int | None, stderr: str) -> bool:
@@ -257,16 +295,24 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _launch(command: list[str], cwd: Path, env: dict, timeout: float, memory_limit_mb: int | None,
-            scratch: Path) -> tuple[int | None, str, bool]:
+def _launch(
+    command: list[str], cwd: Path, env: dict, timeout: float, memory_limit_mb: int | None, scratch: Path
+) -> tuple[int | None, str, bool]:
     """Run ``command`` in its own session; whatever it leaves behind (children included) is killed
     when it exits or times out. Output goes to files so that a lingering child holding the streams
     open cannot block the wait. Returns (exit status, stderr, timed out)."""
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True,
-                                preexec_fn=_limit_memory(memory_limit_mb) if memory_limit_mb else None)
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=_limit_memory(memory_limit_mb) if memory_limit_mb else None,
+        )
         timed_out = False
         try:
             proc.wait(timeout=timeout)
@@ -284,8 +330,12 @@ def fix_copy(script: Path, keras: int, folder: Path) -> tuple[Path, list[str], s
     Returns the copy, the rule IDs fixed, and an error message when mplint failed."""
     copy = folder / script.name
     shutil.copyfile(script, copy)
-    proc = subprocess.run([sys.executable, "-m", "mplint", "--fix", "--keras", str(keras), "--format", "json", str(copy)],
-                          capture_output=True, text=True, cwd=folder)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mplint", "--fix", "--keras", str(keras), "--format", "json", str(copy)],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+    )
     if proc.returncode not in (0, 1):
         return copy, [], _tail(proc.stderr or proc.stdout) or f"mplint --fix exited with status {proc.returncode}"
     try:

@@ -80,7 +80,9 @@ def end_loop(site: loops.Site, loop: str) -> None:
     rec = R()
     if site.frame is None or loop in rec.capped_loops:
         if loop in rec.capped_loops:
-            rec.note("loop_stops", f"the script caught the end of the {loop} and went on: the run ended at its next step")
+            rec.note(
+                "loop_stops", f"the script caught the end of the {loop} and went on: the run ended at its next step"
+            )
         _note_loops_not_run(loop)
         rec.finish("step-cap")
     rec.capped_loops.add(loop)
@@ -101,8 +103,9 @@ def _note_loops_not_run(loop: str) -> None:
         name = os.path.basename(script)
         where = ", ".join(f"{name}:{line}" for line in lines)
         further = f"a further training loop at {where}" if len(lines) == 1 else f"further training loops at {where}"
-        rec.note("loop_stops", f"stopped after {rec.cap} steps of the {loop}; the script has {further} "
-                 f"that did not run")
+        rec.note(
+            "loop_stops", f"stopped after {rec.cap} steps of the {loop}; the script has {further} that did not run"
+        )
 
 
 def stopped_after_cap(exc: BaseException, crash: dict) -> bool:
@@ -124,9 +127,12 @@ def stopped_after_cap(exc: BaseException, crash: dict) -> bool:
         if trains or any(label.startswith(f"loop at {name}:{line}") for label in rec.loops):
             return False  # a training loop of its own failed: a crash to report
     place = f" at {crash['file']}:{crash['line']}" if crash.get("line") else ""
-    rec.note("loop_stops", f"after the {rec.last_capped} ended at its cap, the script stopped with {crash['error']}{place}: "
-             "what follows a capped loop may need what the rest of the loop would have made (a checkpoint), so the "
-             "run counts as stopped at the cap")
+    rec.note(
+        "loop_stops",
+        f"after the {rec.last_capped} ended at its cap, the script stopped with {crash['error']}{place}: "
+        "what follows a capped loop may need what the rest of the loop would have made (a checkpoint), so the "
+        "run counts as stopped at the cap",
+    )
     return True
 
 
@@ -140,8 +146,9 @@ def _pre_step(optimizer, args, kwargs) -> None:
     _local.grads_finite = _finite(torch, [p.grad for p in params])
     first = id(optimizer) not in R().grads_taken
     _local.before = [p.detach().float().clone() for p in params] if first else None
-    _local.grads = [p.grad.detach().float().numpy().copy() for p in params] \
-        if first and R().config.get("capture_grads") else None
+    _local.grads = (
+        [p.grad.detach().float().numpy().copy() for p in params] if first and R().config.get("capture_grads") else None
+    )
 
 
 def _post_step(optimizer, args, kwargs) -> None:
@@ -238,7 +245,11 @@ def _turned_off(what: str, device: str) -> None:
 def wrap_autocast_init(original):
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        if R().config.get("force_policy") != "float32" and not self._enabled and _requested(original, self, args, kwargs):
+        if (
+            R().config.get("force_policy") != "float32"
+            and not self._enabled
+            and _requested(original, self, args, kwargs)
+        ):
             _turned_off(f"autocast(device_type={self.device!r})", self.device)
         if R().config.get("force_policy") == "float32":
             R().policy_set = "float32"
@@ -273,7 +284,9 @@ def _op_mode_class():
                 name = func.overloadpacket.__name__
                 first = out[0] if isinstance(out, (tuple, list)) and out else out
                 dtype = getattr(first, "dtype", None)
-                computed = not func.is_view and name not in SKIPPED_OPS and dtype is not None and dtype.is_floating_point
+                computed = (
+                    not func.is_view and name not in SKIPPED_OPS and dtype is not None and dtype.is_floating_point
+                )
                 # factories (randn, zeros) take no tensor: autocast does not apply to them
                 if computed and any(isinstance(a, torch.Tensor) for a in tree_leaves((args, kwargs))):
                     self.counts[(name, str(dtype).replace("torch.", ""))] += 1
@@ -327,7 +340,8 @@ def blocked_download(what: str):
             R().note("downloads_blocked", f"{what}({target})")
             raise sandbox.DownloadBlocked(
                 f"mplint verify: {what} of {target} blocked: the run is offline; give the script local or "
-                "synthetic data (e.g. torch.randn tensors in a TensorDataset)")
+                "synthetic data (e.g. torch.randn tensors in a TensorDataset)"
+            )
 
         return blocked
 
@@ -356,5 +370,6 @@ def install_torch(torch) -> None:
 
 def install_torchvision(torchvision) -> None:
     for name in ("download_url", "download_and_extract_archive", "download_file_from_google_drive"):
-        patch_function("torchvision.datasets.utils", name, blocked_download(f"torchvision dataset download {name}"),
-                       "torchvision")
+        patch_function(
+            "torchvision.datasets.utils", name, blocked_download(f"torchvision dataset download {name}"), "torchvision"
+        )
