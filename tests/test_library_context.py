@@ -381,8 +381,10 @@ def test_generated_projects_give_the_same_findings_for_every_way_of_naming_paths
             ]
             path = root / "kmodels/m0.py"
             buffer = Buffer(path, (Part(path.as_uri(), path.read_text(encoding="utf-8")),))
-            result = check_buffer(buffer, project_folder(path, [root.parent]))
-            assert [(d.rule_id, d.line, d.column, d.message) for d in result.diagnostics] == whole.get(
+            result = check_buffer(
+                buffer, project_folder(path, [root.parent])
+            )  # from above too: paths as `above` names them
+            assert [(d.rule_id, d.line, d.column, d.message) for d in result.diagnostics] == above.get(
                 "kmodels/m0.py", []
             )
 
