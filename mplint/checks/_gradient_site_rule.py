@@ -1,13 +1,15 @@
-"""The base class of the rules on a custom loop's gradient sites (MP201-MP203)."""
+"""The base class of the rules on a custom loop's gradient sites (MP201-MP204)."""
 
 from __future__ import annotations
 
-from mplint.analysis.optimizer_flow import has_gradient_sites
+from collections.abc import Iterator
+
+from mplint.analysis.optimizer_flow import GradientSite, OptimizerFlow, has_gradient_sites
 from mplint.engine.rule import Rule
 
 
 class GradientSiteRule(Rule):
-    """What the rules on a custom loop's gradient sites under mixed_float16 (MP201-MP203) share: where
+    """What the rules on a custom loop's gradient sites under mixed_float16 (MP201-MP204) share: where
     they can fire (a file that takes a ``GradientTape``'s gradient) and when (under float16 policies)."""
 
     triggers = (b"GradientTape",)
@@ -19,3 +21,10 @@ class GradientSiteRule(Rule):
     @classmethod
     def active_for(cls, facts) -> bool:
         return facts.float16
+
+    def running_sites(self) -> Iterator[tuple[GradientSite, bool]]:
+        """The file's gradient sites whose arm runs on the target (a version-guarded arm that never does has no
+        Keras range), each with whether its own range reaches Keras 3 (its guards narrow the program's)."""
+        for site in self.context.analysis(OptimizerFlow).sites:
+            if site.keras is not None:
+                yield site, site.keras.newest == 3

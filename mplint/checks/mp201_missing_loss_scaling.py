@@ -6,7 +6,6 @@ import libcst as cst
 
 from mplint.analysis.keras_guards import code_range
 from mplint.analysis.optimizer_flow import (
-    OptimizerFlow,
     describe_when,
     lso_spelling,
     range_note,
@@ -23,11 +22,7 @@ class MissingLossScaling(GradientSiteRule):
     id = "MP201"
 
     def visit_Module(self, node: cst.Module) -> None:
-        flow = self.context.analysis(OptimizerFlow)
-        for site in flow.sites:
-            if site.keras is None:
-                continue  # a guarded arm that never runs on the target
-            g3 = site.keras.newest == 3  # the site's own range: its version guards narrow the program's
+        for site, g3 in self.running_sites():
             live = [p for p in site.paths if not p.float32]
             hits = [p for p in live if p.origin is not None and p.origin.wrap == "none" and (p.scaled_by is None or g3)]
             if not hits:

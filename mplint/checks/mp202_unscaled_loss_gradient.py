@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, method_name, range_note, scaling_insertion
+from mplint.analysis.optimizer_flow import describe_when, method_name, range_note, scaling_insertion
 from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.knowledge.loss_scale_names import SCALE_METHOD, UNSCALE_METHOD, scale_method
@@ -30,10 +30,7 @@ class UnscaledLossGradient(GradientSiteRule):
         )
 
     def visit_Module(self, node: cst.Module) -> None:
-        flow = self.context.analysis(OptimizerFlow)
-        for site in flow.sites:
-            if site.keras is None:
-                continue  # a guarded arm that never runs on the target
+        for site, _ in self.running_sites():
             live = [p for p in site.paths if not p.float32]
             self._maybe_wrapped(site, live)
             wrapped = [p for p in live if p.origin is not None and p.origin.wrap in ("explicit", "auto")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, generations_note
+from mplint.analysis.optimizer_flow import describe_when, generations_note
 from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 
@@ -13,11 +13,7 @@ class DoubleUnscale(GradientSiteRule):
     id = "MP203"
 
     def visit_Module(self, node: cst.Module) -> None:
-        flow = self.context.analysis(OptimizerFlow)
-        for site in flow.sites:
-            if site.keras is None:
-                continue  # a guarded arm that never runs on the target
-            g3 = site.keras.newest == 3  # the site's own range: its version guards narrow the program's
+        for site, g3 in self.running_sites():
             if g3:
                 # apply_gradients/apply already divide by the scale; get_unscaled_gradients is MP502's.
                 why = "apply_gradients already divides the gradients by the loss scale"

@@ -5,29 +5,21 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.keras_guards import code_range
-from mplint.analysis.optimizer_flow import OptimizerFlow, describe_when, generations_note, has_gradient_sites
+from mplint.analysis.optimizer_flow import describe_when, generations_note
+from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
-from mplint.engine.rule import Rule
 
 
-class ClipBeforeUnscale(Rule):
+class ClipBeforeUnscale(GradientSiteRule):
     id = "MP204"
     triggers = (b"clip_by_",)
 
     @classmethod
     def candidate(cls, code) -> bool:
-        return has_gradient_sites(code) and any(name.startswith("clip_by_") for name in code.calls)
-
-    @classmethod
-    def active_for(cls, facts):
-        return facts.float16
+        return super().candidate(code) and any(name.startswith("clip_by_") for name in code.calls)
 
     def visit_Module(self, node: cst.Module) -> None:
-        flow = self.context.analysis(OptimizerFlow)
-        for site in flow.sites:
-            if site.keras is None:
-                continue  # a guarded arm that never runs on the target
-            g3 = site.keras.newest == 3  # the site's own range: its version guards narrow the program's
+        for site, g3 in self.running_sites():
             live = [p for p in site.paths if not p.float32]
             found: dict[int, tuple[object, object, list]] = {}  # clip node -> (clip, unscale, paths)
             for path in live:

@@ -102,15 +102,15 @@ def before_step() -> None:
     tf = sys.modules.get("tensorflow")
     if rec.in_fit or rec.finished or getattr(_local, "depth", 0) or tf is not None and tf.inside_function():
         return
-    from mplint.verify import loops, torch_hooks
+    from mplint.verify import loop_caps, loops
 
     site = loops.current(rec.config["script"])
     if site.frame is None:
         return  # no loop of the script around it: the step cap of record_step applies
-    loop = rec.enter_loop(site.key, torch_hooks.loop_label(site, rec.loop_keys))
+    loop = rec.enter_loop(site.key, loop_caps.loop_label(site, rec.loop_keys))
     units = [unit for unit, known in rec.units.items() if known["loop"] == loop]
     if units and all(rec.steps_of(unit) >= rec.cap for unit in units):
-        torch_hooks.end_loop(site, loop)
+        loop_caps.end_loop(site, loop)
 
 
 def wrap_traced_call(original):

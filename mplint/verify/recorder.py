@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 _real_open = open
 
@@ -252,7 +253,7 @@ class Recorder:
             ],
         }
 
-    def finish(self, status: str, detail: str = "", exit_code: int = 0) -> None:
+    def finish(self, status: str, detail: str = "", exit_code: int = 0) -> NoReturn:
         """Write the records and end the process: nothing in the script can catch this."""
         self.finished = True
         try:

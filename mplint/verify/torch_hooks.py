@@ -12,7 +12,7 @@ import os
 import threading
 from collections import Counter
 
-from mplint.verify import loops, recorder, sandbox
+from mplint.verify import loop_caps, loops, recorder, sandbox
 from mplint.verify.hooks import patch_function
 
 _local = threading.local()
@@ -38,74 +38,19 @@ def _loss_value(loss) -> float | None:
         return None
 
 
-def loop_label(site: loops.Site, known: dict) -> str:
-    """``loop at train.py:12``, named by the original script's lines in a fixed copy's run too."""
-    place = _original_place
-    if site.line is None:  # the loop is not the script's (a library's trainer): name the call into it
-        return "loop in the call at {}:{}".format(*place(*site.calls[0])) if site.calls else "custom loop #1"
-    label = "loop at {}:{}".format(*place(site.file, site.line))
-    first = next((key for key, known_label in known.items() if known_label == label), None)
-    if first is not None and first != site.key and site.calls:  # one loop of a function called twice
-        if first[0]:
-            R().loop_aliases[label] = "{} via {}:{}".format(label, *place(*first[0][-1]))
-        label += " via {}:{}".format(*place(*site.calls[-1]))
-    return label
-
-
-def _original_place(file: str, line: int) -> tuple[str, int]:
-    config = R().config
-    if file == os.path.basename(config["script"]):
-        line = config.get("line_map", {}).get(str(line), line)
-    return file, line
-
-
 def _before_step(optimizer) -> None:
     """Before a step: the loop it belongs to becomes the current one; a step past that loop's cap
     ends the loop (raises LoopCapped, caught by the loop) and the script goes on after it. Where the
     script runs no loop around the step, or caught the stop, the run ends here."""
     rec = R()
     site = loops.current(rec.config["script"])
-    loop = rec.enter_loop(site.key, loop_label(site, rec.loop_keys))
+    loop = rec.enter_loop(site.key, loop_caps.loop_label(site, rec.loop_keys))
     unit = rec.unit_of(id(optimizer), type(optimizer).__name__)
     if site.step_line is not None:
         rec.step_lines.add(site.step_line)
     if rec.steps_of(unit) < rec.cap:
         return
-    end_loop(site, loop)
-
-
-def end_loop(site: loops.Site, loop: str) -> None:
-    """End the loop that reached its cap (LoopCapped, caught by the loop, and the script goes on after it); where
-    the script runs no loop around the step, or caught the stop, the run ends here."""
-    rec = R()
-    if site.frame is None or loop in rec.capped_loops:
-        if loop in rec.capped_loops:
-            rec.note(
-                "loop_stops", f"the script caught the end of the {loop} and went on: the run ended at its next step"
-            )
-        _note_loops_not_run(loop)
-        rec.finish("step-cap")
-    rec.capped_loops.add(loop)
-    rec.last_capped, rec.loop = loop, None
-    raise loops.LoopCapped(site.frame, site.line)
-
-
-def _note_loops_not_run(loop: str) -> None:
-    """The script's training loops that the run ends before."""
-    rec = R()
-    script = rec.config["script"]
-    try:
-        with open(script, encoding="utf-8") as fh:
-            lines = loops.not_run(fh.read(), rec.step_lines)
-    except (OSError, UnicodeDecodeError):
-        return
-    if lines:
-        name = os.path.basename(script)
-        where = ", ".join(f"{name}:{line}" for line in lines)
-        further = f"a further training loop at {where}" if len(lines) == 1 else f"further training loops at {where}"
-        rec.note(
-            "loop_stops", f"stopped after {rec.cap} steps of the {loop}; the script has {further} that did not run"
-        )
+    loop_caps.end_loop(site, loop)
 
 
 def stopped_after_cap(exc: BaseException, crash: dict) -> bool:
