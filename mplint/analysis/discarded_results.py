@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.engine.context import FileContext
+from mplint.engine.names import assigned_name
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
@@ -25,13 +26,9 @@ def discarded(context: FileContext, call: cst.Call) -> bool:
     statement = context.parent(value)
     if isinstance(statement, cst.Expr):
         return True
-    if not (
-        isinstance(statement, cst.Assign)
-        and len(statement.targets) == 1
-        and isinstance(statement.targets[0].target, cst.Name)
-    ):
+    name = assigned_name(statement)
+    if name is None:
         return False
-    name = statement.targets[0].target.value
     scope = context.enclosing(statement, _SCOPES) or context.module
     if isinstance(scope, cst.ClassDef) or any(
         isinstance(a, (cst.For, cst.While)) for a in _ancestors_within(context, statement, scope)

@@ -45,8 +45,9 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
-from mplint.engine.names import last_name
+from mplint.engine.names import assigned_name, last_name
 from mplint.knowledge.apinames import KERAS_NAMESPACES
+from mplint.knowledge.layers import SHAPE_PRESERVING
 
 _SCOPES = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _MAX_HOPS = 20  # guards against assignment cycles such as `x = y; y = x`
@@ -117,27 +118,6 @@ _PREPROCESSING = frozenset(
         "Hashing",
         "Discretization",
         "CategoryEncoding",
-    }
-)
-# Layers whose output has the shape of their input: the layer before one is the output layer.
-SHAPE_PRESERVING = frozenset(
-    {
-        "Activation",
-        "Softmax",
-        "ReLU",
-        "LeakyReLU",
-        "PReLU",
-        "ELU",
-        "ThresholdedReLU",
-        "Dropout",
-        "SpatialDropout1D",
-        "SpatialDropout2D",
-        "SpatialDropout3D",
-        "GaussianDropout",
-        "GaussianNoise",
-        "AlphaDropout",
-        "ActivityRegularization",
-        "Identity",
     }
 )
 _SHAPE_PRESERVING_FUNCTIONS = frozenset(
@@ -715,13 +695,9 @@ class _Roles:
         if isinstance(parent, cst.Arg):
             outer = self.context.parent(parent)
             return isinstance(outer, cst.Call) and flow.classify(outer) is FLOAT32
-        if not (
-            isinstance(parent, cst.Assign)
-            and len(parent.targets) == 1
-            and isinstance(parent.targets[0].target, cst.Name)
-        ):
+        name = assigned_name(parent)
+        if name is None:
             return False
-        name = parent.targets[0].target.value
         scope = self.outputs._scope_of(parent)
         after = self.context.end_order(parent)
         for use in self.context.nodes_within(scope, cst.Name):

@@ -9,6 +9,7 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.names import assigned_name
 from mplint.engine.rule import Rule
 from mplint.engine.walk import walk
 from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
@@ -156,13 +157,9 @@ class Float16Preprocessing(Rule):
         if self._is_arithmetic_operand(call):
             return self._use_site(call)
         parent = self.context.parent(call)
-        if not (
-            isinstance(parent, cst.Assign)
-            and len(parent.targets) == 1
-            and isinstance(parent.targets[0].target, cst.Name)
-        ):
+        name = assigned_name(parent)
+        if name is None:
             return None
-        name = parent.targets[0].target.value
         scope = self._scope(parent)
         finder = _LaterUses(name, parent, self.context)
         walk(scope, finder, self.context.children)

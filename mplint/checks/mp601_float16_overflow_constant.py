@@ -25,7 +25,15 @@ from mplint.engine.imports import callee_name
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.knowledge.dtypes import FLOAT16_NAMES, WIDE_SPELLINGS
-from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
+from mplint.knowledge.float16_range import (
+    FLOAT16_MAX,
+    FLOAT16_TINY,
+    FLOAT32_MAX,
+    FLUSHES_IN_FLOAT16,
+    LARGE_INTEGER,
+    LARGE_OR_TINY_EXPONENT,
+    OUTSIDE_FLOAT16,
+)
 
 # What a fixed constant becomes in float16: Keras' own large negative for float16
 # (keras.activations.softmax masks with -3e4), and float16's smallest normal number.
@@ -177,10 +185,9 @@ class Float16OverflowConstant(Rule):
         constant = operation.split(" ", 1)[1]
         large = abs(literal_number(cst.parse_expression(constant)) or 0.0) > FLOAT16_MAX  # the summary read a literal
         effect = (
-            "is outside float16's range (largest finite value 65504), so the result is infinite"
+            f"{OUTSIDE_FLOAT16}, so the result is infinite"
             if large
-            else "flushes to 0 in float16 (smallest subnormal 6e-8), so the epsilon vanishes and a log or division "
-            "by it gives inf or NaN"
+            else f"{FLUSHES_IN_FLOAT16}, so the epsilon vanishes and a log or division by it gives inf or NaN"
         )
         facts = self.context.facts
         when = (
@@ -461,7 +468,7 @@ class Float16OverflowConstant(Rule):
             if isinstance(base, cst.Call) and self.context.names.matches(base.func, ["finfo"], ["np"]) and base.args:
                 base = base.args[0].value
             if dtype_spelling(self.context, base) in WIDE_SPELLINGS:
-                return sign * 3.4028234663852886e38
+                return sign * FLOAT32_MAX
         return None
 
     def _code(self, node: cst.CSTNode) -> str:
@@ -481,11 +488,11 @@ class Float16OverflowConstant(Rule):
                 else "the result is infinite"
             )
             return (
-                f"{shown} is outside float16's range (largest finite value 65504): combined with {with_what} "
+                f"{shown} {OUTSIDE_FLOAT16}: combined with {with_what} "
                 f"it becomes {becomes} under a float16 policy, and {effect}{self.context.facts.library_note()}"
             )
         return (
-            f"{shown} flushes to 0 in float16 (smallest subnormal 6e-8): combined with {with_what} under a "
+            f"{shown} {FLUSHES_IN_FLOAT16}: combined with {with_what} under a "
             f"float16 policy the epsilon vanishes and a log or division by it gives inf or NaN{self.context.facts.library_note()}"
         )
 

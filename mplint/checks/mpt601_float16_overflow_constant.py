@@ -13,7 +13,15 @@ from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.knowledge.dtypes import TORCH_WIDE_NAMES
-from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, LARGE_INTEGER, LARGE_OR_TINY_EXPONENT
+from mplint.knowledge.float16_range import (
+    FLOAT16_MAX,
+    FLOAT16_TINY,
+    FLOAT32_MAX,
+    FLUSHES_IN_FLOAT16,
+    LARGE_INTEGER,
+    LARGE_OR_TINY_EXPONENT,
+    OUTSIDE_FLOAT16,
+)
 
 _MASK_METHODS = ("masked_fill", "masked_fill_")
 _MODULE_BASES = re.compile(r"Module$|Layer$|Attention$|Block$")
@@ -60,13 +68,13 @@ class TorchFloat16OverflowConstant(TorchRule):
         shown = self.code(constant)
         if abs(value) > FLOAT16_MAX:
             message = (
-                f"`{shown}` is outside float16's range (largest finite value 65504) and `{self.code(tensor)}` is float16 "
+                f"`{shown}` {OUTSIDE_FLOAT16} and `{self.code(tensor)}` is float16 "
                 f"{why}: masked_fill raises 'value cannot be converted to type at::Half without overflow', arithmetic "
                 "gives inf and NaN; bound it by the tensor's dtype (`torch.finfo(x.dtype).min`)"
             )
         else:
             message = (
-                f"`{shown}` flushes to 0 in float16 (smallest subnormal 6e-8) and `{self.code(tensor)}` is float16 "
+                f"`{shown}` {FLUSHES_IN_FLOAT16} and `{self.code(tensor)}` is float16 "
                 f"{why}: the epsilon vanishes and log/division give inf or NaN"
             )
         self.report(constant, message, self._fix(constant, value, tensor))
@@ -87,7 +95,7 @@ class TorchFloat16OverflowConstant(TorchRule):
                 return None
             dtype = finfo.args[0].value
             if any(k.ns == "torch" and k.path in TORCH_WIDE_NAMES for k in self.context.names.torch_names(dtype)):
-                return (-1.0 if node.attr.value == "min" else 1.0) * 3.4028234663852886e38
+                return (-1.0 if node.attr.value == "min" else 1.0) * FLOAT32_MAX
         return None
 
     def _float16(self, tensor: cst.BaseExpression, masked: bool, masked_large: bool) -> str | None:

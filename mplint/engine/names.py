@@ -39,6 +39,15 @@ def dotted(node: cst.CSTNode) -> str | None:
     return None
 
 
+def assigned_name(statement: cst.CSTNode) -> str | None:
+    """``x`` of ``x = <value>``: the one plain name an assignment binds; None for any other node."""
+    if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+        target = statement.targets[0].target
+        if isinstance(target, cst.Name):
+            return target.value
+    return None
+
+
 def _target_names(node) -> Iterator[str]:
     """Names bound by an assignment target (``a``, ``a, (b, *c)``); attributes and subscripts bind none."""
     if isinstance(node, cst.Name):

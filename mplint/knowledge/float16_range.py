@@ -6,6 +6,11 @@ import re
 
 FLOAT16_MAX = 65504.0
 FLOAT16_TINY = 6e-8  # below this a value flushes to zero (smallest subnormal: 5.96e-8)
+FLOAT32_MAX = 3.4028234663852886e38  # what `tf.float32.max` and `torch.finfo(torch.float32).max` hold
+
+# How messages say it (one wording for every rule and the runtime checks)
+OUTSIDE_FLOAT16 = f"is outside float16's range (largest finite value {FLOAT16_MAX:g})"
+FLUSHES_IN_FLOAT16 = f"flushes to 0 in float16 (smallest subnormal {FLOAT16_TINY:.0e})".replace("e-0", "e-")
 
 # Byte triggers for literals out of float16's range (each starts with a character class the regex
 # engine can skip ahead to).

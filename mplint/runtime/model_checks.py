@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mplint.knowledge.dtypes import REDUCED_DTYPES
+from mplint.knowledge.layers import SHAPE_PRESERVING
 
 SOFTMAX_LAYERS = ("Softmax",)
 MATMUL_LAYERS = (
@@ -45,27 +46,6 @@ def _dtype_name(value) -> str:
 
 def _compute_dtype(layer) -> str:
     return _dtype_name(getattr(layer, "compute_dtype", None) or "float32")
-
-
-# Layers whose output has the shape of their input: the layer before one sets the class count.
-SHAPE_PRESERVING = (
-    "Activation",
-    "Softmax",
-    "ReLU",
-    "LeakyReLU",
-    "PReLU",
-    "ELU",
-    "ThresholdedReLU",
-    "Dropout",
-    "SpatialDropout1D",
-    "SpatialDropout2D",
-    "SpatialDropout3D",
-    "GaussianDropout",
-    "GaussianNoise",
-    "AlphaDropout",
-    "ActivityRegularization",
-    "Identity",
-)
 
 
 def _producer(tensor):

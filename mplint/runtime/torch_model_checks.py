@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from mplint.knowledge.dtypes import REDUCED_DTYPES
+from mplint.knowledge.float16_range import FLOAT16_MAX
 from mplint.runtime.model_checks import RuntimeFinding
 
-FLOAT16_MAX = 65504.0
 FLOAT16_ZERO = 2.0**-25  # this and smaller round to 0 in float16 (its smallest subnormal is 2**-24)
 # Elementwise ops whose scalar operand becomes a float16 value (an epsilon, a mask fill, a bound).
 OVERFLOW_OPS = frozenset(
@@ -64,7 +64,7 @@ def _scalars(torch, values):
 
 def _constant_problem(op: str, value: float) -> str | None:
     if abs(value) > FLOAT16_MAX and op in OVERFLOW_OPS:
-        return f"{value:g} overflows float16 (largest 65504): use torch.finfo(x.dtype).min/max"
+        return f"{value:g} overflows float16 (largest {FLOAT16_MAX:g}): use torch.finfo(x.dtype).min/max"
     if 0 < abs(value) <= FLOAT16_ZERO and op in ZERO_OPS:
         return f"{value:g} is 0 in float16: use an epsilon of the tensor's dtype (torch.finfo(x.dtype).eps)"
     return None

@@ -106,24 +106,10 @@ def project_folder(path: Path, workspace_folders: list[Path]) -> Path:
     return max(holding, key=lambda w: len(w.parts)) if holding else path.parent
 
 
-def check(
-    buffer: Buffer,
-    folder: Path,
-    *,
-    fix: bool = False,
-    unsafe: bool | None = None,
-    select: list[str] | None = None,
-    settings: Settings = Settings(),
-    others: tuple[Buffer, ...] = (),
-    warm=None,
-) -> FileResult:
-    """The buffer checked (and fixed in memory with ``fix``) with its project's configuration and facts.
-
-    ``others``: the editor's other open buffers, read instead of their files (as if saved: what the command line
-    would find once they are); ``warm``: the ``mplint.runner.Warm`` the server keeps between checks."""
-    return check_with_config(
-        buffer, folder, fix=fix, unsafe=unsafe, select=select, settings=settings, others=others, warm=warm
-    )[0]
+def check(buffer: Buffer, folder: Path, **options) -> FileResult:
+    """The buffer checked (and fixed in memory with ``fix=True``) with its project's configuration and facts; the
+    options are ``check_with_config``'s."""
+    return check_with_config(buffer, folder, **options)[0]
 
 
 def check_with_config(
@@ -137,11 +123,12 @@ def check_with_config(
     others: tuple[Buffer, ...] = (),
     warm=None,
 ):
-    """``check``'s result and the configuration it was checked with (for the rules' documentation links)."""
-    from mplint.catalog import CatalogError
-    from mplint.project.config import ConfigError
+    """The buffer's result and the configuration it was checked with (for the rules' documentation links).
+
+    ``others``: the editor's other open buffers, read instead of their files (as if saved: what the command line
+    would find once they are); ``warm``: the ``mplint.runner.Warm`` the server keeps between checks."""
     from mplint.project.discovery import display_path
-    from mplint.runner import RunOptions, run
+    from mplint.runner import RunOptions
 
     if select is None and settings.select is not None:
         select = list(settings.select)
@@ -160,32 +147,37 @@ def check_with_config(
         overlays={o.path: o.source() for o in others if o.path != buffer.path},
         warm=warm,
     )
-    try:
-        report = run(options)
-    except (ConfigError, CatalogError) as exc:
-        raise CheckFailed(str(exc)) from exc
+    report = _run(options)
     return next(r for r in report.results if r.path == name), report.config
 
 
 def warm_facts(folder: Path, settings: Settings, warm) -> None:
     """Read ``folder``'s project facts into ``warm`` and check nothing: no rule, no libcst is imported, so a
     document opened meanwhile is not kept waiting for them (its result may be in the project's cache)."""
+    from mplint.runner import RunOptions
+
+    _run(
+        RunOptions(
+            paths=[folder],
+            stdin=(folder / "untitled.py", b""),
+            facts_only=True,
+            jobs=1,
+            select=None if settings.select is None else list(settings.select),
+            extend_select=list(settings.extend_select),
+            ignore=list(settings.ignore),
+            warm=warm,
+        )
+    )
+
+
+def _run(options):
+    """``mplint.runner.run``; a broken configuration or catalog is ``CheckFailed``."""
     from mplint.catalog import CatalogError
     from mplint.project.config import ConfigError
-    from mplint.runner import RunOptions, run
+    from mplint.runner import run
 
-    options = RunOptions(
-        paths=[folder],
-        stdin=(folder / "untitled.py", b""),
-        facts_only=True,
-        jobs=1,
-        select=None if settings.select is None else list(settings.select),
-        extend_select=list(settings.extend_select),
-        ignore=list(settings.ignore),
-        warm=warm,
-    )
     try:
-        run(options)
+        return run(options)
     except (ConfigError, CatalogError) as exc:
         raise CheckFailed(str(exc)) from exc
 
