@@ -767,3 +767,35 @@ def test_a_server_opened_again_answers_an_unchanged_file_from_what_the_last_one_
     layers.write_text(POLICY + FIXED_MODEL)
     assert asyncio.run(session()) == []
     assert record.read_text().split() == ["True", "False", "True"]
+
+
+FAILING_PERSIST_SERVER = """
+import sys
+from mplint.project import cache
+
+
+def broken():
+    raise RuntimeError("disk on fire")
+
+
+cache.persist_shared = broken
+from mplint.cli import main
+
+sys.exit(main(["server"]))
+"""
+
+
+def test_shutdown_is_answered_when_keeping_the_results_fails(tmp_path):
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    layers = tmp_path / "layers.py"
+    layers.write_text(POLICY + MODEL)
+
+    async def session() -> list[str]:
+        editor = Editor(tmp_path)
+        await editor.start(server=("-c", FAILING_PERSIST_SERVER))
+        await editor.diagnostics(editor.open(layers, layers.read_text()))
+        await asyncio.wait_for(editor.stop(), TIMEOUT)  # shutdown answered, exit taken
+        return editor.logged
+
+    logged = asyncio.run(session())
+    assert "mplint: keeping the checks' results in .mplint_cache/ failed: RuntimeError('disk on fire')" in logged

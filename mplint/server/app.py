@@ -241,11 +241,12 @@ class Server:
     def shutdown(self, params, id_) -> None:
         self.shutting_down = True
 
-        def persisted() -> None:  # after the checks already asked for
+        def persisted() -> None:  # after the checks already asked for; shutting down succeeds either way
             try:
                 self.persist()
-            finally:
-                self.rpc.respond(id_, None)
+            except Exception as exc:
+                self.log(f"mplint: keeping the checks' results in .mplint_cache/ failed: {exc!r}")
+            self.rpc.respond(id_, None)
 
         self.later(persisted, id_)
 
