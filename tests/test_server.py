@@ -799,3 +799,30 @@ def test_shutdown_is_answered_when_keeping_the_results_fails(tmp_path):
 
     logged = asyncio.run(session())
     assert "mplint: keeping the checks' results in .mplint_cache/ failed: RuntimeError('disk on fire')" in logged
+
+
+def test_results_are_kept_once_the_editor_is_idle_after_a_save_not_after_typing(tmp_path):
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    layers = tmp_path / "layers.py"
+    layers.write_text(POLICY + MODEL)
+    kept = tmp_path / ".mplint_cache"
+
+    async def session() -> tuple[bool, bool]:
+        editor = Editor(tmp_path)
+        await editor.start()
+        try:
+            uri = editor.open(layers, layers.read_text())
+            await editor.diagnostics(uri)
+            await asyncio.sleep(1.5)  # past the server's idle delay: typing alone writes nothing
+            before_save = kept.exists()
+            editor.client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri)))
+            await editor.diagnostics(uri)  # the open files are checked again after a save
+            for _ in range(50):  # then, once idle, the results are kept
+                if list(kept.glob("v2/results-*.json")):
+                    break
+                await asyncio.sleep(0.1)
+            return before_save, bool(list(kept.glob("v2/results-*.json")))
+        finally:
+            await editor.stop()
+
+    assert asyncio.run(session()) == (False, True)

@@ -171,7 +171,8 @@ class _Store:
 
 def persist_shared() -> None:
     """Write what the editor's checks found (the read-only runs' stores) into the projects' caches, for the next
-    server or command line run to reuse: the language server calls it once the editor is idle."""
+    server or command line run to reuse: the language server calls it once the editor is idle after a save,
+    and at shutdown."""
     for store in list(_SHARED.values()):
         store.merge_into_disk()
 

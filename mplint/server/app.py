@@ -280,6 +280,8 @@ class Server:
 
     def did_save(self, params, id_) -> None:
         self.configuration_may_have_changed()  # a saved file's policy may govern the other open files
+        if self.persist not in self.idle:  # a saved buffer's result is the file's: worth keeping, once idle
+            self.idle.append(self.persist)
 
     def did_close(self, params, id_) -> None:
         uri = params["textDocument"]["uri"]
@@ -429,8 +431,6 @@ class Server:
                 self.facts_changed(key, checked)
         if any(d["data"]["imports"] for ds in found.values() for d in ds) and self.prepare_fixes not in self.idle:
             self.idle.append(self.prepare_fixes)
-        if self.persist not in self.idle:
-            self.idle.append(self.persist)
         return checked
 
     def lint_soon(self, key: str) -> None:
