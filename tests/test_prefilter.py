@@ -241,3 +241,22 @@ def test_a_keras_layer_re_exported_under_another_name_is_checked(tmp_path, monke
     off = run(RunOptions([tmp_path], cache=False, jobs=1, select=["MP301"], prefilter=False))
     assert [(d.path, d.line, d.column) for d in on.diagnostics] == [("train.py", 5, 34)]
     assert _keys(on.diagnostics) == _keys(off.diagnostics)
+
+
+def test_the_torch_rules_admit_only_files_that_name_torch_or_apex():
+    """``amp`` and ``half`` are in many files ("example", "behalf"); a torch rule's finding needs an import of torch or
+    apex, which a file names in its text, or by being a module of the apex package (``from . import amp`` there)."""
+    from mplint.engine.check import admits
+
+    rules = all_rules()
+    mpt502 = rules["MPT502"]
+    sample = b"def sample(example):\n    return example.amp\n"
+    assert not admits(mpt502, sample)
+    assert admits(mpt502, b"import torch\n" + sample)
+    assert admits(mpt502, sample, module_name="apex.amp.handle")
+    assert not admits(mpt502, sample, module_name="myapex.amp")
+    assert not admits(rules["MPT103"], b"x = behalf.half()\n")
+    relative = b"from . import amp\n\nwith amp.autocast():\n    loss = model(x)\n"
+    code = summarize(ast.parse(relative), relative, module_name="apex.trainer")
+    assert code.imports_torch  # the candidate holds: the byte filter must let it through
+    assert admits(mpt502, relative, module_name="apex.trainer")

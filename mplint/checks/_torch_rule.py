@@ -12,6 +12,7 @@ class TorchRule(Rule):
     context is the file's own code, so they are active in every project."""
 
     triggers = (b"torch",)
+    requires = (b"torch", b"apex")  # ``candidate``: no finding in a file that imports neither
 
     @classmethod
     def candidate(cls, code) -> bool:

@@ -113,13 +113,17 @@ def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagn
     return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
 
 
-def admits(rule: type[Rule], source: bytes, facts: Facts | None = None) -> bool:
-    """The byte-level pre-filter: can this rule match anything in ``source``?
+def admits(rule: type[Rule], source: bytes, facts: Facts | None = None, module_name: str = "") -> bool:
+    """The byte-level pre-filter: can this rule match anything in ``source`` (of module ``module_name``)?
 
     A project module that re-exports a Keras name under another (``Linear = layers.Dense``)
     makes that other name a trigger too: the rule resolves it, so the pre-filter must see it; so
     do the names of the project's functions whose summaries the rule reads (``summary_triggers``).
     """
+    if rule.requires and not (
+        any(name in source for name in rule.requires) or module_name.partition(".")[0].encode() in rule.requires
+    ):
+        return False
     if not rule.triggers:
         return True
     triggers = rule.triggers + (_aliased_triggers(rule, facts) if facts is not None and facts.reexports else ())
@@ -319,7 +323,7 @@ class _Run:
         self.findings: list[Finding] = []
         self.crashes: list[Diagnostic] = []
         if rules is None:
-            rules = [r for r in options.rules if admits(r, source, options.facts)]
+            rules = [r for r in options.rules if admits(r, source, options.facts, module_name)]
         self.metas = {r.id: r.meta for r in rules}
         if not rules:
             return
@@ -431,7 +435,11 @@ def check_source(
         result.diagnostics.append(_engine_diagnostic(path, PARSE_ERROR, message))
         return result
     # Off, the pre-filters are off together (byte triggers and candidates): the on/off tests see both.
-    rules = [r for r in options.rules if admits(r, source, options.facts)] if options.prefilter else list(options.rules)
+    rules = (
+        [r for r in options.rules if admits(r, source, options.facts, module_name)]
+        if options.prefilter
+        else list(options.rules)
+    )
     if not rules and options.parses:
         return result  # nothing to look for, and no syntax error to report
     tree = parse_native(path, source)

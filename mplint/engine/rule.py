@@ -33,6 +33,9 @@ class Rule:
     #: the rule to run on it (the engine never parses a file no active rule admits).
     #: Empty means every file. The second pre-filter is ``candidate``, on what the file's code mentions.
     triggers: ClassVar[tuple[bytes | re.Pattern[bytes], ...]] = ()
+    #: Names of which a file must hold at least one as well, in its text or as its top-level package (a relative
+    #: import inside package ``apex`` names apex): what every candidate of the rule imports. Empty: no such name.
+    requires: ClassVar[tuple[bytes, ...]] = ()
     #: Kinds of project function summaries (``ProjectFacts.summaries``) the rule reads at call sites: the
     #: names of the project's functions of these kinds are triggers too (a call is all such a file may show).
     summary_triggers: ClassVar[tuple[str, ...]] = ()

@@ -276,6 +276,8 @@ class ProjectCache:
             return None
 
     def store_module_facts(self, key: str, by_display: dict[str, ProjectFacts], summary) -> None:
+        if self.folder is None:
+            return
         first = next(iter(by_display.values()), None)
         self._model.put(
             key,
@@ -306,6 +308,8 @@ class ProjectCache:
             return None
 
     def store_facts(self, path: str, digest: str, facts: FileFacts) -> None:
+        if self.folder is None:
+            return  # no cache: nothing to serialise (a thousand files' facts are half a second of it)
         self._facts.put(f"{path}:{digest}", _facts_to_json(facts))
 
     def use_settings(self, key: str) -> None:
