@@ -18,6 +18,7 @@ import libcst as cst
 
 from mplint.analysis.bindings import binding_nodes
 from mplint.engine.context import FileContext
+from mplint.knowledge.float16_range import FLOAT32_MAX
 
 # Bindings looked up per name (analysis/bindings.py), the ScopeProvider only where that is unsure.
 FAST_BINDINGS = True
@@ -100,6 +101,24 @@ def signed(expr: cst.BaseExpression, atom: Callable[[cst.BaseExpression], float 
 
 def number_literal(expr: cst.BaseExpression) -> float | None:
     return float(number_value(expr)) if isinstance(expr, (cst.Integer, cst.Float)) else None
+
+
+def wide_dtype_limit(
+    expr: cst.BaseExpression,
+    finfo_dtype: Callable[[cst.Call], cst.BaseExpression | None],
+    is_wide: Callable[[cst.BaseExpression], bool],
+    bare: bool = True,
+) -> float | None:
+    """A float32/float64 limit, as float32's: ``finfo(<dtype>).min``/``.max`` where ``finfo_dtype`` reads the
+    dtype of a framework's ``finfo`` call (None for any other call), and, where ``bare``, ``<dtype>.min``/``.max``
+    (``tf.float32.min``); ``is_wide`` says which dtypes count. None for anything else."""
+    if not isinstance(expr, cst.Attribute) or expr.attr.value not in ("min", "max"):
+        return None
+    base = expr.value
+    dtype = finfo_dtype(base) if isinstance(base, cst.Call) else None
+    if dtype is None and not bare:
+        return None
+    return (-1.0 if expr.attr.value == "min" else 1.0) * FLOAT32_MAX if is_wide(dtype or base) else None
 
 
 def literal_number(expr: cst.BaseExpression) -> float | None:

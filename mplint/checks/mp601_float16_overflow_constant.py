@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.constants import Origin, literal_number, number_literal, origin_of, signed
+from mplint.analysis.constants import Origin, literal_number, number_literal, origin_of, signed, wide_dtype_limit
 from mplint.analysis.dtype_flow import (
     Carrier,
     DtypeFlow,
@@ -28,7 +28,6 @@ from mplint.knowledge.dtypes import FLOAT16_NAMES, WIDE_SPELLINGS
 from mplint.knowledge.float16_range import (
     FLOAT16_MAX,
     FLOAT16_TINY,
-    FLOAT32_MAX,
     FLUSHES_IN_FLOAT16,
     LARGE_INTEGER,
     LARGE_OR_TINY_EXPONENT,
@@ -462,14 +461,10 @@ class Float16OverflowConstant(Rule):
         number = number_literal(node)
         if number is not None:
             return number
-        if isinstance(node, cst.Attribute) and node.attr.value in ("min", "max"):
-            sign = -1.0 if node.attr.value == "min" else 1.0
-            base = node.value
-            if isinstance(base, cst.Call) and self.context.names.matches(base.func, ["finfo"], ["np"]) and base.args:
-                base = base.args[0].value
-            if dtype_spelling(self.context, base) in WIDE_SPELLINGS:
-                return sign * FLOAT32_MAX
-        return None
+        return wide_dtype_limit(node, self._finfo_dtype, lambda d: dtype_spelling(self.context, d) in WIDE_SPELLINGS)
+
+    def _finfo_dtype(self, call: cst.Call) -> cst.BaseExpression | None:
+        return call.args[0].value if call.args and self.context.names.matches(call.func, ["finfo"], ["np"]) else None
 
     def _code(self, node: cst.CSTNode) -> str:
         text = self.context.module.code_for_node(node).strip()

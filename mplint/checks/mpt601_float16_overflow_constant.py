@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from mplint.analysis.constants import literal_number, number_literal, signed
+from mplint.analysis.constants import literal_number, number_literal, signed, wide_dtype_limit
 from mplint.analysis.torch_amp import FLOAT16, TorchAmp, float32_cast, half_names, is_half_cast
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
@@ -16,7 +16,6 @@ from mplint.knowledge.dtypes import TORCH_WIDE_NAMES
 from mplint.knowledge.float16_range import (
     FLOAT16_MAX,
     FLOAT16_TINY,
-    FLOAT32_MAX,
     FLUSHES_IN_FLOAT16,
     LARGE_INTEGER,
     LARGE_OR_TINY_EXPONENT,
@@ -89,14 +88,15 @@ class TorchFloat16OverflowConstant(TorchRule):
             return number
         if isinstance(node, cst.BinaryOperation):
             return _literal_value(node)
-        if isinstance(node, cst.Attribute) and node.attr.value in ("min", "max") and isinstance(node.value, cst.Call):
-            finfo = node.value
-            if self.context.names.torch_api(finfo.func, {"finfo"}) is None or not finfo.args:
-                return None
-            dtype = finfo.args[0].value
-            if any(k.ns == "torch" and k.path in TORCH_WIDE_NAMES for k in self.context.names.torch_names(dtype)):
-                return (-1.0 if node.attr.value == "min" else 1.0) * FLOAT32_MAX
-        return None
+        return wide_dtype_limit(node, self._finfo_dtype, self._wide, bare=False)
+
+    def _finfo_dtype(self, call: cst.Call) -> cst.BaseExpression | None:
+        return (
+            call.args[0].value if call.args and self.context.names.torch_api(call.func, {"finfo"}) is not None else None
+        )
+
+    def _wide(self, dtype: cst.BaseExpression) -> bool:
+        return any(k.ns == "torch" and k.path in TORCH_WIDE_NAMES for k in self.context.names.torch_names(dtype))
 
     def _float16(self, tensor: cst.BaseExpression, masked: bool, masked_large: bool) -> str | None:
         """Why ``tensor`` can be float16 here, or None. Arithmetic counts only on tensors cast to float16 (a
