@@ -166,12 +166,17 @@ def bench_corpus(label: str, folder: Path, repeats: int, peers: bool, jobs: int 
     rows.append(measure("mplint --fix", [*mplint, "--no-cache", "--fix", "."], scratch, repeats, fresh_copy))
     shutil.rmtree(scratch, True)
     if peers:
-        if shutil.which("fixit"):
-            rows.append(measure("fixit lint", ["fixit", "lint", "."], folder, repeats))
-        if shutil.which("ruff"):
-            rows.append(
-                measure("ruff check --no-cache", ["ruff", "check", "--no-cache", "--exit-zero", "."], folder, repeats)
-            )
+        for peer, command in (
+            ("fixit lint", ["fixit", "lint", "."]),
+            ("ruff check --no-cache", ["ruff", "check", "--no-cache", "--exit-zero", "."]),
+        ):
+            if shutil.which(command[0]):
+                rows.append(measure(peer, command, folder, repeats))
+            else:  # a ratio against a peer needs the peer: say which row is missing, and why
+                print(
+                    f"{label}: no `{peer}` row: {command[0]} is not installed (pip install {command[0]})",
+                    file=sys.stderr,
+                )
     files, lines = lines_in(folder)
     for row in rows:
         row.update(corpus=label, files=files, lines=lines, lines_per_s=lines / row["wall"] if row["wall"] else 0.0)
