@@ -152,3 +152,6 @@ class FileResult:
     fixed_source: bytes | None = None  # new content when fixes were applied
     original_source: bytes | None = None
     fixes_applied: int = 0
+    # False where the result depends on more than the file's text and facts (a rule crashed, a fix was reverted, the
+    # time budget ran out): a run checks such a file again instead of answering from the cache.
+    repeatable: bool = True

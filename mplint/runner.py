@@ -13,7 +13,7 @@ from mplint.diagnostics import Diagnostic, FileResult
 from mplint.engine.check_options import PARSE_ERROR, CheckOptions
 from mplint.engine.notebooks import check_notebook, is_notebook
 from mplint.engine.registry import select
-from mplint.fixes.write_back import ENGINE_CODES, write_back
+from mplint.fixes.write_back import write_back
 from mplint.pool import parallel_map
 from mplint.project.build import (
     FactsMemo,
@@ -440,6 +440,8 @@ def _check_project(
     cache = ProjectCache(config.root, options.cache, read_only=stdin_path is not None)
     memo = options.warm.facts if options.warm else None
     file_facts = facts_of(loaded, cache, digests, options.jobs, progress.expect, progress.stepper("facts"), memo)
+    # Pins decide targets (the torch pin too, in each module's facts): they key the module facts and the results.
+    pins = memo.pin_files_digest(config.root, sources) if memo else pin_files_digest(config.root, sources)
     facts_by_path, summary = module_facts_of(
         config,
         sources,
@@ -451,11 +453,10 @@ def _check_project(
         memo,
         progress.expect,
         progress.stepper("programs"),
+        pins if root == config.root else None,
     )
     unsafe = config.unsafe_fixes if options.unsafe_fixes is None else options.unsafe_fixes
     # The key needs no rule module: which enabled rules are active follows from each file's facts.
-    # Pins decide targets (the torch pin too, in each module's facts): they are part of the key.
-    pins = memo.pin_files_digest(config.root, sources) if memo else pin_files_digest(config.root, sources)
     cache.use_settings(
         settings_key(sorted(enabled), options.fix, unsafe, sorted(config.per_file_ignores.items()), pins)
     )
@@ -526,7 +527,7 @@ def _check_project(
         result = done[source.path]
         if isinstance(data, bytes) and not is_notebook(source.path):
             final = result.fixed_source if result.fixed_source is not None else data
-            if not any(d.rule_id in ENGINE_CODES for d in result.diagnostics):
+            if result.repeatable:  # a syntax error or the node budget too: they follow from the text
                 facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
                 cache.store_result(
                     source.display,

@@ -94,8 +94,27 @@ def test_node_budget_boundary(monkeypatch):
     monkeypatch.setattr(budget, "MAX_SYNTAX_NODES", budget.syntax_nodes(ast.parse(small), 10**6))
     assert [d.rule_id for d in check_source("data.py", small, options()).diagnostics] == ["MP101"]
     bigger = data_module(21).encode()
-    [d] = check_source("data.py", bigger, options()).diagnostics
+    result = check_source("data.py", bigger, options())
+    [d] = result.diagnostics
     assert (d.rule_id, d.line, d.column) == ("MP003", 1, 1)
+    assert result.repeatable  # the node count follows from the text: the next run may answer from its cache
+
+
+def test_a_file_over_the_node_budget_is_answered_from_the_cache_on_the_next_run(project, monkeypatch):
+    from mplint import runner
+
+    first = runner.run(runner.RunOptions([project], jobs=1))
+    assert [(Path(d.path).name, d.rule_id, d.message) for d in first.diagnostics] == [
+        ("data.py", "MP003", NODES_MESSAGE),
+        ("good.py", "MP101", first.diagnostics[1].message),
+    ]
+
+    def checked(source, data, check):
+        raise AssertionError(f"{source.display} was checked again")
+
+    monkeypatch.setattr(runner, "_check_file", checked)
+    again = runner.run(runner.RunOptions([project], jobs=1))
+    assert again.diagnostics == first.diagnostics
 
 
 def test_time_budget_stops_a_slow_check_and_restores_the_timer(monkeypatch):
@@ -112,6 +131,7 @@ def test_time_budget_stops_a_slow_check_and_restores_the_timer(monkeypatch):
         )
     ]
     assert result.fixed_source is None
+    assert not result.repeatable  # how long a check takes is not a fact of the file: checked again next time
     assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 

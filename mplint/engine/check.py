@@ -480,7 +480,7 @@ def check_source(
         with budget.time_limit(budget.MAX_SECONDS):
             return _check_concrete(path, source, options, module_name, is_package, rules, result, starts)
     except budget.OverBudget:
-        result = FileResult(path, original_source=source)
+        result = FileResult(path, original_source=source, repeatable=False)
         result.diagnostics.append(
             _engine_diagnostic(
                 path,
@@ -504,6 +504,7 @@ def _check_concrete(
     run = _Run(path, module, options, module_name, is_package, source, rules, starts)
     if not options.fix or not run.fixable():
         result.diagnostics = [run.diagnostic(f) for f in run.findings] + run.crashes
+        result.repeatable = not run.crashes
         return result
     return _fix(path, source, run, options, module_name, is_package, result)
 
@@ -542,6 +543,7 @@ def _fix(path, source, run: _Run, options, module_name, is_package, result: File
     except (SyntaxError, ValueError) as exc:
         return _reverted(first, result, f"the fixed file would not compile ({exc}); the file was left unchanged")
     result.diagnostics = fixed + [run.diagnostic(f) for f in run.findings] + run.crashes
+    result.repeatable = not (first.crashes or run.crashes)
     if final_source != source:
         result.fixed_source = final_source
         result.fixes_applied = len(fixed)
@@ -551,4 +553,5 @@ def _fix(path, source, run: _Run, options, module_name, is_package, result: File
 def _reverted(first: _Run, result: FileResult, why: str) -> FileResult:
     result.diagnostics = [first.diagnostic(f) for f in first.findings] + first.crashes
     result.diagnostics.append(_engine_diagnostic(first.path, FIX_REVERTED, why))
+    result.repeatable = False
     return result

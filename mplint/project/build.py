@@ -127,13 +127,17 @@ def module_facts_of(
     memo: FactsMemo | None = None,
     expect: Callable[[str, int], None] | None = None,
     step: Callable[[], None] | None = None,
+    pins_digest: str | None = None,
 ) -> tuple[dict[Path, ProjectFacts], ProjectSummary]:
     """Every module's facts, from the program model of the project at ``root`` (the config's folder unless
     given: a nested project may use a config above it), cached while no file changes; with a ``memo``,
-    kept while no file's facts change. ``expect`` and ``step`` follow the program model's walks (``ProjectModel``)."""
+    kept while no file's facts change. ``expect`` and ``step`` follow the program model's walks (``ProjectModel``).
+    ``pins_digest``: ``pin_files_digest(root, sources)`` where the caller has it (it reads every pin file)."""
     root = root or config.root
     pins_digest = (
-        memo.pin_files_digest(root, sources)
+        pins_digest
+        if pins_digest is not None
+        else memo.pin_files_digest(root, sources)
         if memo is not None
         else pin_files_digest(root, sources)
         if cache is not None

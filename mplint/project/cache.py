@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 from mplint import __version__
@@ -34,10 +35,11 @@ def content_hash(data: bytes) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """mplint's own sources and catalog: upgrading mplint or its rules invalidates every entry."""
+    """mplint's own sources and catalog, and the Python that parses the files (what is a syntax error, and the
+    facts read off its tree): upgrading either invalidates every entry."""
     from mplint.catalog import catalog_dir
 
-    digest = hashlib.blake2b(__version__.encode(), digest_size=16)
+    digest = hashlib.blake2b(f"{__version__} {sys.version}".encode(), digest_size=16)
     package = Path(__file__).resolve().parent.parent  # the whole mplint package
     for path in sorted([*package.rglob("*.py"), *catalog_dir().glob("*.yaml")]):
         digest.update(path.name.encode())
