@@ -684,24 +684,8 @@ _CARRYING_CALLS = frozenset(
 )
 
 
-def flow_units(tree: ast.Module) -> list[list[ast.AST]]:
-    """The file's code in the parts ``classify`` follows names within: each outermost function
-    (methods included, nested functions and lambdas with it), and the code outside functions."""
-    outside: list[ast.AST] = []
-    functions: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(tree))
-    while stack:
-        node = stack.pop()
-        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef):
-            functions.append(node)
-            continue
-        outside.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return [outside, *(list(walk_ast(f)) for f in functions)]
-
-
 def may_carry(code, unit: list[ast.AST]) -> bool:
-    """Pre-filter: can ``classify`` find a compute-dtype value in this unit of ``flow_units``?
+    """Pre-filter: can ``classify`` find a compute-dtype value in this unit of ``CodeSummary.flow_units``?
     Only a cast or conversion, ``np.float16(...)``, a sublayer call ``self.x(...)``, the inputs of
     a ``call()`` method, a call given a ``dtype=`` that is not a fixed wide or integer dtype
     (``one_hot(t, n, dtype=x.dtype)``), or a call of a function of the file that may return one

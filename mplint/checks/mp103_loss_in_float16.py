@@ -9,7 +9,7 @@ import libcst as cst
 
 from mplint.analysis.call_args import argument
 from mplint.analysis.constants import literal_number
-from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, flow_units, may_carry
+from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, may_carry
 from mplint.analysis.output_dtype import binding_for, cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in
@@ -66,7 +66,7 @@ class LossInFloat16(Rule):
 
     @classmethod
     def candidate(cls, code) -> bool:
-        """In one unit of ``flow_units`` where a compute-dtype value can come from (``may_carry``): a
+        """In one unit of ``code.flow_units`` where a compute-dtype value can come from (``may_carry``): a
         Keras loss function called, or a TF/Keras reduction of something that can grow (a power, an
         exponential or a sum) where ``_is_loss`` can hold (a loss sink is called, or a function or an
         assignment target is named a loss)."""
@@ -85,7 +85,7 @@ class LossInFloat16(Rule):
                 and calls_in(unit, passes)
             )
             and may_carry(code, unit)
-            for unit in flow_units(code.tree)
+            for unit in code.flow_units
         )
 
     @classmethod

@@ -15,7 +15,6 @@ from mplint.analysis.dtype_flow import (
     Carrier,
     DtypeFlow,
     dtype_spelling,
-    flow_units,
     may_carry,
 )
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
@@ -128,7 +127,7 @@ class Float16OverflowConstant(Rule):
                 and _normalizes(unit, code)
             )
             and may_carry(code, unit)
-            for unit in flow_units(code.tree)
+            for unit in code.flow_units
         )
 
     @classmethod

@@ -119,6 +119,23 @@ class CodeSummary:
         return [f"{origin}.{rest}" if rest else origin for origin in self.origins.get(func.id, ())]
 
     @functools.cached_property
+    def flow_units(self) -> list[list[ast.AST]]:
+        """The file's code in the parts dtype flow (``analysis.dtype_flow.classify``) follows names within: each
+        outermost function (methods included, nested functions and lambdas with it), and the code outside
+        functions. Computed once for every rule's ``candidate`` that asks."""
+        outside: list[ast.AST] = []
+        functions: list[ast.AST] = []
+        stack = list(ast.iter_child_nodes(self.tree))
+        while stack:
+            node = stack.pop()
+            if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                functions.append(node)
+                continue
+            outside.append(node)
+            stack.extend(ast.iter_child_nodes(node))
+        return [outside, *(list(walk_ast(f)) for f in functions)]
+
+    @functools.cached_property
     def simple_bindings(self) -> Mapping[str, tuple[ast.expr, ...]]:
         """Name -> the values the file binds it to in ways a constant can come from: ``name = value``,
         ``name: T = value`` (any scope) and parameter defaults (``def f(units=64)``, lambdas too)."""
@@ -353,7 +370,7 @@ def summarize(
 
 
 def calls_in(unit: list[ast.AST], names: frozenset[str]) -> bool:
-    """Does the unit (a list of nodes, see ``dtype_flow.flow_units``) call something by one of these last names?"""
+    """Does the unit (a list of nodes, see ``CodeSummary.flow_units``) call something by one of these last names?"""
     return any(type(node) is ast.Call and callee_name(node) in names for node in unit)
 
 
