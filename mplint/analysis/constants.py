@@ -18,6 +18,7 @@ import libcst as cst
 
 from mplint.analysis.bindings import binding_nodes
 from mplint.engine.context import FileContext
+from mplint.engine.names import assigned_name
 from mplint.knowledge.float16_range import FLOAT32_MAX
 
 # Bindings looked up per name (analysis/bindings.py), the ScopeProvider only where that is unsure.
@@ -246,12 +247,7 @@ def _self_attribute(context: FileContext, attribute: cst.Attribute) -> Origin | 
         for statement in owner.body.body:  # a class attribute read through self
             if isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
-                    if (
-                        isinstance(small, cst.Assign)
-                        and len(small.targets) == 1
-                        and isinstance(small.targets[0].target, cst.Name)
-                        and small.targets[0].target.value == name
-                    ):
+                    if assigned_name(small) == name:
                         writes.append((small.targets[0].target, small.value))
     if len(writes) != 1 or writes[0][1] is None:
         return None

@@ -80,11 +80,6 @@ def _next_binding(context: FileContext, statement: cst.Assign, name: str) -> cst
     for later in body[body.index(line) + 1 :]:
         if isinstance(later, cst.SimpleStatementLine):
             for small in later.body:
-                if (
-                    isinstance(small, cst.Assign)
-                    and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name)
-                    and small.targets[0].target.value == name
-                ):
+                if assigned_name(small) == name:
                     return small
     return None
