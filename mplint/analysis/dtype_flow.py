@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -682,6 +683,11 @@ def dtype_spelling(context: FileContext, dtype: cst.BaseExpression) -> str | Non
 _CARRYING_CALLS = frozenset(
     path.rsplit(".", 1)[-1] for path in (*_CAST_PATHS, *_CONVERT_PATHS, "astype", "float16", "half")
 )
+
+
+def carrying_unit(code, holds: Callable[[list[ast.AST]], bool]) -> bool:
+    """Pre-filter: whether some unit of ``code.flow_units`` where ``holds`` can also carry a compute-dtype value."""
+    return any(holds(unit) and may_carry(code, unit) for unit in code.flow_units)
 
 
 def may_carry(code, unit: list[ast.AST]) -> bool:

@@ -9,7 +9,7 @@ import libcst as cst
 
 from mplint.analysis.call_args import argument
 from mplint.analysis.constants import literal_number
-from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, may_carry
+from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, carrying_unit
 from mplint.analysis.output_dtype import binding_for, cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in
@@ -75,17 +75,16 @@ class LossInFloat16(Rule):
         passes = code.calls_summarized("loss_reduction")
         if not (functional or reduction or passes):
             return False
-        return any(
-            (
+        return carrying_unit(
+            code,
+            lambda unit: (
                 functional
                 and _calls_loss_function(unit, code)
                 or reduction
                 and _reduces_a_loss(unit, code)
                 or passes
                 and calls_in(unit, passes)
-            )
-            and may_carry(code, unit)
-            for unit in code.flow_units
+            ),
         )
 
     @classmethod

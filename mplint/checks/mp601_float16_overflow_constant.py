@@ -14,8 +14,8 @@ from mplint.analysis.constants import Origin, literal_number, number_literal, or
 from mplint.analysis.dtype_flow import (
     Carrier,
     DtypeFlow,
+    carrying_unit,
     dtype_spelling,
-    may_carry,
 )
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.code_summary import calls_in
@@ -118,16 +118,15 @@ class Float16OverflowConstant(Rule):
         normalizes = code.calls_api(*_NORMALIZATION_NAMES)
         if not (direct or bound or passes or normalizes):
             return False
-        return any(
-            (
+        return carrying_unit(
+            code,
+            lambda unit: (
                 _has_constant(unit, code, limits, bound, bound_large)
                 or passes
                 and calls_in(unit, passes)
                 or normalizes
                 and _normalizes(unit, code)
-            )
-            and may_carry(code, unit)
-            for unit in code.flow_units
+            ),
         )
 
     @classmethod
