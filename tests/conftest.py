@@ -181,14 +181,8 @@ def _mark_rule_codes(items) -> None:
         item.extra_keyword_matches.update(codes)
 
 
-# The longest tests (minutes each: generated programs), run first: with one worker per core (pytest-xdist), a long
-# test collected late would run alone at the end while the other workers wait.
-_LONGEST_FIRST = ("test_fuzz.py",)
-
-
 def pytest_collection_modifyitems(config, items):
     _mark_rule_codes(items)
-    items.sort(key=lambda item: item.path.name not in _LONGEST_FIRST)  # stable: the rest keep their order
     running = [item for item in items if item.path.name in _RUNS_SCRIPTS]
     if not running:
         return
