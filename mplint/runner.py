@@ -25,7 +25,7 @@ from mplint.project.build import (
     signature,
 )
 from mplint.project.cache import ProjectCache, content_hash, settings_key
-from mplint.project.config import Config, load_config, marked_root
+from mplint.project.config import Config, is_marked, load_config
 from mplint.project.discovery import Discovery, SourcePath, discover, is_excluded, module_name
 from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
@@ -270,6 +270,7 @@ class _ProjectOf:
         self.cwd = Path.cwd().resolve()
         # kept between runs only by the language server, whose working folder and --config never change
         self.roots: dict[Path, Path] = {} if roots is None else roots
+        self._marked: dict[Path, Path | None] = {}  # resolved folder -> its marked root (this run's)
 
     def __call__(self, path: Path) -> Path:
         folder = path.parent
@@ -278,11 +279,29 @@ class _ProjectOf:
             if self.explicit:
                 root = self.top.root
             else:
-                root = marked_root(folder)
+                resolved = folder.resolve()
+                root = self._marked_root(resolved)
                 if root is None:
-                    root = self.cwd if folder.resolve().is_relative_to(self.cwd) else self.top.root
+                    root = self.cwd if resolved.is_relative_to(self.cwd) else self.top.root
             self.roots[folder] = root
         return root
+
+    def _marked_root(self, folder: Path) -> Path | None:
+        """``config.marked_root`` of a resolved folder, each folder above it looked at once per run."""
+        chain = []
+        while folder not in self._marked:
+            if is_marked(folder):
+                self._marked[folder] = folder
+                break
+            chain.append(folder)
+            if folder.parent == folder:
+                self._marked[folder] = None
+                break
+            folder = folder.parent
+        found = self._marked[folder]
+        for below in chain:
+            self._marked[below] = found
+        return found
 
 
 def _leftovers(files: list[SourcePath], options: RunOptions) -> list[str]:

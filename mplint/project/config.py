@@ -212,13 +212,18 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+def is_marked(folder: Path) -> bool:
+    """Whether ``folder`` holds a project marker (pyproject.toml, .git, pins, ...)."""
+    return any((folder / marker).exists() for marker in _ROOT_MARKERS) or any(
+        next(folder.glob(pattern), None) is not None for pattern in _ROOT_MARKER_GLOBS
+    )
+
+
 def marked_root(start: Path) -> Path | None:
-    """The nearest folder at or above ``start`` with a project marker (pyproject.toml, .git, pins, ...)."""
+    """The nearest folder at or above ``start`` with a project marker (``is_marked``)."""
     start = start.resolve()
     for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
-        if any((folder / marker).exists() for marker in _ROOT_MARKERS) or any(
-            next(folder.glob(pattern), None) is not None for pattern in _ROOT_MARKER_GLOBS
-        ):
+        if is_marked(folder):
             return folder
     return None
 

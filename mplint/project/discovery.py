@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import stat
@@ -85,7 +86,13 @@ class _NamePatterns:
 
 
 def _spec(patterns: Iterable[str]) -> pathspec.PathSpec | _NamePatterns:
-    patterns = list(patterns)
+    return _compiled(tuple(patterns))
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(patterns: tuple[str, ...]) -> pathspec.PathSpec | _NamePatterns:
+    """The matcher of a list of patterns, built once per process: a run discovers each nested project again, and
+    the language server discovers at every configuration change, with the same .gitignore files."""
     if all(_NAME_PATTERN.fullmatch(p) and "**" not in p for p in patterns):
         return _NamePatterns(patterns)
     import pathspec

@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-from mplint.project.config import marked_root
+from mplint.project.config import is_marked
 from mplint.project.pins import documented_sources, pin_sources
 
 # Versions a specifier is tested against (plus the versions it names itself).
@@ -103,7 +103,7 @@ class TorchTargets:
             pins = list(_torch_requirements(folder, self._parsed))
             if pins:
                 found = _target(pins)
-            elif folder.parent == folder or marked_root(folder) == folder:
+            elif folder.parent == folder or is_marked(folder):  # a project's root: no pin above it applies
                 found = UNPINNED
             else:
                 found = self._target_of_folder(folder.parent)
