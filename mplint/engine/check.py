@@ -30,6 +30,7 @@ from mplint.engine.facts import per_project_table
 from mplint.engine.fidelity import keep_untouched
 from mplint.engine.lazy_positions import Starts, statement_starts
 from mplint.engine.names import last_name
+from mplint.engine.python_tree import parse_python
 from mplint.engine.rule import Rule
 from mplint.engine.suppressions import parse_suppressions
 from mplint.engine.walk import walk
@@ -72,7 +73,7 @@ def parse_native(path: str, source: bytes) -> ast.Module | Diagnostic:
             path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} at byte {exc.start}"
         )
     try:
-        return compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        return parse_python(source)
     except SyntaxError as native:
         return _engine_diagnostic(
             path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno or 1, max(native.offset or 1, 1)

@@ -15,10 +15,11 @@ Off unless ``enable()`` is called: the command line parses each file once and ke
 
 from __future__ import annotations
 
-import ast
 import io
 import tokenize
 from typing import TYPE_CHECKING
+
+from mplint.engine.python_tree import parse_python
 
 if TYPE_CHECKING:  # libcst is imported by the first parse: enabling reuse must not wait for it
     import libcst as cst
@@ -34,7 +35,7 @@ class StatementReuse:
         """The module ``source`` parses to, put together from its chunks; ``None`` where that cannot be trusted."""
         try:
             text = _utf8_text(source)
-            parts = None if text is None else _chunks(text)
+            parts = None if text is None else _chunks(source, text)
             return None if parts is None else self._assemble(text, parts)
         except Exception:  # noqa: BLE001 - anything unexpected: the whole file's parse decides
             return None
@@ -87,10 +88,11 @@ def _utf8_text(source: bytes) -> str | None:
     return source.decode("utf-8") if encoding == "utf-8" else None
 
 
-def _chunks(text: str) -> list[str] | None:
-    """The file cut after each top-level statement's last line (the last chunk keeps the file's end)."""
+def _chunks(source: bytes, text: str) -> list[str] | None:
+    """The file (``text``, its UTF-8 ``source`` decoded) cut after each top-level statement's last line (the last
+    chunk keeps the file's end)."""
     spans: list[list[int]] = []  # [first line, last line] of statements, those sharing a line merged
-    for statement in ast.parse(text).body:
+    for statement in parse_python(source).body:
         first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())])
         if spans and first <= spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], statement.end_lineno)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from mplint.engine.imports import callee_name, import_bindings
 from mplint.engine.imports import dotted_name as _dotted
+from mplint.engine.python_tree import parse_python
 from mplint.knowledge.apinames import canonical, keras_namespace
 from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
@@ -1144,7 +1145,7 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     if len(source) > MAX_FACTS_BYTES:
         return facts  # skipped by the engine too
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)  # the check's pre-filter gets this tree if it asks next
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return facts  # reported as MP000 by the file check
     facts.parses = True
