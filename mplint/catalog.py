@@ -71,6 +71,7 @@ def _example(raw: dict, where: str) -> Example:
     )
 
 
+@functools.cache
 def _load(path: Path) -> RuleMeta:
     import yaml  # only runs that print a rule's documentation or check files read the whole catalog
 
@@ -115,33 +116,71 @@ def load_catalog() -> dict[str, RuleMeta]:
     return dict(sorted(by_id.items()))
 
 
+def rule_meta(rule_id: str) -> RuleMeta:
+    """One rule's whole entry, reading only its own file (a check that reports a finding needs no other)."""
+    key = keys_by_id().get(rule_id)
+    if key is None:
+        raise CatalogError(f"rule {rule_id} has no YAML file in the catalog")
+    return _load(key.source)
+
+
 @dataclass(frozen=True)
 class RuleKey:
-    """What choosing rules needs: a rule's ID, name and whether it is on by default."""
+    """What choosing and running rules needs, read from the head of the rule's file without a YAML parser."""
 
     id: str
     name: str
     default_enabled: bool
+    severity: Severity = Severity.ERROR
+    generations: tuple[int, ...] = (1, 2, 3)
+    fix_title: str = ""  # the first line of the fix section: what a fix's description says
+    source: Path = Path()
 
 
-# The first keys of every rule file, written as plain scalars (tests/test_catalog_index.py holds the
-# files to it): rule selection reads them without a YAML parser, so a run answered from the cache
-# never loads the catalog.
-_HEAD = re.compile(r"\Aid: (MPT?\d+)\nname: ([a-z0-9-]+)\n(?:default: (true|false)\n)?")
+# The top-level keys a check reads, each written as a plain scalar on its own line (a flow list for
+# generations), and the first line of the fix section. tests/test_catalog_index.py holds every rule file
+# to it: what is read here equals what the YAML parser reads. A check so never loads the YAML parser or
+# the rules' prose and examples unless a finding's fix is described or a rule's documentation is shown.
+_FIRST = re.compile(r"\Aid: (MPT?\d+)\nname: ([a-z0-9-]+)\n")
+_KEY = re.compile(r"^(default|severity|generations): *(.*?) *$", re.MULTILINE)
+_FIX = re.compile(r"^fix: *(?:[|>][-+]?\n +)?(.*?) *$", re.MULTILINE)
+
+
+def _key(path: Path) -> RuleKey:
+    text = path.read_text(encoding="utf-8")
+    first = _FIRST.match(text)
+    if first is None:
+        raise CatalogError(f"{path}: must start with 'id: MPnnn' (or MPTnnn) and 'name: kebab-case-name'")
+    keys = dict(_KEY.findall(text))
+    fix = _FIX.search(text)
+    try:
+        generations = keys.get("generations", "[1, 2, 3]").strip("[]")
+        return RuleKey(
+            first.group(1),
+            first.group(2),
+            keys.get("default", "true") != "false",
+            Severity(keys.get("severity", "error")),
+            tuple(int(g) for g in generations.split(",") if g.strip()),
+            fix.group(1) if fix else "",
+            path,
+        )
+    except ValueError as exc:
+        raise CatalogError(f"{path}: malformed rule file ({exc})") from exc
 
 
 @functools.cache
 def rule_keys() -> tuple[RuleKey, ...]:
     """Every rule's key, in ID order (the same rules as ``load_catalog``)."""
-    keys = []
-    for path in sorted(catalog_dir().glob("MP*.yaml")):
-        m = _HEAD.match(path.read_text(encoding="utf-8")[:200])
-        if m is None:
-            raise CatalogError(
-                f"{path}: must start with 'id: MPnnn' (or MPTnnn), 'name: kebab-case-name' and optionally 'default: false'"
-            )
-        keys.append(RuleKey(m.group(1), m.group(2), m.group(3) != "false"))
-    return tuple(sorted(keys, key=lambda k: k.id))
+    return tuple(sorted((_key(path) for path in catalog_dir().glob("MP*.yaml")), key=lambda k: k.id))
+
+
+@functools.cache
+def keys_by_id() -> dict[str, RuleKey]:
+    keys = rule_keys()
+    by_id = {k.id: k for k in keys}
+    if len(by_id) != len(keys):
+        raise CatalogError("duplicate rule IDs in the catalog")
+    return by_id
 
 
 def by_name() -> dict[str, RuleMeta]:

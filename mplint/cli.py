@@ -106,7 +106,13 @@ def _check_parser() -> argparse.ArgumentParser:
         default=None,
         help="apply the excludes to paths given on the command line too (pre-commit passes every file)",
     )
-    p.add_argument("--format", choices=("text", "json", "github", "sarif"), default="text")
+    p.add_argument(
+        "--format",
+        "--output-format",  # Ruff's name
+        dest="format",
+        choices=("text", "json", "github", "sarif"),
+        default="text",
+    )
     p.add_argument("--output-file", type=Path, help="write the report here instead of standard output")
     p.add_argument("--keras", type=int, choices=(2, 3), help="target Keras generation (overrides config and pins)")
     p.add_argument(

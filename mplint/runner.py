@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mplint.catalog import load_catalog
+from mplint.catalog import keys_by_id
 from mplint.checks import all_rules
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.engine.check_options import PARSE_ERROR, CheckOptions
@@ -161,7 +161,7 @@ def _read(source: SourcePath) -> bytes | Diagnostic:
     try:
         return source.path.read_bytes()
     except OSError as exc:
-        meta = load_catalog()[PARSE_ERROR]
+        meta = keys_by_id()[PARSE_ERROR]
         return Diagnostic(
             source.display,
             PARSE_ERROR,
@@ -371,7 +371,7 @@ def _check_file(source: SourcePath, data: bytes, check: CheckOptions) -> FileRes
 
 def _targets(rule, facts: ProjectFacts) -> bool:
     """The rule applies to the module's target generation (PyTorch rules name none: they apply everywhere)."""
-    return not rule.meta.generations or facts.generation.value in rule.meta.generations
+    return not rule.key.generations or facts.generation.value in rule.key.generations
 
 
 def _settings(config: Config, options: RunOptions) -> tuple[Generation | None, str | None]:

@@ -11,23 +11,25 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from mplint.catalog import load_catalog
+from mplint.catalog import RuleKey, RuleMeta, load_catalog
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.rule import Rule
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _meta(rule_id: str, name: str, safety: FixSafety):
+def _entry(rule_id: str, name: str, safety: FixSafety) -> tuple[RuleMeta, RuleKey]:
+    """A test rule's catalog entry and the key a check reads of it."""
     base = load_catalog()["MP000"]
-    return dataclasses.replace(base, id=rule_id, name=name, kind="static", fix_safety=safety, fix="Add dtype.")
+    meta = dataclasses.replace(base, id=rule_id, name=name, kind="static", fix_safety=safety, fix="Add dtype.")
+    return meta, RuleKey(rule_id, name, True, meta.severity, meta.generations, meta.fix, meta.source)
 
 
 class DenseWithoutDtype(Rule):
     """Test rule: every Keras Dense(...) without dtype= gets dtype="float32" (safe)."""
 
     id = "TEST1"
-    meta = _meta("TEST1", "dense-without-dtype", FixSafety.SAFE)
+    meta, key = _entry("TEST1", "dense-without-dtype", FixSafety.SAFE)
     triggers = (b"Dense",)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -46,7 +48,7 @@ class ReturnEverywhere(Rule):
     """Test rule whose fix yields code that parses but does not compile."""
 
     id = "TEST2"
-    meta = _meta("TEST2", "return-everywhere", FixSafety.SAFE)
+    meta, key = _entry("TEST2", "return-everywhere", FixSafety.SAFE)
 
     def visit_Expr(self, node: cst.Expr) -> None:
         if isinstance(node.value, cst.Name) and node.value.value == "marker":
@@ -57,7 +59,7 @@ class NeverSettles(Rule):
     """Test rule whose fix never removes the finding."""
 
     id = "TEST3"
-    meta = _meta("TEST3", "never-settles", FixSafety.SAFE)
+    meta, key = _entry("TEST3", "never-settles", FixSafety.SAFE)
 
     def visit_Integer(self, node: cst.Integer) -> None:
         self.report(node, "int", Fix({node: cst.Integer(str(int(node.value) + 1))}))
@@ -65,7 +67,7 @@ class NeverSettles(Rule):
 
 class Crashes(Rule):
     id = "TEST4"
-    meta = _meta("TEST4", "crashes", FixSafety.NONE)
+    meta, key = _entry("TEST4", "crashes", FixSafety.NONE)
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value == "boom":
@@ -76,7 +78,7 @@ class UnsafeImportAdder(Rule):
     """Test rule with an unsafe fix that also needs an import."""
 
     id = "TEST5"
-    meta = _meta("TEST5", "unsafe-import-adder", FixSafety.UNSAFE)
+    meta, key = _entry("TEST5", "unsafe-import-adder", FixSafety.UNSAFE)
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value == "rounded":

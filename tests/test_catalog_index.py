@@ -9,9 +9,27 @@ from mplint.catalog import load_catalog, rule_keys
 
 
 def test_rule_keys_agree_with_the_catalog():
-    assert [(k.id, k.name, k.default_enabled) for k in rule_keys()] == [
-        (m.id, m.name, m.default_enabled) for m in load_catalog().values()
+    """What a check reads of each rule file without the YAML parser is what the parser reads."""
+    assert [(k.id, k.name, k.default_enabled, k.severity, k.generations, k.fix_title) for k in rule_keys()] == [
+        (m.id, m.name, m.default_enabled, m.severity, m.generations, m.fix.splitlines()[0])
+        for m in load_catalog().values()
     ]
+
+
+def test_a_check_reads_no_rule_prose(tmp_path):
+    """A finding, its fix's description included, comes from the rule files' heads: the YAML parser, the
+    prose and the examples wait for a rule's documentation (the language server loads them when idle)."""
+    (tmp_path / "model.py").write_text(
+        "import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "model = keras.Sequential([keras.layers.Dense(10, activation='softmax')])\n"
+    )
+    code = (
+        "import sys; from mplint.cli import main; code = main(['--no-cache', '--show-fixes', '.']); "
+        "print(code, 'yaml' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert '= help: Add `dtype="float32"` to the softmax output layer' in out.stdout
+    assert out.stdout.splitlines()[-1] == "1 False"
 
 
 def test_version_and_selection_import_no_parser():

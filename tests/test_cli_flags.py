@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -211,6 +212,19 @@ def test_add_noqa_prints_only_the_count(project, capsys):
     assert main(["--add-noqa", "-q", "vendor"]) == 0
     assert capsys.readouterr() == ("", "")
     assert main(["train.py"]) == 0
+
+
+# -- --output-format -----------------------------------------------------------
+
+
+def test_output_format_is_format(project, capsys):
+    """Ruff's ``--output-format`` is mplint's ``--format``: the same report, the same exit code."""
+    assert main(["--output-format", "json", "train.py"]) == 1
+    spelled_ruffs_way = capsys.readouterr()
+    assert main(["--format", "json", "train.py"]) == 1
+    assert capsys.readouterr() == spelled_ruffs_way
+    assert [d["rule"] for d in json.loads(spelled_ruffs_way.out)["diagnostics"]] == ["MP101"]
+    assert main(["--output-format", "junit", "train.py"]) == 2
 
 
 # -- mplint rule -------------------------------------------------------------------

@@ -377,3 +377,42 @@ def test_a_keras_pin_says_what_import_keras_is_not_what_tf_keras_is(tmp_path, pi
     )
     assert (facts["train.py"].generation.value, facts["train.py"].generation.source) == expected
     assert facts["tf_keras/losses.py"].generation.value == 2
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "tensorflow",
+        "tensorflow==2.15.0",
+        "tensorflow >= 2.6 , < 3",
+        "tensorflow>=2.6,<3",
+        "Tensor_Flow.GPU>=1.15",
+        "torch==2.1.*",
+        "torch==2.0.0+cu118",
+        "torch>=1!2.0",
+        "keras===3.0",
+        "tf-keras~=2.15.0",
+        "keras<=3.0.0rc1",
+        "tensorflow==2.x",  # not a version: no requirement
+        "tensorflow>=",
+        "tensorflow>=2.6,",
+        "tensorflow[and-cuda]>=2.15",  # extras, markers, URLs and parentheses go through packaging's parser
+        "torch>=1.6; python_version>'3.6'",
+        "torch (>=1.6)",
+        "torch @ https://download.pytorch.org/whl/torch-2.1.0.whl",
+    ],
+)
+def test_a_pin_line_reads_as_packaging_reads_it(line):
+    """Plain lines skip packaging's PEP 508 parser (its import is a tenth of an editor's first diagnostics);
+    whichever way a line is read, its name, specifier and text are packaging's."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from mplint.project.pins import _parsed_requirement
+
+    try:
+        parsed = Requirement(line)
+        expected = (parsed.name, parsed.specifier, str(parsed))
+    except InvalidRequirement:
+        expected = None
+    read = _parsed_requirement(line)
+    assert (None if read is None else (read.name, read.specifier, str(read))) == expected

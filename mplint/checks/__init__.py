@@ -14,15 +14,15 @@ if TYPE_CHECKING:
 
 @functools.cache
 def all_rules() -> dict[str, type[Rule]]:
-    """Every rule, by ID: the ``Rule`` subclasses each rule module defines, with their catalog entries."""
+    """Every rule, by ID: the ``Rule`` subclasses each rule module defines, with their catalog keys."""
     import importlib
     import inspect
     import pkgutil
 
-    from mplint.catalog import CatalogError, load_catalog
+    from mplint.catalog import CatalogError, keys_by_id
     from mplint.engine.rule import Rule  # libcst: needed only when rules run
 
-    catalog = load_catalog()
+    catalog = keys_by_id()
     found: dict[str, type[Rule]] = {}
     for info in pkgutil.iter_modules(__path__):
         if info.name.startswith("_"):
@@ -34,6 +34,6 @@ def all_rules() -> dict[str, type[Rule]]:
                     raise CatalogError(f"rule {obj.id} ({module.__name__}) has no YAML file in the catalog")
                 if obj.id in found:
                     raise CatalogError(f"rule {obj.id} is defined twice")
-                obj.meta = catalog[obj.id]
+                obj.key = catalog[obj.id]
                 found[obj.id] = obj
     return dict(sorted(found.items()))

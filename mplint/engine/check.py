@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from mplint.catalog import load_catalog
+from mplint.catalog import keys_by_id
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
 from mplint.engine import budget, statement_reuse
 from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
@@ -45,8 +45,8 @@ MAX_SOURCE_BYTES = 10 * 1024 * 1024
 
 
 def _engine_diagnostic(path: str, rule_id: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
-    meta = load_catalog()[rule_id]
-    return Diagnostic(path, rule_id, meta.name, message, line, column, line, column + 1, meta.severity)
+    key = keys_by_id()[rule_id]
+    return Diagnostic(path, rule_id, key.name, message, line, column, line, column + 1, key.severity)
 
 
 def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
@@ -325,7 +325,7 @@ class _Run:
         self.crashes: list[Diagnostic] = []
         if rules is None:
             rules = [r for r in options.rules if admits(r, source, options.facts, module_name)]
-        self.metas = {r.id: r.meta for r in rules}
+        self.keys = {r.id: r.key for r in rules}
         if not rules:
             return
         visitors = [rule(self.context) for rule in rules]
@@ -345,7 +345,7 @@ class _Run:
                 continue
             for finding in visitor.findings:
                 line = self.context.position(finding.node).start.line
-                if suppressions.suppressed(visitor.meta, line) or self.expected_to_raise(finding.node):
+                if suppressions.suppressed(visitor.key, line) or self.expected_to_raise(finding.node):
                     continue
                 if (
                     visitor.silent_in_compatibility_branches
@@ -372,19 +372,19 @@ class _Run:
         return ((r.start.line, r.start.column), (r.end.line, r.end.column))
 
     def diagnostic(self, finding: Finding, fixed: bool = False) -> Diagnostic:
-        meta = self.metas[finding.rule_id]
+        key = self.keys[finding.rule_id]
         r = self.context.position(finding.node)
         safety = finding.fix.safety if finding.fix else FixSafety.NONE
         return Diagnostic(
             self.path,
             finding.rule_id,
-            meta.name,
+            key.name,
             finding.message,
             r.start.line,
             r.start.column + 1,
             r.end.line,
             r.end.column + 1,
-            finding.severity or meta.severity,
+            finding.severity or key.severity,
             safety,
             finding.fix.description if finding.fix else "",
             fixed,

@@ -344,10 +344,10 @@ class NotebookResult(FileResult):
 def _diagnostic(
     path: str, rule_id: str, message: str, line: int = 1, column: int = 1, cell: int | None = None
 ) -> Diagnostic:
-    from mplint.catalog import load_catalog
+    from mplint.catalog import keys_by_id
 
-    meta = load_catalog()[rule_id]
-    return Diagnostic(path, rule_id, meta.name, message, line, column, line, column + 1, meta.severity, cell=cell)
+    key = keys_by_id()[rule_id]
+    return Diagnostic(path, rule_id, key.name, message, line, column, line, column + 1, key.severity, cell=cell)
 
 
 def to_cell(nb: Notebook, d: Diagnostic) -> Diagnostic:

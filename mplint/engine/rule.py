@@ -20,10 +20,19 @@ import libcst as cst
 from mplint.diagnostics import Finding, Fix, Related, Severity
 
 if TYPE_CHECKING:
-    from mplint.catalog import RuleMeta
+    from mplint.catalog import RuleKey, RuleMeta
     from mplint.engine.code_summary import CodeSummary
     from mplint.engine.context import FileContext
     from mplint.engine.facts import Facts
+
+
+class _CatalogEntry:
+    """A rule's whole catalog entry (prose, examples), read from its YAML the first time it is asked for."""
+
+    def __get__(self, rule: Rule | None, owner: type[Rule]) -> RuleMeta:
+        from mplint.catalog import rule_meta
+
+        return rule_meta(owner.id)
 
 
 class Rule:
@@ -39,8 +48,10 @@ class Rule:
     #: Kinds of project function summaries (``ProjectFacts.summaries``) the rule reads at call sites: the
     #: names of the project's functions of these kinds are triggers too (a call is all such a file may show).
     summary_triggers: ClassVar[tuple[str, ...]] = ()
-    #: Filled from the catalog when the rule is registered.
-    meta: ClassVar[RuleMeta]
+    #: What a check needs of the catalog (name, severity, generations, the fix's title), filled when the rule is
+    #: registered; ``meta`` is the whole entry.
+    key: ClassVar[RuleKey]
+    meta = _CatalogEntry()
     #: API-generation rules: silent in the arms of a version gate (a compatibility shim), except for findings the
     #: rule marks ``guards_read`` after judging the arm's own range itself.
     silent_in_compatibility_branches: ClassVar[bool] = False
@@ -88,5 +99,5 @@ class Rule:
     ) -> None:
         """``related``: the other end of a finding that crosses a boundary (path "" for this file)."""
         if fix is not None and not fix.description:
-            fix.description = self.meta.fix.splitlines()[0] if self.meta.fix else ""
+            fix.description = self.key.fix_title
         self.findings.append(Finding(self.id, node, message, fix, severity, related))

@@ -7,7 +7,7 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 
-from mplint.catalog import RuleMeta
+from mplint.catalog import RuleKey, RuleMeta
 from mplint.engine.registry import matches
 
 _IGNORE = re.compile(r"#\s*mplint\s*:\s*ignore(?P<file>-file)?(?:\[(?P<codes>[^\]]*)\])?", re.I)
@@ -20,7 +20,7 @@ class Suppressions:
     by_line: dict[int, list] = field(default_factory=dict)  # line -> list of code lists or ALL
     whole_file: list = field(default_factory=list)
 
-    def suppressed(self, meta: RuleMeta, line: int) -> bool:
+    def suppressed(self, meta: RuleMeta | RuleKey, line: int) -> bool:
         for codes in self.whole_file + self.by_line.get(line, []):
             if codes is ALL or any(matches(c, meta) for c in codes):
                 return True

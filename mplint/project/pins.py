@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from mplint.project.generation import Generation
 
 if TYPE_CHECKING:  # packaging is imported when a pin file is read: most warm runs read none
-    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
 _TF_PACKAGES = {
@@ -73,20 +73,54 @@ def _read(path: Path) -> str:
         return ""
 
 
+@dataclass(frozen=True)
+class Requirement:
+    """What the pins read of a PEP 508 requirement: the project's name as written, its version specifier and
+    how the requirement reads (packaging's ``str(Requirement)``: extras and markers included)."""
+
+    name: str
+    specifier: SpecifierSet
+    shown: str
+
+    def __str__(self) -> str:
+        return self.shown
+
+
 def _requirement(spec: str) -> Requirement | None:
     return _parsed_requirement(spec.strip())
+
+
+# A name and version clauses, nothing else: most lines of pin files. Such a line is read with packaging's
+# SpecifierSet alone; any other goes through its whole PEP 508 parser, whose import compiles its tokenizer's
+# patterns (about 20 ms, a tenth of an editor's first diagnostics). tests/test_pins.py holds both to the same
+# answers.
+_PLAIN = re.compile(
+    r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
+    r"((?:===|~=|==|!=|<=|>=|<|>)\s*[A-Za-z0-9_.*+!-]+(?:\s*,\s*(?:===|~=|==|!=|<=|>=|<|>)\s*[A-Za-z0-9_.*+!-]+)*)?"
+)
 
 
 @cache
 def _parsed_requirement(spec: str) -> Requirement | None:
     """One parse per distinct string: a project's pin files repeat the same lines (``-r`` includes, a
-    requirements file per sub-project). Requirements are never modified after parsing."""
-    from packaging.requirements import InvalidRequirement, Requirement
+    requirements file per sub-project)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    plain = _PLAIN.fullmatch(spec)
+    if plain is not None:
+        try:
+            specifier = SpecifierSet(plain.group(2) or "")
+        except InvalidSpecifier:
+            return None  # as packaging's parser answers such a line
+        return Requirement(plain.group(1), specifier, f"{plain.group(1)}{specifier}")
+    from packaging.requirements import InvalidRequirement
+    from packaging.requirements import Requirement as Parsed
 
     try:
-        return Requirement(spec)
+        parsed = Parsed(spec)
     except InvalidRequirement:
         return None
+    return Requirement(parsed.name, parsed.specifier, str(parsed))
 
 
 def _requirements_file(path: Path, seen: set[Path] | None = None) -> list[Requirement]:
@@ -588,14 +622,13 @@ def _merged(found: list[tuple[Requirement, str]], names: set[str]) -> tuple[Requ
     matching = [(r, w) for r, w in found if r.name.lower().replace("_", "-") in names]
     if not matching:
         return None
-    from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
     specifier = SpecifierSet()
     for req, _ in matching:
         specifier &= req.specifier
     req, where = next(((r, w) for r, w in matching if r.specifier), matching[0])
-    return Requirement(f"{req.name}{specifier}"), where
+    return Requirement(req.name, specifier, f"{req.name}{specifier}"), where
 
 
 def _generation_of(found: list[tuple[Requirement, str]]) -> Generation | None:

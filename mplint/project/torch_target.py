@@ -21,11 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from mplint.project.config import is_marked
-from mplint.project.pins import documented_sources, pin_sources
+from mplint.project.pins import Requirement, documented_sources, pin_sources
 
 # Versions a specifier is tested against (plus the versions it names itself).
 _SAMPLES = tuple(Version(v) for v in [*(f"1.{m}.0" for m in range(14)), *(f"2.{m}.0" for m in range(31))])

@@ -200,7 +200,7 @@ class Server:
                 warm_facts(folder, self.settings, self.warmed())
             except CheckFailed:
                 pass  # the first real check reports it
-        self.idle += [self.warm_checker, self.warm_fixes]
+        self.idle += [self.warm_checker, self.warm_fixes, self.warm_catalog]
 
     @staticmethod
     def warm_checker() -> None:
@@ -216,6 +216,13 @@ class Server:
         from libcst.codemod.visitors import AddImportsVisitor  # noqa: F401  (imported by fixes that add imports)
 
         import mplint.engine.edits  # noqa: F401
+
+    @staticmethod
+    def warm_catalog() -> None:
+        """The rules' prose and examples (the YAML parser): what a hover shows; no check needs it."""
+        from mplint.catalog import load_catalog
+
+        load_catalog()
 
     def initialized(self, params, id_) -> None:
         if _get(self.capabilities, "workspace", "didChangeWatchedFiles", "dynamicRegistration"):
