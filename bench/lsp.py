@@ -349,17 +349,20 @@ def main() -> None:
     floor = interpreter_floor(args.repeats)
     figures: dict[str, dict[str, float]] = {}
     counts: dict[str, dict] = {}
+    sessions_of: dict[str, list[dict]] = {name: [] for name in commands}
     with tempfile.TemporaryDirectory() as tmp:
         root = project(Path(tmp))
-        for name, command in commands.items():
-            sessions = []
-            for _ in range(args.repeats):
+        # Servers take turns within each repeat: a machine that slows down or speeds up during the run (shared
+        # cores, clock changes) moves every server's figures alike instead of the last server's alone.
+        for _ in range(args.repeats):
+            for name, command in commands.items():
                 row = {}
                 for session, extra in ((push_session, (args.edits,)), (pull_session, ())):
                     (root / ".mplint_cache").exists() and shutil.rmtree(root / ".mplint_cache")  # cold
                     row.update(session(command, root, *extra))
                 row.update(reopen_session(command, root))  # after the pull session, whatever it kept
-                sessions.append(row)
+                sessions_of[name].append(row)
+        for name, sessions in sessions_of.items():
             keys = {k for s in sessions for k in s}
             figures[name] = {
                 k: statistics.median(s[k] for s in sessions if k in s) * (1 if k in ("diagnostics", "pulled") else 1000)
@@ -378,7 +381,7 @@ def main() -> None:
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores ({load}), Python {platform.python_version()} "
         f"(`python -c pass`: {floor:.0f} ms). "
-        f"Median of {args.repeats} sessions per server (servers one after another), milliseconds. Servers: "
+        f"Median of {args.repeats} sessions per server (servers taking turns in each repeat), milliseconds. Servers: "
         + ", ".join(version(c) for c in commands.values())
         + ". "
         f"mplint checks an edit after typing pauses {DEBOUNCE_S * 1000:.0f} ms.",
