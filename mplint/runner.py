@@ -13,6 +13,7 @@ from mplint.diagnostics import Diagnostic, FileResult
 from mplint.engine.check_options import PARSE_ERROR, CheckOptions
 from mplint.engine.notebooks import check_notebook, is_notebook
 from mplint.engine.registry import select
+from mplint.engine.summaries import load_with
 from mplint.fixes.write_back import write_back
 from mplint.pool import parallel_map
 from mplint.project.build import (
@@ -31,6 +32,10 @@ from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
 
 PHASES = ("discovery", "facts", "programs", "checks", "fixes")  # what ``on_progress`` reports, in order
+
+# The rules declare the kinds of function summaries that project facts read: they are loaded when the first file's
+# facts are read (a run whose facts all come from the cache loads no rule).
+load_with(all_rules)
 
 
 @dataclass

@@ -12,9 +12,11 @@ import libcst as cst
 import pytest
 
 from mplint.catalog import RuleKey, RuleMeta, load_catalog
+from mplint.checks import all_rules
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.rule import Rule
 
+all_rules()  # the rules declare the summary kinds that project facts read (tests read facts without the runner)
 REPO = Path(__file__).resolve().parent.parent
 
 

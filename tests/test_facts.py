@@ -204,7 +204,8 @@ def test_output_dtype_summaries():
     """A softmax layer whose dtype is a parameter used for nothing else; its default as written."""
     import ast
 
-    from mplint.project.extract import _output_dtype_params
+    from mplint.checks.mp101_float16_softmax_output import OUTPUT_DTYPE
+    from mplint.engine.summaries import Summary
 
     code = (
         "import keras\nfrom keras import layers\n"
@@ -219,10 +220,10 @@ def test_output_dtype_summaries():
         "def required(n, dtype):\n    return layers.Softmax(dtype=dtype)\n"
         "def relu(n, dtype=None):\n    return layers.Dense(n, activation='relu', dtype=dtype)\n"
     )
-    assert _output_dtype_params(ast.parse(code).body) == {
-        "build_model": ["dtype", 1, None, 4, 48],
-        "Head": ["head_dtype", 1, "float32", 10, 20],
-        "required": ["dtype", 1, "<required>", 12, 12],
+    assert OUTPUT_DTYPE.summarize(ast.parse(code).body, code.encode()) == {
+        "build_model": Summary("dtype", 1, None, 4, 48),
+        "Head": Summary("head_dtype", 1, "float32", 10, 20),
+        "required": Summary("dtype", 1, "<required>", 12, 12),
     }
 
 

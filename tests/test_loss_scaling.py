@@ -128,7 +128,8 @@ def test_helper_of_another_module_that_scales_the_loss_is_no_missing_scaling(ker
 def test_loss_scaling_summaries():
     import ast
 
-    from mplint.project.extract import _loss_scaling_helpers
+    from mplint.analysis.optimizer_summaries import LOSS_SCALING
+    from mplint.engine.summaries import Summary
 
     code = (
         "def scale(opt, loss):\n    return opt.get_scaled_loss(loss)\n"
@@ -139,12 +140,12 @@ def test_loss_scaling_summaries():
         "def nested():\n    def inner(opt, loss):\n        return opt.get_scaled_loss(loss)\n    return inner\n"
         "def plain(loss):\n    return loss * 2\n"
     )
-    assert _loss_scaling_helpers(ast.parse(code).body) == {
-        "scale": ["scale", -1, None, 1, 1],
-        "scale3": ["scale", -1, None, 3, 1],
-        "unscale": ["unscale", -1, None, 5, 1],
-        "divide": ["manual_unscale", -1, None, 7, 1],
-        "step": ["scale+unscale", -1, None, 9, 1],
+    assert LOSS_SCALING.summarize(ast.parse(code).body, code.encode()) == {
+        "scale": Summary("scale", -1, None, 1, 1),
+        "scale3": Summary("scale", -1, None, 3, 1),
+        "unscale": Summary("unscale", -1, None, 5, 1),
+        "divide": Summary("manual_unscale", -1, None, 7, 1),
+        "step": Summary("scale+unscale", -1, None, 9, 1),
     }
 
 
@@ -403,7 +404,8 @@ def test_too_many_flags_fall_back_to_one_path_without_a_fix():
 def test_optimizer_factory_summaries():
     import ast
 
-    from mplint.project.extract import _optimizer_factories
+    from mplint.analysis.optimizer_summaries import OPTIMIZER
+    from mplint.engine.summaries import Summary
 
     code = (
         "import tensorflow as tf\n"
@@ -416,10 +418,10 @@ def test_optimizer_factory_summaries():
         "def build_model(n):\n    return tf.keras.Sequential()\n"
         "def v1_optimizer(opt):\n    return tf.keras.mixed_precision.LossScaleOptimizerV1(opt, 'dynamic')\n"
     )
-    assert _optimizer_factories(ast.parse(code).body) == {
-        "wrapped": ["explicit", -1, None, 2, 1],
-        "configure_optimizer": ["maybe", -1, None, 4, 1],
-        "plain": ["none", -1, None, 8, 1],
-        "build_optimizer": ["unknown", -1, None, 11, 1],
-        "v1_optimizer": ["unknown", -1, None, 15, 1],  # a loss-scale optimizer too: never "none", wrapped again
+    assert OPTIMIZER.summarize(ast.parse(code).body, code.encode()) == {
+        "wrapped": Summary("explicit", -1, None, 2, 1),
+        "configure_optimizer": Summary("maybe", -1, None, 4, 1),
+        "plain": Summary("none", -1, None, 8, 1),
+        "build_optimizer": Summary("unknown", -1, None, 11, 1),
+        "v1_optimizer": Summary("unknown", -1, None, 15, 1),  # a loss-scale optimizer too: never "none", wrapped again
     }

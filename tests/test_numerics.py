@@ -288,7 +288,8 @@ def test_float16_passed_to_a_project_function_that_converts_then_normalises(tmp_
 def test_conversion_dtype_summaries_are_per_function_and_method():
     import ast
 
-    from mplint.project.extract import _conversion_dtype_params
+    from mplint.checks.mp401_float16_preprocessing import CONVERSION_DTYPE
+    from mplint.engine.summaries import Summary
 
     code = (
         "import tensorflow as tf\n"
@@ -299,9 +300,9 @@ def test_conversion_dtype_summaries_are_per_function_and_method():
         "        return tf.image.resize(image, (8, 8))\n"
         "    @staticmethod\n    def s(x, dtype):\n        return tf.cast(x, dtype) * 2\n"
     )
-    assert _conversion_dtype_params(ast.parse(code).body) == {
-        "scaled": ["dtype", 1, None, 5, 9],
-        "P.norm": ["dtype", -1, None, 9, 17],
+    assert CONVERSION_DTYPE.summarize(ast.parse(code).body, code.encode()) == {
+        "scaled": Summary("dtype", 1, None, 5, 9),
+        "P.norm": Summary("dtype", -1, None, 9, 17),
     }
 
 
@@ -398,7 +399,8 @@ def test_the_loss_of_another_module_is_inf_on_float16_probabilities(tmp_path):
 def test_range_constant_summaries():
     import ast
 
-    from mplint.project.extract import _range_constant_params
+    from mplint.checks.mp601_float16_overflow_constant import RANGE_CONSTANT
+    from mplint.engine.summaries import Summary
 
     code = (
         "import tensorflow as tf\n"
@@ -410,17 +412,18 @@ def test_range_constant_summaries():
         "def keyword_only(*, p):\n    return p + 1e-10\n"
         "def fits(p):\n    return p + 1e-4\n"
     )
-    assert _range_constant_params(ast.parse(code).body, code.encode()) == {
-        "focal": ["probs", 0, "+ 1e-8", 3, 49],
-        "masked": ["scores", 0, "* -1e9", 5, 12],
-        "keyword_only": ["p", -1, "+ 1e-10", 16, 12],
+    assert RANGE_CONSTANT.summarize(ast.parse(code).body, code.encode()) == {
+        "focal": Summary("probs", 0, "+ 1e-8", 3, 49),
+        "masked": Summary("scores", 0, "* -1e9", 5, 12),
+        "keyword_only": Summary("p", -1, "+ 1e-10", 16, 12),
     }
 
 
 def test_loss_reduction_summaries():
     import ast
 
-    from mplint.project.extract import _loss_reduction_params
+    from mplint.checks.mp103_loss_in_float16 import LOSS_REDUCTION
+    from mplint.engine.summaries import Summary
 
     code = (
         "import tensorflow as tf\nfrom keras import ops\n"
@@ -431,9 +434,11 @@ def test_loss_reduction_summaries():
         "def distance(x, y):\n    return tf.reduce_mean(tf.square(x - y))\n"
         "def abs_loss(x, y):\n    return tf.reduce_mean(tf.abs(x - y))\n"
     )
-    assert _loss_reduction_params(ast.parse(code).body, code.encode()) == {
-        "reconstruction_loss": ["x@0,x_hat@1", -1, "tf.reduce_sum(tf.square(x - x_hat))", 4, 12],
-        "kl_loss": ["mean@0,log_var@1", -1, "ops.mean(1 + log_var - ops.square(mean) - ops.exp(log_var))", 6, 19],
+    assert LOSS_REDUCTION.summarize(ast.parse(code).body, code.encode()) == {
+        "reconstruction_loss": Summary("x@0,x_hat@1", -1, "tf.reduce_sum(tf.square(x - x_hat))", 4, 12),
+        "kl_loss": Summary(
+            "mean@0,log_var@1", -1, "ops.mean(1 + log_var - ops.square(mean) - ops.exp(log_var))", 6, 19
+        ),
     }
 
 

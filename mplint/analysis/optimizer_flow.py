@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.keras_guards import KerasRange, code_range, program_range, test_arms
+from mplint.analysis.optimizer_summaries import LOSS_SCALING, OPTIMIZER
 from mplint.diagnostics import ImportSpec, Related
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
@@ -370,9 +371,9 @@ class OptimizerFlow:
 
     def project_steps(self, call: cst.Call) -> frozenset[str]:
         """What a helper of another module of the project does to a loss or gradients ("scale", "unscale",
-        "manual_unscale"; the "loss_scaling" summaries), read once for the whole project."""
-        found = self.context.summary(call.func, "loss_scaling")
-        return frozenset(found[0].split("+")) if found is not None else frozenset()
+        "manual_unscale"; the ``LOSS_SCALING`` summaries), read once for the whole project."""
+        found = self.context.summary(call.func, LOSS_SCALING)
+        return frozenset(found.value.split("+")) if found is not None else frozenset()
 
     def is_scaling(self, call: cst.Call) -> bool:
         if method_name(call) in SCALE_METHODS:
@@ -442,7 +443,7 @@ class OptimizerFlow:
             if returns:
                 return self._values_origin(returns, returns[0], depth + 1)
             return OptimizerOrigin("unknown")
-        factory = self.context.summary(call.func, "optimizer")
+        factory = self.context.summary(call.func, OPTIMIZER)
         if factory is not None:  # a function of another module of the project, read once for the whole project
             wrap, _, _, path, line = factory
             name = last_name(call.func)

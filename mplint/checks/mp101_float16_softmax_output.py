@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from mplint.analysis.call_args import argument
@@ -20,14 +22,142 @@ from mplint.analysis.output_dtype import (
     with_float32_dtype,
 )
 from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.imports import callee_name
 from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
+from mplint.engine.summaries import FunctionSummary, Summary, SummaryKind, declare, summary_at
+from mplint.engine.summaries import walk as walk_python
+
+# --- what a builder in another file does with the softmax output layer it makes (CPython's tree) ---------------
+
+
+def _activation_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, Summary]:
+    """``def build(n, activation=None): ... Dense(n, activation=activation)`` (or a class whose ``__init__``
+    parameter reaches a layer's ``activation=``, directly or through ``self.<attr>``): what a caller picks there
+    decides whether the model ends in a float16 softmax."""
+    found: dict[str, Summary] = {}
+    for stmt in statements:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function, owner = stmt, stmt
+        elif isinstance(stmt, ast.ClassDef):
+            init = next((s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+            if init is None:
+                continue
+            function, owner = init, stmt
+        else:
+            continue
+        params = function.args.args + function.args.kwonlyargs
+        offset = 1 if owner is not function else 0  # `self` is not passed by callers of a class
+        defaults = dict(
+            zip(
+                [a.arg for a in function.args.args][-len(function.args.defaults) :] if function.args.defaults else [],
+                function.args.defaults,
+            )
+        )
+        defaults.update(
+            {a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None}
+        )
+        names = {a.arg for a in params}
+        held = {}  # self.attr -> parameter
+        for node in walk_python(owner):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in names:
+                for target in node.targets:
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    ):
+                        held[target.attr] = node.value.id
+        for node in walk_python(owner):
+            if not isinstance(node, ast.Call):
+                continue
+            for kw in node.keywords:
+                value = kw.value
+                param = (
+                    value.id
+                    if isinstance(value, ast.Name) and value.id in names
+                    else held.get(value.attr)
+                    if isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id == "self"
+                    else None
+                )
+                if kw.arg != "activation" or param is None or any(k.arg == "dtype" for k in node.keywords):
+                    continue
+                index = (
+                    [a.arg for a in function.args.args].index(param) - offset
+                    if param in [a.arg for a in function.args.args]
+                    else -1
+                )
+                default = defaults.get(param)
+                default = (
+                    default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None
+                )
+                found.setdefault(owner.name, summary_at(node, param, index, default))
+    return found
+
+
+def _output_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, Summary]:
+    """``def build_model(num_classes, dtype=None): ... Dense(num_classes, activation="softmax", dtype=dtype)``: a
+    softmax layer whose dtype is a parameter used nowhere else (a class's ``__init__`` parameter too). A caller
+    that leaves it at None under mixed_float16 gets a float16 softmax output; one that passes "float32" does not.
+    `default` is the default when it is a string or None, else the marker "<required>" or "<other>"."""
+    found: dict[str, Summary] = {}
+    for stmt in statements:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function, offset = stmt, 0
+        elif isinstance(stmt, ast.ClassDef):
+            function = next((s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+            offset = 1  # `self` is not passed by callers of a class
+            if function is None:
+                continue
+        else:
+            continue
+        positional = [a.arg for a in function.args.args]
+        defaults = dict(zip(positional[len(positional) - len(function.args.defaults) :], function.args.defaults))
+        defaults.update({a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults)})
+        reads: dict[str, int] = {}
+        for node in walk_python(function):
+            if isinstance(node, ast.Name):
+                reads[node.id] = reads.get(node.id, 0) + 1
+        for node in walk_python(function):
+            if not (isinstance(node, ast.Call) and _is_softmax_layer(node)):
+                continue
+            dtype = next((k.value for k in node.keywords if k.arg == "dtype"), None)
+            if not (
+                isinstance(dtype, ast.Name) and dtype.id in defaults.keys() | set(positional) and reads[dtype.id] == 1
+            ):
+                continue
+            param = dtype.id
+            index = positional.index(param) - offset if param in positional else -1
+            value = defaults.get(param, "<required>")
+            if isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, str)):
+                value = value.value
+            elif not isinstance(value, str):
+                value = "<other>"
+            found.setdefault(stmt.name, summary_at(node, param, index, value))
+    return found
+
+
+def _is_softmax_layer(call: ast.Call) -> bool:
+    """``Dense(n, activation="softmax")``, ``Activation("softmax")``, ``Softmax()``."""
+    last = callee_name(call)
+    if last == "Softmax":
+        return True
+    spelled = [k.value for k in call.keywords if k.arg == "activation"] + (
+        call.args[:1] if last == "Activation" else []
+    )
+    return any(isinstance(v, ast.Constant) and v.value == "softmax" for v in spelled)
+
+
+ACTIVATION = declare(SummaryKind("activation", (b"activation",), True, _activation_params))
+OUTPUT_DTYPE = declare(SummaryKind("output_dtype", (b"dtype", b"oftmax"), True, _output_dtype_params))
 
 
 class Float16SoftmaxOutput(Rule):
     id = "MP101"
     triggers = (b"softmax", b"Softmax")
-    summary_triggers = ("output_dtype",)  # `build_model(10)` of a builder whose softmax takes its dtype parameter
+    summary_triggers = (OUTPUT_DTYPE,)  # `build_model(10)` of a builder whose softmax takes its dtype parameter
 
     @classmethod
     def candidate(cls, code) -> bool:
@@ -36,7 +166,7 @@ class Float16SoftmaxOutput(Rule):
         return (
             code.mentions("softmax", "Softmax")
             and (builds_model(code) or "softmax" in code.argument_words)
-            or bool(code.calls_summarized("output_dtype"))
+            or bool(code.calls_summarized(OUTPUT_DTYPE))
         )
 
     @classmethod
@@ -60,17 +190,17 @@ class Float16SoftmaxOutput(Rule):
     def _builder_calls(self) -> None:
         """Calls of the project's model builders (other modules too) that build a float16 softmax output."""
         summarized = self.context.facts.summarized_names
-        if not ("activation" in summarized or "output_dtype" in summarized) or not global_reduced(self.context):
+        if not (ACTIVATION.name in summarized or OUTPUT_DTYPE.name in summarized) or not global_reduced(self.context):
             return
         for call in self.context.nodes(cst.Call):
-            found = self.context.summary(call.func, "activation")
+            found = self.context.summary(call.func, ACTIVATION)
             if found is not None:
                 self._softmax_passed(call, last_name(call.func), found)
-            found = self.context.summary(call.func, "output_dtype")
+            found = self.context.summary(call.func, OUTPUT_DTYPE)
             if found is not None:
                 self._dtype_left_to_policy(call, last_name(call.func), found)
 
-    def _dtype_left_to_policy(self, call: cst.Call, last: str, found: tuple) -> None:
+    def _dtype_left_to_policy(self, call: cst.Call, last: str, found: FunctionSummary) -> None:
         """``build_model(10)`` where the builder's softmax output layer takes ``dtype=dtype`` (default None): under a
         reduced-precision policy it computes in float16; passing ``dtype="float32"`` fixes that call, and changes
         nothing in float32."""
@@ -98,7 +228,7 @@ class Float16SoftmaxOutput(Rule):
             related=(Related(path, line, f"`{last}` gives its softmax layer `dtype={param}` here"),),
         )
 
-    def _softmax_passed(self, call: cst.Call, last: str, found: tuple) -> None:
+    def _softmax_passed(self, call: cst.Call, last: str, found: FunctionSummary) -> None:
         """``ImageClassifier(activation="softmax")`` where the project's class feeds that parameter to a layer's
         activation without a float32 dtype: the program builds a float16 softmax output in another module."""
         param, index, _default, path, line = found

@@ -13,10 +13,13 @@ from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow, carrying_uni
 from mplint.analysis.output_dtype import binding_for, cast_call
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.code_summary import calls_in
+from mplint.engine.imports import callee_name
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
+from mplint.engine.summaries import Summary, SummaryKind, declare, first_line_text, parameters, summary_at
+from mplint.engine.summaries import walk as walk_python
 from mplint.knowledge.apinames import KName
-from mplint.knowledge.loss_math import GROWING, REDUCTION_NAMES, REDUCTIONS, SUMS
+from mplint.knowledge.loss_math import GROWING, GROWING_NAMES, REDUCTION_NAMES, REDUCTIONS, SUMS
 
 # Calls whose results a sum grows from without bound (log-probabilities, exponentials).
 _UNBOUNDED = frozenset({"log", "log_softmax", "log_sigmoid", "exp", "softplus", "logsumexp", "reduce_logsumexp"})
@@ -59,10 +62,53 @@ _FUNCTIONAL_LOSSES = frozenset(
 )
 
 
+# --- losses of another file that grow their parameters (CPython's tree) ----------------------------------------
+
+
+def _loss_reduction_params(statements: list[ast.stmt], source: bytes) -> dict[str, Summary]:
+    """Module functions named for a loss that reduce a square, exponential or power of their parameters as they
+    came (``def reconstruction_loss(x, x_hat): return tf.reduce_sum(tf.square(x - x_hat))``): called on float16
+    values the loss overflows above 65504. `value` lists the parameters inside the growing math as
+    "name@position" ("x@0,x_hat@1"); `default` is the reduction as written (shortened)."""
+    found: dict[str, Summary] = {}
+    for function in statements:
+        if not isinstance(function, ast.FunctionDef) or "loss" not in function.name.lower():
+            continue
+        positional, params, own, rebound = parameters(function)
+        for node in own:
+            if not (isinstance(node, ast.Call) and callee_name(node) in REDUCTION_NAMES and node.args):
+                continue
+            grown = [
+                g
+                for g in walk_python(node.args[0])
+                if isinstance(g, ast.BinOp)
+                and isinstance(g.op, ast.Pow)
+                or isinstance(g, ast.Call)
+                and callee_name(g) in GROWING_NAMES
+            ]
+            if any(isinstance(c, ast.Call) and callee_name(c) == "cast" for c in walk_python(node.args[0])):
+                continue  # cast somewhere inside: the reduction's dtype is the cast's
+            names = {n.id for g in grown for n in walk_python(g) if isinstance(n, ast.Name)}
+            if names & params & rebound:
+                continue  # `x = tf.cast(x, tf.float32)` first: the math is float32 (or mixes and fails anyway)
+            used = sorted(
+                names & params, key=lambda p: (p not in positional, positional.index(p) if p in positional else 0, p)
+            )
+            if used:
+                text = first_line_text(source, node)
+                value = ",".join(f"{p}@{positional.index(p) if p in positional else -1}" for p in used)
+                found[function.name] = summary_at(node, value, -1, text if len(text) <= 60 else text[:57] + "...")
+                break
+    return found
+
+
+LOSS_REDUCTION = declare(SummaryKind("loss_reduction", (b"loss",), True, _loss_reduction_params))
+
+
 class LossInFloat16(Rule):
     id = "MP103"
     triggers = (re.compile(rb"reduce_mean|reduce_sum|\bmean\(|\bsum\(|losses"),)
-    summary_triggers = ("loss_reduction",)  # `reconstruction_loss(x, x_hat)` of a project loss that squares
+    summary_triggers = (LOSS_REDUCTION,)  # `reconstruction_loss(x, x_hat)` of a project loss that squares
 
     @classmethod
     def candidate(cls, code) -> bool:
@@ -72,7 +118,7 @@ class LossInFloat16(Rule):
         assignment target is named a loss)."""
         functional = any(map(_loss_function, code.api_calls))
         reduction = code.calls_api(*REDUCTION_NAMES)
-        passes = code.calls_summarized("loss_reduction")
+        passes = code.calls_summarized(LOSS_REDUCTION)
         if not (functional or reduction or passes):
             return False
         return carrying_unit(
@@ -114,7 +160,7 @@ class LossInFloat16(Rule):
         sums its parameters, called on compute-dtype values (``loss_reduction`` summaries). Reported where the
         float16 value is known, as MP601 does: in Layer/Model code or for an explicit float16 value. The fix casts
         those arguments to float32 when every argument that meets the math has a known dtype."""
-        found = self.context.summary(call.func, "loss_reduction")
+        found = self.context.summary(call.func, LOSS_REDUCTION)
         if found is None:
             return
         params, _, math, path, line = found

@@ -9,8 +9,12 @@ import libcst as cst
 from mplint.analysis.call_args import argument
 from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
+from mplint.engine.imports import callee_name
+from mplint.engine.imports import dotted_name as _dotted
 from mplint.engine.names import assigned_name
 from mplint.engine.rule import Rule
+from mplint.engine.summaries import FunctionSummary, Summary, SummaryKind, declare, summary_at
+from mplint.engine.summaries import walk as walk_python
 from mplint.engine.walk import walk
 from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
 from mplint.knowledge.dtypes import FLOAT16_NAMES, FLOAT16_SPELLINGS
@@ -22,17 +26,110 @@ _CONVERTERS = frozenset(
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
 
 
+# --- functions of another file that convert to a dtype parameter and compute (CPython's tree) ------------------
+
+
+def _conversion_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, Summary]:
+    """``def normalize_image(self, image, dtype=tf.float32): image = tf.image.convert_image_dtype(image, dtype);
+    image -= mean ...``: functions and methods (``Class.method``) that convert data to a parameter's dtype and
+    then compute with it, so a caller passing float16 does its preprocessing in float16 (MP401)."""
+    found: dict[str, Summary] = {}
+    for stmt in statements:
+        if isinstance(stmt, ast.FunctionDef):
+            functions = [(stmt.name, stmt, 0)]
+        elif isinstance(stmt, ast.ClassDef):
+            functions = [
+                (f"{stmt.name}.{f.name}", f, 1)
+                for f in stmt.body
+                if isinstance(f, ast.FunctionDef)
+                and not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in f.decorator_list)
+            ]
+        else:
+            continue
+        for name, function, offset in functions:
+            entry = _conversion_dtype_param(function, offset)
+            if entry is not None:
+                found[name] = entry
+    return found
+
+
+def _conversion_dtype_param(function: ast.FunctionDef, offset: int) -> Summary | None:
+    positional = [a.arg for a in function.args.args]
+    # dtype parameters are named so (`dtype`, `out_dtype`, `image_type`): the others are not walked for conversions
+    params = {p for p in (*positional[offset:], *(a.arg for a in function.args.kwonlyargs)) if "type" in p}
+    if not params:
+        return None
+    conversions = [
+        (node, dtype)
+        for node in walk_python(function)
+        if isinstance(node, ast.Call) and isinstance(dtype := _conversion_dtype(node), ast.Name) and dtype.id in params
+    ]
+    if not conversions:
+        return None
+    parents = {child: node for node in walk_python(function) for child in ast.iter_child_nodes(node)}
+    for node, dtype in conversions:
+        if not _computed_with(node, function, parents):
+            continue
+        index = positional.index(dtype.id) - offset if dtype.id in positional else -1
+        return summary_at(node, dtype.id, index, None)
+    return None
+
+
+def _conversion_dtype(call: ast.Call) -> ast.expr | None:
+    """The dtype argument of a conversion (``cast``, ``convert_image_dtype``, ``astype``, ``asarray(dtype=)``)."""
+    last = callee_name(call)
+    keyword = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    if last == "astype":
+        return call.args[0] if call.args else keyword
+    position = next((i for path, i in CONVERSIONS.items() if path.rsplit(".", 1)[-1] == last), None)
+    if position is not None:
+        return call.args[position] if len(call.args) > position else keyword
+    return keyword if last in DTYPE_KEYWORD_CONVERSIONS else None
+
+
+def _computed_with(call: ast.Call, function: ast.FunctionDef, parents: dict) -> bool:
+    """The converted value is an arithmetic operand, or is assigned to a name that later is one (or is
+    updated in place, or passed to ``tf.image.*``/``tf.math.*``/NumPy math)."""
+    parent = parents.get(call)
+    if isinstance(parent, ast.BinOp):
+        return True
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return False
+    name, after = parent.targets[0].id, (parent.lineno, parent.col_offset)
+    for node in walk_python(function):
+        if not isinstance(node, ast.Name) or node.id != name or (node.lineno, node.col_offset) <= after:
+            continue
+        use = parents.get(node)
+        if isinstance(use, ast.BinOp) or isinstance(use, ast.AugAssign) and use.target is node:
+            return True
+        if isinstance(use, ast.Call) and node in use.args:
+            dotted = _dotted(use.func) or ""
+            last = dotted.rsplit(".", 1)[-1]
+            if (
+                ".image." in f".{dotted}"
+                and last != "convert_image_dtype"
+                or ".math." in f".{dotted}"
+                or last in TF_MATH
+                or last in NP_MATH
+            ):
+                return True
+    return False
+
+
+CONVERSION_DTYPE = declare(SummaryKind("conversion_dtype", (b"dtype",), False, _conversion_dtype_params))
+
+
 class Float16Preprocessing(Rule):
     id = "MP401"
     triggers = (b"float16", b"half")
-    _summaries_by_name: dict[str, list[tuple]] | None = None
+    _summaries_by_name: dict[str, list[FunctionSummary]] | None = None
 
     @classmethod
     def candidate(cls, code) -> bool:
         """A call ``_float16_conversion`` accepts: ``x.astype(<float16>)``, or a NumPy/TensorFlow
         ``float16(x)``, cast or conversion (through an import) with an argument that spells float16; or
         another call given float16 (``_passed_dtype``)."""
-        if not (code.calls_any(*_CONVERTERS) or code.calls_summarized("conversion_dtype")):
+        if not (code.calls_any(*_CONVERTERS) or code.calls_summarized(CONVERSION_DTYPE)):
             return False
         for call in code.called:
             names = code.names_of(call)
@@ -41,7 +138,7 @@ class Float16Preprocessing(Rule):
                 for arg in [*call.args, *(k.value for k in call.keywords)]
             )
             if names.isdisjoint(_CONVERTERS):
-                if spells and not names.isdisjoint(code.summarized.get("conversion_dtype", ())):
+                if spells and not names.isdisjoint(code.summarized.get(CONVERSION_DTYPE.name, ())):
                     return True  # float16 handed to a project function that converts to it (``_passed_dtype``)
                 continue
             if type(call.func) is ast.Attribute and call.func.attr == "astype":
@@ -76,7 +173,7 @@ class Float16Preprocessing(Rule):
     def _passed_dtype(self, call: cst.Call) -> None:
         """``processor.normalize_image(image, dtype=tf.float16 if amp else tf.float32)`` where the project's
         function converts to that parameter's dtype and then computes with the result (``summaries``)."""
-        if not self.context.facts.summaries_of("conversion_dtype"):
+        if not self.context.facts.summaries_of(CONVERSION_DTYPE):
             return
         found = self._converting_function(call.func)
         if (
@@ -106,19 +203,19 @@ class Float16Preprocessing(Rule):
                     related=(Related(path, line, f"`{name}` converts to its `{param}` here, then computes"),),
                 )
 
-    def _by_name(self) -> dict[str, list[tuple]]:
+    def _by_name(self) -> dict[str, list[FunctionSummary]]:
         """Function or method name -> the project's functions and methods of that name that convert to a
         parameter's dtype, then compute: a method called on an object is known by its name alone (no types)."""
         if self._summaries_by_name is None:
             self._summaries_by_name = {}
-            for name, entry in self.context.facts.summaries_of("conversion_dtype").items():
+            for name, entry in self.context.facts.summaries_of(CONVERSION_DTYPE).items():
                 self._summaries_by_name.setdefault(name.rsplit(".", 1)[-1], []).append(entry)
         return self._summaries_by_name
 
-    def _converting_function(self, func: cst.BaseExpression) -> tuple[str, tuple] | None:
+    def _converting_function(self, func: cst.BaseExpression) -> tuple[str, FunctionSummary] | None:
         """The function called and its summary: by the qualified name the callee resolves to, or for a method
         call on an object (``processor.normalize_image``) the project's one method of that name."""
-        summaries = self.context.facts.summaries_of("conversion_dtype")
+        summaries = self.context.facts.summaries_of(CONVERSION_DTYPE)
         if not self.context.names.could_be(func, self._by_name()):
             return None  # cheap textual reject: not a project function's name, nor an import alias of one
         exact = next((name for name in sorted(self.context.names.project_paths(func)) if name in summaries), None)

@@ -23,6 +23,8 @@ from mplint.engine.code_summary import literal_number as ast_literal_number
 from mplint.engine.imports import callee_name
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
+from mplint.engine.summaries import Summary, SummaryKind, declare, first_line_text, parameters, summary_at
+from mplint.engine.summaries import walk as walk_python
 from mplint.knowledge.dtypes import FLOAT16_NAMES, WIDE_SPELLINGS
 from mplint.knowledge.float16_range import (
     FLOAT16_MAX,
@@ -30,6 +32,7 @@ from mplint.knowledge.float16_range import (
     FLUSHES_IN_FLOAT16,
     LARGE_INTEGER,
     LARGE_OR_TINY_EXPONENT,
+    OUT_OF_RANGE_LITERAL,
     OUTSIDE_FLOAT16,
 )
 
@@ -62,6 +65,54 @@ _BOUNDING_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _BOUNDING_CALLS)
 # Keras' epsilon (``keras.config.epsilon()``, ``backend.epsilon()``) unless a program sets another.
 BACKEND_EPSILON = 1e-7
 _BACKEND_EPSILON_PATHS = frozenset({"config.epsilon", "backend.epsilon"})
+
+
+# --- functions of another file whose parameter meets such a constant (CPython's tree) -------------------------
+
+
+_RANGE_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}  # MP601's operators
+
+
+def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[str, Summary]:
+    """Module functions whose parameter meets, as it came, a literal float16 cannot hold
+    (``def focal_loss(probs, labels): ... log(probs + 1e-8)``): a caller that passes a float16 value
+    gets 0 (or inf) there. Parameters the function rebinds (``probs = tf.cast(probs, tf.float32)``),
+    sums that are only compared (tolerances) and functions that test a dtype are left out."""
+    found: dict[str, Summary] = {}
+    for function in statements:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        positional, params, own, rebound = parameters(function)
+        compared = set()
+        for node in own:
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                if any(isinstance(a, ast.Attribute) and a.attr == "dtype" for o in operands for a in walk_python(o)):
+                    break  # dtype-aware code
+                compared.update(id(b) for o in operands for b in walk_python(o) if isinstance(b, ast.BinOp))
+        else:
+            for node in own:
+                if not (isinstance(node, ast.BinOp) and type(node.op) in _RANGE_OPS) or id(node) in compared:
+                    continue
+                for param, constant in ((node.left, node.right), (node.right, node.left)):
+                    if isinstance(param, ast.Name) and param.id in params - rebound and _out_of_range(constant):
+                        text = first_line_text(source, constant)  # one line (``_out_of_range``)
+                        index = positional.index(param.id) if param.id in positional else -1
+                        found[function.name] = summary_at(node, param.id, index, f"{_RANGE_OPS[type(node.op)]} {text}")
+                        break
+                if function.name in found:
+                    break
+    return found
+
+
+def _out_of_range(node: ast.AST) -> bool:
+    value = ast_literal_number(node)
+    if value is None or node.lineno != node.end_lineno:
+        return False
+    return abs(value) > FLOAT16_MAX or 0 < abs(value) < FLOAT16_TINY
+
+
+RANGE_CONSTANT = declare(SummaryKind("range_constant", (OUT_OF_RANGE_LITERAL,), True, _range_constant_params))
 
 
 @dataclass(frozen=True)
@@ -100,7 +151,7 @@ class Float16OverflowConstant(Rule):
         _DTYPE_LIMIT,
         re.compile(rb"normalize\("),  # a framework normalization's own epsilon (``_NORMALIZATIONS``)
     )
-    summary_triggers = ("range_constant",)  # `focal_loss(probs, labels)` of a function that adds 1e-8
+    summary_triggers = (RANGE_CONSTANT,)  # `focal_loss(probs, labels)` of a function that adds 1e-8
 
     @classmethod
     def candidate(cls, code) -> bool:
@@ -114,7 +165,7 @@ class Float16OverflowConstant(Rule):
             or limits
         )
         bound, bound_large = _names_bound_beyond(code, limits)
-        passes = code.calls_summarized("range_constant")
+        passes = code.calls_summarized(RANGE_CONSTANT)
         normalizes = code.calls_api(*_NORMALIZATION_NAMES)
         if not (direct or bound or passes or normalizes):
             return False
@@ -165,7 +216,7 @@ class Float16OverflowConstant(Rule):
         is float16 here: the constant and the tensor meet in another function (``range_constant`` summaries).
         Reported where the float16 value is known, like constants that travel: in Layer/Model code or next to
         an explicit float16 cast. No fix: casting the argument changes the dtype the function returns."""
-        found = self.context.summary(call.func, "range_constant")
+        found = self.context.summary(call.func, RANGE_CONSTANT)
         if found is None:
             return
         param, index, operation, path, line = found

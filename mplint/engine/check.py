@@ -130,7 +130,7 @@ def admits(rule: type[Rule], source: bytes, facts: Facts | None = None, module_n
     triggers = rule.triggers + (_aliased_triggers(rule, facts) if facts is not None and facts.reexports else ())
     if rule.summary_triggers and facts is not None:
         summarized = facts.summarized_names
-        triggers += tuple(name.encode() for kind in rule.summary_triggers for name in summarized.get(kind, ()))
+        triggers += tuple(name.encode() for kind in rule.summary_triggers for name in summarized.get(kind.name, ()))
     for trigger in triggers:
         if trigger.search(source) if isinstance(trigger, re.Pattern) else trigger in source:
             return True

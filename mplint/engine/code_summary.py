@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mplint.engine.imports import callee_name, import_bindings, resolve_relative
+from mplint.engine.summaries import CHILD_FIELDS, SummaryKind, child_fields
 from mplint.knowledge.apinames import KName, canonical, torch_canonical
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
@@ -77,9 +78,9 @@ class CodeSummary:
     def calls_any(self, *names: str) -> bool:
         return not self.calls.isdisjoint(names)
 
-    def calls_summarized(self, kind: str) -> frozenset[str]:
+    def calls_summarized(self, kind: SummaryKind) -> frozenset[str]:
         """The last names of the project's functions with a summary of ``kind`` that this file calls."""
-        return self.calls & self.summarized.get(kind, frozenset())
+        return self.calls & self.summarized.get(kind.name, frozenset())
 
     def calls_api(self, *names: str) -> bool:
         """A call that can reach an imported API named so: ``ops.sum(x)`` or an imported ``sum``, not builtin ``sum(x)``."""
@@ -218,23 +219,17 @@ class CodeSummary:
         return frozenset(found for call in self.called for found in self.api_names(call))
 
 
-# Fields holding operator and context singletons (``ast.Add()``, ``ast.Load()``): read off their parent
-# (``type(node.op)``), never visited, a third of all nodes.
-_SINGLETON_FIELDS = frozenset({"ctx", "op", "ops"})
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
 def walk_ast(root: ast.AST):
     """Every node under ``root`` (included), parents before children: ``ast.walk`` without the operator
     and context nodes, and without its per-node generators (the pre-filter walks every file)."""
     stack = [root]
-    pop, push, node_type = stack.pop, stack.append, ast.AST
+    pop, push, node_type, known = stack.pop, stack.append, ast.AST, CHILD_FIELDS
     while stack:
         node = pop()
         yield node
-        fields = _CHILD_FIELDS.get(type(node))
+        fields = known.get(type(node))
         if fields is None:
-            fields = _CHILD_FIELDS[type(node)] = tuple(f for f in node._fields if f not in _SINGLETON_FIELDS)
+            fields = child_fields(type(node))
         for name in fields:
             value = getattr(node, name, None)
             if type(value) is list:

@@ -12,6 +12,7 @@ from libcst.metadata import MetadataWrapper
 from mplint.engine.facts import Facts
 from mplint.engine.lazy_positions import LazyPositions, Starts, whole_module
 from mplint.engine.names import NameResolver
+from mplint.engine.summaries import FunctionSummary, SummaryKind
 from mplint.engine.walk import children, descendants
 
 T = TypeVar("T")
@@ -52,13 +53,13 @@ class FileContext:
     def generation(self) -> int:
         return self.facts.generation.value
 
-    def summary(self, func: cst.BaseExpression, kind: str) -> tuple | None:
+    def summary(self, func: cst.BaseExpression, kind: SummaryKind) -> FunctionSummary | None:
         """The project's summary of ``kind`` (``ProjectFacts.summaries_of``) of the function ``func`` names, through
-        this file's imports: (value, index, default, path, line), or None. Names no such function can have are
+        this file's imports, or None. Names no such function can have are
         rejected by their text first (``NameResolver.could_be``)."""
         if self._summarized is None:  # read once per file: rules ask for every call
             self._summarized = self.facts.summarized_names
-        names = self._summarized.get(kind)
+        names = self._summarized.get(kind.name)
         if not names or not self.names.could_be(func, names):
             return None
         table = self.facts.summaries_of(kind)

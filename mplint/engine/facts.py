@@ -7,7 +7,10 @@ rules see the whole of the project's facts through ``FileContext.facts``.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from mplint.engine.summaries import FunctionSummary, SummaryKind
 
 
 class Generation(Protocol):
@@ -27,8 +30,8 @@ class Facts(Protocol):
     def summarized_names(self) -> dict[str, frozenset[str]]:
         """Summary kind -> last names of the project's functions with that summary."""
 
-    def summaries_of(self, kind: str) -> dict[str, tuple]:
-        """Qualified function name -> its summary of ``kind``: (value, index, default, path, line)."""
+    def summaries_of(self, kind: SummaryKind) -> dict[str, FunctionSummary]:
+        """Qualified function name -> its summary of ``kind``."""
 
     def context_record(self) -> dict:
         """The module's mixed-precision context and target, for JSON and SARIF."""

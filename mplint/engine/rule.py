@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mplint.engine.code_summary import CodeSummary
     from mplint.engine.context import FileContext
     from mplint.engine.facts import Facts
+    from mplint.engine.summaries import SummaryKind
 
 
 class _CatalogEntry:
@@ -45,9 +46,9 @@ class Rule:
     #: Names of which a file must hold at least one as well, in its text or as its top-level package (a relative
     #: import inside package ``apex`` names apex): what every candidate of the rule imports. Empty: no such name.
     requires: ClassVar[tuple[bytes, ...]] = ()
-    #: Kinds of project function summaries (``ProjectFacts.summaries``) the rule reads at call sites: the
+    #: Kinds of project function summaries (``mplint.engine.summaries``) the rule reads at call sites: the
     #: names of the project's functions of these kinds are triggers too (a call is all such a file may show).
-    summary_triggers: ClassVar[tuple[str, ...]] = ()
+    summary_triggers: ClassVar[tuple[SummaryKind, ...]] = ()
     #: What a check needs of the catalog (name, severity, generations, the fix's title), filled when the rule is
     #: registered; ``meta`` is the whole entry.
     key: ClassVar[RuleKey]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mplint.engine.notebooks import Notebook, is_notebook
 from mplint.engine.notebooks import load as load_notebook
+from mplint.engine.summaries import declared
 from mplint.pool import parallel_map
 from mplint.project.cache import ProjectCache, content_hash, settings_key
 from mplint.project.config import Config, load_config, marked_root
@@ -89,6 +90,8 @@ def facts_of(
                 found[source.path] = cached
     if expect:
         expect("facts", len(missing))
+    if missing:
+        declared()  # the rules that declare summary kinds, loaded before workers fork (not once in each)
     for (source, _), facts in zip(missing, parallel_map(_extract_facts, missing, jobs, step)):
         if facts is not None:
             if cache:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mplint import __version__
 from mplint.diagnostics import Diagnostic, Edit, FixSafety, ImportSpec, Related, Severity
+from mplint.engine.summaries import FunctionSummary, Summary
 from mplint.project.extract import FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts, ProjectSummary
 from mplint.project.generation import Generation
@@ -108,6 +109,9 @@ def _facts_from_json(raw: dict) -> FileFacts:
     fields = {**raw, "keras_imports": set(raw["keras_imports"])}
     fields["policies"] = [PolicySite(*p) for p in raw["policies"]]
     fields["imports"] = [ImportRecord(*i) for i in raw["imports"]]
+    fields["summaries"] = {
+        name: {kind: Summary(*entry) for kind, entry in by_kind.items()} for name, by_kind in raw["summaries"].items()
+    }
     return FileFacts(**fields)
 
 
@@ -280,7 +284,7 @@ class ProjectCache:
         try:
             reexports = dict(raw["reexports"])
             roles = {
-                name: {role: tuple(entry) for role, entry in by_role.items()}
+                name: {role: FunctionSummary(*entry) for role, entry in by_role.items()}
                 for name, by_role in raw["summaries"].items()
             }
             by_display = {path: _module_facts_from_json(f, reexports, roles) for path, f in raw["modules"].items()}

@@ -16,11 +16,8 @@ from dataclasses import dataclass, field
 from mplint.engine.imports import callee_name, import_bindings
 from mplint.engine.imports import dotted_name as _dotted
 from mplint.engine.python_tree import parse_python
+from mplint.engine.summaries import CHILD_FIELDS, Summary, child_fields, declared, own_nodes, walk
 from mplint.knowledge.apinames import canonical, keras_namespace
-from mplint.knowledge.conversions import CONVERSIONS, DTYPE_KEYWORD_CONVERSIONS, NP_MATH, TF_MATH
-from mplint.knowledge.float16_range import FLOAT16_MAX, FLOAT16_TINY, OUT_OF_RANGE_LITERAL
-from mplint.knowledge.loss_math import GROWING_NAMES, REDUCTION_NAMES
-from mplint.knowledge.loss_scale_names import LSO, SCALE_ATTRS, SCALE_METHODS, UNSCALE_METHOD
 from mplint.knowledge.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 from mplint.project.generation import legacy_keras_value
 
@@ -98,16 +95,9 @@ class FileFacts:
     package_path: list[str] = field(default_factory=list)
     tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
-    # Summaries of functions and classes that callers in other modules need: name -> kind ->
-    # [value, index, default, line, col]. Kinds: "activation" (parameter `value` reaches a layer's activation=),
-    # "conversion_dtype" (parameter `value` is the dtype of a conversion then computed with), "optimizer"
-    # (returns an optimizer; `value` is how it is wrapped: "explicit" LossScaleOptimizer, "maybe" on some
-    # paths, "none", or "unknown"; index and default unused), "loss_scaling" (a helper that scales a loss or
-    # unscales gradients; `value` is "scale", "unscale" or "manual_unscale", "+"-joined when it does several),
-    # "range_constant" (parameter `value` meets a constant float16 cannot hold; `default` is the operation, "+ 1e-8"),
-    # "output_dtype" (parameter `value` is the dtype of a softmax layer, used nowhere else; `default` its default),
-    # "loss_reduction" (a loss that squares, exponentiates or sums parameters `value`, "x@0,x_hat@1").
-    summaries: dict[str, dict[str, list]] = field(default_factory=dict)
+    # Summaries of functions and classes that callers in other modules need: name -> kind -> summary. The kinds,
+    # and what each summary's fields say, are declared by the rules that read them (``mplint.engine.summaries``).
+    summaries: dict[str, dict[str, Summary]] = field(default_factory=dict)
     # CPython parsed the file: its check needs no parse of its own to report syntax errors when no rule's byte
     # trigger is in it (False in entries cached before the field existed: those files are parsed again).
     parses: bool = False
@@ -188,39 +178,6 @@ def _does_work(stmt: ast.stmt) -> bool:
     return False
 
 
-# Fields holding operator and context singletons (``ast.Load()``, ``ast.Add()``): read off their parent
-# (``type(node.op)``), never visited by any fact, a third of all nodes.
-_SINGLETON_FIELDS = frozenset({"ctx", "op", "ops"})
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _child_fields(kind: type) -> tuple[str, ...]:
-    fields = _CHILD_FIELDS.get(kind)
-    if fields is None:
-        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _SINGLETON_FIELDS)
-    return fields
-
-
-def _walk(root: ast.AST) -> list[ast.AST]:
-    """``ast.walk``'s nodes in its order (breadth first), less the operator and context singletons: one
-    loop instead of three generators per node (facts walk every file)."""
-    nodes = [root]
-    append, node_type, known = nodes.append, ast.AST, _CHILD_FIELDS
-    for node in nodes:  # grows as it goes: breadth first
-        fields = known.get(type(node))
-        if fields is None:
-            fields = _child_fields(type(node))
-        for name in fields:
-            value = getattr(node, name, None)
-            if type(value) is list:
-                for item in value:
-                    if isinstance(item, node_type):
-                        append(item)
-            elif isinstance(value, node_type):
-                append(value)
-    return nodes
-
-
 class _FastVisitor(ast.NodeVisitor):
     """``ast.NodeVisitor`` with its methods looked up once per node type and the singleton fields skipped
     (none of its subclasses visits an operator or a context)."""
@@ -242,7 +199,7 @@ class _FastVisitor(ast.NodeVisitor):
 
     def generic_visit(self, node: ast.AST) -> None:
         node_type = ast.AST
-        for name in _CHILD_FIELDS.get(type(node)) or _child_fields(type(node)):
+        for name in CHILD_FIELDS.get(type(node)) or child_fields(type(node)):
             value = getattr(node, name, None)
             if type(value) is list:
                 for item in value:
@@ -486,7 +443,7 @@ def _follow_trained(tree: ast.Module, trains: list[str], made_by: dict[str, str]
     trained function of the file trains what it returns (``def _get_model(): return build_classifier(...)``)."""
     functions: dict[str, list[ast.FunctionDef]] = {}
     calls: dict[str, list[ast.Call]] = {}
-    for node in _walk(tree):
+    for node in walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions.setdefault(node.name, []).append(node)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -508,7 +465,7 @@ def _follow_trained(tree: ast.Module, trains: list[str], made_by: dict[str, str]
                     if isinstance(passed, ast.Name):
                         found.append(passed.id)
         for function in functions.get(name, ()):
-            for node in _own_nodes(function):
+            for node in own_nodes(function):
                 value = node.value if isinstance(node, ast.Return) else None
                 if isinstance(value, ast.Tuple) and value.elts:
                     value = value.elts[0]  # `return model, core_model`
@@ -580,7 +537,7 @@ def _defined_names(tree: ast.Module) -> list[str]:
                 names.add(stmt.name)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
-                    for node in _walk(target):
+                    for node in walk(target):
                         if isinstance(node, ast.Name):
                             names.add(node.id)
             elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
@@ -640,423 +597,6 @@ def _reexports(records: list[ImportRecord], module_name: str, conditional: dict[
     return out
 
 
-def _activation_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
-    """``def build(n, activation=None): ... Dense(n, activation=activation)`` (or a class whose ``__init__``
-    parameter reaches a layer's ``activation=``, directly or through ``self.<attr>``): what a caller picks there
-    decides whether the model ends in a float16 softmax."""
-    found: dict[str, list] = {}
-    for stmt in statements:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            function, owner = stmt, stmt
-        elif isinstance(stmt, ast.ClassDef):
-            init = next((s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
-            if init is None:
-                continue
-            function, owner = init, stmt
-        else:
-            continue
-        params = function.args.args + function.args.kwonlyargs
-        offset = 1 if owner is not function else 0  # `self` is not passed by callers of a class
-        defaults = dict(
-            zip(
-                [a.arg for a in function.args.args][-len(function.args.defaults) :] if function.args.defaults else [],
-                function.args.defaults,
-            )
-        )
-        defaults.update(
-            {a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None}
-        )
-        names = {a.arg for a in params}
-        held = {}  # self.attr -> parameter
-        for node in _walk(owner):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in names:
-                for target in node.targets:
-                    if (
-                        isinstance(target, ast.Attribute)
-                        and isinstance(target.value, ast.Name)
-                        and target.value.id == "self"
-                    ):
-                        held[target.attr] = node.value.id
-        for node in _walk(owner):
-            if not isinstance(node, ast.Call):
-                continue
-            for kw in node.keywords:
-                value = kw.value
-                param = (
-                    value.id
-                    if isinstance(value, ast.Name) and value.id in names
-                    else held.get(value.attr)
-                    if isinstance(value, ast.Attribute)
-                    and isinstance(value.value, ast.Name)
-                    and value.value.id == "self"
-                    else None
-                )
-                if kw.arg != "activation" or param is None or any(k.arg == "dtype" for k in node.keywords):
-                    continue
-                index = (
-                    [a.arg for a in function.args.args].index(param) - offset
-                    if param in [a.arg for a in function.args.args]
-                    else -1
-                )
-                default = defaults.get(param)
-                default = (
-                    default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None
-                )
-                found.setdefault(owner.name, [param, index, default, node.lineno, node.col_offset + 1])
-    return found
-
-
-def _output_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
-    """``def build_model(num_classes, dtype=None): ... Dense(num_classes, activation="softmax", dtype=dtype)``: a
-    softmax layer whose dtype is a parameter used nowhere else (a class's ``__init__`` parameter too). A caller
-    that leaves it at None under mixed_float16 gets a float16 softmax output; one that passes "float32" does not.
-    `default` is the default when it is a string or None, else the marker "<required>" or "<other>"."""
-    found: dict[str, list] = {}
-    for stmt in statements:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            function, offset = stmt, 0
-        elif isinstance(stmt, ast.ClassDef):
-            function = next((s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
-            offset = 1  # `self` is not passed by callers of a class
-            if function is None:
-                continue
-        else:
-            continue
-        positional = [a.arg for a in function.args.args]
-        defaults = dict(zip(positional[len(positional) - len(function.args.defaults) :], function.args.defaults))
-        defaults.update({a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults)})
-        reads: dict[str, int] = {}
-        for node in _walk(function):
-            if isinstance(node, ast.Name):
-                reads[node.id] = reads.get(node.id, 0) + 1
-        for node in _walk(function):
-            if not (isinstance(node, ast.Call) and _is_softmax_layer(node)):
-                continue
-            dtype = next((k.value for k in node.keywords if k.arg == "dtype"), None)
-            if not (
-                isinstance(dtype, ast.Name) and dtype.id in defaults.keys() | set(positional) and reads[dtype.id] == 1
-            ):
-                continue
-            param = dtype.id
-            index = positional.index(param) - offset if param in positional else -1
-            value = defaults.get(param, "<required>")
-            if isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, str)):
-                value = value.value
-            elif not isinstance(value, str):
-                value = "<other>"
-            found.setdefault(stmt.name, [param, index, value, node.lineno, node.col_offset + 1])
-    return found
-
-
-def _is_softmax_layer(call: ast.Call) -> bool:
-    """``Dense(n, activation="softmax")``, ``Activation("softmax")``, ``Softmax()``."""
-    last = callee_name(call)
-    if last == "Softmax":
-        return True
-    spelled = [k.value for k in call.keywords if k.arg == "activation"] + (
-        call.args[:1] if last == "Activation" else []
-    )
-    return any(isinstance(v, ast.Constant) and v.value == "softmax" for v in spelled)
-
-
-def _conversion_dtype_params(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
-    """``def normalize_image(self, image, dtype=tf.float32): image = tf.image.convert_image_dtype(image, dtype);
-    image -= mean ...``: functions and methods (``Class.method``) that convert data to a parameter's dtype and
-    then compute with it, so a caller passing float16 does its preprocessing in float16 (MP401)."""
-    found: dict[str, list] = {}
-    for stmt in statements:
-        if isinstance(stmt, ast.FunctionDef):
-            functions = [(stmt.name, stmt, 0)]
-        elif isinstance(stmt, ast.ClassDef):
-            functions = [
-                (f"{stmt.name}.{f.name}", f, 1)
-                for f in stmt.body
-                if isinstance(f, ast.FunctionDef)
-                and not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in f.decorator_list)
-            ]
-        else:
-            continue
-        for name, function, offset in functions:
-            entry = _conversion_dtype_param(function, offset)
-            if entry is not None:
-                found[name] = entry
-    return found
-
-
-def _conversion_dtype_param(function: ast.FunctionDef, offset: int) -> list | None:
-    positional = [a.arg for a in function.args.args]
-    # dtype parameters are named so (`dtype`, `out_dtype`, `image_type`): the others are not walked for conversions
-    params = {p for p in (*positional[offset:], *(a.arg for a in function.args.kwonlyargs)) if "type" in p}
-    if not params:
-        return None
-    conversions = [
-        (node, dtype)
-        for node in _walk(function)
-        if isinstance(node, ast.Call) and isinstance(dtype := _conversion_dtype(node), ast.Name) and dtype.id in params
-    ]
-    if not conversions:
-        return None
-    parents = {child: node for node in _walk(function) for child in ast.iter_child_nodes(node)}
-    for node, dtype in conversions:
-        if not _computed_with(node, function, parents):
-            continue
-        index = positional.index(dtype.id) - offset if dtype.id in positional else -1
-        return [dtype.id, index, None, node.lineno, node.col_offset + 1]
-    return None
-
-
-def _conversion_dtype(call: ast.Call) -> ast.expr | None:
-    """The dtype argument of a conversion (``cast``, ``convert_image_dtype``, ``astype``, ``asarray(dtype=)``)."""
-    last = callee_name(call)
-    keyword = next((k.value for k in call.keywords if k.arg == "dtype"), None)
-    if last == "astype":
-        return call.args[0] if call.args else keyword
-    position = next((i for path, i in CONVERSIONS.items() if path.rsplit(".", 1)[-1] == last), None)
-    if position is not None:
-        return call.args[position] if len(call.args) > position else keyword
-    return keyword if last in DTYPE_KEYWORD_CONVERSIONS else None
-
-
-def _computed_with(call: ast.Call, function: ast.FunctionDef, parents: dict) -> bool:
-    """The converted value is an arithmetic operand, or is assigned to a name that later is one (or is
-    updated in place, or passed to ``tf.image.*``/``tf.math.*``/NumPy math)."""
-    parent = parents.get(call)
-    if isinstance(parent, ast.BinOp):
-        return True
-    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
-        return False
-    name, after = parent.targets[0].id, (parent.lineno, parent.col_offset)
-    for node in _walk(function):
-        if not isinstance(node, ast.Name) or node.id != name or (node.lineno, node.col_offset) <= after:
-            continue
-        use = parents.get(node)
-        if isinstance(use, ast.BinOp) or isinstance(use, ast.AugAssign) and use.target is node:
-            return True
-        if isinstance(use, ast.Call) and node in use.args:
-            dotted = _dotted(use.func) or ""
-            last = dotted.rsplit(".", 1)[-1]
-            if (
-                ".image." in f".{dotted}"
-                and last != "convert_image_dtype"
-                or ".math." in f".{dotted}"
-                or last in TF_MATH
-                or last in NP_MATH
-            ):
-                return True
-    return False
-
-
-_OPTIMIZER_CLASSES = frozenset(
-    {
-        "Adam",
-        "AdamW",
-        "SGD",
-        "RMSprop",
-        "Adagrad",
-        "Adadelta",
-        "Adamax",
-        "Nadam",
-        "Ftrl",
-        "Lion",
-        "Lamb",
-        "LAMB",
-        "Adafactor",
-    }
-)
-
-
-def _optimizer_factories(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
-    """Module functions that return an optimizer, and how it is wrapped, for loops in other modules
-    (``optimizer = build_optimizer(params)``): "explicit" when every return is a LossScaleOptimizer, "maybe"
-    when some are (``if use_float16: optimizer = LossScaleOptimizer(optimizer)``, the parameter returned as
-    it came otherwise), "none" when every return is a plain optimizer's constructor, "unknown" for other
-    functions named like optimizer factories."""
-    found: dict[str, list] = {}
-    for function in statements:
-        if not isinstance(function, ast.FunctionDef):
-            continue
-        own = list(_own_nodes(function))
-        params = {a.arg for a in (*function.args.args, *function.args.kwonlyargs)}
-        assigned: dict[str, list[ast.expr]] = {}
-        for node in own:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                assigned.setdefault(node.targets[0].id, []).append(node.value)
-        returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
-        kinds = set().union(*(_optimizer_kinds(value, assigned, params, 0) for value in returns)) if returns else set()
-        if kinds == {"explicit"}:
-            wrap = "explicit"
-        elif "explicit" in kinds:
-            wrap = "maybe"
-        elif kinds == {"none"}:
-            wrap = "none"
-        elif "optim" in function.name.lower() and returns:
-            wrap = "unknown"
-        else:
-            continue
-        found[function.name] = [wrap, -1, None, function.lineno, function.col_offset + 1]
-    return found
-
-
-def _loss_scaling_helpers(statements: list[ast.stmt], source: bytes = b"") -> dict[str, list]:
-    """Module functions that scale a loss or unscale gradients (``def scale(opt, loss): return
-    opt.get_scaled_loss(loss)``), so that a loop of another module calling them is read as the same
-    module's helpers are: "scale", "unscale" (``get_unscaled_gradients``), "manual_unscale" (divides
-    by ``loss_scale``/``dynamic_scale``)."""
-    found: dict[str, list] = {}
-    for function in statements:
-        if not isinstance(function, ast.FunctionDef):
-            continue
-        steps = set()
-        for node in _own_nodes(function):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                if node.func.attr in SCALE_METHODS:
-                    steps.add("scale")
-                elif node.func.attr == UNSCALE_METHOD:
-                    steps.add("unscale")
-            elif (
-                isinstance(node, ast.BinOp)
-                and isinstance(node.op, ast.Div)
-                and any(isinstance(a, ast.Attribute) and a.attr in SCALE_ATTRS for a in _walk(node.right))
-            ):
-                steps.add("manual_unscale")
-        if steps:
-            found[function.name] = ["+".join(sorted(steps)), -1, None, function.lineno, function.col_offset + 1]
-    return found
-
-
-def _loss_reduction_params(statements: list[ast.stmt], source: bytes) -> dict[str, list]:
-    """Module functions named for a loss that reduce a square, exponential or power of their parameters as they
-    came (``def reconstruction_loss(x, x_hat): return tf.reduce_sum(tf.square(x - x_hat))``): called on float16
-    values the loss overflows above 65504. `value` lists the parameters inside the growing math as
-    "name@position" ("x@0,x_hat@1"); `default` is the reduction as written (shortened)."""
-    found: dict[str, list] = {}
-    for function in statements:
-        if not isinstance(function, ast.FunctionDef) or "loss" not in function.name.lower():
-            continue
-        positional, params, own, rebound = _parameters(function)
-        for node in own:
-            if not (isinstance(node, ast.Call) and callee_name(node) in REDUCTION_NAMES and node.args):
-                continue
-            grown = [
-                g
-                for g in _walk(node.args[0])
-                if isinstance(g, ast.BinOp)
-                and isinstance(g.op, ast.Pow)
-                or isinstance(g, ast.Call)
-                and callee_name(g) in GROWING_NAMES
-            ]
-            if any(isinstance(c, ast.Call) and callee_name(c) == "cast" for c in _walk(node.args[0])):
-                continue  # cast somewhere inside: the reduction's dtype is the cast's
-            names = {n.id for g in grown for n in _walk(g) if isinstance(n, ast.Name)}
-            if names & params & rebound:
-                continue  # `x = tf.cast(x, tf.float32)` first: the math is float32 (or mixes and fails anyway)
-            used = sorted(
-                names & params, key=lambda p: (p not in positional, positional.index(p) if p in positional else 0, p)
-            )
-            if used:
-                text = _segment(source, node)
-                value = ",".join(f"{p}@{positional.index(p) if p in positional else -1}" for p in used)
-                found[function.name] = [
-                    value,
-                    -1,
-                    text if len(text) <= 60 else text[:57] + "...",
-                    node.lineno,
-                    node.col_offset + 1,
-                ]
-                break
-    return found
-
-
-def _parameters(function: ast.FunctionDef) -> tuple[list[str], set[str], list[ast.AST], set[str]]:
-    """A function's positional parameters (in order), all its parameters, its own nodes (``_own_nodes``) and the
-    names its own code binds (a parameter among them no longer holds what the caller passed)."""
-    positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
-    own = list(_own_nodes(function))
-    rebound = {n.id for n in own if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    return positional, set(positional) | {a.arg for a in function.args.kwonlyargs}, own, rebound
-
-
-def _segment(source: bytes, node: ast.AST) -> str:
-    """The node's source text on its first line, whitespace collapsed (bytes offsets: CPython's columns)."""
-    line = source.splitlines()[node.lineno - 1]
-    end = node.end_col_offset if node.end_lineno == node.lineno else len(line)
-    return " ".join(line[node.col_offset : end].decode("utf-8", "replace").split())
-
-
-_RANGE_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}  # MP601's operators
-
-
-def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[str, list]:
-    """Module functions whose parameter meets, as it came, a literal float16 cannot hold
-    (``def focal_loss(probs, labels): ... log(probs + 1e-8)``): a caller that passes a float16 value
-    gets 0 (or inf) there. Parameters the function rebinds (``probs = tf.cast(probs, tf.float32)``),
-    sums that are only compared (tolerances) and functions that test a dtype are left out."""
-    found: dict[str, list] = {}
-    for function in statements:
-        if not isinstance(function, ast.FunctionDef):
-            continue
-        positional, params, own, rebound = _parameters(function)
-        compared = set()
-        for node in own:
-            if isinstance(node, ast.Compare):
-                operands = [node.left, *node.comparators]
-                if any(isinstance(a, ast.Attribute) and a.attr == "dtype" for o in operands for a in _walk(o)):
-                    break  # dtype-aware code
-                compared.update(id(b) for o in operands for b in _walk(o) if isinstance(b, ast.BinOp))
-        else:
-            for node in own:
-                if not (isinstance(node, ast.BinOp) and type(node.op) in _RANGE_OPS) or id(node) in compared:
-                    continue
-                for param, constant in ((node.left, node.right), (node.right, node.left)):
-                    if isinstance(param, ast.Name) and param.id in params - rebound and _out_of_range(constant):
-                        text = _segment(source, constant)  # one line (``_out_of_range``)
-                        index = positional.index(param.id) if param.id in positional else -1
-                        found[function.name] = [
-                            param.id,
-                            index,
-                            f"{_RANGE_OPS[type(node.op)]} {text}",
-                            node.lineno,
-                            node.col_offset + 1,
-                        ]
-                        break
-                if function.name in found:
-                    break
-    return found
-
-
-def _out_of_range(node: ast.AST) -> bool:
-    from mplint.engine.code_summary import literal_number  # not imported by warm runs, which read cached facts
-
-    value = literal_number(node)
-    if value is None or node.lineno != node.end_lineno:
-        return False
-    return abs(value) > FLOAT16_MAX or 0 < abs(value) < FLOAT16_TINY
-
-
-def _own_nodes(function: ast.FunctionDef):
-    """The nodes of a function's body, not of the functions and classes nested in it."""
-    stack = list(function.body)
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(node))
-
-
-def _optimizer_kinds(value: ast.expr, assigned: dict[str, list[ast.expr]], params: set[str], depth: int) -> set[str]:
-    """What a returned value may be: "explicit" (a LossScaleOptimizer), "none" (a plain optimizer's
-    constructor), "unknown"; a name, every value bound to it (a parameter also as it was passed)."""
-    if isinstance(value, ast.Call):
-        last = callee_name(value)
-        if last == LSO:
-            return {"explicit"}
-        return {"none"} if last in _OPTIMIZER_CLASSES else {"unknown"}
-    if isinstance(value, ast.Name) and depth < 3 and value.id in assigned:
-        found = {"unknown"} if value.id in params else set()
-        return found.union(*(_optimizer_kinds(v, assigned, params, depth + 1) for v in assigned[value.id]))
-    return {"unknown"}
-
-
 def _used_names(tree: ast.Module) -> set[str]:
     """Names read and attributes accessed anywhere (what an import of this module may lead to): the files
     that get no full visit (``_FACT_TOKENS``) walk for these alone, so the loop is as tight as it gets (no
@@ -1093,34 +633,22 @@ _USE_FIELDS: dict[type, tuple[str, ...]] = {str: (), type(None): (), ast.Constan
 
 
 def _use_fields(kind: type) -> tuple[str, ...]:
-    fields = _USE_FIELDS[kind] = _child_fields(kind) if issubclass(kind, ast.AST) else ()
+    fields = _USE_FIELDS[kind] = child_fields(kind) if issubclass(kind, ast.AST) else ()
     return fields
 
 
-# What each kind of function summary reads, and the words a file (or, for "+", each top-level function or class)
-# must contain for it to find anything: most files of a project are skipped by the words alone.
-_SUMMARIES = (
-    ("activation", (b"activation",), True, _activation_params),
-    ("conversion_dtype", (b"dtype",), False, _conversion_dtype_params),
-    ("output_dtype", (b"dtype", b"oftmax"), True, _output_dtype_params),
-    ("optimizer", (b"ptimizer",), False, _optimizer_factories),  # `SGD(lr)` may say "optimizer" only in its import
-    ("loss_scaling", (b"scale",), True, _loss_scaling_helpers),
-    ("loss_reduction", (b"loss",), True, _loss_reduction_params),
-    ("range_constant", (OUT_OF_RANGE_LITERAL,), True, _range_constant_params),
-)
-
-
 def _summaries(tree: ast.Module, source: bytes, facts: FileFacts) -> None:
-    """The file's function summaries (``FileFacts.summaries``). A kind whose words must appear in the function
-    itself only reads the top-level functions and classes whose text has them."""
+    """The file's function summaries (``FileFacts.summaries``) of every kind the rules declare
+    (``mplint.engine.summaries``). A kind whose words must appear in the function itself only reads the top-level
+    functions and classes whose text has them."""
     definitions = [s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     spans: list[tuple[int, int]] | None = None
-    for kind, words, per_definition, summarize in _SUMMARIES:
-        found = [[m.start() for m in w.finditer(source)] if isinstance(w, re.Pattern) else w for w in words]
+    for kind in declared():
+        found = [[m.start() for m in w.finditer(source)] if isinstance(w, re.Pattern) else w for w in kind.words]
         if not all(f if isinstance(f, list) else f in source for f in found):
             continue
         statements = tree.body
-        if per_definition:
+        if kind.per_definition:
             if spans is None:  # byte offsets of each definition's lines
                 starts = [0, *itertools.accumulate(len(line) for line in source.splitlines(keepends=True))]
                 spans = [(starts[d.lineno - 1], starts[min(d.end_lineno, len(starts) - 1)]) for d in definitions]
@@ -1131,8 +659,8 @@ def _summaries(tree: ast.Module, source: bytes, facts: FileFacts) -> None:
                     _within(f, start, end) if isinstance(f, list) else source.find(f, start, end) >= 0 for f in found
                 )
             ]
-        for name, entry in summarize(statements, source).items():
-            facts.summaries.setdefault(name, {})[kind] = entry
+        for name, entry in kind.summarize(statements, source).items():
+            facts.summaries.setdefault(name, {})[kind.name] = entry
 
 
 def _within(offsets: list[int], start: int, end: int) -> bool:

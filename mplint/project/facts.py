@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mplint.engine.facts import per_project_table
+from mplint.engine.summaries import FunctionSummary, SummaryKind
 from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES, FLOAT32_POLICIES, UNKNOWN_POLICY
 from mplint.project.extract import PolicySite
 from mplint.project.generation import DEFAULT, Generation
@@ -56,7 +57,7 @@ class ProjectFacts:
     test_module: bool = False  # test_*.py / *_test.py: exercises code, trains nothing users run
     trained_names: frozenset = frozenset()  # classes/functions of this module whose models a reaching program trains
     # The project's function summaries (``FileFacts.summaries`` lists the kinds), by qualified name (and the names
-    # imports re-export them under): name -> kind -> (value, index, default, path, line). Shared by every module.
+    # imports re-export them under): name -> kind name -> ``FunctionSummary``. Shared by every module.
     summaries: dict = field(default_factory=dict, compare=False)
     # The torch range the pins nearest the module admit, None where none pins torch (see ``torch_target``).
     torch_pin: TorchTarget | None = None
@@ -77,12 +78,11 @@ class ProjectFacts:
         Computed once per project: every module shares the project's re-exports."""
         return reexported_names(self.reexports)
 
-    def summaries_of(self, kind: str) -> dict[str, tuple]:
-        """The project's summaries of one kind (see ``FileFacts.summaries``): qualified name ->
-        (value, index, default, path, line). Computed once per project."""
-        summaries = self.summaries
+    def summaries_of(self, kind: SummaryKind) -> dict[str, FunctionSummary]:
+        """The project's summaries of one kind: qualified name -> summary. Computed once per project."""
+        summaries, name = self.summaries, kind.name
         return per_project_table(
-            summaries, ("of", kind), lambda: {name: kinds[kind] for name, kinds in summaries.items() if kind in kinds}
+            summaries, ("of", name), lambda: {f: kinds[name] for f, kinds in summaries.items() if name in kinds}
         )
 
     @property

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mplint.engine.summaries import FunctionSummary
 from mplint.knowledge.apinames import canonical
 from mplint.knowledge.policies import FLOAT32_POLICIES, is_floatx_setter, is_policy_setter
 from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
@@ -404,13 +405,12 @@ class ProjectModel:
                     program.sites.append(site)
         return program
 
-    def summaries(self) -> dict[str, dict[str, tuple]]:
+    def summaries(self) -> dict[str, dict[str, FunctionSummary]]:
         """The function summaries of every module (``FileFacts.summaries``), by qualified name and by the names
-        imports re-export them as: name -> kind -> (value, positional index, default, path, line)."""
+        imports re-export them as: name -> kind name -> summary."""
         table = {
             f"{m.name}.{name}": {
-                role: (param, index, default, m.display, line)
-                for role, (param, index, default, line, _) in by_role.items()
+                role: FunctionSummary(s.value, s.position, s.default, m.display, s.line) for role, s in by_role.items()
             }
             for m in self.modules
             for name, by_role in m.facts.summaries.items()

@@ -54,12 +54,15 @@ class RunResult:
 def detect_keras(script: Path) -> int:
     """The Keras the script targets, as the linter decides it for the script's program (config, pins, its
     own imports), or Keras 2 when this environment asks for legacy Keras."""
+    from mplint.checks import all_rules
+    from mplint.engine.summaries import load_with
     from mplint.project.build import project_facts
     from mplint.project.config import project_root
     from mplint.runtime.keras_generation import legacy_keras_requested
 
     if legacy_keras_requested():
         return 2
+    load_with(all_rules)  # the summary kinds project facts read
     script = script.resolve()
     root = project_root(script.parent)
     facts = project_facts(root).get(script.relative_to(root.resolve()).as_posix())
