@@ -135,6 +135,7 @@ class RuleKey:
     generations: tuple[int, ...] = (1, 2, 3)
     fix_title: str = ""  # the first line of the fix section: what a fix's description says
     source: Path = Path()
+    fix_safety: FixSafety = FixSafety.NONE  # the safest fix the rule may offer: its fixes are never marked safer
 
 
 # The top-level keys a check reads, each written as a plain scalar on its own line (a flow list for
@@ -142,7 +143,7 @@ class RuleKey:
 # to it: what is read here equals what the YAML parser reads. A check so never loads the YAML parser or
 # the rules' prose and examples unless a finding's fix is described or a rule's documentation is shown.
 _FIRST = re.compile(r"\Aid: (MPT?\d+)\nname: ([a-z0-9-]+)\n")
-_KEY = re.compile(r"^(default|severity|generations): *(.*?) *$", re.MULTILINE)
+_KEY = re.compile(r"^(default|severity|generations|fix_safety): *(.*?) *$", re.MULTILINE)
 _FIX = re.compile(r"^fix: *(?:[|>][-+]?\n +)?(.*?) *$", re.MULTILINE)
 
 
@@ -163,6 +164,7 @@ def _key(path: Path) -> RuleKey:
             tuple(int(g) for g in generations.split(",") if g.strip()),
             fix.group(1) if fix else "",
             path,
+            FixSafety(keys.get("fix_safety", "none")),
         )
     except ValueError as exc:
         raise CatalogError(f"{path}: malformed rule file ({exc})") from exc

@@ -24,7 +24,7 @@ def _entry(rule_id: str, name: str, safety: FixSafety) -> tuple[RuleMeta, RuleKe
     """A test rule's catalog entry and the key a check reads of it."""
     base = load_catalog()["MP000"]
     meta = dataclasses.replace(base, id=rule_id, name=name, kind="static", fix_safety=safety, fix="Add dtype.")
-    return meta, RuleKey(rule_id, name, True, meta.severity, meta.generations, meta.fix, meta.source)
+    return meta, RuleKey(rule_id, name, True, meta.severity, meta.generations, meta.fix, meta.source, safety)
 
 
 class DenseWithoutDtype(Rule):

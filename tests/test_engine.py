@@ -165,6 +165,24 @@ def test_unsafe_fixes_need_opt_in_and_imports_are_added():
     assert unsafe.fixed_source == b"import math\n\nx = math.ceil(2.5)\n"
 
 
+@pytest.mark.parametrize(
+    "ceiling, offered, applied",
+    [("unsafe", FixSafety.UNSAFE, False), ("none", FixSafety.NONE, False), ("safe", FixSafety.SAFE, True)],
+)
+def test_the_catalog_caps_a_rules_fix_safety(ceiling, offered, applied):
+    """A rule's code marks each fix, but never safer than its catalog entry says: a fix marked safe by a rule
+    whose YAML says ``fix_safety: unsafe`` is offered as unsafe, and a rule whose YAML says none offers none."""
+    import dataclasses
+
+    class Capped(DenseWithoutDtype):
+        key = dataclasses.replace(DenseWithoutDtype.key, fix_safety=FixSafety(ceiling))
+
+    source = b"from keras import layers\nlayers.Dense(1)\n"
+    result = check(source, Capped, fix=True)
+    assert [(d.rule_id, d.fix_safety, d.fixed) for d in result.diagnostics] == [("TEST1", offered, applied)]
+    assert (result.fixed_source is not None) is applied
+
+
 def test_edits_describe_the_fix_as_text():
     [d, _] = check(SOURCE, DenseWithoutDtype).diagnostics
     [edit] = d.edits

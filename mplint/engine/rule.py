@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
-from mplint.diagnostics import Finding, Fix, Related, Severity
+from mplint.diagnostics import Finding, Fix, FixSafety, Related, Severity
 
 if TYPE_CHECKING:
     from mplint.catalog import RuleKey, RuleMeta
@@ -99,6 +99,12 @@ class Rule:
         related: tuple[Related, ...] = (),
     ) -> None:
         """``related``: the other end of a finding that crosses a boundary (path "" for this file)."""
+        if fix is not None:
+            ceiling = self.key.fix_safety  # the catalog's: a rule's code may only lower it, site by site
+            if ceiling is FixSafety.NONE:
+                fix = None
+            elif ceiling is FixSafety.UNSAFE and fix.safety is FixSafety.SAFE:
+                fix.safety = FixSafety.UNSAFE
         if fix is not None and not fix.description:
             fix.description = self.key.fix_title
         self.findings.append(Finding(self.id, node, message, fix, severity, related))
