@@ -44,7 +44,8 @@ FLOAT16_EPSILON = "6.104e-05"
 _FIXABLE_LARGE = (cst.Add, cst.Subtract, cst.Multiply, cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)
 _FIXABLE_TINY = (cst.Add, cst.Subtract, cst.AddAssign, cst.SubtractAssign)
 _CHECKED_OPS = (*_FIXABLE_LARGE, cst.Divide, cst.DivideAssign)
-_CHECKED_AST_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)  # the same operators on CPython's tree
+# The same operators on CPython's tree, as the summary writes them
+_CHECKED_AST_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _BOUNDING_CALLS = frozenset(
     {
         "where",
@@ -70,9 +71,6 @@ _BACKEND_EPSILON_PATHS = frozenset({"config.epsilon", "backend.epsilon"})
 # --- functions of another file whose parameter meets such a constant (CPython's tree) -------------------------
 
 
-_RANGE_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}  # MP601's operators
-
-
 def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[str, Summary]:
     """Module functions whose parameter meets, as it came, a literal float16 cannot hold
     (``def focal_loss(probs, labels): ... log(probs + 1e-8)``): a caller that passes a float16 value
@@ -92,13 +90,15 @@ def _range_constant_params(statements: list[ast.stmt], source: bytes) -> dict[st
                 compared.update(id(b) for o in operands for b in walk_python(o) if isinstance(b, ast.BinOp))
         else:
             for node in own:
-                if not (isinstance(node, ast.BinOp) and type(node.op) in _RANGE_OPS) or id(node) in compared:
+                if not (isinstance(node, ast.BinOp) and type(node.op) in _CHECKED_AST_OPS) or id(node) in compared:
                     continue
                 for param, constant in ((node.left, node.right), (node.right, node.left)):
                     if isinstance(param, ast.Name) and param.id in params - rebound and _out_of_range(constant):
                         text = first_line_text(source, constant)  # one line (``_out_of_range``)
                         index = positional.index(param.id) if param.id in positional else -1
-                        found[function.name] = summary_at(node, param.id, index, f"{_RANGE_OPS[type(node.op)]} {text}")
+                        found[function.name] = summary_at(
+                            node, param.id, index, f"{_CHECKED_AST_OPS[type(node.op)]} {text}"
+                        )
                         break
                 if function.name in found:
                     break
@@ -109,7 +109,7 @@ def _out_of_range(node: ast.AST) -> bool:
     value = ast_literal_number(node)
     if value is None or node.lineno != node.end_lineno:
         return False
-    return abs(value) > FLOAT16_MAX or 0 < abs(value) < FLOAT16_TINY
+    return _beyond_float16(abs(value))
 
 
 RANGE_CONSTANT = declare(SummaryKind("range_constant", (OUT_OF_RANGE_LITERAL,), True, _range_constant_params))
