@@ -10,7 +10,9 @@ from mplint.catalog import load_catalog, rule_keys
 
 def test_rule_keys_agree_with_the_catalog():
     """What a check reads of each rule file without the YAML parser is what the parser reads."""
-    read = [(k.id, k.name, k.default_enabled, k.severity, k.generations, k.fix_title, k.fix_safety) for k in rule_keys()]
+    read = [
+        (k.id, k.name, k.default_enabled, k.severity, k.generations, k.fix_title, k.fix_safety) for k in rule_keys()
+    ]
     assert read == [
         (m.id, m.name, m.default_enabled, m.severity, m.generations, m.fix.splitlines()[0], m.fix_safety)
         for m in load_catalog().values()

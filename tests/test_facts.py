@@ -301,3 +301,24 @@ def test_keras_imports_name_the_namespace_canonical_names(statement):
 @pytest.mark.parametrize("source,parses", [(b"x = 1\n", True), (b"def f(:\n", False), (b"x = 1\x00\n", False)])
 def test_facts_say_whether_cpython_parsed_the_file(source, parses):
     assert extract_file_facts(source, "m.py", "m").parses is parses
+
+
+def test_facts_read_without_the_rules_summary_kinds_fail_loudly():
+    """The kinds of function summaries are declared by the rules that read them: facts read before any rule is
+    loaded would lack every summary (and the rules reading them would stay silent), so they fail instead; an
+    entry point that says how the rules load (``load_with``) gets every kind."""
+    import subprocess
+    import sys
+
+    code = (
+        "from mplint.project.extract import extract_file_facts\n"
+        "source = b'def focal(p):\\n    return p + 1e-8\\n'\n"
+        "try:\n    extract_file_facts(source, 'm.py', 'm')\nexcept RuntimeError as exc:\n    print(exc)\n"
+        "from mplint.checks import all_rules\nfrom mplint.engine.summaries import load_with\n"
+        "load_with(all_rules)\nprint(extract_file_facts(source, 'm.py', 'm').summaries)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == [
+        "no function summary kind is declared: load the rules first (mplint.checks.all_rules)",
+        "{'focal': {'range_constant': Summary(value='p', position=0, default='+ 1e-8', line=2, column=12)}}",
+    ]
