@@ -54,14 +54,17 @@ class SummaryKind:
 
 
 _DECLARED: dict[str, SummaryKind] = {}
+_by_name: tuple[SummaryKind, ...] = ()  # the declared kinds in name order (asked for once per file read)
 _loader: Callable[[], object] | None = None
 
 
 def declare(kind: SummaryKind) -> SummaryKind:
     """Register ``kind`` (at the import of the module that reads it)."""
+    global _by_name
     known = _DECLARED.setdefault(kind.name, kind)
     if known is not kind:
         raise ValueError(f"summary kind {kind.name!r} is declared twice")
+    _by_name = tuple(_DECLARED[name] for name in sorted(_DECLARED))
     return kind
 
 
@@ -80,9 +83,9 @@ def declared() -> tuple[SummaryKind, ...]:
     if _loader is not None:
         loader, _loader = _loader, None
         loader()
-    if not _DECLARED:
+    if not _by_name:
         raise RuntimeError("no function summary kind is declared: load the rules first (mplint.checks.all_rules)")
-    return tuple(_DECLARED[name] for name in sorted(_DECLARED))
+    return _by_name
 
 
 # --- what summaries read functions with ---------------------------------------------------------------------

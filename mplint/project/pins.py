@@ -92,7 +92,7 @@ def _requirement(spec: str) -> Requirement | None:
 
 # A name and version clauses, nothing else: most lines of pin files. Such a line is read with packaging's
 # SpecifierSet alone; any other goes through its whole PEP 508 parser, whose import compiles its tokenizer's
-# patterns (about 20 ms, a tenth of an editor's first diagnostics). tests/test_pins.py holds both to the same
+# patterns (about 20 ms, a tenth of an editor's first diagnostics). tests/test_targets.py holds both to the same
 # answers.
 _PLAIN = re.compile(
     r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
