@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mplint.diagnostics import FixSafety, Severity
+from mplint.diagnostics import Diagnostic, FixSafety, Severity
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _CATALOG_DIRS = (_PACKAGE_DIR / "catalog", _PACKAGE_DIR.parent / "rules")
@@ -183,6 +183,15 @@ def keys_by_id() -> dict[str, RuleKey]:
     if len(by_id) != len(keys):
         raise CatalogError("duplicate rule IDs in the catalog")
     return by_id
+
+
+def engine_diagnostic(
+    path: str, rule_id: str, message: str, line: int = 1, column: int = 1, cell: int | None = None
+) -> Diagnostic:
+    """A finding of the engine itself (MP000-MP003: a file it cannot read, a fix it reverted, a rule that crashed),
+    one character wide, named and graded as the rule's catalog entry says."""
+    key = keys_by_id()[rule_id]
+    return Diagnostic(path, rule_id, key.name, message, line, column, line, column + 1, key.severity, cell=cell)
 
 
 def by_name() -> dict[str, RuleMeta]:

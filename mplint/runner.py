@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mplint.catalog import keys_by_id
+from mplint.catalog import engine_diagnostic
 from mplint.checks import all_rules
 from mplint.diagnostics import Diagnostic, FileResult
 from mplint.engine.check_options import PARSE_ERROR, CheckOptions
@@ -166,18 +166,7 @@ def _read(source: SourcePath) -> bytes | Diagnostic:
     try:
         return source.path.read_bytes()
     except OSError as exc:
-        meta = keys_by_id()[PARSE_ERROR]
-        return Diagnostic(
-            source.display,
-            PARSE_ERROR,
-            meta.name,
-            f"cannot read file: {exc.strerror or exc}",
-            1,
-            1,
-            1,
-            2,
-            meta.severity,
-        )
+        return engine_diagnostic(source.display, PARSE_ERROR, f"cannot read file: {exc.strerror or exc}")
 
 
 def _enabled_rules(config: Config, options: RunOptions) -> set[str]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from mplint.catalog import keys_by_id
+from mplint.catalog import engine_diagnostic
 from mplint.diagnostics import Diagnostic, Edit, FileResult, Finding, FixSafety
 from mplint.engine import budget, statement_reuse
 from mplint.engine.check_options import FIX_REVERTED, OVER_BUDGET, PARSE_ERROR, RULE_CRASHED, CheckOptions  # noqa: F401 (re-exported)
@@ -44,11 +44,6 @@ MAX_FIX_ROUNDS = 10
 MAX_SOURCE_BYTES = 10 * 1024 * 1024
 
 
-def _engine_diagnostic(path: str, rule_id: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
-    key = keys_by_id()[rule_id]
-    return Diagnostic(path, rule_id, key.name, message, line, column, line, column + 1, key.severity)
-
-
 def parse(path: str, source: bytes) -> cst.Module | Diagnostic:
     """The module, or an MP000 diagnostic saying why it cannot be read."""
     tree = parse_native(path, source)
@@ -62,26 +57,26 @@ def parse_native(path: str, source: bytes) -> ast.Module | Diagnostic:
     process (SIGSEGV) on deep nesting that CPython rejects cleanly (3000 nested parentheses).
     """
     if b"\x00" in source:
-        return _engine_diagnostic(path, PARSE_ERROR, "file contains null bytes; not a Python source file")
+        return engine_diagnostic(path, PARSE_ERROR, "file contains null bytes; not a Python source file")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
         source.decode(encoding)
     except (SyntaxError, LookupError) as exc:
-        return _engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
+        return engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
     except UnicodeDecodeError as exc:
-        return _engine_diagnostic(
+        return engine_diagnostic(
             path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} at byte {exc.start}"
         )
     try:
         return parse_python(source)
     except SyntaxError as native:
-        return _engine_diagnostic(
+        return engine_diagnostic(
             path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno or 1, max(native.offset or 1, 1)
         )
     except (RecursionError, MemoryError):
-        return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
+        return engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
     except ValueError as exc:
-        return _engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
+        return engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
 
 
 def parse_concrete(path: str, source: bytes) -> cst.Module | Diagnostic:
@@ -95,9 +90,9 @@ def parse_concrete(path: str, source: bytes) -> cst.Module | Diagnostic:
     except cst.ParserSyntaxError as exc:
         return _syntax_error(path, source, exc)
     except RecursionError:
-        return _engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
+        return engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
     except (ValueError, SyntaxError) as exc:
-        return _engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
+        return engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
 
 
 def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagnostic:
@@ -106,12 +101,12 @@ def _syntax_error(path: str, source: bytes, exc: cst.ParserSyntaxError) -> Diagn
         compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as native:
         if native.lineno:
-            return _engine_diagnostic(
+            return engine_diagnostic(
                 path, PARSE_ERROR, f"syntax error: {native.msg}", native.lineno, max(native.offset or 1, 1)
             )
     except (ValueError, RecursionError, MemoryError):
         pass
-    return _engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
+    return engine_diagnostic(path, PARSE_ERROR, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1)
 
 
 def admits(rule: type[Rule], source: bytes, facts: Facts | None = None, module_name: str = "") -> bool:
@@ -333,12 +328,12 @@ class _Run:
         try:
             dispatcher.run(self.context)
         except RecursionError:
-            self.crashes.append(_engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to analyse"))
+            self.crashes.append(engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to analyse"))
             return
         finally:
             self.context.release()
         for visitor, exc in dispatcher.crashed.values():  # a crashed rule loses only its own findings
-            self.crashes.append(_engine_diagnostic(path, RULE_CRASHED, crash_message(visitor, exc)))
+            self.crashes.append(engine_diagnostic(path, RULE_CRASHED, crash_message(visitor, exc)))
         suppressions = parse_suppressions(self.context.text)
         for visitor in visitors:
             if id(visitor) in dispatcher.crashed:
@@ -433,7 +428,7 @@ def check_source(
             return result
         else:
             message = f"file too large to check and not valid Python ({len(source) / 2**20:.1f} MiB)"
-        result.diagnostics.append(_engine_diagnostic(path, PARSE_ERROR, message))
+        result.diagnostics.append(engine_diagnostic(path, PARSE_ERROR, message))
         return result
     # Off, the pre-filters are off together (byte triggers and candidates): the on/off tests see both.
     rules = (
@@ -465,7 +460,7 @@ def check_source(
     nodes = budget.syntax_nodes(tree, budget.MAX_SYNTAX_NODES)
     if nodes > budget.MAX_SYNTAX_NODES:
         result.diagnostics.append(
-            _engine_diagnostic(
+            engine_diagnostic(
                 path,
                 OVER_BUDGET,
                 (
@@ -483,7 +478,7 @@ def check_source(
     except budget.OverBudget:
         result = FileResult(path, original_source=source, repeatable=False)
         result.diagnostics.append(
-            _engine_diagnostic(
+            engine_diagnostic(
                 path,
                 OVER_BUDGET,
                 (
@@ -553,6 +548,6 @@ def _fix(path, source, run: _Run, options, module_name, is_package, result: File
 
 def _reverted(first: _Run, result: FileResult, why: str) -> FileResult:
     result.diagnostics = [first.diagnostic(f) for f in first.findings] + first.crashes
-    result.diagnostics.append(_engine_diagnostic(first.path, FIX_REVERTED, why))
+    result.diagnostics.append(engine_diagnostic(first.path, FIX_REVERTED, why))
     result.repeatable = False
     return result

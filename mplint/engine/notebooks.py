@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from json.decoder import scanstring
 from typing import TYPE_CHECKING
 
+from mplint.catalog import engine_diagnostic
 from mplint.diagnostics import Diagnostic, Edit, FileResult
 
 if TYPE_CHECKING:
@@ -341,15 +342,6 @@ class NotebookResult(FileResult):
         return []
 
 
-def _diagnostic(
-    path: str, rule_id: str, message: str, line: int = 1, column: int = 1, cell: int | None = None
-) -> Diagnostic:
-    from mplint.catalog import keys_by_id
-
-    key = keys_by_id()[rule_id]
-    return Diagnostic(path, rule_id, key.name, message, line, column, line, column + 1, key.severity, cell=cell)
-
-
 def to_cell(nb: Notebook, d: Diagnostic) -> Diagnostic:
     """A diagnostic of the virtual module placed in its cell, columns counted in the cell's own lines."""
     if not nb.cells:
@@ -382,7 +374,7 @@ def to_cell(nb: Notebook, d: Diagnostic) -> Diagnostic:
 
 
 def _cell_errors(path: str, nb: Notebook) -> list[Diagnostic]:
-    return [_diagnostic(path, PARSE_ERROR, e.message, e.line, e.column, e.index) for e in nb.errors]
+    return [engine_diagnostic(path, PARSE_ERROR, e.message, e.line, e.column, e.index) for e in nb.errors]
 
 
 def check_notebook(path: str, data: bytes, check, module_name: str = "", is_package: bool = False) -> NotebookResult:
@@ -391,7 +383,7 @@ def check_notebook(path: str, data: bytes, check, module_name: str = "", is_pack
     nb = load(data)
     if not isinstance(nb, Notebook):
         message, line, column = nb
-        return NotebookResult(path, [_diagnostic(path, PARSE_ERROR, message, line, column)], original_source=data)
+        return NotebookResult(path, [engine_diagnostic(path, PARSE_ERROR, message, line, column)], original_source=data)
     result = check_source(path, nb.virtual.encode("utf-8"), check, module_name, is_package)
     out = NotebookResult(path, [], original_source=data, notebook=nb)
     texts = nb.cell_texts(result.fixed_source.decode("utf-8")) if result.fixed_source is not None else None
@@ -401,7 +393,7 @@ def check_notebook(path: str, data: bytes, check, module_name: str = "", is_pack
         unfixed = check_source(path, nb.virtual.encode("utf-8"), replace(check, fix=False), module_name, is_package)
         out.diagnostics = [to_cell(nb, d) for d in unfixed.diagnostics]
         out.diagnostics.append(
-            _diagnostic(
+            engine_diagnostic(
                 path, FIX_REVERTED, "the fixes would have merged notebook cells; the notebook was left unchanged"
             )
         )
