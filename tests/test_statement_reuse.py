@@ -8,6 +8,7 @@ import libcst as cst
 import pytest
 
 from mplint.engine.statement_reuse import StatementReuse
+from mplint.engine.walk import SharedSubtrees, descendants
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((REPO / "fixtures").rglob("*.py"))
@@ -65,3 +66,42 @@ def test_the_same_statement_twice_gets_two_trees():
 )
 def test_what_could_be_cut_differently_is_left_to_the_whole_files_parse(source):
     assert StatementReuse().parse(source) is None
+
+
+def _walked(entries) -> list[tuple]:
+    """Descendants as comparable rows: each node, its parent and its children, by identity."""
+    return [(id(node), id(parent), [id(c) for c in below]) for node, parent, below in entries]
+
+
+def test_the_walk_of_an_edited_module_reuses_unchanged_subtrees_and_equals_a_fresh_walk():
+    """Every fixture, then each with a line added at the top, a statement changed and a statement removed:
+    the walk that reuses the last module's subtrees gives each node, its parent and its children exactly as
+    walking the whole tree does, and takes the unchanged subtrees' walks from the last module."""
+    reuse, shared = StatementReuse(), SharedSubtrees()
+    compared = reused = 0
+    for path in FIXTURES:
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        versions = [text, "import os\n" + text]
+        if len(lines) > 4:
+            versions += ["".join(lines[:3] + lines[4:]), "".join(lines[:2] + ["x = 1\n"] + lines[2:])]
+        for version in versions:
+            module = reuse.parse(version.encode())
+            if module is None:
+                continue
+            kept_before = dict(shared.kept)
+            walked = list(shared.descendants(module))
+            assert _walked(walked) == _walked(descendants(module)), path
+            compared += 1
+            reused += sum(1 for k, v in shared.kept.items() if kept_before.get(k) is v)
+    assert compared >= 2 * len(FIXTURES)
+    assert reused > 100  # unchanged statements' subtrees were taken from the last walk
+
+
+def test_the_walk_reuses_nothing_of_a_module_it_has_not_seen():
+    shared = SharedSubtrees()
+    first = cst.parse_module("x = f(1)\ny = g(2)\n")
+    list(shared.descendants(first))
+    other = cst.parse_module("x = f(1)\ny = g(2)\n")  # equal text, other nodes
+    assert _walked(shared.descendants(other)) == _walked(descendants(other))
+    assert {id(root) for root, _ in shared.kept.values()}.isdisjoint(id(node) for node, _, _ in descendants(first))

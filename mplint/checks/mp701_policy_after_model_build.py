@@ -12,7 +12,6 @@ from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.context import FileContext
 from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
-from mplint.engine.walk import walk
 
 # Layers that hold no float weights or are adapted outside the model; their policy does not matter.
 _NOT_MODEL_LAYERS = frozenset(
@@ -46,30 +45,28 @@ class _Scope:
     calls: list[cst.Call] = field(default_factory=list)
 
 
-class _ScopeCalls(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.scopes: list[_Scope] = []
-        self.stack: list[_Scope] = []
-        self.functions: dict[str, cst.FunctionDef] = {}
-        self.classes: dict[str, cst.ClassDef] = {}
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
+def _scope_calls(context: FileContext) -> tuple[list[_Scope], dict[str, cst.FunctionDef], dict[str, cst.ClassDef]]:
+    """Each scope's calls (module first, then functions, classes and lambdas in source order), and the first
+    function and class of each name: one pass over the file's nodes in source order."""
+    scopes: list[_Scope] = []
+    functions: dict[str, cst.FunctionDef] = {}
+    classes: dict[str, cst.ClassDef] = {}
+    open_scopes: list[tuple[_Scope, int]] = []  # innermost last, each with the source order its last node has
+    for number, node in enumerate(context.preorder()):
+        while open_scopes and number > open_scopes[-1][1]:
+            open_scopes.pop()
         kind = type(node)
         if kind in _SCOPES:
             scope = _Scope(node)
-            self.scopes.append(scope)
-            self.stack.append(scope)
+            scopes.append(scope)
+            open_scopes.append((scope, context.end_order(node)))
             if kind is cst.FunctionDef:
-                self.functions.setdefault(node.name.value, node)
+                functions.setdefault(node.name.value, node)
             elif kind is cst.ClassDef:
-                self.classes.setdefault(node.name.value, node)
+                classes.setdefault(node.name.value, node)
         elif kind is cst.Call:
-            self.stack[-1].calls.append(node)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        if type(original_node) in _SCOPES:
-            self.stack.pop()
+            open_scopes[-1][0].calls.append(node)
+    return scopes, functions, classes
 
 
 class Constructions:
@@ -77,12 +74,8 @@ class Constructions:
 
     def __init__(self, context: FileContext):
         self.context = context
-        visitor = _ScopeCalls()
-        walk(context.module, visitor, context.children)
-        self.scopes = visitor.scopes
+        self.scopes, self.functions, self.classes = _scope_calls(context)
         self._by_node = {id(s.node): s for s in self.scopes}
-        self.functions = visitor.functions
-        self.classes = visitor.classes
         self._builds: dict[str, bool] = {}
 
     def describe(self, call: cst.Call) -> str | None:

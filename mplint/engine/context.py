@@ -9,11 +9,12 @@ from typing import TypeVar
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from mplint.engine import statement_reuse
 from mplint.engine.facts import Facts
 from mplint.engine.lazy_positions import LazyPositions, Starts, whole_module
 from mplint.engine.names import NameResolver
 from mplint.engine.summaries import FunctionSummary, SummaryKind
-from mplint.engine.walk import children, descendants
+from mplint.engine.walk import children
 
 T = TypeVar("T")
 N = TypeVar("N", bound=cst.CSTNode)
@@ -80,7 +81,7 @@ class FileContext:
         """One fast walk for parents and nodes by type (instead of libcst's ParentNodeProvider, ~10x dearer)."""
         self._parents, self._by_type, self._preorder, self._children = {}, {}, {}, {}
         self._nodes: list[cst.CSTNode] = []
-        for number, (node, parent, below) in enumerate(descendants(self.module)):
+        for number, (node, parent, below) in enumerate(statement_reuse.descendants(self.module)):
             self._nodes.append(node)
             self._by_type.setdefault(type(node), []).append(node)
             key = id(node)

@@ -113,12 +113,26 @@ def _chunks(source: bytes, text: str) -> list[str] | None:
 
 
 _REUSE: StatementReuse | None = None
+_SUBTREES = None  # mplint.engine.walk.SharedSubtrees, made with the first walk
 
 
 def enable() -> None:
     global _REUSE
     if _REUSE is None:
         _REUSE = StatementReuse()
+
+
+def descendants(module: cst.Module):
+    """``mplint.engine.walk.descendants`` of the module; when enabled, the walks of the subtrees the last
+    module checked shared with this one are reused (the nodes of unchanged statements are the same)."""
+    global _SUBTREES
+    from mplint.engine import walk
+
+    if _REUSE is None:
+        return walk.descendants(module)
+    if _SUBTREES is None:
+        _SUBTREES = walk.SharedSubtrees()
+    return _SUBTREES.descendants(module)
 
 
 def parse(source: bytes) -> cst.Module | None:

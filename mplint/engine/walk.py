@@ -11,6 +11,7 @@ It drives any object with ``on_visit(node) -> bool`` and ``on_leave(node)``, suc
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator
 
 import libcst as cst
@@ -104,3 +105,30 @@ def descendants(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | 
         below = children(node)
         yield node, parent, below
         stack.extend((child, node) for child in reversed(below))
+
+
+class SharedSubtrees:
+    """``descendants`` of a module, reusing the walk of each subtree under a top-level statement that the last
+    module walked also held (the same node object): the language server's edited file, whose unchanged
+    statements ``statement_reuse`` takes from the last parse. A reused statement is itself a new node (its
+    leading lines are its own) over the same children, so subtrees are kept one level below it."""
+
+    def __init__(self):
+        self.kept: dict[int, tuple[cst.CSTNode, list]] = {}  # id -> (the subtree's root, its descendants)
+
+    def descendants(self, module: cst.Module) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None, list[cst.CSTNode]]]:
+        last, kept = self.kept, {}
+        self.kept = kept  # only this module's subtrees: what an edit can reuse next
+        statements = children(module)
+        yield module, None, statements
+        for statement in statements:
+            below = children(statement)
+            yield statement, module, below
+            for child in below:
+                found = last.get(id(child))  # an id in ``last`` is its node's: ``last`` keeps that node alive
+                if found is None:
+                    found = (child, list(descendants(child)))
+                kept[id(child)] = found
+                walked = found[1]
+                yield child, statement, walked[0][2]
+                yield from itertools.islice(walked, 1, None)
