@@ -117,7 +117,8 @@ class SharedSubtrees:
         self.kept: dict[int, tuple[cst.CSTNode, list]] = {}  # id -> (the subtree's root, its descendants)
 
     def descendants(self, module: cst.Module) -> Iterator[tuple[cst.CSTNode, cst.CSTNode | None, list[cst.CSTNode]]]:
-        last, kept = self.kept, {}
+        last = self.kept
+        kept: dict[int, tuple[cst.CSTNode, list]] = {}
         self.kept = kept  # only this module's subtrees: what an edit can reuse next
         statements = children(module)
         yield module, None, statements
