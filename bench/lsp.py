@@ -16,6 +16,8 @@ library in the way. Each session measures, from the client's side:
   client resolving edits (as VS Code does); then ``codeAction/resolve`` of the first quick fix;
 - hover on the first finding, and a pulled ``textDocument/diagnostic`` (a second session in pull mode:
   the first pull after opening, and a pull after an edit).
+- first diagnostics of a never-checked project's file opened 0.5 s after ``initialize`` was answered (an editor
+  that starts the server with the workspace, then the user opens a file), from ``didOpen``;
 - first diagnostics again from the start, of a server opened on the project after the pull session ended
   (what a server keeps on disk, in mplint's case the project's ``.mplint_cache/``, is there);
 - the server's CPU time (all its threads, from the kernel's scheduler statistics) from its start to the
@@ -275,6 +277,23 @@ def reopen_session(command: list[str], root: Path) -> dict:
         client.close()
 
 
+LATE_OPEN_S = 0.5
+
+
+def late_open_session(command: list[str], root: Path) -> dict:
+    """A project never checked, its file opened ``LATE_OPEN_S`` after the server answered ``initialize`` (an
+    editor that starts the server with the workspace, then the user opens a file): from ``didOpen`` to its
+    diagnostics."""
+    client, _ = start(command, root, pull=False)
+    try:
+        time.sleep(LATE_OPEN_S)
+        uri, _, sent = open_file(client, root / "layers.py")
+        at, _ = client.published(uri)
+        return {"late_open": at - sent}
+    finally:
+        client.close()
+
+
 def servers(ruff: str | None, before: Path | None) -> dict[str, list[str]]:
     found = {"mplint": [sys.executable, "-m", "mplint", "server"]}
     if before:  # another checkout of mplint (e.g. ``git archive <commit> | tar -x -C DIR``), its code first on the path
@@ -305,6 +324,7 @@ ROWS = [
     ("open", "first diagnostics after didOpen"),
     ("open_from_start", "first diagnostics from start"),
     ("reopen_from_start", "first diagnostics from start, the project checked before"),
+    ("late_open", f"first diagnostics after didOpen, sent {LATE_OPEN_S:g} s after initialize"),
     ("edit", "diagnostics after an edit"),
     ("edit_after_pause", "... less mplint's typing pause"),
     ("code_action", "code actions (from the last check)"),
@@ -357,7 +377,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, command in commands.items():
                 row = {}
-                for session, extra in ((push_session, (args.edits,)), (pull_session, ())):
+                for session, extra in ((push_session, (args.edits,)), (pull_session, ()), (late_open_session, ())):
                     (root / ".mplint_cache").exists() and shutil.rmtree(root / ".mplint_cache")  # cold
                     row.update(session(command, root, *extra))
                 row.update(reopen_session(command, root))  # after the pull session, whatever it kept

@@ -826,3 +826,47 @@ def test_results_are_kept_once_the_editor_is_idle_after_a_save_not_after_typing(
             await editor.stop()
 
     assert asyncio.run(session()) == (False, True)
+
+
+# Each check records, as it starts, whether the checker (libcst and the rules) had been imported by then.
+CHECK_START_RECORDING_SERVER = """
+import sys
+from mplint.server import app
+
+ensure = app.Server.ensure
+
+
+def recorded(self, key):
+    if self.fresh(key) is None:
+        with open(sys.argv[1], "a") as record:
+            record.write(f"{'libcst' in sys.modules and 'mplint.checks.mp101_float16_softmax_output' in sys.modules}\\n")
+    return ensure(self, key)
+
+
+app.Server.ensure = recorded
+from mplint.cli import main
+
+sys.exit(main(["server"]))
+"""
+
+
+def test_a_file_opened_after_the_server_started_finds_the_checker_imported(tmp_path):
+    """The server imports the checker right after the project's facts, not once the editor is idle: a file of a
+    project never checked, opened while the editor was still starting (here 0.8 s after ``initialize``, before
+    a second of quiet), is checked without waiting for libcst and the rules to be imported."""
+    (tmp_path / ".mplint.yaml").write_text("{}\n")
+    layers = tmp_path / "layers.py"
+    layers.write_text(POLICY + MODEL)
+    record = tmp_path.parent / f"{tmp_path.name}-check-starts.txt"
+
+    async def session() -> list[tuple]:
+        editor = Editor(tmp_path)
+        await editor.start(server=("-c", CHECK_START_RECORDING_SERVER, str(record)))
+        try:
+            await asyncio.sleep(0.8)
+            return _findings(await editor.diagnostics(editor.open(layers, layers.read_text())))
+        finally:
+            await editor.stop()
+
+    assert asyncio.run(session()) == _cli_findings(tmp_path, "layers.py")
+    assert record.read_text().split() == ["True"]

@@ -188,10 +188,11 @@ class Server:
         self.rpc.respond(id_, {"capabilities": capabilities, "serverInfo": {"name": "mplint", "version": __version__}})
 
     def warm(self) -> None:
-        """Build the first workspace folder's facts before the first document asks; the checker itself (libcst,
-        the rules, the catalog) is imported by the first check that needs it, else once the worker is idle, then
-        what fixing imports (for the first ``codeAction/resolve``). A document whose result the project's cache
-        holds (``mplint`` was run on it) so gets its diagnostics without waiting for the checker."""
+        """Build the first workspace folder's facts before the first document asks, then import the checker
+        (libcst, the rules) behind the checks asked for meanwhile: a document whose result the project's cache
+        holds (``mplint`` was run on it) is answered without waiting for the checker, and one opened later
+        finds it ready. What fixing imports (for the first ``codeAction/resolve``) and the rules' prose (for
+        hover) wait until the worker is idle."""
         from mplint.server.documents import warm_facts
 
         folder = self.workspace.folders[0] if self.workspace.folders else None
@@ -200,7 +201,8 @@ class Server:
                 warm_facts(folder, self.settings, self.warmed())
             except CheckFailed:
                 pass  # the first real check reports it
-        self.idle += [self.warm_checker, self.warm_fixes, self.warm_catalog]
+        self.later(self.warm_checker)
+        self.idle += [self.warm_fixes, self.warm_catalog]
 
     @staticmethod
     def warm_checker() -> None:
