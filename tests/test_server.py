@@ -742,30 +742,43 @@ sys.exit(main(["server"]))
 """
 
 
+def _layers_project(root: Path) -> Path:
+    """A project (its own configuration) whose layers.py has one MP101 finding."""
+    (root / ".mplint.yaml").write_text("{}\n")
+    layers = root / "layers.py"
+    layers.write_text(POLICY + MODEL)
+    return layers
+
+
+async def _first_findings(path: Path, server: str, record: Path, wait: float = 0.0) -> list[tuple]:
+    """One editor session on ``path``'s folder, the server run by the script ``server`` (given ``record``):
+    the findings first published for ``path``, opened ``wait`` seconds after the server was initialized."""
+    editor = Editor(path.parent)
+    await editor.start(server=("-c", server, str(record)))
+    try:
+        await asyncio.sleep(wait)
+        return _findings(await editor.diagnostics(editor.open(path, path.read_text())))
+    finally:
+        await editor.stop()
+
+
 def test_a_server_opened_again_answers_an_unchanged_file_from_what_the_last_one_kept(tmp_path):
     """The first server checks (importing libcst), and on shutdown keeps its results in the project's cache; the
     next server opened on the project answers the unchanged file from there before importing the checker, with
     the same findings. A file changed on disk since is checked again."""
-    (tmp_path / ".mplint.yaml").write_text("{}\n")
-    layers = tmp_path / "layers.py"
-    layers.write_text(POLICY + MODEL)
+    layers = _layers_project(tmp_path)
     record = tmp_path.parent / f"{tmp_path.name}-checks.txt"
 
-    async def session() -> list[tuple]:
-        editor = Editor(tmp_path)
-        await editor.start(server=("-c", RECORDING_SERVER, str(record)))
-        try:
-            return _findings(await editor.diagnostics(editor.open(layers, layers.read_text())))
-        finally:
-            await editor.stop()
+    def session() -> list[tuple]:
+        return asyncio.run(_first_findings(layers, RECORDING_SERVER, record))
 
-    first = asyncio.run(session())
+    first = session()
     assert [f[0] for f in first] == ["MP101"]
     assert sorted(p.name for p in (tmp_path / ".mplint_cache" / "v2").glob("results-*.json")) != []
-    again = asyncio.run(session())
+    again = session()
     assert again == first == _cli_findings(tmp_path, "layers.py")
     layers.write_text(POLICY + FIXED_MODEL)
-    assert asyncio.run(session()) == []
+    assert session() == []
     assert record.read_text().split() == ["True", "False", "True"]
 
 
@@ -854,19 +867,8 @@ def test_a_file_opened_after_the_server_started_finds_the_checker_imported(tmp_p
     """The server imports the checker right after the project's facts, not once the editor is idle: a file of a
     project never checked, opened while the editor was still starting (here 0.8 s after ``initialize``, before
     a second of quiet), is checked without waiting for libcst and the rules to be imported."""
-    (tmp_path / ".mplint.yaml").write_text("{}\n")
-    layers = tmp_path / "layers.py"
-    layers.write_text(POLICY + MODEL)
+    layers = _layers_project(tmp_path)
     record = tmp_path.parent / f"{tmp_path.name}-check-starts.txt"
-
-    async def session() -> list[tuple]:
-        editor = Editor(tmp_path)
-        await editor.start(server=("-c", CHECK_START_RECORDING_SERVER, str(record)))
-        try:
-            await asyncio.sleep(0.8)
-            return _findings(await editor.diagnostics(editor.open(layers, layers.read_text())))
-        finally:
-            await editor.stop()
-
-    assert asyncio.run(session()) == _cli_findings(tmp_path, "layers.py")
+    findings = asyncio.run(_first_findings(layers, CHECK_START_RECORDING_SERVER, record, wait=0.8))
+    assert findings == _cli_findings(tmp_path, "layers.py")
     assert record.read_text().split() == ["True"]
