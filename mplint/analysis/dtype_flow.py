@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mplint.analysis.call_args import argument, keyword_value
-from mplint.engine.code_summary import walk_ast
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
+from mplint.engine.summaries import walk as walk_python
 from mplint.engine.walk import walk
 from mplint.knowledge.dtypes import FLOAT16_NAMES, FLOAT16_SPELLINGS, WIDE_SPELLINGS
 
@@ -737,7 +737,7 @@ def _carrying_functions(code) -> frozenset[str]:
     found = frozenset(
         node.name
         for node in tree.body
-        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and may_carry(code, list(walk_ast(node)))
+        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and may_carry(code, walk_python(node))
     )
     _last_helpers = (tree, found)
     return found

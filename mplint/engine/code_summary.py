@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mplint.engine.imports import callee_name, import_bindings, resolve_relative
-from mplint.engine.summaries import CHILD_FIELDS, SummaryKind, child_fields
+from mplint.engine.summaries import SummaryKind, walk
 from mplint.knowledge.apinames import KName, canonical, torch_canonical
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
@@ -134,7 +134,7 @@ class CodeSummary:
                 continue
             outside.append(node)
             stack.extend(ast.iter_child_nodes(node))
-        return [outside, *(list(walk_ast(f)) for f in functions)]
+        return [outside, *(walk(f) for f in functions)]
 
     @functools.cached_property
     def simple_bindings(self) -> Mapping[str, tuple[ast.expr, ...]]:
@@ -152,7 +152,7 @@ class CodeSummary:
         """``simple_bindings`` and ``self_attribute_bindings``, in one walk."""
         names: dict[str, list[ast.expr]] = {}
         attributes: dict[str, list[ast.expr]] = {}
-        for node in walk_ast(self.tree):
+        for node in walk(self.tree):
             kind = type(node)
             if kind is ast.Assign or kind is ast.AnnAssign:
                 if node.value is None:
@@ -219,27 +219,6 @@ class CodeSummary:
         return frozenset(found for call in self.called for found in self.api_names(call))
 
 
-def walk_ast(root: ast.AST):
-    """Every node under ``root`` (included), parents before children: ``ast.walk`` without the operator
-    and context nodes, and without its per-node generators (the pre-filter walks every file)."""
-    stack = [root]
-    pop, push, node_type, known = stack.pop, stack.append, ast.AST, CHILD_FIELDS
-    while stack:
-        node = pop()
-        yield node
-        fields = known.get(type(node))
-        if fields is None:
-            fields = child_fields(type(node))
-        for name in fields:
-            value = getattr(node, name, None)
-            if type(value) is list:
-                for item in reversed(value):
-                    if isinstance(item, node_type):
-                        push(item)
-            elif isinstance(value, node_type):
-                push(value)
-
-
 def summarize(
     tree: ast.Module,
     source: bytes,
@@ -268,7 +247,7 @@ def summarize(
     called: list[ast.expr] = []
     docstrings: set[int] = set()
     add = words.add
-    for node in walk_ast(tree):
+    for node in walk(tree):
         kind = type(node)
         if kind is ast.Name:
             add(node.id)

@@ -105,7 +105,7 @@ def child_fields(kind: type[ast.AST]) -> tuple[str, ...]:
 
 def walk(root: ast.AST) -> list[ast.AST]:
     """``ast.walk``'s nodes in its order (breadth first), less the operator and context singletons: one
-    loop instead of three generators per node (facts walk every file)."""
+    loop instead of three generators per node (the facts and the pre-filter walk every file)."""
     nodes = [root]
     append, node_type, known = nodes.append, ast.AST, CHILD_FIELDS
     for node in nodes:  # grows as it goes: breadth first
