@@ -864,9 +864,10 @@ sys.exit(main(["server"]))
 
 
 def test_a_file_opened_after_the_server_started_finds_the_checker_imported(tmp_path):
-    """The server imports the checker right after the project's facts, not once the editor is idle: a file of a
-    project never checked, opened while the editor was still starting (here 0.8 s after ``initialize``, before
-    a second of quiet), is checked without waiting for libcst and the rules to be imported."""
+    """The server's warm-up leaves the checker imported (reading the project's facts loads the rules, whose
+    summary kinds the facts need, and the warm-up goes on to libcst's parser), not once the editor is idle: a
+    file of a project never checked, opened while the editor was still starting (here 0.8 s after
+    ``initialize``, before a second of quiet), is checked without waiting for libcst and the rules."""
     layers = _layers_project(tmp_path)
     record = tmp_path.parent / f"{tmp_path.name}-check-starts.txt"
     findings = asyncio.run(_first_findings(layers, CHECK_START_RECORDING_SERVER, record, wait=0.8))
