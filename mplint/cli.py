@@ -451,6 +451,28 @@ def rules_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
+def readme_section(readme: str, name: str) -> str:
+    """The generated text between the README's ``<!-- name:start -->`` and ``<!-- name:end -->`` markers."""
+    return readme.split(f"<!-- {name}:start -->\n", 1)[1].split(f"<!-- {name}:end -->", 1)[0]
+
+
+def _write_readme(path: Path) -> int:
+    """Rewrite the README's generated sections: the rule table and the proofs of the safe fixes."""
+    text = path.read_text(encoding="utf-8")
+    new = text
+    for name, generate in (("rules-table", rules_markdown), ("proofs", proofs_markdown)):
+        start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
+        if start not in new or end not in new.split(start, 1)[1]:
+            print(f"mplint rules: {path}: no `{start.strip()}` ... `{end}` markers", file=sys.stderr)
+            return EXIT_ERROR
+        head, rest = new.split(start, 1)
+        new = head + start + generate() + end + rest.split(end, 1)[1]
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    print(f"{'Rewrote' if new != text else 'Kept'} the rule table and proofs of {path.as_posix()}.")
+    return EXIT_OK
+
+
 def proofs_markdown() -> str:
     """Each safe fix and the executed tests that prove it (the README's list is this text)."""
     from mplint.catalog import load_catalog
@@ -458,7 +480,7 @@ def proofs_markdown() -> str:
 
     rows = []
     for meta in load_catalog().values():
-        if meta.fix_safety is FixSafety.SAFE:
+        if meta.fix_safety is FixSafety.SAFE and meta.proof:  # one lacking a proof: tests/test_rule_proofs.py
             rows.append(f"- {meta.id}: " + ", ".join(f"`{proof}`" for proof in meta.proof))
     return "\n".join(rows) + "\n"
 
@@ -477,7 +499,15 @@ def _run_rules(argv: list[str]) -> int:
         metavar="DIR",
         help="write one Markdown page per rule (and an index) into DIR, e.g. docs/rules",
     )
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        metavar="FILE",
+        help="rewrite the rule table and the proofs list between FILE's markers, e.g. README.md",
+    )
     args = parser.parse_args(argv)
+    if args.readme:
+        return _write_readme(args.readme)
     if args.pages:
         from mplint.rule_docs import write_pages
 

@@ -74,7 +74,13 @@ def _copy_project(root: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", ".mplint_cache")
     for folder in ("mplint", "rules", "docs/rules", "tests/snapshots/rules"):
         shutil.copytree(REPO / folder, root / folder, ignore=ignore)
-    for name in ("pyproject.toml", "tests/conftest.py", "tests/test_rule_examples.py"):
+    for name in (
+        "pyproject.toml",
+        "README.md",
+        "mplint.schema.json",
+        "tests/conftest.py",
+        "tests/test_rule_examples.py",
+    ):
         shutil.copy2(REPO / name, root / name)
 
 
@@ -115,6 +121,11 @@ def test_a_new_rule_is_its_module_and_its_yaml(tmp_path):
     pages = run("-m", "mplint", "rules", "--pages", "docs/rules")
     assert pages.returncode == 0, pages.stderr
     assert "`x.half()` with no arguments." in (project / "docs/rules/MP990.md").read_text()
+    readme = run("-m", "mplint", "rules", "--readme", "README.md")
+    assert readme.returncode == 0, readme.stderr
+    schema = run("-m", "mplint.project.config_schema")
+    assert schema.returncode == 0, schema.stderr
+    (project / "mplint.schema.json").write_text(schema.stdout)
 
     examples = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "tests/test_rule_examples.py")
     unrecorded = run(*examples, "-k", "MP990")
@@ -134,8 +145,14 @@ def test_a_new_rule_is_its_module_and_its_yaml(tmp_path):
         "tests/snapshots/rules/MP990.txt",
     }
     changed = {name for name in before if (project / name).read_bytes() != (REPO / name).read_bytes()}
-    assert changed == {"docs/rules/README.md"}  # the generated table of rules, which gains the new rule's row
-    table = (project / "docs/rules/README.md").read_text().splitlines()
-    assert sorted(set(table) - set((REPO / "docs/rules/README.md").read_text().splitlines())) == [
+    assert changed == {"docs/rules/README.md", "README.md", "mplint.schema.json"}  # generated: they gain the rule
+
+    def added(name: str) -> list[str]:
+        return sorted(set((project / name).read_text().splitlines()) - set((REPO / name).read_text().splitlines()))
+
+    assert added("docs/rules/README.md") == [
         "| [MP990](MP990.md) | `demo-half-call` | safe | A demonstration rule, `.half()` calls. |"
     ]
+    assert added("README.md") == ["| MP990 | `demo-half-call` | safe | A demonstration rule, `.half()` calls. |"]
+    selectors = {line.strip() for line in added("mplint.schema.json")}  # the ID, its prefixes, its name
+    assert selectors == {'"MP9",', '"MP99",', '"MP990",', '"demo-half-call",'}

@@ -8,7 +8,7 @@ import re
 from conftest import REPO
 from markdown_it import MarkdownIt
 
-from mplint.cli import rules_markdown
+from mplint.cli import main, proofs_markdown, readme_section, rules_markdown
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "fixtures.txt"
 
@@ -26,18 +26,38 @@ def _quick_start_fences() -> list[tuple[str, str]]:
 
 
 def test_readme_rule_table_matches_the_catalog():
-    readme = (REPO / "README.md").read_text()
-    table = readme.split("<!-- rules-table:start -->\n", 1)[1].split("<!-- rules-table:end -->", 1)[0]
-    assert table == rules_markdown()
+    """Regenerate with `python -m mplint rules --readme README.md`."""
+    assert readme_section((REPO / "README.md").read_text(), "rules-table") == rules_markdown()
 
 
 def test_readme_lists_the_proof_of_every_safe_fix():
-    from mplint.cli import proofs_markdown
-
-    readme = (REPO / "README.md").read_text()
-    listed = readme.split("<!-- proofs:start -->\n", 1)[1].split("<!-- proofs:end -->", 1)[0]
+    listed = readme_section((REPO / "README.md").read_text(), "proofs")
     assert listed == proofs_markdown()
     assert "- MPT204: `tests/test_torch_executed.py::test_a_clip_before_unscale" in listed
+
+
+def test_rules_readme_rewrites_only_the_generated_sections(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    stale = (
+        "# Title\n\n<!-- rules-table:start -->\n| old |\n<!-- rules-table:end -->\n\nprose\n\n"
+        "<!-- proofs:start -->\n- old\n<!-- proofs:end -->\ntail\n"
+    )
+    readme.write_text(stale)
+    assert main(["rules", "--readme", str(readme)]) == 0
+    assert readme.read_text() == (
+        "# Title\n\n<!-- rules-table:start -->\n" + rules_markdown() + "<!-- rules-table:end -->\n\nprose\n\n"
+        "<!-- proofs:start -->\n" + proofs_markdown() + "<!-- proofs:end -->\ntail\n"
+    )
+    assert capsys.readouterr().out == f"Rewrote the rule table and proofs of {readme.as_posix()}.\n"
+    written = readme.stat().st_mtime_ns
+    assert main(["rules", "--readme", str(readme)]) == 0
+    assert capsys.readouterr().out == f"Kept the rule table and proofs of {readme.as_posix()}.\n"
+    assert readme.stat().st_mtime_ns == written
+
+    readme.write_text("# no markers\n")
+    assert main(["rules", "--readme", str(readme)]) == 2
+    assert readme.read_text() == "# no markers\n"
+    assert "no `<!-- rules-table:start -->` ... `<!-- rules-table:end -->` markers" in capsys.readouterr().err
 
 
 def test_readme_quick_start_commands_are_what_ci_runs():
