@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import ClassVar
+
 import libcst as cst
 
 from mplint.engine.rule import Rule
@@ -11,7 +14,7 @@ class TorchRule(Rule):
     """What the MPT rules share: they read only files that import PyTorch (or apex), whose mixed-precision
     context is the file's own code, so they are active in every project."""
 
-    triggers = (b"torch",)
+    triggers: ClassVar[tuple[bytes | re.Pattern[bytes], ...]] = (b"torch",)  # the base's type: rules name their own
     requires = (b"torch", b"apex")  # ``candidate``: no finding in a file that imports neither
 
     @classmethod
