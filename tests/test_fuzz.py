@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import ast
 
+import fuzz_corpus
 import hypothesmith
 import libcst as cst
 import pytest
 from fuzz_strategies import (
     CORPUS,
+    LONG,
     WRAPPERS,
     Program,
     assert_engine_properties,
@@ -55,9 +57,7 @@ def test_mutated_corpus(case):
     assert_engine_properties(program, code.encode("utf-8"))
 
 
-@fuzz_settings(ci_examples=1_300, long_examples=100_000)
-@given(hypothesmith.from_grammar())
-def test_generated_programs(code):
+def generated_program_properties(code: str) -> None:
     source = code.encode("utf-8", "surrogatepass")
     result = check(BARE, source, fix=True, prefilter=False)  # every rule visits the generated code
     assert all(d.rule_id != "MP002" for d in result.diagnostics)
@@ -65,15 +65,64 @@ def test_generated_programs(code):
         assert_engine_properties(BARE, source, fixes_without_prefilter=True)
 
 
-@fuzz_settings(ci_examples=300, long_examples=20_000)
-@given(st.sampled_from(CORPUS), hypothesmith.from_node())
-def test_corpus_followed_by_generated_code(program, generated):
+def followed_by_generated_properties(program: Program, generated: str) -> bool:
+    """False where the two do not compile together (a ``return`` after module code, say): nothing to check."""
     code = program.code + "\n" + generated
     try:
         compile(code, "example.py", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
-        assume(False)
+        return False
     assert_engine_properties(program, code.encode("utf-8"))
+    return True
+
+
+def each(cases, check_one) -> int:
+    """Run ``check_one`` on every case; a failure names the case it failed on. How many cases were checked."""
+    checked = 0
+    for index, case in cases:
+        try:
+            checked += check_one(*case) is not False
+        except AssertionError as failure:
+            shown = "\n---\n".join(c if isinstance(c, str) else c.name for c in case)
+            raise AssertionError(f"case {index} of the kept corpus:\n{shown}\n---\n{failure}") from failure
+    return checked
+
+
+if LONG:  # new programs every run, drawn by hypothesmith
+
+    @fuzz_settings(ci_examples=0, long_examples=100_000)
+    @given(hypothesmith.from_grammar())
+    def test_generated_programs(code):
+        generated_program_properties(code)
+
+    @fuzz_settings(ci_examples=0, long_examples=20_000)
+    @given(st.sampled_from(CORPUS), hypothesmith.from_node())
+    def test_corpus_followed_by_generated_code(program, generated):
+        assume(followed_by_generated_properties(program, generated))
+
+else:  # the ci profile's derandomized draws, kept (tests/fuzz_corpus.py), in slices the workers share
+    GENERATED = fuzz_corpus.load("from_grammar")
+    NODES = fuzz_corpus.load("from_node")
+    SLICES = 16
+
+    @pytest.mark.parametrize("part", range(SLICES))
+    def test_generated_programs(part):
+        cases = [(i, (code,)) for i, code in enumerate(GENERATED)][part::SLICES]
+        assert each(cases, generated_program_properties) == len(cases)
+
+    @pytest.mark.parametrize("part", range(SLICES))
+    def test_corpus_followed_by_generated_code(part):
+        """Each kept statement after a corpus program, taking the corpus in turn (every program is followed)."""
+        cases = [(i, (CORPUS[i % len(CORPUS)], code)) for i, code in enumerate(NODES)][part::SLICES]
+        assert each(cases, followed_by_generated_properties) > len(cases) // 2
+
+
+def test_the_kept_corpus_is_what_its_files_hold():
+    """Distinct programs, each of which Python's grammar allows (they came from hypothesmith's grammar)."""
+    for stem in fuzz_corpus.DRAWS:
+        programs = fuzz_corpus.load(stem)
+        assert len(programs) == len(set(programs)) > fuzz_corpus.DRAWS[stem][1] // 3
+    assert sum(bool(code.strip()) for code in fuzz_corpus.load("from_grammar")) > 1_000
 
 
 # -- the mutators themselves: each keeps the program valid and really changes it --------
