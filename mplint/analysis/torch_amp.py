@@ -432,6 +432,17 @@ def _names_float16(context: FileContext, node: cst.BaseExpression) -> bool:
     )
 
 
+def names_bound_to(context: FileContext, apis: set[str]) -> set[str]:
+    """The names this file binds to a call of one of the torch ``apis`` (``criterion``, ``self.loss_fn`` for
+    ``{"nn.BCELoss"}``), as written."""
+    found: set[str] = set()
+    for assign in context.nodes(cst.Assign):
+        value = assign.value
+        if isinstance(value, cst.Call) and (api := context.names.torch_api(value.func, apis)) and api.ns == "torch":
+            found.update(t for t in (dotted(a.target) for a in assign.targets) if t)
+    return found
+
+
 def half_names(context: FileContext, amp: TorchAmp, scope: cst.CSTNode) -> dict[str, cst.CSTNode]:
     """Names ``scope`` binds to a float16 cast (``x = batch.half()``), with the cast."""
     found = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import TorchAmp, is_half_cast
+from mplint.analysis.torch_amp import TorchAmp, is_half_cast, names_bound_to
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
@@ -73,7 +73,7 @@ class LossOutsideAutocastInFloat16(TorchRule):
 
     def visit_Module(self, node: cst.Module) -> None:
         amp = self.context.analysis(TorchAmp.of)
-        criteria = self._loss_objects()
+        criteria = names_bound_to(self.context, {f"nn.{m}" for m in _LOSS_MODULES})
         for call in self.context.nodes(cst.Call):
             name = self._float32_op(call, criteria)
             if (
@@ -110,17 +110,6 @@ class LossOutsideAutocastInFloat16(TorchRule):
             return f"torch.{found.path}"
         text = dotted(func)
         return text if text in criteria else None
-
-    def _loss_objects(self) -> set[str]:
-        """Names bound to ``nn.CrossEntropyLoss()`` and the like."""
-        found = set()
-        for assign in self.context.nodes(cst.Assign):
-            value = assign.value
-            if isinstance(value, cst.Call) and self.context.names.torch_api(
-                value.func, {f"nn.{m}" for m in _LOSS_MODULES}
-            ):
-                found.update(t for t in (dotted(a.target) for a in assign.targets) if t)
-        return found
 
     def _reaching_half(self, amp: TorchAmp, value: cst.BaseExpression, call: cst.Call) -> bool:
         """Whether the last assignment of the name ``value`` that surely runs before ``call`` (in the same

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import AutocastRegion, TorchAmp
+from mplint.analysis.torch_amp import AutocastRegion, TorchAmp, names_bound_to
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
@@ -25,7 +25,7 @@ class BinaryCrossEntropyUnderAutocast(TorchRule):
         amp = self.context.analysis(TorchAmp.of)
         if not amp.regions:
             return
-        criteria = self._bce_objects()
+        criteria = names_bound_to(self.context, {"nn.BCELoss"})
         helpers = self._helpers()
         reported: set[cst.Call] = set()
         for call in self.context.nodes(cst.Call):
@@ -85,15 +85,6 @@ class BinaryCrossEntropyUnderAutocast(TorchRule):
         if isinstance(func, cst.Call) and self._torch(func.func, {"nn.BCELoss"}):
             return "module"  # nn.BCELoss()(p, y)
         return "module" if dotted(func) in criteria else None
-
-    def _bce_objects(self) -> set[str]:
-        """Names bound to ``nn.BCELoss(...)`` in this file (``criterion``, ``self.loss_fn``)."""
-        found: set[str] = set()
-        for assign in self.context.nodes(cst.Assign):
-            value = assign.value
-            if isinstance(value, cst.Call) and self._torch(value.func, {"nn.BCELoss"}):
-                found.update(t for t in (dotted(a.target) for a in assign.targets) if t)
-        return found
 
     def _region(self, amp: TorchAmp, call: cst.Call) -> AutocastRegion | None:
         """The innermost autocast region around ``call`` in its own function, if it can run on CUDA enabled."""
