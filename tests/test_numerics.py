@@ -359,6 +359,90 @@ def test_a_function_of_another_module_meets_a_layers_float16_value(call, expecte
     assert [(d.rule_id, d.line, d.column) for d in found] == expected
 
 
+@pytest.mark.parametrize(
+    "imported,called",
+    [
+        ("from tools.lib.pkg.losses import focal_loss", "focal_loss"),
+        ("from tools.lib.pkg import losses", "losses.focal_loss"),
+        ("import tools.lib.pkg.losses as losses", "losses.focal_loss"),
+    ],
+)
+def test_a_function_is_found_by_the_path_its_import_writes_through_folders_without_init(imported, called):
+    """``tools/`` and ``tools/lib/`` have no ``__init__.py``: the module is ``pkg.losses`` by its package folders,
+    ``tools.lib.pkg.losses`` as the import writes it (a namespace package), and both name the same function."""
+    files = {
+        "tools/lib/pkg/__init__.py": "",
+        "tools/lib/pkg/losses.py": _FOCAL_LOSS["losses.py"],
+        # the same layout under another name elsewhere does not make the path ambiguous
+        "other/pkg/__init__.py": "",
+        "other/pkg/losses.py": "def focal_loss(probs, labels):\n    return probs\n",
+    }
+    code = _HEAD.replace("from losses import focal_loss", imported) + (
+        "    def call(self, x, labels):\n"
+        "        probs = ops.sigmoid(x)\n"
+        f"        self.add_loss({called}(probs, labels))\n"
+        "        return probs\n"
+    )
+    found = lint_code(code, path="head.py", files=files, policy="mixed_float16", select=["MP601"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MP601", 8, 24 + len(called))]
+
+
+@pytest.mark.parametrize(
+    "core",
+    [
+        "from tools.lib.flags import _impl\n\nfocal_loss = _impl.focal_loss\n",
+        "from . import _impl\n\nfocal_loss = _impl.focal_loss\n",
+        "from tools.lib.flags._impl import focal_loss as _focal\n\nfocal_loss = _focal\n",
+    ],
+)
+def test_a_function_re_exported_by_assignment_keeps_its_summary(core):
+    """``core.py`` passes its helper's function on by an assignment (mlcommons' ``get_loss_scale =
+    _performance.get_loss_scale``), in a package under folders without ``__init__.py``."""
+    files = {
+        "tools/lib/flags/__init__.py": "",
+        "tools/lib/flags/_impl.py": _FOCAL_LOSS["losses.py"],
+        "tools/lib/flags/core.py": core,
+    }
+    code = _HEAD.replace("from losses import focal_loss", "from tools.lib.flags import core") + (
+        "    def call(self, x, labels):\n"
+        "        probs = ops.sigmoid(x)\n"
+        "        self.add_loss(core.focal_loss(probs, labels))\n"
+        "        return probs\n"
+    )
+    found = lint_code(code, path="head.py", files=files, policy="mixed_float16", select=["MP601"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MP601", 8, 39)]
+
+
+def test_an_alias_rebound_later_is_no_re_export():
+    files = {
+        "lib/__init__.py": "",
+        "lib/_impl.py": _FOCAL_LOSS["losses.py"],
+        "lib/core.py": "from lib import _impl\n\nfocal_loss = _impl.focal_loss\nfocal_loss = None\n",
+    }
+    code = _HEAD.replace("from losses import focal_loss", "from lib import core") + (
+        "    def call(self, x, labels):\n"
+        "        self.add_loss(core.focal_loss(ops.sigmoid(x), labels))\n"
+        "        return x\n"
+    )
+    assert lint_code(code, path="head.py", files=files, policy="mixed_float16", select=["MP601"]).diagnostics == []
+
+
+def test_a_path_two_modules_are_imported_by_names_neither():
+    """Two sub-projects with the same layout, each importing its own ``lib.losses`` (a folder without
+    ``__init__.py``): the path names two functions, one of them harmless, so it gives no summary."""
+    files = {
+        "a/lib/losses.py": _FOCAL_LOSS["losses.py"],
+        "a/train.py": "from lib.losses import focal_loss\n",
+        "b/lib/losses.py": "def focal_loss(probs, labels):\n    return probs\n",
+        "b/train.py": "from lib.losses import focal_loss\n",
+    }
+    code = _HEAD.replace("from losses import focal_loss", "from lib.losses import focal_loss") + (
+        "    def call(self, x, labels):\n        self.add_loss(focal_loss(ops.sigmoid(x), labels))\n        return x\n"
+    )
+    found = lint_code(code, path="c/head.py", files=files, policy="mixed_float16", select=["MP601"]).diagnostics
+    assert found == []
+
+
 def test_a_library_layer_passing_its_compute_dtype_value_is_reported_as_library_code():
     code = (
         _HEAD + "    def call(self, x, labels):\n"

@@ -86,6 +86,9 @@ class FileFacts:
     imports: list[ImportRecord] = field(default_factory=list)
     uses: list[str] = field(default_factory=list)  # names read and attributes accessed (sorted)
     defines: list[str] = field(default_factory=list)  # module-level names bound other than by import
+    # module-level names bound to another name or its attribute, as written: re-exports by assignment
+    # (``get_loss_scale = _performance.get_loss_scale``)
+    aliases: dict[str, str] = field(default_factory=dict)
     main_guard: bool = False  # has `if __name__ == "__main__":`
     top_level_work: bool = False  # calls, loops or `with` blocks at module level
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
@@ -528,6 +531,25 @@ def _module_strings(tree: ast.Module, reader: _Reader) -> dict[str, list[str]]:
     return out
 
 
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """``name = other`` and ``name = module.attr`` at the top level of the file, bound once."""
+    found: dict[str, str] = {}
+    bound: dict[str, int] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    bound[target.id] = bound.get(target.id, 0) + 1
+            if len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                value, parts = stmt.value, []
+                while isinstance(value, ast.Attribute):
+                    parts.insert(0, value.attr)
+                    value = value.value
+                if isinstance(value, ast.Name) and len(parts) <= 1:
+                    found[stmt.targets[0].id] = ".".join([value.id, *parts])
+    return {name: value for name, value in found.items() if bound[name] == 1}
+
+
 def _defined_names(tree: ast.Module) -> list[str]:
     names: set[str] = set()
 
@@ -699,4 +721,5 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts.uses = sorted(uses)
     _summaries(tree, source, facts)
     facts.defines = _defined_names(tree)
+    facts.aliases = _aliases(tree)
     return facts

@@ -426,7 +426,55 @@ class ProjectModel:
                         found = table.get(f"{target.name}.{record.name}")
                         if found is not None:
                             table[f"{module.name}.{record.bound}"] = found
+                for name, value in module.facts.aliases.items():
+                    key = f"{module.name}.{name}"
+                    if key not in table and (found := self._aliased(module, value, table)) is not None:
+                        table[key] = found
+        self._add_written_paths(table)
         return table
+
+    def _aliased(
+        self, module: Module, value: str, table: dict[str, dict[str, FunctionSummary]]
+    ) -> dict[str, FunctionSummary] | None:
+        """The summaries of what ``name = value`` binds at the top of ``module``: a function of its own, one it
+        imports (``from m import f``), or one of a module it imports (``_performance.get_loss_scale``)."""
+        base, _, attribute = value.partition(".")
+        if not attribute and f"{module.name}.{base}" in table:
+            return table[f"{module.name}.{base}"]
+        for index, record in enumerate(module.facts.imports):
+            if record.bound != base or record.name == "*":
+                continue
+            for target, asked in self._resolve(module, module, index)[:1]:
+                if asked is None and attribute:  # import m / from pkg import m: m.f
+                    return table.get(f"{target.name}.{attribute}")
+                if asked is not None and not attribute:  # from m import f: f
+                    return table.get(f"{target.name}.{record.name}")
+        return None
+
+    def _add_written_paths(self, table: dict[str, dict[str, FunctionSummary]]) -> None:
+        """Each function's summary under the module paths the project's imports write for its module, where those
+        differ from the module's name: a folder without ``__init__.py`` on the way (``tf2_common/utils/flags/core.py``
+        is the module ``flags.core``, imported as ``tf2_common.utils.flags.core``). A path written for two modules
+        (two sub-projects with the same layout) names neither."""
+        written: dict[str, set[Module]] = {}
+        for module in self.modules:
+            for index, record in enumerate(module.facts.imports):
+                if record.level or record.name == "*":
+                    continue
+                for target, asked in self._resolve(module, module, index)[:1]:
+                    path = f"{record.module}.{record.name}" if record.name and asked is None else record.module
+                    if path != target.name:
+                        written.setdefault(path, set()).add(target)
+        if not written:
+            return
+        by_module: dict[str, list[tuple[str, dict[str, FunctionSummary]]]] = {}
+        for key, found in table.items():
+            module_name, _, name = key.rpartition(".")
+            by_module.setdefault(module_name, []).append((name, found))
+        for path, targets in written.items():
+            if len(targets) == 1:
+                for name, found in by_module.get(next(iter(targets)).name, ()):
+                    table.setdefault(f"{path}.{name}", found)
 
     def _applies(self, site: PolicySite) -> bool:
         """A setter call is Keras' own (``runner.set_policy(pi)`` is not); layer dtypes always count."""
