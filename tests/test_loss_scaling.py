@@ -425,3 +425,56 @@ def test_optimizer_factory_summaries():
         "build_optimizer": Summary("unknown", -1, None, 11, 1),
         "v1_optimizer": Summary("unknown", -1, None, 15, 1),  # a loss-scale optimizer too: never "none", wrapped again
     }
+
+
+_PERFORMANCE = """def get_loss_scale(flags_obj, default_for_fp16):
+    if flags_obj.loss_scale == "dynamic":
+        return flags_obj.loss_scale
+    elif flags_obj.loss_scale is not None:
+        return float(flags_obj.loss_scale)
+    return default_for_fp16
+"""
+_RUNNABLE = """import tensorflow as tf
+from tf2_common.utils.flags import core as flags_core
+
+tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+
+
+class Runnable:
+    def __init__(self, flags_obj, optimizer):
+        if flags_obj.dtype == "fp16":
+            loss_scale = flags_core.get_loss_scale(flags_obj, {passed})
+            self.optimizer = tf.keras.mixed_precision.experimental.LossScaleOptimizer(optimizer, loss_scale)
+        elif flags_obj.fp16_implementation == "graph_rewrite":
+            loss_scale = flags_core.get_loss_scale(flags_obj, default_for_fp16="dynamic")
+            self.optimizer = tf.keras.mixed_precision.experimental.LossScaleOptimizer(optimizer, loss_scale)
+"""
+
+
+@pytest.mark.parametrize(
+    "passed, expected",
+    [
+        ("default_for_fp16=128", [(11, 98, "128")]),
+        ("128", [(11, 98, "128")]),
+        ('default_for_fp16="dynamic"', []),
+    ],
+)
+def test_a_helper_that_returns_the_number_its_caller_passes_is_a_fixed_loss_scale(passed, expected):
+    """mlcommons' resnet-tf2: ``get_loss_scale`` of ``tf2_common/utils/flags/_performance.py`` returns its
+    ``default_for_fp16`` unless ``--loss_scale`` is given; ``flags/core.py`` passes it on by an assignment and
+    ``tf2_common/`` and ``utils/`` have no ``__init__.py``. The scale is then fixed at 128."""
+    files = {
+        "tf2_common/utils/flags/__init__.py": "",
+        "tf2_common/utils/flags/_performance.py": _PERFORMANCE,
+        "tf2_common/utils/flags/core.py": "from tf2_common.utils.flags import _performance\n\n"
+        "get_loss_scale = _performance.get_loss_scale\n",
+    }
+    found = lint_code(_RUNNABLE.format(passed=passed), path="runnable.py", files=files, select=["MP205"]).diagnostics
+    assert [(d.line, d.column) for d in found] == [(line, column) for line, column, _ in expected]
+    for diagnostic, (_, _, number) in zip(found, expected):
+        assert diagnostic.message == (
+            "LossScaleOptimizer with a numeric loss scale: `flags_core.get_loss_scale` can return its "
+            f"`default_for_fp16`, {number} here, and the scale then stays {number}: a fixed loss scale overflows "
+            "to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"
+        )
+        assert [(r.path, r.line) for r in diagnostic.related] == [("tf2_common/utils/flags/_performance.py", 6)]

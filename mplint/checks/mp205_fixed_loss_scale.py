@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import re
+
 import libcst as cst
 
+from mplint.diagnostics import Related
 from mplint.engine.rule import Rule
+from mplint.engine.summaries import Summary, SummaryKind, declare, parameters, summary_at
 from mplint.knowledge.loss_scale_names import LSO
 
 _WHY = "a fixed loss scale overflows to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"
@@ -18,9 +23,46 @@ def _number(node: cst.BaseExpression) -> bool:
     return isinstance(node, (cst.Integer, cst.Float))
 
 
+def _returned_parameters(statements: list[ast.stmt], source: bytes) -> dict[str, Summary]:
+    """Loss-scale helpers that can return one of their parameters as it came (mlcommons' ``get_loss_scale(flags_obj,
+    default_for_fp16)`` returns ``default_for_fp16`` when no ``--loss_scale`` is given): a caller that passes a
+    number there gets a fixed loss scale. The default is kept where it is a number."""
+    found: dict[str, Summary] = {}
+    for function in statements:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        positional, params, own, rebound = parameters(function)
+        for node in own:
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.Name):
+                name = node.value.id
+                if name in params - rebound:
+                    found[function.name] = summary_at(
+                        node, name, positional.index(name) if name in positional else -1, _default(function, name)
+                    )
+                    break
+    return found
+
+
+def _default(function: ast.FunctionDef, name: str) -> str | None:
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults))
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+    value = next((d for a, d in pairs if a.arg == name), None)
+    if isinstance(value, ast.Constant) and type(value.value) in (int, float):
+        return repr(value.value)
+    return None
+
+
+RETURNED_SCALE = declare(
+    SummaryKind("returned_loss_scale", (re.compile(rb"(?i)loss_?scale"),), True, _returned_parameters)
+)
+
+
 class FixedLossScale(Rule):
     id = "MP205"
     triggers = (b"LossScale", b"loss_scale")
+    summary_triggers = (RETURNED_SCALE,)  # `LossScaleOptimizer(opt, get_loss_scale(flags, default_for_fp16=128))`
 
     @classmethod
     def candidate(cls, code) -> bool:
@@ -40,6 +82,58 @@ class FixedLossScale(Rule):
             return
         for where, message in problems:
             self.report(where, f"{message}: {_WHY}")
+        if api.last == LSO and not problems:
+            self._returned_number(node)
+
+    def _returned_number(self, call: cst.Call) -> None:
+        """``LossScaleOptimizer(opt, loss_scale)`` where ``loss_scale`` comes from a project helper that can return
+        the number its caller passes (or its default): a fixed loss scale on that path."""
+        arg = next(
+            (a for i, a in enumerate(call.args) if (a.keyword.value if a.keyword else i) in (1, "loss_scale")), None
+        )
+        if arg is None:
+            return
+        value = self._reaching_value(arg.value, call) if isinstance(arg.value, cst.Name) else arg.value
+        if not isinstance(value, cst.Call):
+            return
+        summary = self.context.summary(value.func, RETURNED_SCALE)
+        if summary is None:
+            return
+        passed = next(
+            (
+                a.value
+                for i, a in enumerate(value.args)
+                if (a.keyword is not None and a.keyword.value == summary.value)
+                or (a.keyword is None and not a.star and i == summary.position)
+            ),
+            None,
+        )
+        if passed is not None and _number(passed):
+            number = self.context.module.code_for_node(passed)
+        elif passed is None and summary.default is not None:
+            number = summary.default
+        else:
+            return
+        helper = self.context.module.code_for_node(value.func)
+        self.report(
+            arg,
+            f"LossScaleOptimizer with a numeric loss scale: `{helper}` can return its `{summary.value}`, "
+            f"{number} here, and the scale then stays {number}: {_WHY}",
+            related=(Related(summary.path, summary.line, f"`{helper}` returns `{summary.value}` here"),),
+        )
+
+    def _reaching_value(self, name: cst.Name, call: cst.Call) -> cst.BaseExpression | None:
+        """What the last assignment of ``name`` that surely runs before ``call`` (its own block or an enclosing one,
+        not a sibling branch) binds."""
+        scope = self.context.enclosing(call, (cst.FunctionDef,)) or self.context.module
+        reaching = None
+        for assign in self.context.nodes_within(scope, cst.Assign):
+            if not any(isinstance(t.target, cst.Name) and t.target.value == name.value for t in assign.targets):
+                continue
+            line = self.context.parent(assign)
+            if self.context.ends_before(assign, call) and self.context.contains(self.context.parent(line), call):
+                reaching = assign
+        return reaching.value if reaching is not None else None
 
     def _chosen_over_dynamic(self, call: cst.Call) -> bool:
         """``if loss_scale == "dynamic": LSO(opt) else: LSO(opt, dynamic=False, initial_scale=loss_scale)``: the
