@@ -451,6 +451,7 @@ class Runnable:
 """
 
 
+@pytest.mark.parametrize("folder", ["", "resnet-tf2/tensorflow2/"])
 @pytest.mark.parametrize(
     "passed, expected",
     [
@@ -459,17 +460,20 @@ class Runnable:
         ('default_for_fp16="dynamic"', []),
     ],
 )
-def test_a_helper_that_returns_the_number_its_caller_passes_is_a_fixed_loss_scale(passed, expected):
+def test_a_helper_that_returns_the_number_its_caller_passes_is_a_fixed_loss_scale(folder, passed, expected):
     """mlcommons' resnet-tf2: ``get_loss_scale`` of ``tf2_common/utils/flags/_performance.py`` returns its
     ``default_for_fp16`` unless ``--loss_scale`` is given; ``flags/core.py`` passes it on by an assignment and
-    ``tf2_common/`` and ``utils/`` have no ``__init__.py``. The scale is then fixed at 128."""
+    ``tf2_common/`` and ``utils/`` have no ``__init__.py``. The scale is then fixed at 128. In a sub-folder of the
+    repository, ``tf2_common`` is found only from the folder of the script that runs (``main.py``)."""
     files = {
-        "tf2_common/utils/flags/__init__.py": "",
-        "tf2_common/utils/flags/_performance.py": _PERFORMANCE,
-        "tf2_common/utils/flags/core.py": "from tf2_common.utils.flags import _performance\n\n"
+        f"{folder}tf2_common/utils/flags/__init__.py": "",
+        f"{folder}tf2_common/utils/flags/_performance.py": _PERFORMANCE,
+        f"{folder}tf2_common/utils/flags/core.py": "from tf2_common.utils.flags import _performance\n\n"
         "get_loss_scale = _performance.get_loss_scale\n",
+        f"{folder}main.py": "import runnable\n\nif __name__ == '__main__':\n    runnable.Runnable(None, None)\n",
     }
-    found = lint_code(_RUNNABLE.format(passed=passed), path="runnable.py", files=files, select=["MP205"]).diagnostics
+    code = _RUNNABLE.format(passed=passed)
+    found = lint_code(code, path=f"{folder}runnable.py", files=files, select=["MP205"]).diagnostics
     assert [(d.line, d.column) for d in found] == [(line, column) for line, column, _ in expected]
     for diagnostic, (_, _, number) in zip(found, expected):
         assert diagnostic.message == (
@@ -477,4 +481,6 @@ def test_a_helper_that_returns_the_number_its_caller_passes_is_a_fixed_loss_scal
             f"`default_for_fp16`, {number} here, and the scale then stays {number}: a fixed loss scale overflows "
             "to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"
         )
-        assert [(r.path, r.line) for r in diagnostic.related] == [("tf2_common/utils/flags/_performance.py", 6)]
+        assert [(r.path, r.line) for r in diagnostic.related] == [
+            (f"{folder}tf2_common/utils/flags/_performance.py", 6)
+        ]

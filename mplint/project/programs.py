@@ -106,6 +106,7 @@ class ProjectModel:
         self._root_cache: dict[Module, list[str]] = {}
         self._resolved: dict[tuple[Module, int], list] = {}
         self._resolved_from_entry: dict[tuple[Module, int, str], list] = {}
+        self._from_entries: dict[tuple[Module, int], set] | None = None  # ``_resolutions``, once programs are known
         self._fallbacks: dict[tuple[Module, str], bool] = {}
         self._edge_lists: dict[tuple, list] = {}
         # packages whose __init__ extends __path__ (Keras' generated api/ folders): their search paths
@@ -444,12 +445,27 @@ class ProjectModel:
         for index, record in enumerate(module.facts.imports):
             if record.bound != base or record.name == "*":
                 continue
-            for target, asked in self._resolve(module, module, index)[:1]:
+            for target, asked in self._resolutions(module, index):
                 if asked is None and attribute:  # import m / from pkg import m: m.f
                     return table.get(f"{target.name}.{attribute}")
                 if asked is not None and not attribute:  # from m import f: f
                     return table.get(f"{target.name}.{record.name}")
         return None
+
+    def _resolutions(self, module: Module, index: int) -> list[tuple[Module, frozenset[str] | None]]:
+        """The module an import of ``module`` brings in first, as the programs resolved it: from the project's
+        roots, else from the folder of each entry point that reaches it (``tf2_common.utils.flags`` is found from
+        the script's folder only); none where entry points disagree."""
+        found = self._resolve(module, module, index)[:1]
+        if found:
+            return found
+        if self._from_entries is None:
+            self._from_entries = {}
+            for (importer, number, _), resolved in self._resolved_from_entry.items():
+                if resolved:
+                    self._from_entries.setdefault((importer, number), set()).add(resolved[0])
+        firsts = self._from_entries.get((module, index), set())
+        return list(firsts) if len({target for target, _ in firsts}) == 1 else []
 
     def _add_written_paths(self, table: dict[str, dict[str, FunctionSummary]]) -> None:
         """Each function's summary under the module paths the project's imports write for its module, where those
@@ -461,7 +477,7 @@ class ProjectModel:
             for index, record in enumerate(module.facts.imports):
                 if record.level or record.name == "*":
                     continue
-                for target, asked in self._resolve(module, module, index)[:1]:
+                for target, asked in self._resolutions(module, index)[:1]:
                     path = f"{record.module}.{record.name}" if record.name and asked is None else record.module
                     if path != target.name:
                         written.setdefault(path, set()).add(target)
