@@ -465,7 +465,8 @@ class ProjectModel:
                 if resolved:
                     self._from_entries.setdefault((importer, number), set()).add(resolved[0])
         firsts = self._from_entries.get((module, index), set())
-        return list(firsts) if len({target for target, _ in firsts}) == 1 else []
+        # one module, asked for whole before by name (the order ``_resolve_in`` gives)
+        return sorted(firsts, key=lambda found: found[1] is not None) if len({t for t, _ in firsts}) == 1 else []
 
     def _add_written_paths(self, table: dict[str, dict[str, FunctionSummary]]) -> None:
         """Each function's summary under the module paths the project's imports write for its module, where those
