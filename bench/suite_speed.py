@@ -46,7 +46,13 @@ def run_suite(worktree: Path, timeout: int) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     found = SUMMARY.findall(done.stdout)
-    return {"wall": wall, "cpu": cpu, "summary": found[-1] if found else f"exit status {done.returncode}"}
+    failed = [line.split(" - ")[0] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "summary": found[-1] if found else f"exit status {done.returncode}",
+        "failed": failed,
+    }
 
 
 def main() -> int:
@@ -80,6 +86,8 @@ def main() -> int:
                     print(
                         f"round {round_ + 1} {revisions[name]}: {result['wall']:.0f} s wall, {result['cpu']:.0f} s CPU, "
                         f"{result['summary']}",
+                        *result["failed"],
+                        sep="\n  ",
                         flush=True,
                     )
         finally:
@@ -99,8 +107,9 @@ def main() -> int:
     ]
     for name, revision in revisions.items():
         for number, result in enumerate(results[name], 1):
+            failed = "".join(f"<br>{test}" for test in result["failed"])
             lines.append(
-                f"| {revision} | {number} | {result['wall']:.0f} | {result['cpu']:.0f} | {result['summary']} |"
+                f"| {revision} | {number} | {result['wall']:.0f} | {result['cpu']:.0f} | {result['summary']}{failed} |"
             )
     out = REPO / "bench" / "results" / f"suite-{stamp}.md"
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
