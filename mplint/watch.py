@@ -52,9 +52,9 @@ def watch(check: Callable[[], int], options, stream: TextIO, polls: int | None =
     terminal = getattr(stream, "isatty", lambda: False)()
     stream.write("Starting linter in watch mode...\n")
     stream.flush()
+    seen = snapshot(options)  # before the check, so that a file saved while it runs is checked again
     code = check()
     stream.flush()
-    seen = snapshot(options)
     try:
         while polls is None or polls > 0:
             time.sleep(POLL_SECONDS)

@@ -283,6 +283,29 @@ def test_watch_checks_again_after_a_file_changes(project):
             process.wait()
 
 
+def test_watch_checks_again_a_file_saved_while_the_first_check_runs(project):
+    """An edit saved during a check (the check is slow, the editor quick) is checked once that check ends."""
+    import io
+    from types import SimpleNamespace
+
+    from mplint.watch import watch
+
+    checks = []
+
+    def check() -> int:
+        checks.append(len(checks))
+        if len(checks) == 1:
+            time.sleep(0.01)
+            (project / "train.py").write_text(POLICY + "\n" + MODEL)  # saved while the first check runs
+        return 1
+
+    options = SimpleNamespace(paths=[Path(".")], config_path=None)
+    out = io.StringIO()
+    assert watch(check, options, out, polls=2) == 1
+    assert checks == [0, 1]
+    assert out.getvalue() == "Starting linter in watch mode...\nFile change detected...\n"
+
+
 def test_watch_refuses_what_it_cannot_repeat(project, capsys):
     assert main(["--watch", "--add-noqa", "."]) == 2
     assert capsys.readouterr().err == (
