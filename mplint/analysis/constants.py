@@ -18,7 +18,7 @@ import libcst as cst
 
 from mplint.analysis.bindings import binding_nodes
 from mplint.engine.context import FileContext
-from mplint.engine.names import assigned_name
+from mplint.engine.names import assigned_name, dotted
 from mplint.knowledge.float16_range import FLOAT32_MAX
 
 # Bindings looked up per name (analysis/bindings.py), the ScopeProvider only where that is unsure.
@@ -197,6 +197,19 @@ class Origin:
         they cost a pass over the file)."""
         line = context.position(self.binding).start.line
         return f"the default of `{self.parameter}` at line {line}" if self.parameter else f"set at line {line}"
+
+
+def reaching_assignment(context: FileContext, target: str, use: cst.CSTNode) -> cst.Assign | None:
+    """The last assignment to ``target`` (``x``, ``self.x``, as written) that surely runs before ``use``: in its
+    function, in ``use``'s own block or an enclosing one (not a sibling branch). None: no such assignment."""
+    scope = context.enclosing(use, cst.FunctionDef) or context.module
+    reaching = None
+    for assign in context.nodes_within(scope, cst.Assign):
+        if not any(dotted(t.target) == target for t in assign.targets) or not context.ends_before(assign, use):
+            continue
+        if context.contains(context.parent(context.parent(assign)), use):
+            reaching = assign
+    return reaching
 
 
 def origin_of(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> Origin | None:

@@ -25,7 +25,7 @@ from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.imports import callee_name
 from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
-from mplint.engine.summaries import FunctionSummary, Summary, SummaryKind, declare, summary_at
+from mplint.engine.summaries import FunctionSummary, Summary, SummaryKind, declare, parameter_defaults, summary_at
 from mplint.engine.summaries import walk as walk_python
 
 # --- what a builder in another file does with the softmax output layer it makes (CPython's tree) ---------------
@@ -48,15 +48,7 @@ def _activation_params(statements: list[ast.stmt], source: bytes = b"") -> dict[
             continue
         params = function.args.args + function.args.kwonlyargs
         offset = 1 if owner is not function else 0  # `self` is not passed by callers of a class
-        defaults = dict(
-            zip(
-                [a.arg for a in function.args.args][-len(function.args.defaults) :] if function.args.defaults else [],
-                function.args.defaults,
-            )
-        )
-        defaults.update(
-            {a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None}
-        )
+        defaults = parameter_defaults(function)
         names = {a.arg for a in params}
         held = {}  # self.attr -> parameter
         for node in walk_python(owner):

@@ -7,9 +7,11 @@ import re
 
 import libcst as cst
 
+from mplint.analysis.call_args import argument
+from mplint.analysis.constants import reaching_assignment
 from mplint.diagnostics import Related
 from mplint.engine.rule import Rule
-from mplint.engine.summaries import Summary, SummaryKind, declare, parameters, summary_at
+from mplint.engine.summaries import Summary, SummaryKind, declare, parameter_defaults, parameters, summary_at
 from mplint.knowledge.loss_scale_names import LSO
 
 _WHY = "a fixed loss scale overflows to inf or lets gradients underflow as their range drifts; use dynamic loss scaling"
@@ -44,11 +46,7 @@ def _returned_parameters(statements: list[ast.stmt], source: bytes) -> dict[str,
 
 
 def _default(function: ast.FunctionDef, name: str) -> str | None:
-    args = function.args
-    positional = [*args.posonlyargs, *args.args]
-    pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults))
-    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
-    value = next((d for a, d in pairs if a.arg == name), None)
+    value = parameter_defaults(function).get(name)
     if isinstance(value, ast.Constant) and type(value.value) in (int, float):
         return repr(value.value)
     return None
@@ -93,21 +91,16 @@ class FixedLossScale(Rule):
         )
         if arg is None:
             return
-        value = self._reaching_value(arg.value, call) if isinstance(arg.value, cst.Name) else arg.value
+        value = arg.value
+        if isinstance(value, cst.Name):
+            reaching = reaching_assignment(self.context, value.value, call)
+            value = reaching.value if reaching is not None else None
         if not isinstance(value, cst.Call):
             return
         summary = self.context.summary(value.func, RETURNED_SCALE)
         if summary is None:
             return
-        passed = next(
-            (
-                a.value
-                for i, a in enumerate(value.args)
-                if (a.keyword is not None and a.keyword.value == summary.value)
-                or (a.keyword is None and not a.star and i == summary.position)
-            ),
-            None,
-        )
+        passed = argument(value, summary.position if summary.position >= 0 else None, summary.value)
         if passed is not None and _number(passed):
             number = self.context.module.code_for_node(passed)
         elif passed is None and summary.default is not None:
@@ -121,19 +114,6 @@ class FixedLossScale(Rule):
             f"{number} here, and the scale then stays {number}: {_WHY}",
             related=(Related(summary.path, summary.line, f"`{helper}` returns `{summary.value}` here"),),
         )
-
-    def _reaching_value(self, name: cst.Name, call: cst.Call) -> cst.BaseExpression | None:
-        """What the last assignment of ``name`` that surely runs before ``call`` (its own block or an enclosing one,
-        not a sibling branch) binds."""
-        scope = self.context.enclosing(call, (cst.FunctionDef,)) or self.context.module
-        reaching = None
-        for assign in self.context.nodes_within(scope, cst.Assign):
-            if not any(isinstance(t.target, cst.Name) and t.target.value == name.value for t in assign.targets):
-                continue
-            line = self.context.parent(assign)
-            if self.context.ends_before(assign, call) and self.context.contains(self.context.parent(line), call):
-                reaching = assign
-        return reaching.value if reaching is not None else None
 
     def _chosen_over_dynamic(self, call: cst.Call) -> bool:
         """``if loss_scale == "dynamic": LSO(opt) else: LSO(opt, dynamic=False, initial_scale=loss_scale)``: the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mplint.analysis.constants import reaching_assignment
 from mplint.analysis.torch_amp import TorchAmp, is_half_cast, names_bound_to
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
@@ -112,17 +113,7 @@ class LossOutsideAutocastInFloat16(TorchRule):
         return text if text in criteria else None
 
     def _reaching_half(self, amp: TorchAmp, value: cst.BaseExpression, call: cst.Call) -> bool:
-        """Whether the last assignment of the name ``value`` that surely runs before ``call`` (in the same
-        block or an enclosing one, not a sibling branch) binds a float16 cast."""
+        """Whether the last assignment of the name ``value`` that surely runs before ``call`` binds a float16 cast."""
         text = dotted(value)
-        if text is None:
-            return False
-        scope = self.context.enclosing(call, cst.FunctionDef) or self.context.module
-        reaching = None
-        for assign in self.context.nodes_within(scope, cst.Assign):
-            if not any(dotted(t.target) == text for t in assign.targets) or not self.context.ends_before(assign, call):
-                continue
-            line = self.context.parent(assign)
-            if self.context.contains(self.context.parent(line), call):
-                reaching = assign
+        reaching = reaching_assignment(self.context, text, call) if text is not None else None
         return reaching is not None and is_half_cast(self.context, amp, reaching.value)

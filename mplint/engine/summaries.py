@@ -142,6 +142,15 @@ def parameters(function: ast.FunctionDef) -> tuple[list[str], set[str], list[ast
     return positional, set(positional) | {a.arg for a in function.args.kwonlyargs}, own, rebound
 
 
+def parameter_defaults(function: ast.FunctionDef) -> dict[str, ast.expr]:
+    """Each parameter with a default, and its default (positional ones take the last defaults, in order)."""
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return defaults
+
+
 def first_line_text(source: bytes, node: ast.expr | ast.stmt) -> str:
     """The node's source text on its first line, whitespace collapsed (bytes offsets: CPython's columns)."""
     line = source.splitlines()[node.lineno - 1]
