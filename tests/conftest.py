@@ -145,6 +145,7 @@ _RUNS_SCRIPTS = {
     "test_verify_install.py",
     "test_verify_isolation.py",
     "test_verify_torch.py",
+    "test_verify_warm.py",
 }
 
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mplint.cli import main
 from mplint.testing import copy_tree
+from mplint.verify.warm import run_python
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -151,9 +150,7 @@ def test_fixed_fixture_runs_on_keras3(scenario, expected, tmp_path, capsys):
     assert "grads = optimizer.get_unscaled_gradients(grads)" not in fixed
 
     env = {**os.environ, "TRAIN_STEPS": "3", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run(
-        [sys.executable, str(script)], cwd=project, env=env, capture_output=True, text=True, timeout=300
-    )
+    run = run_python([str(script)], module="tensorflow", cwd=project, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "step 2 loss" in run.stdout
     assert "loss scale 32768" in run.stdout
@@ -163,8 +160,6 @@ def test_unfixed_tf23_script_fails_on_keras3(tmp_path):
     pytest.importorskip("tensorflow")
     env = {**os.environ, "TRAIN_STEPS": "1", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
     script = FIXTURES / "tf23_legacy_script" / "train.py"
-    run = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    run = run_python([str(script)], module="tensorflow", cwd=tmp_path, env=env)
     assert run.returncode != 0
     assert "ImportError" in run.stderr and "experimental" in run.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mplint.testing import copy_tree
+from mplint.verify.warm import run_python
 
 pytest.importorskip("tensorflow")
 np = pytest.importorskip("numpy")
@@ -33,14 +34,8 @@ def _env() -> dict:
 
 def _forward(folder: Path, policy: str) -> np.ndarray:
     out = folder / f"out-{policy}.npy"
-    subprocess.run(
-        [sys.executable, "run_attention.py", policy, str(out)],
-        cwd=folder,
-        env=_env(),
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    done = run_python(["run_attention.py", policy, str(out)], module="tensorflow", cwd=folder, env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
     return np.load(out)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mplint.testing import copy_tree
+from mplint.verify.warm import run_python
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "keras3_classifier"
 SELECT = ["--select", "MP101,MP102"]
@@ -82,7 +83,7 @@ def test_fix_leaves_no_output_findings(project: Path):
 def test_fixed_models_produce_float32_outputs(project: Path):
     pytest.importorskip("tensorflow")
     assert _mplint(*SELECT, "--fix", str(project), cwd=project).returncode == 0
-    result = subprocess.run([sys.executable, "-c", _PROBE], cwd=project, capture_output=True, text=True, timeout=300)
+    result = run_python(["-c", _PROBE], module="tensorflow", cwd=project)
     assert result.returncode == 0, result.stderr[-3000:]
     dtypes = json.loads(result.stdout.strip().splitlines()[-1])
     assert dtypes == {

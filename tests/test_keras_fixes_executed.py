@@ -10,8 +10,6 @@ behaviour, weights are compared with ``==`` under the float32 policy, and with a
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -24,6 +22,7 @@ tf_keras = pytest.importorskip("tf_keras")
 
 from mplint.diagnostics import FixSafety  # noqa: E402
 from mplint.testing import lint_code  # noqa: E402
+from mplint.verify.warm import run_python  # noqa: E402
 
 SCALE = 2.0**15  # both generations' initial dynamic loss scale
 KERAS = {3: keras, 2: tf_keras}
@@ -799,7 +798,7 @@ def test_mp601_normalization_fix_leaves_every_other_input_as_it_was(tmp_path, ba
         script = tmp_path / "layer.py"
         script.write_text(code)
         env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
-        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+        proc = run_python([str(script)], module="keras", env=env)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip().splitlines()[-3:]
 

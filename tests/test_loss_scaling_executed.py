@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mplint.testing import copy_tree
+from mplint.verify.warm import run_python
 
 pytest.importorskip("tensorflow")
 
@@ -24,15 +25,7 @@ LOSS_SCALE = 2.0**15
 
 def _run(script: Path, extra_env: dict | None = None) -> float:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(extra_env or {})}
-    done = subprocess.run(
-        [sys.executable, script.name],
-        cwd=script.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_python([script.name], module="tensorflow", cwd=script.parent, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("UPDATE ")]
     assert lines, done.stdout

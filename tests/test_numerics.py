@@ -13,6 +13,7 @@ import pytest
 
 from mplint.analysis.dtype_flow import FLOAT32, Carrier, DtypeFlow
 from mplint.testing import copy_tree, lint_code
+from mplint.verify.warm import run_python
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -32,9 +33,7 @@ def _copy_fixture(name: str, tmp_path: Path) -> Path:
 def _run_probe(folder: Path, probe: str) -> str:
     """Run the Python code ``probe`` in ``folder`` on CPU with Keras' TensorFlow backend: its standard output."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, timeout=300, env=env, check=False
-    )
+    done = run_python(["-c", probe], module="tensorflow", cwd=folder, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -62,9 +61,7 @@ def test_fixed_pipeline_runs_in_float32(tmp_path):
     folder = _copy_fixture("tfdata_pipeline", tmp_path)
     _mplint(folder, "--select", "MP401", "--fix", "pipeline.py")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    run = subprocess.run(
-        [sys.executable, "pipeline.py"], cwd=folder, capture_output=True, text=True, timeout=300, env=env, check=False
-    )
+    run = run_python(["pipeline.py"], module="tensorflow", cwd=folder, env=env)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("<dtype: 'float32'> (8, 32, 32, 3)")

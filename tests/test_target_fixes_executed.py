@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from mplint.verify.warm import run_python
+
 pytestmark = pytest.mark.tensorflow
 pytest.importorskip("tensorflow")
 
@@ -128,15 +130,7 @@ def _project(tmp_path: Path, code: str, pins: dict[str, str]) -> Path:
 def _train(script: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     inherited = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}  # the test picks the Keras
     env = {**inherited, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "", **env}
-    return subprocess.run(
-        [sys.executable, script.name],
-        cwd=script.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_python([script.name], module="tensorflow", cwd=script.parent, env=env)
 
 
 def _trains(done: subprocess.CompletedProcess) -> None:

@@ -159,18 +159,16 @@ def main(config_path: str) -> None:
 
     np.random.seed(config["seed"])
     sandbox.install()
-    sys.meta_path.insert(
-        0,
-        hooks.PostImportHook(
-            {
-                "tensorflow": install_tensorflow,
-                "keras": install_keras3,
-                "tf_keras": install_keras2,
-                "torch": torch_hooks.install_torch,
-                "torchvision": torch_hooks.install_torchvision,
-            }
-        ),
-    )
+    installers = {  # in the order a fresh import runs them: TensorFlow's import imports Keras
+        "keras": install_keras3,
+        "tf_keras": install_keras2,
+        "tensorflow": install_tensorflow,
+        "torch": torch_hooks.install_torch,
+        "torchvision": torch_hooks.install_torchvision,
+    }
+    sys.meta_path.insert(0, hooks.PostImportHook(installers))
+    for name in [name for name in installers if name in sys.modules]:  # imported before the run (warm.py)
+        installers.pop(name)(sys.modules[name])
     script = config["script"]
     sys.argv = [script, *config["argv"]]
     sys.path[0] = os.path.dirname(script)

@@ -59,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
         "only Python-level writes outside the scratch folder are redirected, C-level writers "
         "(TensorFlow's file system, HDF5, torch.save, subprocesses) reach your files",
     )
+    p.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="start every run in a fresh interpreter that imports the framework again (by default the runs are "
+        "forks of one interpreter that imported it once, where that is as faithful: see docs/verify.md)",
+    )
     return p
 
 
@@ -386,6 +392,7 @@ def main(argv: list[str]) -> int:
         memory_limit_mb=args.memory_limit,
         framework=framework,
         isolated=not args.no_isolation,
+        warm=not args.cold_start,
     )
     doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
     _emit(doc, args.format, renderables)

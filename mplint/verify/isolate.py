@@ -28,6 +28,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_CAPBSET_DROP, CAP_SYS_ADMIN = 24, 21
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+CAPABILITY_VERSION_3 = 0x20080522
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 # Kernel file systems: bound as they are (no user files live there).
 PSEUDO = {
@@ -249,6 +251,32 @@ def enter(base: str) -> None:
         _check(
             _libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(CAP_SYS_ADMIN), 0, 0, 0), "dropping CAP_SYS_ADMIN"
         )
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_privileges() -> None:
+    """After ``enter``, for a process that goes on without exec (a warm start's child, warm.py): keep what
+    exec would have left it. An unprivileged caller keeps no capability of its new user namespace; root keeps
+    all but CAP_SYS_ADMIN. Either way the private view cannot be unmounted."""
+    header, data = _CapHeader(CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    _check(_libc.capget(ctypes.byref(header), data), "reading capabilities")
+    for word in data:
+        if os.geteuid() != 0:
+            word.effective = word.permitted = word.inheritable = 0
+    sys_admin = data[CAP_SYS_ADMIN // 32]
+    mask = ~(1 << (CAP_SYS_ADMIN % 32)) & 0xFFFFFFFF
+    sys_admin.effective &= mask
+    sys_admin.permitted &= mask
+    sys_admin.inheritable &= mask
+    _check(_libc.capset(ctypes.byref(header), data), "dropping capabilities")
+    _libc.prctl(ctypes.c_int(PR_CAP_AMBIENT), ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
 
 
 # The parent's side: the layout of BASE, and what the command left in it.

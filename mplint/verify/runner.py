@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mplint
-from mplint.verify import isolate
+from mplint.verify import isolate, warm
 
 OK_STATUSES = ("completed", "step-cap")
 
@@ -31,6 +31,7 @@ class RunOptions:
     memory_limit_mb: int | None = None  # address-space cap (RLIMIT_AS) of the instrumented process
     framework: str = "keras"  # or "torch"
     isolated: bool = True  # in a private view of the file system (isolate.py); else Python-level redirection
+    warm: bool = True  # a fork of an interpreter that imported the framework once, where faithful (warm.py)
 
 
 @dataclass
@@ -190,11 +191,14 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(mplint.__file__).parent.parent), env.get("PYTHONPATH")]))
     if options.keras == 2:
         env["TF_USE_LEGACY_KERAS"] = "1"
-    command = [sys.executable, "-m", "mplint.verify.bootstrap", str(scratch / "config.json")]
-    if options.isolated:
-        command = [sys.executable, "-m", "mplint.verify.isolate", str(base), "--", *command]
     limit = options.memory_limit_mb
-    returncode, stderr, timed_out = _launch(command, work, env, options.timeout, limit, scratch)
+    launched = _launch_warm(options, env, work, base, scratch) if options.warm else None
+    if launched is None:
+        command = [sys.executable, "-m", "mplint.verify.bootstrap", str(scratch / "config.json")]
+        if options.isolated:
+            command = [sys.executable, "-m", "mplint.verify.isolate", str(base), "--", *command]
+        launched = _launch(command, work, env, options.timeout, limit, scratch)
+    returncode, stderr, timed_out = launched
     refusal = scratch / "isolation-error.txt"
     if options.isolated and returncode == isolate.UNAVAILABLE and refusal.exists():
         return RunResult(label, "not-isolated", isolation_refusal(refusal.read_text(encoding="utf-8")))
@@ -237,8 +241,10 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
     return result
 
 
+@functools.cache
 def isolation_problem() -> str | None:
-    """Why scripts cannot run in a private view of the file system here, or None when they can."""
+    """Why scripts cannot run in a private view of the file system here, or None when they can (asked once a
+    process: the answer is the machine's)."""
     if sys.platform != "linux":
         return isolation_refusal(f"it needs Linux mount namespaces, and this is {sys.platform}")
     base = Path(tempfile.mkdtemp(prefix="mplint-verify-")).resolve()
@@ -291,13 +297,6 @@ def _limit_memory(megabytes: int):
     return apply
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _launch(
     command: list[str], cwd: Path, env: dict, timeout: float, memory_limit_mb: int | None, scratch: Path
 ) -> tuple[int | None, str, bool]:
@@ -322,9 +321,37 @@ def _launch(
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_group(proc.pid)
+            warm.kill_group(proc.pid)
             proc.wait()
     return proc.returncode, err_path.read_text(encoding="utf-8", errors="replace"), timed_out
+
+
+def _launch_warm(
+    options: RunOptions, env: dict, cwd: Path, base: Path, scratch: Path
+) -> tuple[int | None, str, bool] | None:
+    """The run as a fork of a warm interpreter (warm.py), as ``_launch`` returns it; None where a warm start
+    cannot be had (the run then starts fresh)."""
+    if not warm.usable(options.isolated, options.memory_limit_mb):
+        return None
+    out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
+    request = {
+        "base": str(base),
+        "config": str(scratch / "config.json"),
+        "cwd": str(cwd),
+        "env": env,
+        "stdout": str(out_path),
+        "stderr": str(err_path),
+    }
+    module = warm.IMPORTS[options.framework]
+    try:
+        returncode, timed_out = warm.warm_for(module, env).run(request, options.timeout)
+    except warm.WarmStartFailed:  # nothing ran: start it fresh
+        warm.forget(module, env)
+        return None
+    if returncode is None:  # the warm interpreter itself went away during the run
+        warm.forget(module, env)
+    stderr = err_path.read_text(encoding="utf-8", errors="replace") if err_path.exists() else ""
+    return returncode, stderr, timed_out
 
 
 def fix_copy(script: Path, keras: int, folder: Path) -> tuple[Path, list[str], str | None]:
