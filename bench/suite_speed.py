@@ -69,6 +69,7 @@ def main() -> int:
         ).stdout.strip()
     results: dict[str, list[dict]] = {name: [] for name in revisions}
     with tempfile.TemporaryDirectory(prefix="mplint-suite-") as scratch:
+        os.chmod(scratch, 0o755)  # the isolation tests run the worktree's code as another user
         trees = {}
         for name, revision in revisions.items():
             trees[name] = Path(scratch) / revision
