@@ -312,3 +312,38 @@ def test_verify_refuses_to_run_without_a_private_view(capsys, tmp_path, monkeypa
         "C-level writers escape\n"
     )
     assert not marker.exists()
+
+
+def test_remove_layout_removes_a_folder_it_could_not_open(tmp_path, monkeypatch):
+    # an overlay's work folder is mode 000: without privilege, rmtree's os.open of it fails (as root it cannot)
+    base = tmp_path / "base"
+    (base / "layers" / "0" / "work" / "work").mkdir(parents=True)
+    (base / "layers" / "0" / "work" / "work" / "left.txt").write_text("left")
+    real_open, refused = os.open, []
+
+    def open_refusing_work_once(path, flags, *args, **kwargs):
+        if os.fsdecode(path).endswith("work") and not refused:
+            refused.append(path)
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_refusing_work_once)
+    isolate.remove_layout(base)
+    assert refused and not base.exists()
+
+
+def test_root_that_comes_with_inheritable_privileges_keeps_none_of_them_after_exec(shared_tmp):
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv")
+    isolate.make_layout(shared_tmp)
+    proc = subprocess.run(
+        ["setpriv", "--inh-caps", "+sys_admin,+checkpoint_restore", sys.executable, "-m", "mplint.verify.isolate"]
+        + [str(shared_tmp), "--", "/bin/grep", "CapEff", "/proc/self/status"],
+        cwd=shared_tmp / "scratch",
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(Path(mplint.__file__).parent.parent)),
+    )
+    assert proc.returncode == 0, proc.stderr
+    effective = int(proc.stdout.split()[1], 16)
+    assert effective and not effective & (1 << isolate.CAP_SYS_ADMIN | 1 << isolate.CAP_CHECKPOINT_RESTORE)

@@ -29,6 +29,12 @@ refused = libc.umount2(b"/", 2) != 0
 print("unmount:", "refused " + str(ctypes.get_errno()) if refused else "done", file=sys.stderr)
 caps = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:"))
 print("CAP_SYS_ADMIN:", bool(int(caps, 16) >> 21 & 1), file=sys.stderr)
+library = next(line.split()[0] for line in open("/proc/self/maps") if ".so" in line)  # mapped before the view
+try:
+    open(f"/proc/self/map_files/{{library}}", "rb").close()
+    print("map_files: opened", file=sys.stderr)
+except OSError as error:
+    print("map_files: refused", error.errno, file=sys.stderr)
 """
 KERAS_TRAINS = """import numpy as np
 import keras
@@ -68,6 +74,7 @@ def test_a_warm_run_starts_with_the_framework_imported_and_cannot_unmount_its_vi
         "framework imported before the script: True",
         "unmount: refused 1",  # EPERM
         "CAP_SYS_ADMIN: False",
+        "map_files: refused 1",  # the real files behind the warm import's mappings stay closed
     ]
     cold = runner.run_script("run", script, [], runner.RunOptions(steps=2, framework=framework, warm=False))
     assert probe_lines(cold) == ["framework imported before the script: False", *probe_lines(result)[1:]]
@@ -190,3 +197,18 @@ def test_run_python_times_out_and_kills_the_program(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         warm.run_python(["-c", "import time; time.sleep(60)"], module="json", cwd=tmp_path, timeout=2)
     assert time.monotonic() - start < 15
+
+
+@pytest.mark.torch
+def test_a_run_whose_warm_interpreter_dies_under_it_runs_again_fresh(tmp_path):
+    if not warm.usable(True, None):
+        pytest.skip("warm starts are not used on this machine (an accelerator is visible)")
+    script = tmp_path / "train.py"
+    killer = "import os, signal, sys\nif 'torch' in sys.modules:\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+    script.write_text(killer + PROBE.format(module="torch") + TORCH_TRAINS)  # kills the warm interpreter only
+    result = runner.run_script("run", script, [], runner.RunOptions(steps=2, framework="torch"))
+    assert result.status in runner.OK_STATUSES, result.detail + result.stderr_tail
+    assert probe_lines(result)[0] == "framework imported before the script: False"  # the fresh run's
+    (tmp_path / "probe.py").write_text(PROBE.format(module="torch") + TORCH_TRAINS)
+    again = runner.run_script("run", tmp_path / "probe.py", [], runner.RunOptions(steps=2, framework="torch"))
+    assert probe_lines(again)[0] == "framework imported before the script: True"  # a new warm interpreter

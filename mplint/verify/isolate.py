@@ -27,7 +27,10 @@ CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_CAPBSET_DROP, CAP_SYS_ADMIN = 24, 21
+PR_CAPBSET_DROP, CAP_SYS_ADMIN, CAP_CHECKPOINT_RESTORE = 24, 21, 40
+# What root loses in the view: mounting and unmounting, and opening the files its process mapped before it
+# entered the view through /proc/self/map_files (real files, outside the overlays)
+DROPPED_FOR_ROOT = (CAP_SYS_ADMIN, CAP_CHECKPOINT_RESTORE)
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
@@ -247,10 +250,12 @@ def enter(base: str) -> None:
     _Builder(base, unprivileged=uid != 0).build()
     _mount(os.path.join(base, "scratch"), os.path.join(base, "root") + os.path.join(base, "scratch"), None, MS_BIND)
     _pivot(os.path.join(base, "root"), cwd)
-    if uid == 0:  # root would keep the privilege to unmount after exec: drop it (and only it)
+    if uid == 0:  # root would keep the privilege to unmount after exec: drop it from the bounding set
         _check(
             _libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(CAP_SYS_ADMIN), 0, 0, 0), "dropping CAP_SYS_ADMIN"
         )
+        # CAP_CHECKPOINT_RESTORE exists from Linux 5.9; before, map_files needs CAP_SYS_ADMIN, dropped above
+        _libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(CAP_CHECKPOINT_RESTORE), 0, 0, 0)
 
 
 class _CapHeader(ctypes.Structure):
@@ -262,19 +267,20 @@ class _CapData(ctypes.Structure):
 
 
 def drop_privileges() -> None:
-    """After ``enter``, for a process that goes on without exec (a warm start's child, warm.py): keep what
-    exec would have left it. An unprivileged caller keeps no capability of its new user namespace; root keeps
-    all but CAP_SYS_ADMIN. Either way the private view cannot be unmounted."""
+    """After ``enter``: an unprivileged caller keeps no capability of its new user namespace; root keeps all but
+    ``DROPPED_FOR_ROOT``, in every set (inheritable and ambient too, so that no exec gives them back). A warm
+    start's child (warm.py), which goes on without exec, then holds what exec would have left it; before an exec
+    (``main``) it closes root's way back through an inheritable set it came with."""
     header, data = _CapHeader(CAPABILITY_VERSION_3, 0), (_CapData * 2)()
     _check(_libc.capget(ctypes.byref(header), data), "reading capabilities")
     for word in data:
         if os.geteuid() != 0:
             word.effective = word.permitted = word.inheritable = 0
-    sys_admin = data[CAP_SYS_ADMIN // 32]
-    mask = ~(1 << (CAP_SYS_ADMIN % 32)) & 0xFFFFFFFF
-    sys_admin.effective &= mask
-    sys_admin.permitted &= mask
-    sys_admin.inheritable &= mask
+    for capability in DROPPED_FOR_ROOT:
+        word, mask = data[capability // 32], ~(1 << (capability % 32)) & 0xFFFFFFFF
+        word.effective &= mask
+        word.permitted &= mask
+        word.inheritable &= mask
     _check(_libc.capset(ctypes.byref(header), data), "dropping capabilities")
     _libc.prctl(ctypes.c_int(PR_CAP_AMBIENT), ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
 
@@ -290,15 +296,19 @@ def make_layout(base: Path) -> None:
 def remove_layout(base: Path) -> None:
     """Remove ``base``, including the overlays' work directories (mode 000)."""
 
-    def retry(function, path, _exc):
+    def retry(_function, path, _exc):  # the failed call may be os.open (with flags): not called again as is
         try:
             os.chmod(os.path.dirname(path), 0o700)
             os.chmod(path, 0o700)
-            function(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, **handler)
+            else:
+                os.unlink(path)
         except OSError:
             pass
 
-    shutil.rmtree(base, **({"onexc": retry} if sys.version_info >= (3, 12) else {"onerror": retry}))
+    handler = {"onexc": retry} if sys.version_info >= (3, 12) else {"onerror": retry}
+    shutil.rmtree(base, **handler)
 
 
 def writes_outside(base: Path) -> list[str]:
@@ -345,6 +355,7 @@ def main(argv: list[str]) -> None:
     base, command = argv[0], argv[argv.index("--") + 1 :]
     try:
         enter(base)
+        drop_privileges()
     except (Unavailable, OSError) as exc:
         _write(os.path.join(base, "scratch", "isolation-error.txt"), str(exc))
         sys.exit(UNAVAILABLE)

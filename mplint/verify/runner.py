@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -83,8 +84,14 @@ def run_script(label: str, script: Path, argv: list[str], options: RunOptions, t
     try:
         isolate.make_layout(base)
         return _run_in(base, label, script.resolve(), argv, options, text)
+    except _WarmInterpreterLost:  # killed under the run (the OOM killer): the run again, fresh, in a new copy
+        return run_script(label, script, argv, dataclasses.replace(options, warm=False), text)
     finally:
         isolate.remove_layout(base)
+
+
+class _WarmInterpreterLost(Exception):
+    pass
 
 
 # Not copied with the script's folder: version control, caches and environments.
@@ -350,6 +357,7 @@ def _launch_warm(
         return None
     if returncode is None:  # the warm interpreter itself went away during the run
         warm.forget(module, env)
+        raise _WarmInterpreterLost
     stderr = err_path.read_text(encoding="utf-8", errors="replace") if err_path.exists() else ""
     return returncode, stderr, timed_out
 

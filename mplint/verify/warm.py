@@ -49,7 +49,10 @@ def run_python(
 ) -> subprocess.CompletedProcess:
     """``subprocess.run([python, *argv], capture_output=True, text=True)`` for a script (``argv[0]``, or ``-c CODE``)
     that imports ``module``: run as a fork of a warm interpreter that imported it once, where warm starts are
-    used (else as that subprocess). Not isolated and not instrumented: for executed tests of fixes."""
+    used (else as that subprocess). Not isolated and not instrumented: for executed tests of fixes. Unlike a fresh
+    interpreter, the program ends with ``os._exit`` once its stdout and stderr are flushed: atexit handlers,
+    non-daemon threads still running and the buffers of files left unclosed are not finished, and its hash seed
+    is the warm interpreter's. Programs whose result depends on those run with ``subprocess``."""
     env = dict(os.environ if env is None else env)
     cwd = str(Path(cwd or os.getcwd()).resolve())
     command = [sys.executable, *argv]
@@ -146,8 +149,9 @@ class Warm:
         except OSError as exc:
             raise WarmStartFailed(f"the warm interpreter exited ({exc})") from exc
         started = self._read(timeout=60.0)
-        if started is None:
-            raise WarmStartFailed("the warm interpreter did not fork within 60 s")
+        if not started or "pid" not in started:
+            self.proc.kill()  # out of step: never used again (warm_for replaces it)
+            raise WarmStartFailed(f"the warm interpreter did not fork ({started})")
         pid = started["pid"]
         deadline = time.monotonic() + timeout
         done: dict | None = None
@@ -162,7 +166,10 @@ class Warm:
             done = None
         finally:
             kill_group(pid)
-        return (done or {}).get("status"), timed_out
+        if not done or "status" not in done:
+            self.proc.kill()  # gone, or out of step: never used again (warm_for replaces it)
+            return None, timed_out
+        return done["status"], timed_out
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -217,12 +224,13 @@ def _close_all() -> None:
 # The warm interpreter's side.
 
 
-def _child(request: dict, replies: int) -> None:
+def _child(request: dict, replies: int, started: int) -> None:
     """In the forked child: a new session with the run's output files, folder and environment, then the request's
     run (``_verify_run`` or ``_script_run``). Never returns."""
     code = 1
     try:
         os.setsid()
+        os.close(started)
         os.close(replies)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -323,9 +331,14 @@ def serve(module: str) -> None:
         request = json.loads(line)
         sys.stdout.flush()
         sys.stderr.flush()
+        in_session, started = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _child(request, replies)
+            os.close(in_session)
+            _child(request, replies, started)
+        os.close(started)
+        os.read(in_session, 1)  # end of file once the child leads its session (or died): killpg reaches it
+        os.close(in_session)
         reply({"pid": pid})
         _, status = os.waitpid(pid, 0)
         reply({"status": os.waitstatus_to_exitcode(status)})
