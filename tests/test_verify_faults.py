@@ -4,6 +4,7 @@ each is "could not verify" with exit status 2, never a pass, and nothing is left
 import os
 import re
 import resource
+import tempfile
 import time
 from pathlib import Path
 
@@ -114,3 +115,14 @@ def test_nonsensical_limits_are_usage_errors(capsys, option):
     code, out = verify(capsys, FAULTS / "hangs.py", *option)
     assert code == 2
     assert "must be" in out
+
+
+def test_a_script_in_the_folder_that_holds_verify_s_scratch_is_copied_without_it(tmp_path, monkeypatch):
+    # `mplint verify /tmp/train.py`: the scratch copy of /tmp lies in /tmp; copying it into itself never ended
+    (tmp_path / "data.txt").write_text("data")
+    script = tmp_path / "train.py"
+    script.write_text("import os, sys\nprint(sorted(os.listdir('.')), file=sys.stderr)\n")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = runner.run_script("run", script, [], runner.RunOptions(timeout=60, warm=False))
+    assert result.status == "nothing-recorded", result.detail
+    assert "['data.txt', 'train.py']" in result.stderr_tail

@@ -122,6 +122,8 @@ def copy_folder(source: Path, work: Path) -> list[str]:
         for name in sorted(set(names) - skipped):
             path = os.path.join(folder, name)
             if os.path.isdir(path):
+                if os.path.commonpath([path, work]) == path:  # holds the copy itself: a script in the temp folder
+                    skipped.add(name)
                 continue
             size = os.path.getsize(path) if os.path.exists(path) else 0
             if size > budget["bytes"] or budget["files"] <= 0:
