@@ -20,6 +20,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from mplint.verify.report import without_timings
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = [
     "fixtures/verify/fit_softmax.py",
@@ -27,14 +29,6 @@ FIXTURES = [
     "fixtures/verify/torch_masked_fill.py",
 ]
 MODES = {"warm": [], "cold": ["--cold-start"]}
-
-
-def without_timings(value):
-    if isinstance(value, dict):
-        return {k: without_timings(v) for k, v in value.items() if not k.startswith("ms_")}
-    if isinstance(value, list):
-        return [without_timings(v) for v in value]
-    return value
 
 
 def verify(script: str, steps: int, flags: list[str]) -> tuple[float, dict]:

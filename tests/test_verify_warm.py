@@ -17,9 +17,13 @@ import pytest
 import mplint
 from mplint.verify import isolate, runner, warm
 from mplint.verify.cli import main
+from mplint.verify.report import without_timings
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the private view needs Linux namespaces")
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "verify"
+needs_warm_starts = pytest.mark.skipif(
+    not warm.usable(True, None), reason="warm starts are not used on this machine (an accelerator is visible)"
+)
 
 # What the run sees before its own imports, whether it can unmount its private view, and its capabilities.
 PROBE = """import ctypes, sys
@@ -56,6 +60,7 @@ def probe_lines(result: runner.RunResult) -> list[str]:
     return [line for line in result.stderr_tail.splitlines() if line.split(":")[0] in PROBE]
 
 
+@needs_warm_starts
 @pytest.mark.parametrize(
     ("framework", "module", "trains"),
     [
@@ -64,8 +69,6 @@ def probe_lines(result: runner.RunResult) -> list[str]:
     ],
 )
 def test_a_warm_run_starts_with_the_framework_imported_and_cannot_unmount_its_view(tmp_path, framework, module, trains):
-    if not warm.usable(True, None):
-        pytest.skip("warm starts are not used on this machine (an accelerator is visible)")
     script = tmp_path / "train.py"
     script.write_text(PROBE.format(module=module) + trains)
     result = runner.run_script("run", script, [], runner.RunOptions(steps=2, framework=framework))
@@ -80,29 +83,13 @@ def test_a_warm_run_starts_with_the_framework_imported_and_cannot_unmount_its_vi
     assert probe_lines(cold) == ["framework imported before the script: False", *probe_lines(result)[1:]]
 
 
-def comparable(doc: dict) -> dict:
-    """A verify report less what differs between any two runs: timings."""
-    text = json.dumps(doc, sort_keys=True)
-    drop = ("ms_",)
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if not any(k.startswith(d) for d in drop)}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return strip(json.loads(text))
-
-
+@needs_warm_starts
 @pytest.mark.tensorflow
 def test_warm_and_cold_runs_report_the_same(capsys):
-    if not warm.usable(True, None):
-        pytest.skip("warm starts are not used on this machine (an accelerator is visible)")
     reports = []
     for flags in ([], ["--cold-start"]):
         code = main([str(FIXTURES / "underflow_loop.py"), "--fix", "--steps", "3", "--format", "json", *flags])
-        reports.append((code, comparable(json.loads(capsys.readouterr().out))))
+        reports.append((code, without_timings(json.loads(capsys.readouterr().out))))
     assert reports[0] == reports[1]
 
 
@@ -199,10 +186,9 @@ def test_run_python_times_out_and_kills_the_program(tmp_path):
     assert time.monotonic() - start < 15
 
 
+@needs_warm_starts
 @pytest.mark.torch
 def test_a_run_whose_warm_interpreter_dies_under_it_runs_again_fresh(tmp_path):
-    if not warm.usable(True, None):
-        pytest.skip("warm starts are not used on this machine (an accelerator is visible)")
     script = tmp_path / "train.py"
     killer = "import os, signal, sys\nif 'torch' in sys.modules:\n    os.kill(os.getppid(), signal.SIGKILL)\n"
     script.write_text(killer + PROBE.format(module="torch") + TORCH_TRAINS)  # kills the warm interpreter only

@@ -263,6 +263,16 @@ def metrics(run: RunResult, reference: RunResult | None = None) -> Metrics:
     return m
 
 
+def without_timings(value):
+    """A JSON report (or part of one) less its timings, the ``ms_*`` fields: what two runs of one script with one
+    seed agree on (a warm and a fresh start, warm.py)."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if not k.startswith("ms_")}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
 def _fmt_loss(x) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
