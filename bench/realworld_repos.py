@@ -138,16 +138,16 @@ def has_commit(git_dir: Path, commit: str) -> bool:
 def missing_blobs(git_dir: Path, commit: str) -> list[str]:
     """Paths of the commit whose content the git directory lacks (a mirror that leaves out large files)."""
     listing = git(git_dir, "ls-tree", "-r", "-z", commit).split(b"\0")
-    blobs = {}
+    blobs: dict[bytes, list[str]] = defaultdict(list)  # one blob may lie at several paths
     for line in filter(None, listing):
         meta, path = line.split(b"\t", 1)
         _, kind, object_id = meta.split()
         if kind == b"blob":
-            blobs[object_id] = path.decode()
+            blobs[object_id].append(path.decode())
     if not blobs:
         return []
     answer = git(git_dir, "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin=b"\n".join(blobs) + b"\n")
-    return sorted(blobs[line.split()[0]] for line in answer.splitlines() if line.endswith(b" missing"))
+    return sorted(p for line in answer.splitlines() if line.endswith(b" missing") for p in blobs[line.split()[0]])
 
 
 def materialise(

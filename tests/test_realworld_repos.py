@@ -326,6 +326,15 @@ def test_pinned_repositories_are_distinct_commits_and_not_reserved(repos):
         "google/automl",
         "OpenNMT/OpenNMT-tf",
         "TensorSpeech/TensorFlowTTS",
+        "TensorSpeech/TensorFlowASR",
+        "facebookresearch/mae",
+        "facebookresearch/dinov2",
+        "openai/guided-diffusion",
+        "google-research/big_transfer",
+        "leondgarse/Keras_insightface",
+        "leondgarse/keras_cv_attention_models",
+        "andreped/GradientAccumulator",
+        "microsoft/Swin-Transformer",
     }
     names = [r.name for r in repos.REPOSITORIES]
     assert len(names) == len(set(names)) >= 12 and not reserved & set(names)
