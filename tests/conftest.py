@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import importlib.util
 import inspect
+import json
 import re
 import sys
 from pathlib import Path
@@ -102,6 +103,30 @@ def write_files(root, files: dict[str, str]):
 
 
 # A custom loop and a per-layer policy trained with compile(), for the target tests of MP201/MP207.
+def lint_json(capsys, *args: str) -> tuple[int, list[tuple]]:
+    """``mplint --format json ARGS``: the exit code and each finding's (rule, line, message, fix safety)."""
+    from mplint.cli import main
+
+    capsys.readouterr()
+    code = main(["--format", "json", *args])
+    doc = json.loads(capsys.readouterr().out)
+    return code, [
+        (d["rule"], d["start"]["line"], d["message"], d["fix"]["safety"] if d.get("fix") else None)
+        for d in doc["diagnostics"]
+    ]
+
+
+def target_lines(capsys, root: Path) -> list[str]:
+    """The ``target:`` and ``torch:`` lines ``mplint --show-facts`` prints for the project at ``root``."""
+    from mplint.cli import main
+
+    capsys.readouterr()
+    assert main(["--show-facts", "--no-cache", str(root)]) == 0
+    return [
+        line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith(("target:", "torch:"))
+    ]
+
+
 KERAS_LOOP = """\
 import tensorflow as tf
 

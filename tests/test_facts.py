@@ -111,7 +111,7 @@ def test_generation_priority_config_then_pins_then_imports(tmp_path):
     assert facts_of(env, tmp_path).generation.value == 2
     assert (
         facts_of({"t.py": "import keras\n"}, tmp_path).generation.source
-        == "the project imports Keras 3 (`import keras`)"
+        == "module t.py imports Keras 3 (`import keras`)"
     )
     assert facts_of({"t.py": "import tensorflow as tf\n"}, tmp_path).generation.value == 3
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from conftest import KERAS_LOOP, PER_LAYER, write_files
+from conftest import KERAS_LOOP, PER_LAYER, lint_json, target_lines, write_files
 
 from mplint.cli import main
 from mplint.knowledge import ngc_images
@@ -36,22 +33,8 @@ for x in range(3):
 """
 
 
-def _run(capsys, *args: str) -> tuple[int, list[tuple]]:
-    capsys.readouterr()
-    code = main(["--format", "json", *args])
-    doc = json.loads(capsys.readouterr().out)
-    return code, [
-        (d["rule"], d["start"]["line"], d["message"], d["fix"]["safety"] if d.get("fix") else None)
-        for d in doc["diagnostics"]
-    ]
-
-
-def _facts(capsys, root: Path) -> list[str]:
-    capsys.readouterr()
-    assert main(["--show-facts", "--no-cache", str(root)]) == 0
-    return [
-        line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith(("target:", "torch:"))
-    ]
+_run = lint_json
+_facts = target_lines
 
 
 @pytest.mark.parametrize(
@@ -63,12 +46,24 @@ def _facts(capsys, root: Path) -> list[str]:
         "ARG TAG\nFROM nvcr.io/nvidia/tensorflow:${TAG:-21.02}-tf2-py3\n",
     ],
 )
-def test_substituted_tensorflow2_image_is_any_tf2_and_mp502_stays_unsafe(tmp_path, capsys, dockerfile):
-    # No release notes of an NGC TensorFlow 2 release are in the verified table: the tag says TF 2, nothing more.
+def test_substituted_tensorflow2_image_is_bounded_by_its_month_and_keras2_code_is_left_alone(
+    tmp_path, capsys, dockerfile
+):
+    # No release notes of an NGC TensorFlow 2 release are in the verified table: the flavour says TF 2, and the
+    # month says no TF released after February 2021 (2.4, of December 2020, is the newest): Keras 3 is out of reach.
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": KERAS2_LOOP})
     assert _facts(capsys, tmp_path) == [
-        "target: G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.0) "
-        "(nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF >= 2.0)"
+        "target: G1 (TF 2.1-2.3) or Keras 2 (TF 2.0-2.4) (nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF 2.0-2.4)"
+    ]
+    assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
+
+
+def test_a_tensorflow2_image_of_a_month_after_keras3_admits_keras3(tmp_path, capsys):
+    dockerfile = "FROM nvcr.io/nvidia/tensorflow:24.05-tf2-py3\n"  # TF 2.16 (March 2024) had come out
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": KERAS2_LOOP})
+    assert _facts(capsys, tmp_path) == [
+        "target: G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF 2.0-2.16) "
+        "(nvcr.io/nvidia/tensorflow:24.05-tf2-py3 in Dockerfile: TF 2.0-2.16)"
     ]
     code, found = _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path))
     assert (code, [(rule, line, safety) for rule, line, _, safety in found]) == (1, [("MP502", 7, "unsafe")])
@@ -94,15 +89,15 @@ def test_substituted_tensorflow1_image_is_its_verified_tf1_range(tmp_path, capsy
     assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
 
 
-def test_unflavoured_tensorflow_tag_after_the_split_is_no_evidence(tmp_path, capsys):
-    # From 20.03 NVIDIA's notes name only -tf1-py3 and -tf2-py3 images: a plain 20.07-py3 says nothing of the version.
+def test_unflavoured_tensorflow_tag_after_the_split_is_bounded_by_its_month_only(tmp_path, capsys):
+    # From 20.03 NVIDIA's notes name only -tf1-py3 and -tf2-py3 images: a plain 20.07-py3 says nothing of the
+    # flavour, but no TF released after July 2020 (2.3) is in it.
     write_files(
         tmp_path,
         {".mplint.yaml": "{}\n", "train.py": KERAS2_LOOP, "Dockerfile": "FROM nvcr.io/nvidia/tensorflow:20.07-py3\n"},
     )
     assert _facts(capsys, tmp_path) == [
-        "target: G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.1) (no pin, config or Keras import: any supported "
-        "TensorFlow (set `target` or pin tensorflow))"
+        "target: G1 (TF 2.1-2.3) (TF 2.0-2.3) (nvcr.io/nvidia/tensorflow:20.07-py3 in Dockerfile: TF 2.0-2.3)"
     ]
 
 
@@ -155,7 +150,9 @@ def test_unpinned_keras_loop_gets_an_unsafe_mp502_fix_naming_the_range(tmp_path,
 )
 def test_pytorch_image_through_arg_is_bounded_by_the_verified_releases(tmp_path, capsys, dockerfile):
     write_files(tmp_path, {".mplint.yaml": "{}\n", "Dockerfile": dockerfile, "train.py": TORCH_LOOP})
-    torch = "torch 1.8.0a0-1.10.0a0"  # between NVIDIA's 20.12 (1.8.0a0+1606899) and 21.09 (1.10.0a0+3fd9dcf)
+    # between NVIDIA's 20.12 (1.8.0a0+1606899) and 21.09 (1.10.0a0+3fd9dcf); torch 1.8 was the newest release in
+    # March 2021, so the image holds at most a 1.9 pre-release
+    torch = "torch 1.8.0a0-1.9.0a0"
     assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: {torch})"
     code, found = _run(capsys, "--no-cache", "--select", "MPT201,MPT502", str(tmp_path))
     # torch.cuda.amp.autocast is deprecated from 2.4 only, which the range does not reach: no MPT502
@@ -172,7 +169,8 @@ def test_pytorch_image_through_arg_is_bounded_by_the_verified_releases(tmp_path,
 
 @pytest.mark.parametrize("form", ["${FROM_IMAGE_NAME}", "$FROM_IMAGE_NAME"])
 def test_pytorch_24_10_through_arg_is_bounded_by_24_01_and_25_12(tmp_path, capsys, form):
-    # 24.10's own notes are not stored: the range runs from 24.01 (2.2.0a0+81ea7a4) to 25.12 (2.10.0a0+b4e4ee81d3)
+    # 24.10's own notes are not stored: the range runs from 24.01 (2.2.0a0+81ea7a4) to the pre-release of the minor
+    # after the newest torch of October 2024 (2.5: 2.6.0a0)
     write_files(
         tmp_path,
         {
@@ -181,7 +179,7 @@ def test_pytorch_24_10_through_arg_is_bounded_by_24_01_and_25_12(tmp_path, capsy
             "Dockerfile": f"ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:24.10-py3\nFROM {form}\n",
         },
     )
-    torch = "torch 2.2.0a0-2.10.0a0"
+    torch = "torch 2.2.0a0-2.6.0a0"
     assert _facts(capsys, tmp_path)[-1] == f"torch: {torch} (nvcr.io/nvidia/pytorch:24.10-py3 in Dockerfile: {torch})"
     code, found = _run(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
     # the range reaches 2.4, and torch.autocast("cuda") exists on all of it: the fix is safe
@@ -192,8 +190,8 @@ def test_pytorch_24_10_through_arg_is_bounded_by_24_01_and_25_12(tmp_path, capsy
                 "MPT502",
                 6,
                 "`torch.cuda.amp.autocast` is deprecated since torch 2.4 (FutureWarning): "
-                'write `torch.autocast("cuda")` (target torch 2.2.0a0-2.10.0a0, from '
-                "nvcr.io/nvidia/pytorch:24.10-py3 in Dockerfile: torch 2.2.0a0-2.10.0a0)",
+                'write `torch.autocast("cuda")` (target torch 2.2.0a0-2.6.0a0, from '
+                "nvcr.io/nvidia/pytorch:24.10-py3 in Dockerfile: torch 2.2.0a0-2.6.0a0)",
                 "safe",
             )
         ],
@@ -496,11 +494,13 @@ def test_ngc_tables_move_forward_with_their_framework():
         ("nvcr.io/nvidia/pytorch:19.10-py3", "torch 1.3.0a0"),
         ("nvcr.io/nvidia/pytorch:20.10-py3", "torch 1.7.0a0"),
         ("nvcr.io/nvidia/pytorch:21.09-py3", "torch 1.10.0a0"),
-        ("nvcr.io/nvidia/pytorch:22.04-py3", "torch 1.10.0a0-1.13.0a0"),
-        ("nvcr.io/nvidia/pytorch:24.04-py3", "torch 2.2.0a0-2.10.0a0"),
+        ("nvcr.io/nvidia/pytorch:22.04-py3", "torch 1.10.0a0-1.12.0a0"),  # 1.11 was the newest in April 2022
+        ("nvcr.io/nvidia/pytorch:24.04-py3", "torch 2.2.0a0-2.4.0a0"),  # 2.3 came out on 2024-04-24
         ("nvcr.io/nvidia/pytorch:24.01-py3", "torch 2.2.0a0"),
         ("nvcr.io/nvidia/pytorch:19.05-py3", ("torch <= 1.1", "torch <= 1.1.0")),  # the range drops a release's ".0"
-        ("nvcr.io/nvidia/pytorch:26.01-py3", "torch >= 2.10.0a0"),
+        ("nvcr.io/nvidia/pytorch:26.01-py3", "torch 2.10.0a0-2.11.0a0"),  # 2.10 came out on 2026-01-21
+        ("nvidian/pytorch:20.06-py3", "torch 1.5.0a0-1.6.0a0"),  # NVIDIA's internal registry, the same releases
+        ("nvcr.io/nvidia/merlin/merlin-pytorch:23.02", "torch <= 1.14.0a0"),  # dated: 1.13 was the newest
     ],
 )
 def test_pytorch_image_tags_map_to_the_verified_range(tmp_path, capsys, image, torch):
@@ -632,9 +632,10 @@ CPU_LOOP = TORCH_LOOP.replace(".cuda()", "").replace(
         (
             {},
             CPU_LOOP,
-            "a GradScaler (`torch.amp.GradScaler(device)` from torch 2.3; target any torch >= 1.6: no torch pin)",
+            "a GradScaler (`torch.amp.GradScaler(device)` from torch 2.3; target torch >= 1.10, from train.py:6 uses "
+            "torch.autocast, which torch 1.10 added)",
             None,
-        ),  # no CPU GradScaler before 2.3: no fix
+        ),  # no pin, but the code's own torch.autocast exists from 1.10; no CPU GradScaler before 2.3: no fix
     ],
 )
 def test_mpt201_names_the_grad_scaler_its_fix_writes(tmp_path, capsys, pins, code, advice, scaler):

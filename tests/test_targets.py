@@ -117,8 +117,10 @@ def test_experimental_api_in_a_tf_2_8_container_is_a_deprecation_warning(tmp_pat
     assert _lint(capsys, ".") == []
     (tmp_path / "p" / "Dockerfile").write_text("FROM tensorflow/tensorflow:2.9.1-gpu\n")  # TF 2.9: removed
     assert _lint(capsys, ".") == [("train.py", "MP501", "error", 4, 1)]
-    # An NGC TensorFlow 2 tag has no verified version: any TF 2, which includes TF >= 2.9
+    # An NGC TensorFlow 2 tag has no verified version: any TF 2 released by its month; 22.03 is at most TF 2.8
     (tmp_path / "p" / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:22.03-tf2-py3\n")
+    assert _lint(capsys, ".") == [("train.py", "MP501", "warning", 4, 1)]
+    (tmp_path / "p" / "Dockerfile").write_text("FROM nvcr.io/nvidia/tensorflow:22.06-tf2-py3\n")  # TF 2.9 was out
     assert _lint(capsys, ".") == [("train.py", "MP501", "error", 4, 1)]
 
 

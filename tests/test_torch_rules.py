@@ -16,7 +16,7 @@ from mplint.knowledge.apinames import canonical, torch_canonical
 from mplint.project.build import project_facts
 from mplint.project.cache import _module_facts_from_json, _module_facts_to_json
 from mplint.project.facts import ProjectFacts
-from mplint.project.torch_target import UNPINNED, torch_target
+from mplint.project.torch_target import UNPINNED, TorchTarget, torch_target
 from mplint.runner import RunOptions, run
 from mplint.testing import copy_tree, lint_code
 
@@ -75,6 +75,13 @@ def test_a_modules_facts_carry_its_torch_pin_and_the_cache_keeps_it(tmp_path):
     facts = project_facts(pinned)["train.py"]
     assert facts.torch_target == torch_target(pinned / "train.py") and facts.torch_target.minimum == Version("2.4")
     assert _module_facts_from_json(json.loads(json.dumps(_module_facts_to_json(facts))), {}, {}) == facts
+    # no pin, but the code's own `torch.autocast` exists from torch 1.10 on: the range starts there
+    by_code = project_facts(unpinned)["train.py"]
+    assert by_code.torch_pin == TorchTarget(
+        True, Version("1.10"), None, "train.py:6 uses torch.autocast, which torch 1.10 added"
+    )
+    assert _module_facts_from_json(json.loads(json.dumps(_module_facts_to_json(by_code))), {}, {}) == by_code
+    (unpinned / "train.py").write_text(TRAIN.replace('torch.autocast("cuda", dtype=torch.float16)', "amp_context()"))
     bare = project_facts(unpinned)["train.py"]
     assert bare.torch_pin is None and bare.torch_target is UNPINNED
     assert _module_facts_from_json(json.loads(json.dumps(_module_facts_to_json(bare))), {}, {}) == bare

@@ -27,6 +27,7 @@ from mplint.analysis.torch_loop import CLIP_APIS
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
+from mplint.knowledge.releases import APEX_AMP_DEPRECATED
 
 _AMP_CALLS = {"amp.initialize", "amp.scale_loss", "amp.master_params", "amp.state_dict", "amp.load_state_dict"}
 _FP16_UTILS = ("fp16_utils", "FP16_Optimizer")
@@ -48,6 +49,14 @@ class ApexAmp(TorchRule):
         self.calls: dict[str, list[cst.Call]] = {}
         self.imports: list[cst.CSTNode] = []
         self.blocker: str | None = None
+
+    def _apex_amp_current(self) -> bool:
+        """Whether apex's AMP is still the documented API where the code runs: an environment dated before apex
+        deprecated it (an NGC image of 2020 bundles that apex), or a torch without ``torch.cuda.amp`` to move to."""
+        from packaging.version import Version
+
+        target = self.context.facts.torch_target
+        return target.predates(APEX_AMP_DEPRECATED) or (target.newest is not None and target.newest < Version("1.6"))
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None and not node.relative else None
@@ -132,6 +141,8 @@ class ApexAmp(TorchRule):
     # --- the migration ------------------------------------------------------------------------
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        if self._apex_amp_current():
+            return
         fix, why = self._migration()
         initialize = self.calls.get("amp.initialize", [])
         sites = initialize or self._first_use(self.items)

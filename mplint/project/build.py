@@ -18,7 +18,7 @@ from mplint.project.extract import FileFacts, extract_file_facts
 from mplint.project.facts import ProjectFacts, ProjectSummary
 from mplint.project.generation import TARGETS, Generation
 from mplint.project.pins import PinFinder
-from mplint.project.programs import Module, ProjectModel, module_facts
+from mplint.project.programs import Module, ProjectModel, module_facts, shared_code_bounds
 from mplint.project.published import published
 
 
@@ -219,9 +219,10 @@ def _module_facts(
     by_display = module_facts(model, None if configured else pins, policy, configured, published(root))
     from mplint.project.torch_target import TorchTargets
 
-    torch = TorchTargets(pins.parsed)  # programs in one folder share its torch pins
+    torch = TorchTargets(pins.parsed, pins.root)  # programs in one folder share its torch pins
+    code = shared_code_bounds(model)
     for module in modules:  # the torch pin nearest each module: what the PyTorch rules' fixes may write for
-        target = torch.of(module.path)
+        target = torch.of(module.path, code.get(module, ()))
         if target.pinned:
             by_display[module.display] = replace(by_display[module.display], torch_pin=target)
     # The root's pins are the target of every program unless some code says otherwise (tf_keras on a TF pin)
@@ -264,7 +265,7 @@ def _torch_record(program, torch) -> dict | None:
     """The torch range of a program whose modules import torch (None for the others)."""
     if not any(i.module.split(".")[0] == "torch" for m in program.parents for i in m.facts.imports):
         return None
-    target = torch.of(program.entry.path)
+    target = torch.of(program.entry.path, program.version_bounds)
     return {"label": target.label, "source": target.source if target.pinned else "no torch pin"}
 
 

@@ -234,7 +234,8 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
 
 
 def _torch_pin_to_json(target) -> list:
-    return [None if v is None else str(v) for v in (target.minimum, target.newest)] + [target.source]
+    dated = list(target.dated) if target.dated else None
+    return [None if v is None else str(v) for v in (target.minimum, target.newest)] + [target.source, dated]
 
 
 def _torch_pin_from_json(raw: list):
@@ -243,9 +244,13 @@ def _torch_pin_from_json(raw: list):
 
     from mplint.project.torch_target import TorchTarget
 
-    minimum, newest, source = raw
+    minimum, newest, source, dated = raw
     return TorchTarget(
-        True, None if minimum is None else Version(minimum), None if newest is None else Version(newest), source
+        True,
+        None if minimum is None else Version(minimum),
+        None if newest is None else Version(newest),
+        source,
+        tuple(dated) if dated else None,
     )
 
 

@@ -6,6 +6,7 @@ close match. YAML is read with ``yaml.safe_load`` only: a config cannot run code
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,6 @@ YAML_NAMES = (".mplint.yaml", ".mplint.yml")
 # environments, Pipfiles, Dockerfiles: each names what its programs run on), an mplint config, a repository.
 _ROOT_MARKERS = (
     "pyproject.toml",
-    "setup.py",
     "setup.cfg",
     "requirements.txt",
     ".git",
@@ -213,10 +213,29 @@ def find_config(start: Path) -> Path | None:
 
 
 def is_marked(folder: Path) -> bool:
-    """Whether ``folder`` holds a project marker (pyproject.toml, .git, pins, ...)."""
-    return any((folder / marker).exists() for marker in _ROOT_MARKERS) or any(
-        next(folder.glob(pattern), None) is not None for pattern in _ROOT_MARKER_GLOBS
+    """Whether ``folder`` holds a project marker (pyproject.toml, .git, pins, a packaging ``setup.py``, ...)."""
+    return (
+        any((folder / marker).exists() for marker in _ROOT_MARKERS)
+        or any(next(folder.glob(pattern), None) is not None for pattern in _ROOT_MARKER_GLOBS)
+        or is_packaging_script(folder / "setup.py")
     )
+
+
+# setuptools' or distutils' setup() called: ``from setuptools import setup`` ... ``setup(``, ``setuptools.setup(``
+_SETUP_IMPORT = re.compile(
+    r"^\s*(?:from\s+(?:setuptools|distutils)[\w.]*\s+import|import\s+(?:setuptools|distutils))", re.M
+)
+_SETUP_CALL = re.compile(r"(?:^|[^\w.])(?:setuptools\.|distutils\.core\.)?setup\s*\(", re.M)
+
+
+def is_packaging_script(path: Path) -> bool:
+    """A ``setup.py`` that packages the folder: it imports setuptools or distutils and calls ``setup(``. A runtime
+    module that happens to be named ``setup.py`` (``utils/setup.py``, an experiment's setup helper) is not one."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return bool(_SETUP_IMPORT.search(text) and _SETUP_CALL.search(text))
 
 
 def marked_root(start: Path) -> Path | None:

@@ -18,6 +18,7 @@ from mplint.engine.imports import dotted_name as _dotted
 from mplint.engine.python_tree import parse_python
 from mplint.engine.summaries import CHILD_FIELDS, Summary, child_fields, declared, own_nodes, walk
 from mplint.knowledge.apinames import canonical, keras_namespace
+from mplint.knowledge.code_versions import bound_of
 from mplint.knowledge.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 from mplint.project.generation import legacy_keras_value
 
@@ -29,6 +30,7 @@ HERE = "<here>"  # a sys.path entry relative to the file's own folder
 _FACT_TOKENS = re.compile(
     rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
     rb"|__path__|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior|\.compile\(|\.fit\("
+    rb"|_six\b|autocast|amp\.(?:GradScaler|custom_)"
 )
 _TRAINING_CALLS = frozenset({"compile", "fit"})
 # TF1 constructs, by canonical prefix: the program is TF1 (G0) unless it also sets a Keras policy.
@@ -97,6 +99,9 @@ class FileFacts:
     # [HERE, HERE/api]. Empty: the package folder alone.
     package_path: list[str] = field(default_factory=list)
     tf1: bool = False  # TF1 sessions, Estimators, tf.train optimizers, tf.contrib, disable_v2_behavior
+    # The code's own version evidence (``mplint.knowledge.code_versions``): (package, specifier, what, line) of each
+    # name whose unconditional use bounds the versions it runs on (``from torch._six import inf``: torch < 2.0).
+    version_bounds: list[tuple[str, str, str, int]] = field(default_factory=list)
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
     # Summaries of functions and classes that callers in other modules need: name -> kind -> summary. The kinds,
     # and what each summary's fields say, are declared by the rules that read them (``mplint.engine.summaries``).
@@ -219,6 +224,7 @@ class _Reader(_FastVisitor):
         self.consts: dict[str, list[str]] = {}  # module-level NAME = "string" (or a conditional of strings)
         self.function: list[str] = []
         self.optional = 0  # inside `try: import ... except ImportError`: a compatibility import, not a choice
+        self.conditional = 0  # inside an `if`, a conditional expression or a `try`: it may not run
         self.made_by: dict[str, str] = {}  # variable -> last name of the callable whose result it holds
         self.uses: set[str] = set()  # names read and attributes accessed, on the full visit (``_used_names``)
 
@@ -247,10 +253,31 @@ class _Reader(_FastVisitor):
         return []
 
     # --- imports -----------------------------------------------------------------------
+    def _version_evidence(self, qualified: str | None, line: int) -> None:
+        """A use that surely runs of a name that bounds the versions (``code_versions``)."""
+        if not qualified or self.optional or self.conditional:
+            return
+        found = bound_of(qualified)
+        if found is not None and not any(b[:2] == found[:2] for b in self.facts.version_bounds):
+            self.facts.version_bounds.append((found.package, found.specifier, found.what, line))
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        self.conditional += 1
+        for stmt in (*node.body, *node.orelse):
+            self.visit(stmt)
+        self.conditional -= 1
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self.conditional += 1
+        self.generic_visit(node)
+        self.conditional -= 1
+
     def visit_Import(self, node: ast.Import) -> None:
         for alias, (bound, path) in zip(node.names, import_bindings((a.name, a.asname) for a in node.names)):
             self.aliases[bound] = path
             self.facts.imports.append(ImportRecord(alias.name, "", bound, 0, node.lineno))
+            self._version_evidence(alias.name, node.lineno)
             kind = keras_namespace(alias.name)
             if kind and not self.optional:
                 self.facts.keras_imports.add(kind)
@@ -264,6 +291,8 @@ class _Reader(_FastVisitor):
             self.facts.imports.append(
                 ImportRecord(module, alias.name, bound if alias.name != "*" else "*", node.level, node.lineno)
             )
+            if node.level == 0:
+                self._version_evidence(f"{module}.{alias.name}" if alias.name != "*" else module, node.lineno)
         if node.level == 0:
             kind = keras_namespace(module)
             if module == "tensorflow" and any(a.name == "keras" for a in node.names):
@@ -274,10 +303,14 @@ class _Reader(_FastVisitor):
     def visit_Try(self, node: ast.Try) -> None:
         guarded = any(_handler_names(h) & _IMPORT_ERRORS for h in node.handlers)
         self.optional += guarded
+        self.conditional += bool(node.handlers)
         for stmt in node.body:
             self.visit(stmt)
         self.optional -= guarded
-        for part in (*node.handlers, *node.orelse, *node.finalbody):
+        for part in (*node.handlers, *node.orelse):
+            self.visit(part)
+        self.conditional -= bool(node.handlers)
+        for part in node.finalbody:
             self.visit(part)
 
     def visit_imports(self, body: list[ast.stmt]) -> None:
@@ -287,15 +320,22 @@ class _Reader(_FastVisitor):
                 self.visit(stmt)
                 continue
             guarded = isinstance(stmt, ast.Try) and any(_handler_names(h) & _IMPORT_ERRORS for h in stmt.handlers)
+            branching = (
+                isinstance(stmt, (ast.If, ast.Try, ast.Match))
+                and not isinstance(stmt, ast.Try)
+                or bool(getattr(stmt, "handlers", None))
+            )
             self.optional += guarded
+            self.conditional += branching
             self.visit_imports(getattr(stmt, "body", []))
             self.optional -= guarded
-            for name in ("orelse", "finalbody"):
-                self.visit_imports(getattr(stmt, name, []))
+            self.visit_imports(getattr(stmt, "orelse", []))
             for handler in getattr(stmt, "handlers", []):
                 self.visit_imports(handler.body)
             for case in getattr(stmt, "cases", []):
                 self.visit_imports(case.body)
+            self.conditional -= branching
+            self.visit_imports(getattr(stmt, "finalbody", []))
 
     # --- scopes ------------------------------------------------------------------------
     def _enter(self, node, name: str) -> None:
@@ -320,6 +360,7 @@ class _Reader(_FastVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self.uses.add(node.attr)
+        self._version_evidence(self.qualified(node), node.lineno)
         if (
             node.attr == "keras"
             and isinstance(node.value, ast.Name)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import ast
 import configparser
+import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
-from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,8 @@ _TF_PACKAGES = {
     "tensorflow-gpu",
     "tensorflow-macos",
     "tf-nightly",
+    "tf-nightly-gpu",
+    "tf-nightly-cpu",
     "tensorflow-intel",
     "intel-tensorflow",
     "tensorflow-aarch64",
@@ -49,6 +51,14 @@ def _samples(package: str) -> tuple[Version, ...]:
     if package == "keras":
         return tuple(Version(v) for v in ("2.4.0", "2.15.0", "3.0.0", "3.20.0", "4.0.0"))
     return tuple(Version(f"2.{minor}.0") for minor in range(0, 40))  # TF1 only where a pin names it
+
+
+@cache
+def torch_samples() -> tuple[Version, ...]:
+    """Versions a torch specifier is tested against (plus the versions it names itself)."""
+    from packaging.version import Version
+
+    return tuple(Version(v) for v in [*(f"1.{m}.0" for m in range(14)), *(f"2.{m}.0" for m in range(31))])
 
 
 _DOCKERFILE = re.compile(r"^(?:Dockerfile(?:[.-].*)?|.*\.[Dd]ockerfile)$")
@@ -361,20 +371,27 @@ def _bounded(package: str, bounds, major: str = "") -> str:
 
 def _image_requirements(image: str) -> list[Requirement]:
     """What a container image ships, as requirements (``torch==2.10.0a0``, ``torch>=1.4.0a0,<=2.10.0a0``,
-    ``tensorflow>=2,<3``): NGC tags through the verified table ``mplint.knowledge.ngc_images``."""
-    from mplint.knowledge import ngc_images
+    ``tensorflow>=2,<3``): NGC tags through the verified table ``mplint.knowledge.ngc_images``, and every dated image
+    (``YY.MM``: NGC, NVIDIA's Merlin) bounded by the releases of its month (``mplint.knowledge.releases``)."""
+    from mplint.knowledge import ngc_images, releases
 
     name, _, tag = image.partition(":")
+    last = name.rsplit("/", 1)[-1].lower()
+    month = releases.image_month(tag)
+    nvidia = bool(re.search(r"(?:^|/)nvidia[n]?/", name.lower()))
     specs: list[str] = []
     ngc = re.match(r"(\d{2})\.(\d{2})(?:-(tf[12]))?-py[23]", tag)
-    if name.endswith("nvidia/tensorflow") and ngc:
+    if nvidia and last == "tensorflow" and ngc:
         release = (int(ngc.group(1)), int(ngc.group(2)))
         if ngc.group(3) == "tf1" or (ngc.group(3) is None and release < ngc_images.FIRST_FLAVOURED_TENSORFLOW):
             specs.append(_bounded("tensorflow", ngc_images.between(ngc_images.TENSORFLOW1, release), "1"))
-        elif ngc.group(3) == "tf2":  # no verified row: the flavour says TensorFlow 2
-            specs.append("tensorflow>=2,<3")
-    elif name.endswith("nvidia/pytorch") and ngc:
-        specs.append(_bounded("torch", ngc_images.between(ngc_images.PYTORCH, (int(ngc.group(1)), int(ngc.group(2))))))
+        elif ngc.group(3) == "tf2":  # no verified row: the flavour says TensorFlow 2, the month bounds it
+            specs.append("tensorflow>=2,<3" + _released_by("tensorflow", month))
+        elif month:  # an unflavoured tag after the split: only the month says something
+            specs.append("tensorflow" + _released_by("tensorflow", month).lstrip(","))
+    elif nvidia and last == "pytorch" and ngc:
+        bounds = ngc_images.between(ngc_images.PYTORCH, (int(ngc.group(1)), int(ngc.group(2))))
+        specs.append(_bounded("torch", bounds) + _released_by("torch", month, bool(bounds.newest or bounds.oldest)))
     elif name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
         m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
         specs.append(
@@ -387,6 +404,10 @@ def _image_requirements(image: str) -> list[Requirement]:
     elif name in ("pytorch/pytorch", "docker.io/pytorch/pytorch", "ghcr.io/pytorch/pytorch"):
         m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
         specs += [f"torch=={m.group(1)}" if m.group(1).count(".") == 2 else f"torch=={m.group(1)}.*"] if m else []
+    elif month and "tensorflow" in last:  # merlin-tensorflow:22.12, merlin-tensorflow-training:21.09
+        specs.append("tensorflow>=2" + _released_by("tensorflow", month))
+    elif month and ("pytorch" in last or "torch" in last):  # merlin-pytorch:23.02
+        specs.append("torch" + _released_by("torch", month).lstrip(","))
     else:
         m = re.search(r"tf2?-(?:gpu|cpu)\.(\d+)-(\d+)", image)
         if m:  # Google's deep-learning containers: tf2-gpu.2-8, tf-gpu.1-15
@@ -397,26 +418,90 @@ def _image_requirements(image: str) -> list[Requirement]:
     return [r for r in map(_requirement, specs) if r is not None]
 
 
-_VARIABLE = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")  # ${NAME}, ${NAME:-default}, $NAME
+def dated_image_month(image: str) -> tuple[int, int] | None:
+    """The month of a dated framework image (``nvcr.io/nvidia/pytorch:20.06-py3``, ``merlin-tensorflow:22.12``): an
+    NVIDIA image or one named after its framework, with a ``YY.MM`` tag. None for any other (``ubuntu:18.04``)."""
+    from mplint.knowledge import releases
+
+    name, _, tag = image.partition(":")
+    last = name.rsplit("/", 1)[-1].lower()
+    if not (re.search(r"(?:^|/)nvidia[n]?/", name.lower()) or "tensorflow" in last or "torch" in last):
+        return None
+    return releases.image_month(tag)
+
+
+def _released_by(framework: str, month: tuple[int, int] | None, comma: bool = True) -> str:
+    """``,<2.12`` (TensorFlow) or ``,<=2.10.0a0`` (NVIDIA's torch): the newest version an image of ``month`` may
+    hold; empty without a month. ``comma``: whether a clause comes before it."""
+    from mplint.knowledge import releases
+
+    newest = releases.newest_in_image(framework, month) if month else None
+    if newest is None:
+        return ""
+    if framework == "torch":
+        clause = f"<={newest}"
+    else:
+        major, minor = newest.split(".")[:2]
+        clause = f"<{major}.{int(minor) + 1}"
+    return f",{clause}" if comma else clause
 
 
 def _substitute(text: str, values: dict[str, str]) -> str:
-    """Variables expanded as Docker expands them in a ``FROM`` line (an unknown one is left as written)."""
+    """Variables expanded as a Dockerfile expands them: ``$NAME``, ``${NAME}``, ``${NAME:-default}`` and
+    ``${NAME:+word}`` (the word where NAME is set), nested; an unknown one is left as written."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "$":
+            out.append(text[i])
+            i += 1
+            continue
+        if text.startswith("${", i):
+            depth, j = 1, i + 2
+            while j < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+            body = text[i + 2 : j - 1] if not depth else None
+            m = re.fullmatch(r"(\w+)(?::?([-+])(.*))?", body or "", re.S)
+            if m is None:
+                out.append(text[i:j])
+            else:
+                value = values.get(m.group(1))
+                if m.group(2) == "+":
+                    out.append(_substitute(m.group(3), values) if value else "")
+                elif value:
+                    out.append(value)
+                elif m.group(2) == "-":
+                    out.append(_substitute(m.group(3), values))
+                else:
+                    out.append(text[i:j])
+            i = j
+            continue
+        m = re.match(r"\$(\w+)", text[i:])
+        if m and values.get(m.group(1)):
+            out.append(values[m.group(1)])
+        else:
+            out.append(m.group(0) if m else "$")
+        i += len(m.group(0)) if m else 1
+    return "".join(out)
 
-    def one(m: re.Match) -> str:
-        value = values.get(m.group(1) or m.group(3))
-        return value if value else m.group(2) if m.group(2) is not None else m.group(0)
 
-    return _VARIABLE.sub(one, text)
+@dataclass
+class DockerStage:
+    """What the stage of a Dockerfile that runs starts from and does: its image, the words of each ``pip install``
+    / ``conda install`` its ``RUN`` lines make (variables substituted), and its ``COPY`` sources by destination."""
+
+    image: str | None = None
+    installs: list[tuple[str, list[str]]] = field(default_factory=list)  # (installer, argument words)
+    copies: dict[str, str] = field(default_factory=dict)  # destination -> source (relative to the build context)
 
 
-def dockerfile_image(text: str) -> str | None:
-    """The image the Dockerfile's last stage (the one that runs) starts from, with ``ARG``/``ENV`` values
-    substituted and ``FROM <earlier stage>`` followed back to that stage's image."""
+def dockerfile_stage(text: str) -> DockerStage:
+    """The Dockerfile's last stage (the one that runs), with ``ARG``/``ENV`` values substituted and ``FROM <earlier
+    stage>`` followed back to that stage's image, installs and copies."""
     text = re.sub(r"\\\r?\n", " ", text)
     values: dict[str, str] = {}
-    stages: dict[str, str] = {}
-    image = None
+    stages: dict[str, DockerStage] = {}
+    stage = DockerStage()
     for raw in text.splitlines():
         line = raw.strip()
         word = line.split(None, 1)[0].upper() if line and not line.startswith("#") else ""
@@ -434,15 +519,111 @@ def dockerfile_image(text: str) -> str | None:
             if not parts:
                 continue
             image = _substitute(parts[0], values)
-            image = stages.get(image.lower(), image)
+            earlier = stages.get(image.lower())
+            stage = (
+                DockerStage(earlier.image, list(earlier.installs), dict(earlier.copies))
+                if earlier
+                else DockerStage(image)
+            )
             if len(parts) >= 3 and parts[1].lower() == "as":
-                stages[parts[2].lower()] = image
-    return image
+                stages[parts[2].lower()] = stage
+        elif word == "RUN":
+            command = _substitute(_exec_form(rest), values)
+            for m in _INSTALL.finditer(command):
+                stage.installs.append((m.group(1), m.group(2).split()))
+        elif word in ("COPY", "ADD"):
+            parts = [_substitute(p, values) for p in _exec_form(rest).split() if not p.startswith("--")]
+            for source in parts[:-1]:
+                stage.copies[parts[-1].rstrip("/") or "/"] = source
+    return stage
+
+
+def _exec_form(rest: str) -> str:
+    """``["/bin/bash", "-c", "pip install x"]`` as the command line it runs; a shell-form line as written."""
+    if rest.startswith("["):
+        import json
+
+        try:
+            words = json.loads(rest)
+        except ValueError:
+            return rest
+        if isinstance(words, list):
+            return " ".join(str(w) for w in words)
+    return rest
+
+
+def dockerfile_image(text: str) -> str | None:
+    """The image the Dockerfile's last stage starts from (``dockerfile_stage``)."""
+    return dockerfile_stage(text).image
 
 
 def _dockerfile(path: Path) -> tuple[str | None, list[Requirement]]:
-    image = dockerfile_image(_read(path))
-    return image, _image_requirements(image) if image else []
+    """What the Dockerfile's image runs, and how to name it: the image's frameworks, each replaced by what a ``RUN
+    pip install`` of the stage installs over it (a requirement it names, or the requirements file it installs with
+    ``-r``): ``pip install tf-nightly-gpu==2.3.0.dev20200620 over ubuntu:18.04``."""
+    stage = dockerfile_stage(_read(path))
+    installed = _installed(stage, path.parent)
+    families = {_family(r.name) for r in installed}
+    from_image = _image_requirements(stage.image) if stage.image else []
+    label = stage.image
+    if installed:
+        label = f"pip install {' '.join(str(r) for r in installed)}" + (f" over {stage.image}" if stage.image else "")
+    return label, [r for r in from_image if _family(r.name) not in families] + installed
+
+
+def _installed(stage: DockerStage, context: Path) -> list[Requirement]:
+    found: list[Requirement] = []
+    for installer, words in stage.installs:
+        conda = installer in ("conda", "mamba")
+        remaining = iter(words)
+        for word in remaining:
+            word = word.strip("\"'")
+            if word in ("-r", "--requirement"):
+                found += _requirements_file(_in_context(next(remaining, ""), stage, context))
+            elif not word.startswith("-"):
+                req = _requirement(_conda_spec(word) if conda else word)
+                if req is not None and req.specifier and req.name.lower() in _FRAMEWORKS:
+                    found.append(req)
+    return found
+
+
+def installed_folders(path: Path) -> list[Path]:
+    """The local folders a Dockerfile's stage ``pip install``s (``pip install sub/``, ``pip install -e
+    /workspace/sub`` after ``COPY sub /workspace/sub``): their code runs in this Dockerfile's image."""
+    stage = dockerfile_stage(_read(path))
+    folders = []
+    for installer, words in stage.installs:
+        if installer in ("conda", "mamba"):
+            continue
+        for word in words:
+            word = word.strip("\"'")
+            if word.startswith("-") or not re.match(r"[./\w]", word) or "==" in word or "://" in word:
+                continue
+            folder = _in_context(word, stage, path.parent)
+            if folder.is_dir() and folder != path.parent:
+                folders.append(folder.resolve())
+    return folders
+
+
+def _in_context(word: str, stage: DockerStage, context: Path) -> Path:
+    """A path a ``RUN`` line names, as a path of the build context (taken to be the Dockerfile's folder):
+    destinations of ``COPY`` mapped back to their sources."""
+    word = word.rstrip("/")
+    for destination, source in sorted(stage.copies.items(), key=lambda c: -len(c[0])):
+        if word == destination or word.startswith(destination + "/"):
+            word = source.rstrip("/") + word[len(destination) :]
+            break
+    if word.startswith("/"):
+        return context / "\0"  # a path of the image, not of the context
+    try:
+        return (context / word).resolve()
+    except (OSError, RuntimeError):
+        return context / "\0"
+
+
+def _family(name: str) -> str:
+    name = name.lower().replace("_", "-")
+    return "tensorflow" if name in _TF_PACKAGES else name
 
 
 def _metadata(path: Path) -> list[Requirement]:
@@ -455,7 +636,7 @@ def _metadata(path: Path) -> list[Requirement]:
 
 # --- the environment a README documents: the images it names and its install commands ---------------------
 
-_README = re.compile(r"^readme(?:\.(?:md|markdown|rst|txt))?$", re.I)
+_README = re.compile(r"^(?:readme|install)(?:\.(?:md|markdown|rst|txt))?$", re.I)  # INSTALL.md: install steps
 _DOCUMENTED_IMAGE = re.compile(
     r"(?<![\w./-])((?:nvcr\.io/nvidia/(?:tensorflow|pytorch))|(?:(?:docker\.io|ghcr\.io)/)?"
     r"(?:tensorflow/tensorflow|pytorch/pytorch)):(\w[\w.-]*)"
@@ -492,7 +673,7 @@ def _documented(path: Path) -> list[tuple[str, list[Requirement]]]:
     families: dict[str, list[tuple[str, Requirement]]] = {}
     for what, req in found:
         name = req.name.lower()
-        families.setdefault("tensorflow" if name in _TF_PACKAGES else name, []).append((what, req))
+        families.setdefault(_family(name), []).append((what, req))
     return [
         (" and ".join(dict.fromkeys(w for w, _ in items)), [_either(family, [r for _, r in items])])
         for family, items in families.items()
@@ -536,20 +717,35 @@ def _metadata_files(folder: Path) -> list[Path]:
     )
 
 
+# Subfolders whose Dockerfiles describe the folder's environment (``impl/docker/Dockerfile`` builds ``impl/``).
+_DOCKER_FOLDERS = ("docker", "Docker", "dockerfiles", ".devcontainer", "container")
+
+
 def _dockerfiles(folder: Path) -> list[Path]:
-    try:
-        return sorted(p for p in folder.iterdir() if p.is_file() and _DOCKERFILE.match(p.name))
-    except OSError:
-        return []
+    """The folder's Dockerfiles, then those of its ``docker/``-like subfolders."""
+    found = []
+    for place in (folder, *(folder / sub for sub in _DOCKER_FOLDERS)):
+        try:
+            found += sorted(p for p in place.iterdir() if p.is_file() and _DOCKERFILE.match(p.name))
+        except OSError:
+            continue
+    return found
 
 
-def pin_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str, list[Requirement]]]:
-    """(file name, requirements) of each pin source in ``folder``, most specific first. ``parsed`` keeps
-    each file's requirements for the rest of a run (the same folders are asked for every program)."""
+def pin_sources(
+    folder: Path, parsed: dict | None = None, root: Path | None = None
+) -> Iterable[tuple[str, list[Requirement]]]:
+    """(file name, requirements) of each pin source in ``folder``, most specific first, and, with the project's
+    ``root``, the Dockerfiles above it that ``pip install`` the folder (a sub-package installed into the image of
+    its parent's Dockerfile runs in that image). ``parsed`` keeps each file's requirements for the rest of a run
+    (the same folders are asked for every program)."""
     parsed = {} if parsed is None else parsed
 
     def read(path: Path, reader):
         return _read_once(parsed, path, reader)
+
+    if root is not None:
+        yield from _installing_dockerfiles(folder, root, read)
 
     for path in _requirement_files(folder):
         yield path.name if path.parent == folder else f"requirements/{path.name}", read(path, _requirements_file)
@@ -560,8 +756,32 @@ def pin_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str,
         yield path.relative_to(folder).as_posix(), read(path, _metadata)
     for path in _dockerfiles(folder):
         image, requirements = read(path, _dockerfile)
-        if image:
-            yield f"{image} in {path.name}", requirements
+        if image or requirements:
+            yield f"{image or 'its image'} in {path.relative_to(folder).as_posix()}", requirements
+
+
+def _installing_dockerfiles(folder: Path, root: Path, read) -> Iterable[tuple[str, list[Requirement]]]:
+    """The Dockerfiles above ``folder`` that install it: up to the project's root, or, for a project nested in a
+    repository (a sub-package with its own packaging script), up to the repository's top."""
+    folder = folder.resolve()
+    top = _repository_top(root) or root
+    above = folder.parent
+    while above.is_relative_to(top) and above != above.parent:
+        for path in _dockerfiles(above):
+            if folder in read(path, installed_folders):
+                image, requirements = read(path, _dockerfile)
+                if image or requirements:  # the file by its absolute path: readers place it in the project
+                    yield f"{image or 'its image'} (installing {folder.name}/) in {path}", requirements
+        if above == top:
+            break
+        above = above.parent
+
+
+def _repository_top(folder: Path) -> Path | None:
+    for above in (folder, *folder.parents):
+        if (above / ".git").exists():
+            return above
+    return None
 
 
 def documented_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str, list[Requirement]]]:
@@ -575,9 +795,10 @@ def documented_sources(folder: Path, parsed: dict | None = None) -> Iterable[tup
 
 def _read_once(parsed: dict, path: Path, reader):
     """``reader(path)``, kept in ``parsed`` for the rest of the run."""
-    if path not in parsed:
-        parsed[path] = reader(path)
-    return parsed[path]
+    key = (path, reader)  # one file may be read two ways (a Dockerfile: its image, the folders it installs)
+    if key not in parsed:
+        parsed[key] = reader(path)
+    return parsed[key]
 
 
 def pin_files(folders: Iterable[Path]) -> set[Path]:
@@ -618,7 +839,8 @@ def _allowed(req: Requirement, samples: tuple[Version, ...]) -> list[Version]:
 
 
 def _merged(found: list[tuple[Requirement, str]], names: set[str]) -> tuple[Requirement, str] | None:
-    """All requirements on one package (constraints included) as one, and the file of the most specific."""
+    """All requirements on one package (constraints, and every source of a folder: an image and the pins beside
+    it) intersected as one, and where they come from (every source that bounds it)."""
     matching = [(r, w) for r, w in found if r.name.lower().replace("_", "-") in names]
     if not matching:
         return None
@@ -627,8 +849,28 @@ def _merged(found: list[tuple[Requirement, str]], names: set[str]) -> tuple[Requ
     specifier = SpecifierSet()
     for req, _ in matching:
         specifier &= req.specifier
-    req, where = next(((r, w) for r, w in matching if r.specifier), matching[0])
+    bounding = [(r, w) for r, w in matching if r.specifier] or matching[:1]
+    req = bounding[0][0]
+    where = " and ".join(dict.fromkeys(w if not _pinned_in(w) else f"{w} pins {r}" for r, w in bounding))
+    if len(bounding) == 1:
+        where = bounding[0][1]
     return Requirement(req.name, specifier, f"{req.name}{specifier}"), where
+
+
+_TF1_SAMPLES = tuple(f"1.{minor}.0" for minor in range(16))
+
+
+def _admitted(req: Requirement, family: str) -> list[Version]:
+    """The versions ``req`` admits among the samples; TensorFlow 1 only where it admits no TensorFlow 2 (a pin
+    ``tensorflow<2.8`` is a TF 2 range, ``tensorflow<2`` or a TF1 image one of TF 1)."""
+    if family == "torch":
+        return _allowed(req, torch_samples())
+    allowed = _allowed(req, _samples("keras" if family == "keras" else "tensorflow"))
+    if family == "tensorflow" and (not allowed or max(allowed).major < 2):
+        from packaging.version import Version
+
+        allowed = _allowed(req, tuple(Version(v) for v in _TF1_SAMPLES))
+    return allowed
 
 
 def _generation_of(found: list[tuple[Requirement, str]]) -> Generation | None:
@@ -643,7 +885,7 @@ def _generation_of(found: list[tuple[Requirement, str]]) -> Generation | None:
             return Generation(newest, _evidence(*keras), "pin-keras", oldest=oldest)
     tf = _merged(found, _TF_PACKAGES)
     if tf:
-        allowed = _allowed(tf[0], _samples("tensorflow"))
+        allowed = _admitted(tf[0], "tensorflow")
         if allowed:
             newest, oldest = max(allowed), min(allowed)
             tf_range = _version_range("TF", oldest, newest, newest >= max(_samples("tensorflow")))
@@ -656,6 +898,40 @@ def _generation_of(found: list[tuple[Requirement, str]]) -> Generation | None:
                 tf_range,
             )
     return None
+
+
+_CODE_EVIDENCE = re.compile(r"\S+:\d+ ")  # "utils.py:21 uses torch._six, which torch 2.0 removed"
+
+
+def is_code_evidence(where: str) -> bool:
+    """Whether a requirement's ``where`` is the code's own version evidence (``path:line what``)."""
+    return bool(_CODE_EVIDENCE.match(where))
+
+
+def is_image(where: str) -> bool:
+    """Whether a requirement's ``where`` is a container image ("<image> in Dockerfile"), not a pin file or code."""
+    return " in " in where and not is_code_evidence(where)
+
+
+def _pinned_in(where: str) -> bool:
+    """Whether ``where`` names a pin file alone (cited as "<file> pins <requirement>"): not an image, not the code's
+    own evidence, not several sources together (each already cited)."""
+    return not is_image(where) and not is_code_evidence(where) and " pins " not in where
+
+
+def consistent(found: list[tuple[Requirement, str]], family: str) -> list[tuple[Requirement, str]]:
+    """A folder's requirements on one framework, intersected; where they admit no version together (an image and a
+    pin that contradict each other), what the Dockerfiles say (the image is what runs), else the first source's."""
+    from packaging.specifiers import SpecifierSet
+
+    mine = [(r, w) for r, w in found if _family(r.name) == family]
+    together = SpecifierSet()
+    for req, _ in mine:
+        together &= req.specifier
+    if len(mine) < 2 or _admitted(Requirement(family, together, family), family):
+        return mine
+    images = [(r, w) for r, w in mine if is_image(w)]
+    return images or [(r, w) for r, w in mine if w == mine[0][1]]
 
 
 def _tf_generation(version: Version) -> int:
@@ -672,20 +948,58 @@ def _version_range(name: str, oldest: Version, newest: Version, open_above: bool
 
 def _evidence(req: Requirement, where: str, admits: str = "") -> str:
     """``requirements.txt pins tensorflow==2.8.0``; an image: ``nvcr.io/nvidia/tensorflow:21.02-tf2-py3 in Dockerfile: TF 2.4``."""
-    if " in " in where and admits:
+    if not _pinned_in(where) and admits:
         return f"{where}: {admits}"
     return f"{where} pins {req}"
 
 
-def _folder_generation(folder: Path, root: Path, parsed: dict | None = None) -> Generation | None:
-    for name, reqs in chain(pin_sources(folder, parsed), documented_sources(folder, parsed)):
+def _folder_requirements(folder: Path, root: Path, parsed: dict | None = None) -> list[tuple[Requirement, str]]:
+    """The requirements on TensorFlow/Keras the folder's pin sources state together (intersected), else those of the
+    first README that documents a version; each with where it lies (relative to ``root``)."""
+
+    def where_of(name: str) -> str:
         image, _, file = name.rpartition(" in ")  # "<image> in Dockerfile": the file is what lies in the folder
-        where = (folder / file).relative_to(root).as_posix() if folder.is_relative_to(root) else file
-        where = f"{image} in {where}" if image else where
-        found = _generation_of([(r, where) for r in reqs])
-        if found is not None:
-            return found
-    return None
+        path = folder / file  # an absolute file (a Dockerfile above that installs the folder) stays itself
+        where = path.relative_to(root).as_posix() if path.is_relative_to(root) else os.path.relpath(path, root)
+        return f"{image} in {where}" if image else where
+
+    pins = [(r, where_of(name)) for name, reqs in pin_sources(folder, parsed, root) for r in reqs]
+    pins = [item for family in ("tf-keras", "keras", "tensorflow") for item in consistent(pins, family)]
+    if _generation_of(pins) is not None:
+        return pins
+    for name, reqs in documented_sources(folder, parsed):
+        documented = [(r, where_of(name)) for r in reqs]
+        if _generation_of(documented) is not None:
+            return documented
+    return []
+
+
+def with_code_bounds(
+    found: list[tuple[Requirement, str]], bounds: Iterable[tuple[str, str, str]]
+) -> list[tuple[Requirement, str]]:
+    """``found`` and the code's own version evidence ((package, specifier, where)) on one family, intersected where
+    they agree; where they contradict each other the pins stand (``consistent`` keeps the first source)."""
+    code = [(req, where) for package, spec, where in bounds if (req := _requirement(f"{package}{spec}")) is not None]
+    code = [item for item in code if _narrows(found, item)]
+    if not code:
+        return found
+    families = {_family(r.name) for r, _ in code}
+    kept = [item for item in found if _family(item[0].name) not in families]
+    return kept + [item for family in sorted(families) for item in consistent(found + code, family)]
+
+
+def _narrows(found: list[tuple[Requirement, str]], bound: tuple[Requirement, str]) -> bool:
+    """Whether a code bound excludes some version the requirements ``found`` admit (one that does not is no news)."""
+    from packaging.specifiers import SpecifierSet
+
+    family = _family(bound[0].name)
+    together = SpecifierSet()
+    for req, _ in found:
+        if _family(req.name) == family:
+            together &= req.specifier
+    before = _admitted(Requirement(family, together, family), family)
+    after = _admitted(Requirement(family, together & bound[0].specifier, family), family)
+    return before != after
 
 
 class PinFinder:
@@ -693,10 +1007,11 @@ class PinFinder:
 
     def __init__(self, root: Path):
         self.root = root.resolve()
-        self._folders: dict[Path, Generation | None] = {}
+        self._folders: dict[Path, list[tuple[Requirement, str]]] = {}
         self.parsed: dict[Path, object] = {}  # each pin file's requirements, shared with the torch targets of the run
 
-    def target_for(self, folder: Path) -> Generation | None:
+    def requirements_for(self, folder: Path) -> list[tuple[Requirement, str]]:
+        """The TensorFlow/Keras requirements of the nearest folder at or above ``folder`` that states any."""
         folder = Path(folder).resolve()
         chain = []
         while True:
@@ -704,20 +1019,24 @@ class PinFinder:
                 found = self._folders[folder]
                 break
             chain.append(folder)
-            found = _folder_generation(folder, self.root, self.parsed)
-            if (
-                found is not None
-                or folder == self.root
-                or not folder.is_relative_to(self.root)
-                or folder.parent == folder
-            ):
+            found = _folder_requirements(folder, self.root, self.parsed)
+            if found or folder == self.root or not folder.is_relative_to(self.root) or folder.parent == folder:
                 break
             folder = folder.parent
         for seen in chain:
             self._folders[seen] = found
         return found
 
+    def target_for(self, folder: Path, code: Iterable[tuple[str, str, str]] = ()) -> Generation | None:
+        """The target the pins nearest ``folder`` give, intersected with the code's own version evidence."""
+        return _generation_of(with_code_bounds(self.requirements_for(folder), code))
+
+    @staticmethod
+    def from_code(code: Iterable[tuple[str, str, str]]) -> Generation | None:
+        """The target the code's own version evidence gives alone."""
+        return _generation_of(with_code_bounds([], code))
+
 
 def generation_from_pins(root: Path) -> Generation | None:
     """The pins at the project root."""
-    return _folder_generation(root.resolve(), root.resolve())
+    return _generation_of(_folder_requirements(root.resolve(), root.resolve()))

@@ -56,6 +56,8 @@ class Program:
     tf1: bool = False
     trains: frozenset[str] = frozenset()  # what its modules compile or fit, by callable name
     tpu_sites: frozenset[tuple[str, int]] = frozenset()
+    # The code's own version evidence in the modules it reaches: (package, specifier, "path:line what"), one per bound
+    version_bounds: tuple[tuple[str, str, str], ...] = ()
 
     def link_to(self, module: Module) -> ProgramLink:
         chain: list[str] = []
@@ -394,6 +396,7 @@ class ProjectModel:
         program.tf1 = any(m.facts.tf1 for m in program.parents)
         program.trains = frozenset(name for m in program.parents for name in m.facts.trains)
         program.tpu_sites = frozenset((m.display, line) for m in program.parents for line in m.facts.tpu_lines)
+        program.version_bounds = code_bounds(program.parents, self.root)
         for module in program.parents:
             for site in module.facts.policies:
                 if not self._applies(site):
@@ -501,6 +504,35 @@ class ProjectModel:
         return is_floatx_setter(k) if site.how == "floatx" else is_policy_setter(k)
 
 
+def code_bounds(modules, root: Path) -> tuple[tuple[str, str, str], ...]:
+    """The version evidence of ``modules``' code, one entry per (package, specifier), cited by its first module
+    (by its path in the project at ``root``, as pin files are)."""
+    found: dict[tuple[str, str], str] = {}
+    for module in modules:
+        for package, spec, what, line in module.facts.version_bounds:
+            place = module.path.relative_to(root).as_posix() if module.path.is_relative_to(root) else module.display
+            found.setdefault((package, spec), f"{place}:{line} {what}")
+    return tuple((package, spec, where) for (package, spec), where in found.items())
+
+
+def shared_code_bounds(model: ProjectModel) -> dict[Module, tuple[tuple[str, str, str], ...]]:
+    """The code's version evidence that holds for each module: the bounds every program reaching it shares (a module
+    runs wherever one of them runs), or its own where no program reaches it."""
+    reaching: dict[Module, list[Program]] = {}
+    for program in model.programs:
+        for module in program.parents:
+            reaching.setdefault(module, []).append(program)
+    out = {}
+    for module in model.modules:
+        programs = reaching.get(module)
+        if not programs:
+            out[module] = code_bounds([module], model.root)
+            continue
+        shared = set.intersection(*({b[:2] for b in p.version_bounds} for p in programs))
+        out[module] = tuple(b for b in programs[0].version_bounds if b[:2] in shared)
+    return out
+
+
 def module_facts(
     model: ProjectModel,
     pins: PinFinder | None,
@@ -515,8 +547,12 @@ def module_facts(
     for program in model.programs:
         for module in program.parents:
             reaching.setdefault(module, []).append(program)
-    project_imports = frozenset().union(*(m.facts.keras_imports for m in model.modules))
-    project_legacy = any(m.facts.legacy_keras_env for m in model.modules)
+    # What each package imports (its top-level package, or the folder of a module outside packages): the Keras of
+    # library code that imports none itself. Never the whole project: a monorepo's packages are unrelated.
+    package_imports: dict[str, tuple[frozenset[str], bool]] = {}
+    for m in model.modules:
+        imports, legacy = package_imports.get(_package_of(m), (frozenset(), False))
+        package_imports[_package_of(m)] = (imports | m.facts.keras_imports, legacy or m.facts.legacy_keras_env)
     program_generation: dict[Program, Generation] = {}
     out: dict[str, ProjectFacts] = {}
     for module in model.modules:
@@ -549,9 +585,7 @@ def module_facts(
             tpu = [(module.display, line) for line in module.facts.tpu_lines]
         out[module.display] = ProjectFacts(
             policies=policies,
-            generation=_generation(
-                module, programs, program_generation, pins, configured, project_imports, project_legacy
-            ),
+            generation=_generation(module, programs, program_generation, pins, configured, package_imports),
             tpu_sites=tuple(tpu),
             reexports=model.reexports,
             summaries=roles,
@@ -584,23 +618,29 @@ def _generation(
     memo: dict,
     pins: PinFinder | None,
     configured: Generation | None,
-    project_imports: frozenset[str],
-    project_legacy: bool,
+    package_imports: dict[str, tuple[frozenset[str], bool]],
 ) -> Generation:
-    """Config, else the pins nearest above the program, else the program's own code, else Keras 3."""
+    """Config, else the pins nearest above the program intersected with its code's version evidence (``from
+    torch._six``, ``tf.contrib``), else the program's own imports, else every supported generation."""
     if configured is not None:
         return configured
-    if not programs:  # library code: the pins above it, else what the project as a whole imports
-        pinned = pins.target_for(module.path.parent) if pins else None
+    if not programs:  # library code: the pins above it and its own code
+        tf = [b for b in code_bounds([module], pins.root if pins else module.path.parent) if b[0] == "tensorflow"]
+        pinned = pins.target_for(module.path.parent, tf) if pins else _code_generation(tf)
         whose = f"module {module.display}"
-        own = from_imports(module.facts.keras_imports, module.facts.legacy_keras_env, whose)
+        imports, package_legacy = package_imports[_package_of(module)]
+        if package_legacy and not module.facts.legacy_keras_env:  # the package sets it on import: before this code
+            whose = f"the package of {module.display}"
+        own = from_imports(module.facts.keras_imports, module.facts.legacy_keras_env or package_legacy, whose)
         own = _tf_keras_package(own, whose, module, [module])
-        return _tf_keras_chosen(pinned, own) or from_imports(project_imports, project_legacy, "the project") or DEFAULT
+        package = from_imports(imports, package_legacy, f"the package of {module.display}")
+        return _tf_keras_chosen(pinned, own) or own or package or DEFAULT
     found = []
     for program in programs:
         if program not in memo:
             whose = f"program {program.entry.display}"
-            pinned = pins.target_for(program.entry.path.parent) if pins else None
+            tf = [b for b in program.version_bounds if b[0] == "tensorflow"]
+            pinned = pins.target_for(program.entry.path.parent, tf) if pins else _code_generation(tf)
             own = from_imports(
                 program.keras_imports, program.legacy_keras_env, whose, program.tf1 and not program.sites
             )
@@ -609,6 +649,19 @@ def _generation(
         found.append(memo[program])
     # The oldest wins a disagreement: the newer API's fixes (scale_loss) crash on an older Keras, not the reverse.
     return min(found, key=lambda g: g.value)
+
+
+def _package_of(module: Module) -> str:
+    """The module's top-level package (``keras_hub`` for ``keras_hub.src.models.x``), or its folder where it lies
+    outside any package."""
+    return module.name.split(".")[0] if "." in module.name or module.is_package else module.folder
+
+
+def _code_generation(bounds) -> Generation | None:
+    """The target the code's own version evidence gives where no pins are read (in-memory projects)."""
+    from mplint.project.pins import PinFinder
+
+    return PinFinder.from_code(bounds) if bounds else None
 
 
 def _tf_keras_package(own: Generation | None, whose: str, entry: Module, modules) -> Generation | None:

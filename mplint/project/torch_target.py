@@ -24,10 +24,16 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from mplint.project.config import is_marked
-from mplint.project.pins import Requirement, documented_sources, pin_sources
-
-# Versions a specifier is tested against (plus the versions it names itself).
-_SAMPLES = tuple(Version(v) for v in [*(f"1.{m}.0" for m in range(14)), *(f"2.{m}.0" for m in range(31))])
+from mplint.project.pins import (
+    Requirement,
+    consistent,
+    documented_sources,
+    is_code_evidence,
+    is_image,
+    pin_sources,
+    torch_samples,
+    with_code_bounds,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,13 @@ class TorchTarget:
     minimum: Version | None = None
     newest: Version | None = None
     source: str = "no torch pin: any supported torch"
+    # (year, month) of the newest dated container image in the evidence (``nvcr.io/nvidia/pytorch:20.06-py3``): the
+    # libraries it bundles (apex) are no newer; None where no dated image says so.
+    dated: tuple[int, int] | None = None
+
+    def predates(self, month: tuple[int, int]) -> bool:
+        """Whether the environment is dated before ``month``: what it bundles cannot have changed since."""
+        return self.dated is not None and self.dated < month
 
     def at_least(self, version: str) -> bool:
         """Whether every version the pin admits is >= ``version`` (false when unpinned: any torch may run it)."""
@@ -85,27 +98,27 @@ class TorchTargets:
     """``torch_target`` for the files of one run: each folder is searched once, and each pin file read once
     (``parsed`` may be shared with the run's ``PinFinder``)."""
 
-    def __init__(self, parsed: dict | None = None):
-        self._folders: dict[Path, TorchTarget] = {}
+    def __init__(self, parsed: dict | None = None, root: Path | None = None):
+        self._folders: dict[Path, list[tuple[Requirement, str]]] = {}
         self._parsed = {} if parsed is None else parsed
+        self._root = root  # the project's root: Dockerfiles up to it that install a folder count for it
 
-    def of(self, path: str | Path) -> TorchTarget:
+    def of(self, path: str | Path, code: Iterable[tuple[str, str, str]] = ()) -> TorchTarget:
+        """The torch range of the file at ``path``: the nearest pins, intersected with the code's own version
+        evidence ``code`` ((package, specifier, "path:line what"), as ``programs.code_bounds`` gives it)."""
         try:
             folder = Path(path).resolve().parent
         except (OSError, RuntimeError):
             return UNPINNED
-        return self._target_of_folder(folder)
+        found = with_code_bounds(self._requirements_of(folder), [b for b in code if b[0] == "torch"])
+        return _target(found) if found else UNPINNED
 
-    def _target_of_folder(self, folder: Path) -> TorchTarget:
+    def _requirements_of(self, folder: Path) -> list[tuple[Requirement, str]]:
         found = self._folders.get(folder)
         if found is None:
-            pins = list(_torch_requirements(folder, self._parsed))
-            if pins:
-                found = _target(pins)
-            elif folder.parent == folder or is_marked(folder):  # a project's root: no pin above it applies
-                found = UNPINNED
-            else:
-                found = self._target_of_folder(folder.parent)
+            found = list(_torch_requirements(folder, self._parsed, self._root))
+            if not found and folder.parent != folder and not is_marked(folder):  # a project's root: none above
+                found = self._requirements_of(folder.parent)
             self._folders[folder] = found
         return found
 
@@ -113,7 +126,7 @@ class TorchTargets:
 def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
     allowed = []
     for req, _ in pins:
-        candidates = [*_SAMPLES, *_mentioned(req)]
+        candidates = [*torch_samples(), *_mentioned(req)]
         allowed.append({v for v in candidates if req.specifier.contains(v, prereleases=True)})
     common = set.intersection(*allowed) if allowed else set()
     unbounded_below = all(
@@ -123,19 +136,35 @@ def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
         not any(s.operator in ("<=", "<", "==", "~=", "===") for s in req.specifier) for req, _ in pins
     )
     source = ", ".join(_evidence(req, where) for req, where in pins)
+    months = [month for _, where in pins if is_image(where) and (month := _image_month(where))]
+    dated = max(months) if months else None
     if not common:
-        return TorchTarget(True, None, None, source)
-    return TorchTarget(True, None if unbounded_below else min(common), None if unbounded_above else max(common), source)
+        return TorchTarget(True, None, None, source, dated)
+    return TorchTarget(
+        True, None if unbounded_below else min(common), None if unbounded_above else max(common), source, dated
+    )
+
+
+def _image_month(where: str) -> tuple[int, int] | None:
+    """The month of the image of ``where`` ("nvcr.io/nvidia/pytorch:20.06-py3 in Dockerfile")."""
+    from mplint.project.pins import dated_image_month
+
+    image = where.rsplit(" in ", 1)[0].split(" (installing", 1)[0].rsplit(" over ", 1)[-1]
+    return dated_image_month(image)
 
 
 def _evidence(req: Requirement, where: str) -> str:
     """``requirements.txt pins torch>=1.7``; an image: ``nvcr.io/nvidia/pytorch:25.12-py3 in Dockerfile: torch 2.10.0a0``,
     between two verified releases ``nvcr.io/nvidia/pytorch:21.03-py3 in Dockerfile: torch 1.8.0a0-1.10.0a0``."""
-    if " in " in where and req.specifier:
-        bounds = {s.operator: s.version for s in req.specifier}
-        if "==" in bounds:
-            return f"{where}: torch {bounds['==']}"
-        low, high = bounds.get(">="), bounds.get("<=")
+    if is_code_evidence(where):
+        return where
+    if is_image(where) and req.specifier:
+        exact = [s.version for s in req.specifier if s.operator == "=="]
+        if exact:
+            return f"{where}: torch {exact[0]}"
+        lows = [Version(s.version) for s in req.specifier if s.operator == ">="]
+        highs = [Version(s.version) for s in req.specifier if s.operator == "<="]
+        low, high = (str(max(lows)) if lows else None), (str(min(highs)) if highs else None)
         return (
             f"{where}: torch {low}-{high}"
             if low and high
@@ -156,20 +185,22 @@ def _mentioned(req: Requirement) -> list[Version]:
     return out
 
 
-def _torch_requirements(folder: Path, parsed: dict | None = None) -> Iterable[tuple[Requirement, str]]:
+def _torch_requirements(
+    folder: Path, parsed: dict | None = None, root: Path | None = None
+) -> Iterable[tuple[Requirement, str]]:
     """Requirements on torch in ``folder``, read by the same parsers as every other pin (``pins.pin_sources``),
     each with where it lies: the file's path in its git repository (a monorepo has many ``requirements.txt``)."""
     place = _place_in_repository(folder)
     for sources in (pin_sources, documented_sources):  # what the README documents counts where no pin names torch
-        found = [
-            (r, where)
-            for where, requirements in sources(folder, parsed)
-            for r in requirements
-            if r.name.lower() == "torch"
-        ]
+        named = sources(folder, parsed, root) if sources is pin_sources else sources(folder, parsed)
+        found = consistent([(r, where) for where, requirements in named for r in requirements], "torch")
         for req, where in found:
             image, _, file = where.rpartition(" in ")
-            yield req, f"{image} in {place}{file}" if image else f"{place}{where}"
+            if Path(file).is_absolute():  # a Dockerfile above the folder that installs it
+                file = _place_in_repository(Path(file).parent) + Path(file).name
+            else:
+                file = place + file
+            yield req, f"{image} in {file}" if image else f"{place}{where}"
         if found:
             return
 

@@ -1,0 +1,237 @@
+"""The target range in the layouts real repositories have: container monorepos, sub-packages installed into a parent's
+image, runtime modules named setup.py, and the code's own version evidence; each with the findings it decides."""
+
+from __future__ import annotations
+
+from conftest import lint_json, target_lines, write_files
+
+KERAS2_SCALING = """\
+import tensorflow as tf
+
+optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())
+
+
+def step(tape, loss, variables):
+    grads = tape.gradient(optimizer.get_scaled_loss(loss), variables)
+    optimizer.apply_gradients(zip(optimizer.get_unscaled_gradients(grads), variables))
+"""
+
+EXPERIMENTAL = """\
+import tensorflow as tf
+
+policy = tf.keras.mixed_precision.experimental.Policy("mixed_float16")
+tf.keras.mixed_precision.experimental.set_policy(policy)
+"""
+
+CUDA_AMP = """\
+import torch
+
+model = torch.nn.Linear(8, 8).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+for _ in range(3):
+    with torch.cuda.amp.autocast():
+        loss = model(torch.randn(4, 8).cuda()).sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+"""
+
+APEX = """\
+import torch
+from apex import amp
+
+model = torch.nn.Linear(8, 8).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+for _ in range(3):
+    loss = model(torch.randn(4, 8).cuda()).sum()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+"""
+
+
+def rules(found: list[tuple]) -> list[tuple]:
+    return [(rule, line) for rule, line, _, _ in found]
+
+
+def test_a_tf1_image_beside_a_looser_pin_is_tf1(tmp_path, capsys):
+    # Evidence is intersected: `tensorflow>=1.11.0` admits TF 2, the image beside it holds TF 1.15 only.
+    write_files(
+        tmp_path,
+        {
+            ".mplint.yaml": "{}\n",
+            "Dockerfile": "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/tensorflow:20.06-tf1-py3\nFROM ${FROM_IMAGE_NAME}\n",
+            "requirements.txt": "tensorflow>=1.11.0\n",
+            "train.py": KERAS2_SCALING,
+        },
+    )
+    assert target_lines(capsys, tmp_path) == [
+        "target: G0 (TF1) (TF 1.15) (requirements.txt pins tensorflow>=1.11.0 and "
+        "nvcr.io/nvidia/tensorflow:20.06-tf1-py3 in Dockerfile: TF 1.15)"
+    ]
+    assert lint_json(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
+
+
+def test_an_image_and_a_pin_that_contradict_each_other_leave_the_image(tmp_path, capsys):
+    write_files(
+        tmp_path,
+        {
+            ".mplint.yaml": "{}\n",
+            "Dockerfile": "FROM tensorflow/tensorflow:2.8.0-gpu\n",
+            "requirements.txt": "tensorflow>=2.16\n",  # the image is what runs
+            "train.py": KERAS2_SCALING,
+        },
+    )
+    assert target_lines(capsys, tmp_path) == [
+        "target: Keras 2 (TF 2.8) (tensorflow/tensorflow:2.8.0-gpu in Dockerfile: TF 2.8)"
+    ]
+
+
+def test_a_dockerfile_in_a_docker_folder_that_pip_installs_tensorflow_over_its_base(tmp_path, capsys):
+    dockerfile = (
+        "FROM ubuntu:18.04 as base\n"
+        "ARG TF_PACKAGE=tf-nightly-gpu\n"
+        "ARG TF_PACKAGE_VERSION=2.3.0.dev20200620\n"
+        'RUN ["/bin/bash", "-c", "python3 -m pip install --no-cache-dir \\\n'
+        "        ${TF_PACKAGE}${TF_PACKAGE_VERSION:+==${TF_PACKAGE_VERSION}} \\\n"
+        '        tensorflow-model-optimization==0.3.0"]\n'
+    )
+    write_files(
+        tmp_path,
+        {".git/HEAD": "", "impl/docker/Dockerfile": dockerfile, "impl/train.py": EXPERIMENTAL + KERAS2_SCALING},
+    )
+    assert target_lines(capsys, tmp_path) == [
+        "target: G1 (TF 2.1-2.3) (TF 2.3) (pip install tf-nightly-gpu==2.3.0.dev20200620 over ubuntu:18.04 in "
+        "impl/docker/Dockerfile: TF 2.3)"
+    ]
+    # TF 2.3: the experimental API is the right one, and Keras 3's spellings do not exist
+    assert lint_json(capsys, "--no-cache", "--select", "MP501,MP502", str(tmp_path)) == (0, [])
+
+
+def test_a_runtime_module_named_setup_py_is_no_project_boundary(tmp_path, capsys):
+    # utils/setup.py configures an experiment; it packages nothing, so the pins of the repository apply to utils/
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "requirements.txt": "torch==2.0.0\n",
+            "utils/setup.py": "import torch\n\n\ndef setup(config):\n    torch.manual_seed(config.seed)\n",
+            "utils/train.py": CUDA_AMP,
+        },
+    )
+    assert target_lines(capsys, tmp_path)[-1:] == ["torch: torch 2.0 (requirements.txt pins torch==2.0.0)"]
+    assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path)) == (0, [])  # deprecated from 2.4
+    # a packaging setup.py is a boundary: the sub-project pins nothing, so any torch may run it
+    (tmp_path / "utils/setup.py").write_text('from setuptools import setup\n\nsetup(name="utils")\n')
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert (code, rules(found)) == (1, [("MPT502", 5), ("MPT502", 7)])
+
+
+def test_a_sub_package_installed_by_its_parents_dockerfile_runs_in_that_image(tmp_path, capsys):
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "Dockerfile": (
+                "ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:22.11-py3\nFROM ${FROM_IMAGE_NAME}\n"
+                "COPY dlrm /workspace/dlrm\nRUN pip install --no-cache-dir -e /workspace/dlrm\n"
+            ),
+            "dlrm/setup.py": 'from setuptools import setup\n\nsetup(name="dlrm", install_requires=["numpy"])\n',
+            "dlrm/train.py": CUDA_AMP,
+        },
+    )
+    assert target_lines(capsys, tmp_path)[-1:] == [
+        "torch: torch 1.13.0a0 (nvcr.io/nvidia/pytorch:22.11-py3 (installing dlrm/) in Dockerfile: torch 1.13.0a0)"
+    ]
+    assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path)) == (0, [])
+
+
+def test_the_codes_own_version_imports_bound_the_range_of_every_program_that_reaches_them(tmp_path, capsys):
+    # utils.py imports torch._six (gone in torch 2.0), and main.py imports utils: main runs on torch < 2.0 only,
+    # where the torch.cuda.amp spellings are not deprecated yet
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "utils.py": "from torch._six import inf\n\n\ndef norm(x):\n    return inf\n",
+            "main.py": "import utils\n" + CUDA_AMP,
+        },
+    )
+    assert target_lines(capsys, tmp_path)[-1:] == [
+        "torch: torch <= 1.13 (utils.py:1 uses torch._six, which torch 2.0 removed)"
+    ]
+    assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path)) == (0, [])
+    # a compatibility import says nothing of the version
+    (tmp_path / "utils.py").write_text(
+        "try:\n    from torch._six import inf\nexcept ImportError:\n    from torch import inf\n"
+    )
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert (code, rules(found)) == (1, [("MPT502", 6), ("MPT502", 8)])
+
+
+def test_tf_contrib_beside_a_tf_pin_that_admits_tf2_is_tf1(tmp_path, capsys):
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "requirements.txt": "tensorflow>=1.11.0\n",
+            "model.py": "import tensorflow as tf\n\n\ndef dense(x):\n    return tf.contrib.layers.fully_connected(x, 8)\n",
+            "train.py": "import model\n" + KERAS2_SCALING,
+        },
+    )
+    assert target_lines(capsys, tmp_path) == [
+        "target: G0 (TF1) (TF 1.11-1.15) (requirements.txt pins tensorflow>=1.11.0 and model.py:5 uses tf.contrib, "
+        "which TF 2.0 removed: TF 1.11-1.15)"
+    ]
+
+
+def test_a_package_that_sets_tf_use_legacy_keras_itself_is_keras2_for_its_library_code(tmp_path, capsys):
+    train_step = (
+        "import tensorflow as tf\n\n\n"
+        "class Trainer(tf.keras.Model):\n"
+        "    def train_step(self, data):\n"
+        "        x, y = data\n"
+        "        with tf.GradientTape() as tape:\n"
+        "            loss = self.compiled_loss(y, self(x))\n"
+        "            scaled = self.optimizer.get_scaled_loss(loss)\n"
+        "        grads = self.optimizer.get_unscaled_gradients(tape.gradient(scaled, self.trainable_variables))\n"
+        "        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))\n"
+    )
+    write_files(
+        tmp_path,
+        {
+            "pyproject.toml": '[project]\nname = "trainers"\ndependencies = ["tensorflow>=2.16"]\n',
+            "trainers/__init__.py": 'import os\n\nos.environ["TF_USE_LEGACY_KERAS"] = "1"\n',
+            "trainers/model.py": train_step,
+        },
+    )
+    assert lint_json(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (0, [])
+
+
+def test_an_unrelated_package_of_a_monorepo_does_not_decide_the_keras_of_another(tmp_path, capsys):
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "vendor/tvm/__init__.py": "",
+            "vendor/tvm/frontend.py": "import keras\n",  # a vendored compiler's Keras frontend
+            "bert/common/model_utils.py": KERAS2_SCALING,
+        },
+    )
+    code, found = lint_json(capsys, "--no-cache", "--select", "MP502", str(tmp_path))
+    assert code == 1 and {(rule, line) for rule, line, _, _ in found} == {("MP502", 7), ("MP502", 8)}
+    assert all(
+        "target G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.1), from no pin, config or Keras import" in message
+        for _, _, message, _ in found
+    )
+
+
+def test_apex_amp_in_an_image_dated_before_apex_deprecated_it_is_its_documented_api(tmp_path, capsys):
+    files = {".git/HEAD": "", "Dockerfile": "FROM nvcr.io/nvidia/pytorch:20.11-py3\n", "train.py": APEX}
+    write_files(tmp_path, files)
+    assert lint_json(capsys, "--no-cache", "--select", "MPT501", str(tmp_path)) == (0, [])
+    (tmp_path / "Dockerfile").write_text("FROM nvcr.io/nvidia/pytorch:23.05-py3\n")  # after October 2022
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT501", str(tmp_path))
+    assert (code, rules(found)) == (1, [("MPT501", 6)])
