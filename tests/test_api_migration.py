@@ -163,3 +163,36 @@ def test_unfixed_tf23_script_fails_on_keras3(tmp_path):
     run = run_python([str(script)], module="tensorflow", cwd=tmp_path, env=env)
     assert run.returncode != 0
     assert "ImportError" in run.stderr and "experimental" in run.stderr
+
+
+EXPERIMENTAL_LOOP = """\
+import tensorflow as tf
+
+opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(tf.keras.optimizers.Adam(), "dynamic")
+
+
+def step(tape, loss, variables):
+    grads = tape.gradient(opt.get_scaled_loss(loss), variables)
+    opt.apply_gradients(zip(opt.get_unscaled_gradients(grads), variables))
+
+
+step(None, None, None)
+"""
+
+
+def test_keras2_scaling_beside_the_experimental_api_is_mp501s_migration_not_an_mp502_finding(tmp_path, capsys):
+    # Code that uses TF 2.1-2.3's experimental API never reaches Keras 3 before MP501 migrates it: MP501 alone
+    project = _project(tmp_path / "p", EXPERIMENTAL_LOOP)
+    code, report = _check(capsys, str(project), "--select", "MP501,MP502")
+    assert (code, _found(report)) == (1, [("MP501", 3, 7), ("MP501", 3, 92)])
+    # behind a version test, the experimental arm is a shim, and the Keras 2 names outside it are MP502's again
+    shim = EXPERIMENTAL_LOOP.replace(
+        'opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(tf.keras.optimizers.Adam(), "dynamic")',
+        'if hasattr(tf.keras.mixed_precision, "experimental"):\n'
+        '    opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(tf.keras.optimizers.Adam(), "dynamic")\n'
+        "else:\n"
+        "    opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())",
+    )
+    project = _project(tmp_path / "q", shim)
+    code, report = _check(capsys, str(project), "--select", "MP502")
+    assert (code, _found(report)) == (1, [("MP502", 10, 31), ("MP502", 11, 33)])

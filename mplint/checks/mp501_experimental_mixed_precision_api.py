@@ -57,6 +57,7 @@ class _Item:
 
 class ExperimentalMixedPrecisionApi(Rule):
     id = "MP501"
+    silent_in_uncalled_code = True
     silent_in_compatibility_branches = True
     triggers = (b"experimental", b"set_policy", b"loss_scale", b"LossScaleOptimizer")
 

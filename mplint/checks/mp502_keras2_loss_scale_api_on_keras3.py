@@ -21,15 +21,19 @@ from mplint.analysis.loss_scale_api import (
 )
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine import matchers as m
-from mplint.engine.names import dotted
+from mplint.engine.check import in_compatibility_branch
+from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
 from mplint.knowledge.api_versions import K3
 from mplint.knowledge.loss_scale_names import KERAS2_METHODS as _METHODS
 from mplint.knowledge.loss_scale_names import KERAS3_RENAMES as _ATTRIBUTES
 
+_EXPERIMENTAL = "mixed_precision.experimental"
+
 
 class Keras2LossScaleApiOnKeras3(Rule):
     id = "MP502"
+    silent_in_uncalled_code = True
     silent_in_compatibility_branches = True
     triggers = (b"get_scaled_loss", b"get_unscaled_gradients", b"loss_scale", b"dynamic")
 
@@ -52,6 +56,7 @@ class Keras2LossScaleApiOnKeras3(Rule):
         if gen.low < 3:
             self.target += "; the fix holds on Keras 3 only: set the target or pin TensorFlow >= 2.16 to make it safe"
         self._own_methods: set[str] | None = None
+        self.experimental = False  # the module uses the TF 2.1-2.3 experimental API (``_experimental_api``)
         self._bound: dict | None = None
 
     def report(self, node, message, fix=None, severity=None, related=()) -> None:
@@ -72,11 +77,38 @@ class Keras2LossScaleApiOnKeras3(Rule):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         name = node.attr.value
+        if name == "experimental" and self._experimental_api(node):
+            return
         if name in _METHODS:
             if name not in self.own_methods and not self._legacy_receiver(node.value):
                 self._method(node, name)
         elif name in _ATTRIBUTES and self._plausible_receiver(node.value):
             self._attribute(node, name)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = dotted(node.module) if node.module is not None and not node.relative else None
+        k = canonical(module or "")
+        named = [] if isinstance(node.names, cst.ImportStar) else [dotted(a.name) for a in node.names]
+        if (
+            k is not None
+            and k.is_keras
+            and (k.path == _EXPERIMENTAL or k.path == "mixed_precision" and "experimental" in named)
+        ):
+            self._experimental_api(node)
+
+    def _experimental_api(self, node: cst.CSTNode) -> bool:
+        """The module uses TF 2.1-2.3's ``mixed_precision.experimental`` (outside a compatibility shim): it cannot
+        run on Keras 3 at all until MP501's migration, whose fix writes the scaling API of the target; the Keras 2
+        names here are that migration's business, not a Keras 3 error of their own."""
+        if isinstance(node, cst.Attribute) and not self.context.names.matches(node, [_EXPERIMENTAL]):
+            return False
+        if not in_compatibility_branch(self.context, node):
+            self.experimental = True
+        return True
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if self.experimental:
+            self.findings.clear()
 
     def visit_Call(self, node: cst.Call) -> None:
         arg = keyword(node, "dynamic")

@@ -20,6 +20,7 @@ _DISABLED = frozenset({"0", "false", "False", ""})
 
 class GraphRewriteWithPolicy(Rule):
     id = "MP503"
+    silent_in_uncalled_code = True
     triggers = (REWRITE_FUNCTION.encode(), AMP_OPTION.encode(), AMP_ENV.encode())
 
     @classmethod

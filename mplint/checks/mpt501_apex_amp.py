@@ -36,6 +36,7 @@ _STOPS = ("zero_grad", "step", "backward")  # statements that end the forward pa
 
 class ApexAmp(TorchRule):
     id = "MPT501"
+    silent_in_uncalled_code = True
     triggers = (b"apex",)
 
     @classmethod

@@ -45,6 +45,7 @@ _AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
 
 class DeprecatedCudaAmpApi(TorchRule):
     id = "MPT502"
+    silent_in_uncalled_code = True
     triggers = (b"amp",)  # torch.cuda.amp, torch.cpu.amp, `from torch.cuda import amp`
 
     @classmethod

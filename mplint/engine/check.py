@@ -348,8 +348,25 @@ class _Run:
                     and in_compatibility_branch(self.context, finding.node)
                 ):
                     continue
+                if visitor.silent_in_uncalled_code and self.in_uncalled_function(finding.node):
+                    continue
                 self.findings.append(finding)
         self.findings.sort(key=lambda f: self.span(f.node))
+
+    def in_uncalled_function(self, node: cst.CSTNode) -> bool:
+        """Inside a function or method the project's facts name as never called (or a function nested in one)."""
+        uncalled = getattr(self.context.facts, "uncalled", frozenset())
+        if not uncalled:
+            return False
+        scopes = [a for a in self.context.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.ClassDef))]
+        if not scopes:
+            return False
+        outer = scopes[-1]  # the top-level def or class
+        name = outer.name.value
+        if isinstance(outer, cst.ClassDef):
+            methods = [s for s in scopes[:-1] if isinstance(s, cst.FunctionDef)]
+            return bool(methods) and f"{name}.{methods[-1].name.value}" in uncalled
+        return name in uncalled
 
     def expected_to_raise(self, node: cst.CSTNode) -> bool:
         """Inside ``with pytest.raises(...)``/``self.assertRaises(...)``: a test that wants the error."""

@@ -21,6 +21,8 @@ class Facts(Protocol):
     #: The project's re-exports of Keras names: alias path -> the Keras path it stands for.
     reexports: dict
     generation: Generation
+    #: The module's functions and methods nothing in the project names (``f``, ``Class.method``).
+    uncalled: frozenset[str]
 
     @property
     def reexported_names(self) -> dict[str, frozenset[str]]:

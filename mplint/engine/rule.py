@@ -56,6 +56,9 @@ class Rule:
     #: API-generation rules: silent in the arms of a version gate (a compatibility shim), except for findings the
     #: rule marks ``guards_read`` after judging the arm's own range itself.
     silent_in_compatibility_branches: ClassVar[bool] = False
+    #: Version rules: silent in functions nothing in the project calls (``Facts.uncalled``): dead code breaks on no
+    #: version.
+    silent_in_uncalled_code: ClassVar[bool] = False
 
     def __init__(self, context: FileContext) -> None:
         self.context = context

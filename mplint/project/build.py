@@ -298,6 +298,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
         facts.test_module,
         sorted(facts.trained_names),
         facts.torch_pin,
+        sorted(facts.uncalled),
     )
 
 

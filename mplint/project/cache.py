@@ -211,6 +211,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "test_module": facts.test_module,
         "trained_names": sorted(facts.trained_names),
         "torch_pin": None if facts.torch_pin is None else _torch_pin_to_json(facts.torch_pin),
+        "uncalled": sorted(facts.uncalled),
     }
 
 
@@ -230,6 +231,7 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
         test_module=raw["test_module"],
         trained_names=frozenset(raw["trained_names"]),
         torch_pin=None if raw.get("torch_pin") is None else _torch_pin_from_json(raw["torch_pin"]),
+        uncalled=frozenset(raw.get("uncalled", ())),
     )
 
 

@@ -102,6 +102,9 @@ class FileFacts:
     # The code's own version evidence (``mplint.knowledge.code_versions``): (package, specifier, what, line) of each
     # name whose unconditional use bounds the versions it runs on (``from torch._six import inf``: torch < 2.0).
     version_bounds: list[tuple[str, str, str, int]] = field(default_factory=list)
+    # Module-level functions and methods without a decorator (``f``, ``Class.method``): a function nothing in the
+    # project names is never called, and version rules do not report its code.
+    functions: list[str] = field(default_factory=list)
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
     # Summaries of functions and classes that callers in other modules need: name -> kind -> summary. The kinds,
     # and what each summary's fields say, are declared by the rules that read them (``mplint.engine.summaries``).
@@ -591,6 +594,21 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
     return {name: value for name, value in found.items() if bound[name] == 1}
 
 
+def _plain_functions(tree: ast.Module) -> list[str]:
+    """Top-level functions and the methods of top-level classes that no decorator registers."""
+    out = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.decorator_list:
+            out.append(stmt.name)
+        elif isinstance(stmt, ast.ClassDef) and not stmt.decorator_list:
+            out += [
+                f"{stmt.name}.{item.name}"
+                for item in stmt.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.decorator_list
+            ]
+    return out
+
+
 def _defined_names(tree: ast.Module) -> list[str]:
     names: set[str] = set()
 
@@ -762,5 +780,6 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts.uses = sorted(uses)
     _summaries(tree, source, facts)
     facts.defines = _defined_names(tree)
+    facts.functions = _plain_functions(tree)
     facts.aliases = _aliases(tree)
     return facts

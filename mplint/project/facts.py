@@ -61,6 +61,9 @@ class ProjectFacts:
     summaries: dict = field(default_factory=dict, compare=False)
     # The torch range the pins nearest the module admit, None where none pins torch (see ``torch_target``).
     torch_pin: TorchTarget | None = None
+    # Functions and methods of this module that nothing in the project names (``f``, ``Class.method``): dead code,
+    # which version rules leave alone. Empty for published modules: their users call them.
+    uncalled: frozenset[str] = frozenset()
 
     @property
     def torch_target(self) -> TorchTarget:

@@ -118,7 +118,7 @@ class ProjectModel:
             module.uses = frozenset(module.facts.uses)
         self._relevant = self._relevant_names(modules)
         self.reexports = self._reexported_between_modules(reexports) if reexports else reexports
-        imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
+        self.imported = imported = {target for m in modules for target, _ in self._edges(m, m, every=True)}
         for module in modules:
             module.entry = self._is_entry(module, imported)
         # modules with an import the project does not resolve for them: an entry point's folder may resolve it
@@ -554,6 +554,7 @@ def module_facts(
         imports, legacy = package_imports.get(_package_of(m), (frozenset(), False))
         package_imports[_package_of(m)] = (imports | m.facts.keras_imports, legacy or m.facts.legacy_keras_env)
     program_generation: dict[Program, Generation] = {}
+    named = frozenset().union(*(m.uses for m in model.modules)) if model.modules else frozenset()
     out: dict[str, ProjectFacts] = {}
     for module in model.modules:
         defines = frozenset(module.facts.defines)
@@ -608,6 +609,11 @@ def module_facts(
             path=module.display,
             test_module=testing,
             trained_names=defines & frozenset().union(*(p.trains for p in programs)),
+            # only in the project's own helper modules: an entry point's or a library module's functions may be
+            # called from outside (an interactive session, the library's users)
+            uncalled=_uncalled(module, named)
+            if module in model.imported and not published and not testing
+            else frozenset(),
         )
     return out
 
@@ -649,6 +655,17 @@ def _generation(
         found.append(memo[program])
     # The oldest wins a disagreement: the newer API's fixes (scale_loss) crash on an older Keras, not the reverse.
     return min(found, key=lambda g: g.value)
+
+
+def _uncalled(module: Module, named: frozenset[str]) -> frozenset[str]:
+    """The module's plain functions and methods whose name no module of the project reads or calls (``named``: every
+    name and attribute the project's code reads). Dunder methods run implicitly, and ``main`` is often named only in a
+    packaging entry point."""
+    return frozenset(
+        f
+        for f in module.facts.functions
+        if (last := f.rsplit(".", 1)[-1]) not in named and not last.startswith("__") and last != "main"
+    )
 
 
 def _package_of(module: Module) -> str:
