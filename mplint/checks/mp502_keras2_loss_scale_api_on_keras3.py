@@ -97,9 +97,9 @@ class Keras2LossScaleApiOnKeras3(Rule):
             self._experimental_api(node)
 
     def _experimental_api(self, node: cst.CSTNode) -> bool:
-        """The module uses TF 2.1-2.3's ``mixed_precision.experimental`` (outside a compatibility shim): it cannot
-        run on Keras 3 at all until MP501's migration, whose fix writes the scaling API of the target; the Keras 2
-        names here are that migration's business, not a Keras 3 error of their own."""
+        """The module uses TF 2.1-2.3's ``mixed_precision.experimental`` (outside a compatibility shim): where the
+        target also admits older Keras, that is the code's own evidence that it runs there, not on Keras 3 (it could
+        not get past the experimental names); its Keras 2 names are MP501's migration's business."""
         if isinstance(node, cst.Attribute) and not self.context.names.matches(node, [_EXPERIMENTAL]):
             return False
         if not in_compatibility_branch(self.context, node):
@@ -107,7 +107,7 @@ class Keras2LossScaleApiOnKeras3(Rule):
         return True
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        if self.experimental:
+        if self.experimental and self.gen.low < 3:  # where the target is Keras 3 alone, both names break there
             self.findings.clear()
 
     def visit_Call(self, node: cst.Call) -> None:
