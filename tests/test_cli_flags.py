@@ -16,6 +16,7 @@ import pytest
 
 from mplint.catalog import load_catalog
 from mplint.cli import main
+from mplint.engine.registry import select
 from mplint.output.text import use_colour
 
 REPO = Path(__file__).resolve().parent.parent
@@ -242,6 +243,34 @@ def test_rule_is_explain(capsys):
     assert page in everything and everything.count("What it does") == len(load_catalog())
     assert main(["rule"]) == 2
     assert "give one rule, or --all" in capsys.readouterr().err
+
+
+SHARED_NAMES = {
+    "clip-before-unscale": ["MP204", "MPT204"],
+    "tensor-core-alignment": ["MP301", "MPT301"],
+    "float16-overflow-constant": ["MP601", "MPT601"],
+}
+
+
+def test_the_shared_names_are_those_of_the_catalog():
+    ids_by_name: dict[str, list[str]] = {}
+    for meta in load_catalog().values():
+        ids_by_name.setdefault(meta.name, []).append(meta.id)
+    assert {name: ids for name, ids in ids_by_name.items() if len(ids) > 1} == SHARED_NAMES
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_NAMES))
+def test_explain_of_a_shared_name_shows_every_rule_it_names_as_select_does(capsys, name):
+    ids = SHARED_NAMES[name]
+    assert sorted(select([name])) == ids  # what --select takes for the name
+    assert main(["explain", name]) == 0
+    out = capsys.readouterr().out
+    pages = []
+    for rule_id in ids:
+        assert main(["explain", rule_id]) == 0
+        pages.append(capsys.readouterr().out)
+    assert out == f"{name} names 2 rules: {ids[0]} and {ids[1]}.\n" + "".join(pages)
+    assert [line.strip("│ ") for line in out.splitlines() if line.startswith("│ MP")] == [f"{i} {name}" for i in ids]
 
 
 # -- --watch -----------------------------------------------------------------------
