@@ -364,6 +364,9 @@ def _write_report(args, report, stdin) -> None:
         out = open(args.output_file, "w", encoding="utf-8") if args.output_file else default_out
         try:
             _print_diff(report, out)
+            n = report.fixed_count
+            if n and not (args.quiet or args.silent):  # Ruff's summary, after the diff (git apply reads past it)
+                out.write(f"\nWould fix {n} error{'s' if n != 1 else ''}.\n")
         finally:
             if out not in (sys.stdout, sys.stderr):
                 out.close()

@@ -171,6 +171,35 @@ def test_stdin_reads_the_cache_and_never_writes_it(tmp_path, monkeypatch, capsys
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")} == stamps
 
 
+def test_diff_ends_with_ruffs_summary_and_git_applies_it(tmp_path, monkeypatch, capsys):
+    """As Ruff: the diff, then "Would fix N errors." on standard output (git apply reads past it); nothing on
+    standard error; -q leaves the summary out; a run with nothing to fix prints nothing."""
+    code = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("float16")\n'
+    monkeypatch.chdir(make(tmp_path, {"train.py": code, "clean.py": GOOD}))
+    assert main(["--diff", "--select", "MP602", "train.py"]) == 1
+    shown = capsys.readouterr()
+    assert (shown.out, shown.err) == (
+        "--- a/train.py\n"
+        "+++ b/train.py\n"
+        "@@ -1,2 +1,2 @@\n"
+        " import tensorflow as tf\n"
+        '-tf.keras.mixed_precision.set_global_policy("float16")\n'
+        '+tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "\n"
+        "Would fix 1 error.\n",
+        "",
+    )
+    subprocess.run(["git", "init", "-q"], check=True)
+    (tmp_path / "fixes.patch").write_text(shown.out)
+    subprocess.run(["git", "apply", "fixes.patch"], check=True)
+    assert (tmp_path / "train.py").read_text() == code.replace('"float16"', '"mixed_float16"')
+    (tmp_path / "train.py").write_text(code)
+    assert main(["--diff", "-q", "--select", "MP602", "train.py"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == '+tf.keras.mixed_precision.set_global_policy("mixed_float16")'
+    assert main(["--diff", "--select", "MP602", "clean.py"]) == 0
+    assert capsys.readouterr() == ("", "")
+
+
 def test_diff_labels_relative_paths_like_git_and_absolute_paths_as_given(tmp_path, monkeypatch, capsys):
     code = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("float16")\n'
     (tmp_path / "p").mkdir()
