@@ -104,7 +104,9 @@ def page(meta, source_note: bool = True) -> str:
     if meta.references:
         out += ["## References", "", *(f"- <{r}>" for r in meta.references), ""]
     if source_note:
-        out += [f"<!-- Generated from rules/{meta.source.name} by `mplint rules --pages docs/rules`: edit the YAML. -->"]
+        out += [
+            f"<!-- Generated from rules/{meta.source.name} by `mplint rules --pages docs/rules`: edit the YAML. -->"
+        ]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -55,6 +55,51 @@ def test_exit_zero(tmp_path, monkeypatch):
     assert main([".", "--exit-zero"]) == 0
 
 
+NO_FILES = "mplint: warning: No Python files or notebooks found under the given path(s)\n"
+NOT_PYTHON = "not a Python file (.py), notebook (.ipynb) or script with a python shebang; skipped"
+
+
+def test_paths_that_hold_nothing_to_check_say_so_and_what_was_skipped(tmp_path, monkeypatch, capsys):
+    """As Ruff warns, on standard error, and exits 0: nothing was checked, so "All checks passed!" is not said.
+    A file named on the command line is checked when it is Python: .py, a notebook, or a script with a python
+    shebang (what pre-commit's types: [python] passes); any other is skipped with a warning."""
+    monkeypatch.chdir(
+        make(
+            tmp_path,
+            {
+                "notes.txt": "hi\n",
+                "train.py": GOOD,
+                "docs/README.md": "# docs\n",
+                "docs/build/gen.py": GOOD,
+                "bin/train": "#!/usr/bin/env python3\ndef f(:\n",
+                "bin/setup.sh": "#!/bin/sh\n",
+            },
+        )
+    )
+    (tmp_path / "empty_folder").mkdir()
+    assert main(["empty_folder/"]) == 0
+    assert capsys.readouterr() == (
+        "",
+        "mplint: warning: empty_folder: holds no Python file (.py) or notebook (.ipynb)\n" + NO_FILES,
+    )
+    assert main(["notes.txt"]) == 0
+    assert capsys.readouterr() == ("", f"mplint: warning: notes.txt: {NOT_PYTHON}\n" + NO_FILES)
+    assert main(["docs", "bin/setup.sh"]) == 0
+    assert capsys.readouterr() == (
+        "",
+        "mplint: warning: docs: holds no Python file (.py) or notebook (.ipynb) (1 other file, 1 excluded or "
+        f"git-ignored)\nmplint: warning: bin/setup.sh: {NOT_PYTHON}\n" + NO_FILES,
+    )
+    assert main(["train.py", "notes.txt"]) == 0
+    assert capsys.readouterr() == ("All checks passed!\n", f"mplint: warning: notes.txt: {NOT_PYTHON}\n")
+    code, doc = run_json(["bin/train", "bin/setup.sh"], capsys)  # the script with a shebang is checked
+    assert (code, [(d["path"], d["rule"]) for d in doc["diagnostics"]]) == (1, [("bin/train", "MP000")])
+    assert main(["-q", "notes.txt"]) == 0
+    assert capsys.readouterr() == ("", "")
+    code, doc = run_json(["empty_folder"], capsys)
+    assert (code, doc["summary"]["files"], doc["diagnostics"]) == (0, 0, [])
+
+
 def test_gitignore_and_excludes_are_respected(tmp_path, monkeypatch, capsys):
     make(
         tmp_path,

@@ -171,9 +171,16 @@ def test_force_exclude_skips_excluded_paths_given_explicitly(project, capsys):
     assert main(["-q", "vendor/lib.py", "tests/test_model.py"]) == 1  # named: checked (Ruff's default)
     assert lines(capsys) == (finding("tests/test_model.py") + finding("vendor/lib.py"), "")
     assert main(["--force-exclude", "vendor/lib.py", "tests/test_model.py"]) == 0  # what pre-commit passes
-    assert lines(capsys) == (["All checks passed!"], "")
+    assert lines(capsys) == (
+        [],  # nothing was checked: no "All checks passed!"
+        "mplint: warning: vendor/lib.py: excluded (--force-exclude)\n"
+        "mplint: warning: tests/test_model.py: excluded (--force-exclude)\n"
+        "mplint: warning: No Python files or notebooks found under the given path(s)\n",
+    )
     assert main(["-q", "--force-exclude", "vendor/lib.py", "train.py"]) == 1
     assert lines(capsys) == (finding("train.py"), "")
+    assert main(["--force-exclude", "vendor/lib.py", "train.py"]) == 1
+    assert lines(capsys)[1] == ""  # an excluded path beside checked ones is skipped silently, as pre-commit needs
     (project / ".mplint.yaml").write_text("select: [MP101]\nextend-exclude: [vendor]\nforce-exclude: true\n")
     assert main(["vendor/lib.py"]) == 0
     assert main(["--no-force-exclude", "-q", "vendor/lib.py"]) == 1
