@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from mplint.cli import main
+
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
 
 GOOD = "import math\nx = math.pi\n"
 

@@ -19,6 +19,8 @@ from mplint.cli import main
 from mplint.engine.registry import select
 from mplint.output.text import use_colour
 
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
+
 REPO = Path(__file__).resolve().parent.parent
 POLICY = 'import keras\nfrom keras import layers\n\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
 MODEL = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax")])\n'

@@ -14,6 +14,8 @@ from mplint.catalog import load_catalog
 from mplint.cli import main
 from mplint.project.config import ConfigError, load_file
 
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
+
 REPO = Path(__file__).resolve().parent.parent
 PAGES = REPO / "docs" / "rules"
 SARIF_SCHEMA = json.loads((REPO / "tests" / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
