@@ -4,7 +4,8 @@ Flags that Ruff also has mean what they mean in Ruff (``--show-fixes``, ``--fix-
 ``--exclude``, ``--force-exclude``, ``--per-file-ignores``, ``--watch``...).
 
 Exit codes: 0 nothing left to report, 1 findings remain, 2 usage, config or internal error, or a file --fix could
-not write (among them a file changed on disk after it was read: left as the user saved it). A reader that closes
+not write (among them a file changed on disk after it was read: left as the user saved it). Paths that hold no
+Python file or notebook exit 0 with a warning on standard error, as Ruff's do. A reader that closes
 standard output early (``| head -1``) ends the output quietly, as Ruff does: no traceback, and the exit code the
 run would have had.
 """
@@ -337,9 +338,23 @@ def _exit_code(args, report) -> int:
     return EXIT_FINDINGS if pending and not args.exit_zero else EXIT_OK
 
 
+NO_FILES = "No Python files or notebooks found under the given path(s)"
+
+
+def _print_warnings(report, args) -> None:
+    """What the paths given held that was not checked, on standard error as Ruff warns (-q and -s hide it)."""
+    if args.quiet or args.silent:
+        return
+    for skipped in report.skipped:
+        print(f"mplint: warning: {skipped}", file=sys.stderr)
+    if report.found_no_files:
+        print(f"mplint: warning: {NO_FILES}", file=sys.stderr)
+
+
 def _write_report(args, report, stdin) -> None:
     from mplint.output import renderer
 
+    _print_warnings(report, args)
     if args.show_facts:
         from mplint.output import facts_report
 
@@ -364,6 +379,9 @@ def _write_report(args, report, stdin) -> None:
         out = open(args.output_file, "w", encoding="utf-8") if args.output_file else default_out
         try:
             _print_diff(report, out)
+            n = report.fixed_count
+            if n and not (args.quiet or args.silent):  # Ruff's summary, after the diff (git apply reads past it)
+                out.write(f"\nWould fix {n} error{'s' if n != 1 else ''}.\n")
         finally:
             if out not in (sys.stdout, sys.stderr):
                 out.close()

@@ -15,24 +15,33 @@ from mplint.rule_docs import SAFETY as _SAFETY
 from mplint.rule_docs import rule_url
 
 
-def find(rule: str):
-    catalog = load_catalog()
-    for meta in catalog.values():
-        if rule.upper() == meta.id or rule.lower() == meta.name:
-            return meta
-    return None
+def find(rule: str) -> list:
+    """Every rule ``rule`` denotes, as ``--select`` reads it: one ID, or a name that a Keras/TensorFlow rule and its
+    PyTorch counterpart share (``clip-before-unscale`` is MP204 and MPT204)."""
+    return [m for m in load_catalog().values() if rule.upper() == m.id or rule.lower() == m.name]
 
 
 def explain(rule: str, console: Console | None = None) -> bool:
     console = console or Console(highlight=False, emoji=False)
-    meta = find(rule)
-    if meta is None:
+    metas = find(rule)
+    if not metas:
         known = [m.id for m in load_catalog().values()] + [m.name for m in load_catalog().values()]
         hint = difflib.get_close_matches(rule, known, n=1)
         console.print(
             f"mplint: error: unknown rule {rule!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""), markup=False
         )
         return False
+    if len(metas) > 1:
+        ids = [m.id for m in metas]
+        console.print(
+            f"{rule} names {len(metas)} rules: {', '.join(ids[:-1])} and {ids[-1]}.", markup=False, soft_wrap=True
+        )
+    for meta in metas:
+        _page(meta, console)
+    return True
+
+
+def _page(meta, console: Console) -> None:
     console.print(Panel(Text.assemble((f"{meta.id} {meta.name}", "bold"), "\n", meta.summary), expand=False))
     generations = ", ".join(f"G{g}" for g in meta.generations) or "PyTorch (torch.amp, torch.cuda.amp, apex.amp)"
     console.print(Markdown(f"## What it does\n\n{meta.what}\n\n## Why is this bad?\n\n{meta.why}"))
@@ -54,7 +63,6 @@ def explain(rule: str, console: Console | None = None) -> bool:
     if meta.references:
         console.print(Markdown("## References\n\n" + "\n".join(f"- {r}" for r in meta.references)))
     console.print(f"Documentation: {rule_url(meta.id)}", markup=False, soft_wrap=True)
-    return True
 
 
 def explain_all(console: Console | None = None) -> None:

@@ -51,20 +51,25 @@ def pages_dir() -> Path:
     return next((d for d in PAGES_DIRS if d.is_dir()), PAGES_DIRS[-1])
 
 
-def rule_url(rule_id: str, docs_url: str | None = None) -> str:
-    """The URL of a rule's page; ``docs_url`` (the config's ``docs-url``) wins over the project's metadata."""
+def published_url(rule_id: str, docs_url: str | None = None) -> str | None:
+    """The URL of a rule's page under ``docs_url`` (the config's ``docs-url``), else under the project's
+    metadata; None without either."""
     base = docs_url or project_docs_url()
-    if base:
-        return f"{base.rstrip('/')}/rules/{rule_id}.md"
-    return (pages_dir() / f"{rule_id}.md").as_uri()
+    return f"{base.rstrip('/')}/rules/{rule_id}.md" if base else None
+
+
+def rule_url(rule_id: str, docs_url: str | None = None) -> str:
+    """The URL of a rule's page: the published one, else the page file of this install (``file://``)."""
+    return published_url(rule_id, docs_url) or (pages_dir() / f"{rule_id}.md").as_uri()
 
 
 def _fence(code: str) -> list[str]:
     return ["```python", code, "```"]
 
 
-def page(meta) -> str:
-    """A rule's page in Markdown: what, why, example, fix, fix safety, proof (when the YAML names one), details."""
+def page(meta, source_note: bool = True) -> str:
+    """A rule's page in Markdown: what, why, example, fix, fix safety, proof (when the YAML names one), details;
+    ``source_note``: the closing comment that says which YAML file the page is generated from."""
     out = [
         f"# {meta.id} `{meta.name}`",
         "",
@@ -98,8 +103,11 @@ def page(meta) -> str:
     ]
     if meta.references:
         out += ["## References", "", *(f"- <{r}>" for r in meta.references), ""]
-    out += [f"<!-- Generated from rules/{meta.source.name} by `mplint rules --pages docs/rules`: edit the YAML. -->"]
-    return "\n".join(out) + "\n"
+    if source_note:
+        out += [
+            f"<!-- Generated from rules/{meta.source.name} by `mplint rules --pages docs/rules`: edit the YAML. -->"
+        ]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def index(metas) -> str:

@@ -148,6 +148,8 @@ class RunReport:
     noqa_skipped: int = 0  # findings whose line cannot carry a comment
     changed_on_disk: list[str] = field(default_factory=list)  # files left unfixed: changed after they were read
     notices: list[str] = field(default_factory=list)  # worth telling, no error (leftovers of an interrupted run)
+    skipped: list[str] = field(default_factory=list)  # given paths that held nothing to check, and why
+    found_no_files: bool = False  # the given paths held no file to check (and named none that is missing)
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -244,6 +246,8 @@ def run(options: RunOptions) -> RunReport:
     report = RunReport([], list(found.errors), top)
     if stdin_path is None:
         report.notices += _leftovers(found.files, options)
+        report.skipped = list(found.skipped)
+        report.found_no_files = not found.files and not found.errors
     for root, given in groups.items():
         config = top if options.config_path else with_overrides(_load_config(options, [root]), options)
         # Facts never depend on which paths were given: the whole project is read, the given files checked.

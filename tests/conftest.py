@@ -211,6 +211,16 @@ def _mark_rule_codes(items) -> None:
         item.extra_keyword_matches.update(codes)
 
 
+def pytest_ignore_collect(collection_path, config):
+    """``-m quick`` (the one-minute subset that shows an install works) leaves out the files that mark no test quick:
+    importing them, some with TensorFlow, would take longer than running the subset."""
+    if config.getoption("markexpr", "") != "quick" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    return "pytest.mark.quick" not in collection_path.read_text(encoding="utf-8") or None
+
+
 def pytest_collection_modifyitems(config, items):
     _mark_rule_codes(items)
     running = [item for item in items if item.path.name in _RUNS_SCRIPTS]

@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from mplint.cli import main
+
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
 
 GOOD = "import math\nx = math.pi\n"
 
@@ -53,6 +57,51 @@ def test_missing_path_is_an_error_but_other_paths_are_checked(tmp_path, monkeypa
 def test_exit_zero(tmp_path, monkeypatch):
     monkeypatch.chdir(make(tmp_path, {"b.py": "def f(:\n"}))
     assert main([".", "--exit-zero"]) == 0
+
+
+NO_FILES = "mplint: warning: No Python files or notebooks found under the given path(s)\n"
+NOT_PYTHON = "not a Python file (.py), notebook (.ipynb) or script with a python shebang; skipped"
+
+
+def test_paths_that_hold_nothing_to_check_say_so_and_what_was_skipped(tmp_path, monkeypatch, capsys):
+    """As Ruff warns, on standard error, and exits 0: nothing was checked, so "All checks passed!" is not said.
+    A file named on the command line is checked when it is Python: .py, a notebook, or a script with a python
+    shebang (what pre-commit's types: [python] passes); any other is skipped with a warning."""
+    monkeypatch.chdir(
+        make(
+            tmp_path,
+            {
+                "notes.txt": "hi\n",
+                "train.py": GOOD,
+                "docs/README.md": "# docs\n",
+                "docs/build/gen.py": GOOD,
+                "bin/train": "#!/usr/bin/env python3\ndef f(:\n",
+                "bin/setup.sh": "#!/bin/sh\n",
+            },
+        )
+    )
+    (tmp_path / "empty_folder").mkdir()
+    assert main(["empty_folder/"]) == 0
+    assert capsys.readouterr() == (
+        "",
+        "mplint: warning: empty_folder: holds no Python file (.py) or notebook (.ipynb)\n" + NO_FILES,
+    )
+    assert main(["notes.txt"]) == 0
+    assert capsys.readouterr() == ("", f"mplint: warning: notes.txt: {NOT_PYTHON}\n" + NO_FILES)
+    assert main(["docs", "bin/setup.sh"]) == 0
+    assert capsys.readouterr() == (
+        "",
+        "mplint: warning: docs: holds no Python file (.py) or notebook (.ipynb) (1 other file, 1 excluded or "
+        f"git-ignored)\nmplint: warning: bin/setup.sh: {NOT_PYTHON}\n" + NO_FILES,
+    )
+    assert main(["train.py", "notes.txt"]) == 0
+    assert capsys.readouterr() == ("All checks passed!\n", f"mplint: warning: notes.txt: {NOT_PYTHON}\n")
+    code, doc = run_json(["bin/train", "bin/setup.sh"], capsys)  # the script with a shebang is checked
+    assert (code, [(d["path"], d["rule"]) for d in doc["diagnostics"]]) == (1, [("bin/train", "MP000")])
+    assert main(["-q", "notes.txt"]) == 0
+    assert capsys.readouterr() == ("", "")
+    code, doc = run_json(["empty_folder"], capsys)
+    assert (code, doc["summary"]["files"], doc["diagnostics"]) == (0, 0, [])
 
 
 def test_gitignore_and_excludes_are_respected(tmp_path, monkeypatch, capsys):
@@ -169,6 +218,35 @@ def test_stdin_reads_the_cache_and_never_writes_it(tmp_path, monkeypatch, capsys
     code, doc = run_json(["--stdin-filename", "b.py", "."], capsys)
     assert (code, [(d["path"], d["rule"]) for d in doc["diagnostics"]]) == (1, [("b.py", "MP101")])
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / ".mplint_cache").rglob("*.json")} == stamps
+
+
+def test_diff_ends_with_ruffs_summary_and_git_applies_it(tmp_path, monkeypatch, capsys):
+    """As Ruff: the diff, then "Would fix N errors." on standard output (git apply reads past it); nothing on
+    standard error; -q leaves the summary out; a run with nothing to fix prints nothing."""
+    code = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("float16")\n'
+    monkeypatch.chdir(make(tmp_path, {"train.py": code, "clean.py": GOOD}))
+    assert main(["--diff", "--select", "MP602", "train.py"]) == 1
+    shown = capsys.readouterr()
+    assert (shown.out, shown.err) == (
+        "--- a/train.py\n"
+        "+++ b/train.py\n"
+        "@@ -1,2 +1,2 @@\n"
+        " import tensorflow as tf\n"
+        '-tf.keras.mixed_precision.set_global_policy("float16")\n'
+        '+tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "\n"
+        "Would fix 1 error.\n",
+        "",
+    )
+    subprocess.run(["git", "init", "-q"], check=True)
+    (tmp_path / "fixes.patch").write_text(shown.out)
+    subprocess.run(["git", "apply", "fixes.patch"], check=True)
+    assert (tmp_path / "train.py").read_text() == code.replace('"float16"', '"mixed_float16"')
+    (tmp_path / "train.py").write_text(code)
+    assert main(["--diff", "-q", "--select", "MP602", "train.py"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == '+tf.keras.mixed_precision.set_global_policy("mixed_float16")'
+    assert main(["--diff", "--select", "MP602", "clean.py"]) == 0
+    assert capsys.readouterr() == ("", "")
 
 
 def test_diff_labels_relative_paths_like_git_and_absolute_paths_as_given(tmp_path, monkeypatch, capsys):

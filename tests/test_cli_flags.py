@@ -16,7 +16,10 @@ import pytest
 
 from mplint.catalog import load_catalog
 from mplint.cli import main
+from mplint.engine.registry import select
 from mplint.output.text import use_colour
+
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = 'import keras\nfrom keras import layers\n\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
@@ -170,9 +173,16 @@ def test_force_exclude_skips_excluded_paths_given_explicitly(project, capsys):
     assert main(["-q", "vendor/lib.py", "tests/test_model.py"]) == 1  # named: checked (Ruff's default)
     assert lines(capsys) == (finding("tests/test_model.py") + finding("vendor/lib.py"), "")
     assert main(["--force-exclude", "vendor/lib.py", "tests/test_model.py"]) == 0  # what pre-commit passes
-    assert lines(capsys) == (["All checks passed!"], "")
+    assert lines(capsys) == (
+        [],  # nothing was checked: no "All checks passed!"
+        "mplint: warning: vendor/lib.py: excluded (--force-exclude)\n"
+        "mplint: warning: tests/test_model.py: excluded (--force-exclude)\n"
+        "mplint: warning: No Python files or notebooks found under the given path(s)\n",
+    )
     assert main(["-q", "--force-exclude", "vendor/lib.py", "train.py"]) == 1
     assert lines(capsys) == (finding("train.py"), "")
+    assert main(["--force-exclude", "vendor/lib.py", "train.py"]) == 1
+    assert lines(capsys)[1] == ""  # an excluded path beside checked ones is skipped silently, as pre-commit needs
     (project / ".mplint.yaml").write_text("select: [MP101]\nextend-exclude: [vendor]\nforce-exclude: true\n")
     assert main(["vendor/lib.py"]) == 0
     assert main(["--no-force-exclude", "-q", "vendor/lib.py"]) == 1
@@ -242,6 +252,34 @@ def test_rule_is_explain(capsys):
     assert page in everything and everything.count("What it does") == len(load_catalog())
     assert main(["rule"]) == 2
     assert "give one rule, or --all" in capsys.readouterr().err
+
+
+SHARED_NAMES = {
+    "clip-before-unscale": ["MP204", "MPT204"],
+    "tensor-core-alignment": ["MP301", "MPT301"],
+    "float16-overflow-constant": ["MP601", "MPT601"],
+}
+
+
+def test_the_shared_names_are_those_of_the_catalog():
+    ids_by_name: dict[str, list[str]] = {}
+    for meta in load_catalog().values():
+        ids_by_name.setdefault(meta.name, []).append(meta.id)
+    assert {name: ids for name, ids in ids_by_name.items() if len(ids) > 1} == SHARED_NAMES
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_NAMES))
+def test_explain_of_a_shared_name_shows_every_rule_it_names_as_select_does(capsys, name):
+    ids = SHARED_NAMES[name]
+    assert sorted(select([name])) == ids  # what --select takes for the name
+    assert main(["explain", name]) == 0
+    out = capsys.readouterr().out
+    pages = []
+    for rule_id in ids:
+        assert main(["explain", rule_id]) == 0
+        pages.append(capsys.readouterr().out)
+    assert out == f"{name} names 2 rules: {ids[0]} and {ids[1]}.\n" + "".join(pages)
+    assert [line.strip("│ ") for line in out.splitlines() if line.startswith("│ MP")] == [f"{i} {name}" for i in ids]
 
 
 # -- --watch -----------------------------------------------------------------------

@@ -18,6 +18,8 @@ import pytest
 
 from mplint.testing import copy_tree
 
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
+
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("MPLINT_UPDATE_SNAPSHOTS") == "1"

@@ -17,6 +17,8 @@ import pytest
 from mplint import __version__
 from mplint.cli import main
 
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
+
 DATA = Path(__file__).parent / "data"
 SARIF_SCHEMA = json.loads((DATA / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 CODE = (

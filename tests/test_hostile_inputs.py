@@ -65,47 +65,81 @@ def assert_good_checked(doc):
 # -- broken sources: MP000 with a clear message ---------------------------------------
 
 
+def start_of(doc, path: str) -> list[tuple[int, int]]:
+    return [(d["start"]["line"], d["start"]["column"]) for d in doc["diagnostics"] if d["path"] == path]
+
+
 @pytest.mark.parametrize(
-    "name,data,message",
+    "name,data,message,start",
     [
-        ("syntax.py", SOFTMAX + b"def f(:\n", "syntax error: invalid syntax"),
-        ("nulls.py", SOFTMAX + b"x = 1\x00\n", "file contains null bytes; not a Python source file"),
-        ("undecodable.py", SOFTMAX + b"x = '\xff\xfe'\n", "cannot decode file as utf-8: invalid start byte at byte 36"),
-        ("cookie.py", b"# -*- coding: klingon -*-\n" + SOFTMAX, "cannot decode file: unknown encoding: klingon"),
+        ("syntax.py", SOFTMAX + b"def f(:\n", "syntax error: invalid syntax", (2, 7)),
+        ("nulls.py", SOFTMAX + b"x = 1\x00\n", "file contains null bytes; not a Python source file", (1, 1)),
+        (
+            "undecodable.py",
+            SOFTMAX + b"x = '\xff\xfe'\n",
+            "cannot decode file as utf-8: invalid start byte (byte 0xff)",
+            (2, 6),
+        ),
+        (
+            "cookie.py",
+            b"# -*- coding: klingon -*-\n" + SOFTMAX,
+            "cannot decode file: unknown encoding: klingon",
+            (1, 1),
+        ),
         (
             "cookie_lies.py",
             b"# -*- coding: ascii -*-\n" + SOFTMAX + b"x = 'caf\xc3\xa9'\n",
-            "cannot decode file as ascii: ordinal not in range(128) at byte 63",
+            "cannot decode file as ascii: ordinal not in range(128) (byte 0xc3)",
+            (3, 9),
         ),
     ],
 )
-def test_broken_source_is_mp000_and_the_others_are_checked(project, capsys, name, data, message):
+def test_broken_source_is_mp000_and_the_others_are_checked(project, capsys, name, data, message, start):
     (project / name).write_bytes(data)
     code, doc, _ = run_json(capsys, ".", "--fix")
     assert code == 1
     assert by_path(doc)[name] == [("MP000", message)]
+    assert start_of(doc, name) == [start]
     assert (project / name).read_bytes() == data
     assert (project / "good.py").read_text() == GOOD_FIXED
 
 
 @pytest.mark.parametrize(
-    "name,data,message",
+    "name,data,message,start",
     [
-        ("syntax.py", b"def f(:\n", "syntax error: invalid syntax"),
-        ("nulls.py", b"x = 1\x00\n", "file contains null bytes; not a Python source file"),
+        ("syntax.py", b"def f(:\n", "syntax error: invalid syntax", (1, 7)),
+        ("nulls.py", b"x = 1\x00\n", "file contains null bytes; not a Python source file", (1, 1)),
         (
             "undecodable.py",
             b"x = 1\ny = 2\nz = '\xff\xfe'\n",
-            "cannot decode file as utf-8: invalid start byte at byte 17",
+            "cannot decode file as utf-8: invalid start byte (byte 0xff)",
+            (3, 6),
         ),
     ],
 )
-def test_broken_source_without_any_trigger_is_mp000(project, capsys, name, data, message):
+def test_broken_source_without_any_trigger_is_mp000(project, capsys, name, data, message, start):
     # No rule's trigger is in it: only a file the project facts parsed skips the check's own parse.
     (project / name).write_bytes(data)
     code, doc, _ = run_json(capsys, ".", "--no-cache")
     assert code == 1
     assert by_path(doc)[name] == [("MP000", message)]
+    assert start_of(doc, name) == [start]
+
+
+def test_an_undecodable_byte_is_reported_at_its_line_and_column(project, capsys, monkeypatch):
+    """Line breaks of every kind (CRLF, CR) count, and the column counts characters: two 2-byte characters
+    before the bad byte are two columns."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    (project / "bad.py").write_bytes(b"import keras\r\nx = 1\ry = '\xc3\xa9\xc3\xa9' + '\xff'\n")
+    assert main(["--no-cache", "bad.py"]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "bad.py:3:13: MP000 cannot decode file as utf-8: invalid start byte (byte 0xff)",
+        "  |",
+        "3 | y = '\u00e9\u00e9' + '\ufffd'",
+        "  |             ^",
+        "",
+        "Found 1 error.",
+    ]
 
 
 def test_deep_nesting_is_mp000_not_a_crash(project, capsys):

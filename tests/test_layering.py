@@ -10,6 +10,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
+
 ROOT = Path(__file__).resolve().parent.parent / "mplint"
 
 # Bottom to top. A unit is a subpackage of mplint (with all its modules) or a top-level module.

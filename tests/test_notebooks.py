@@ -193,7 +193,7 @@ def test_diff_shows_the_cell(project, capsys):
         "--- a/train.ipynb:cell 4\n+++ b/train.ipynb:cell 4\n@@ -1,5 +1,5 @@\n"
         ' model = keras.Sequential([\n     layers.Dense(64, activation="relu"),\n'
         '-    layers.Dense(10, activation="softmax"),\n+    layers.Dense(10, activation="softmax", dtype="float32"),\n'
-        " ])\n model\n"
+        " ])\n model\n\nWould fix 1 error.\n"
     )
     assert path.read_bytes() == before
 

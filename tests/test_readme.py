@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from conftest import REPO
 from markdown_it import MarkdownIt
 
 from mplint.cli import main, proofs_markdown, readme_section, rules_markdown
+
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "fixtures.txt"
 
@@ -98,3 +101,14 @@ def test_readme_quick_start_output_is_what_mplint_prints():
         assert starts, f"the README shows output mplint does not print:\n{chunk}"
     marks = {re.search(r": MPT?\d+( \[[*-]\])? ", chunk).group(1) for chunk in chunks}
     assert marks == {None, " [*]", " [-]"}  # every mark the README explains is shown
+
+
+def test_readme_gives_the_quick_subset_before_the_whole_suite():
+    """`python3 -m pytest -m quick` is named where the suite is, and it runs what an install needs: the command line
+    on the fixtures and a training step on TensorFlow and on torch; CI still runs the whole suite (above)."""
+    quick = "`python3 -m pytest -m quick`"
+    for page in ("README.md", "docs/install.md"):
+        assert quick in (REPO / page).read_text(encoding="utf-8"), page
+    assert '"quick: ' in (REPO / "pyproject.toml").read_text()  # the marker is registered
+    marking = sorted(p.name for p in (REPO / "tests").glob("test_*.py") if "pytest.mark.quick" in p.read_text())
+    assert {"test_cli.py", "test_fixture_snapshot.py", "test_runtime.py", "test_torch_runtime.py"} <= set(marking)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
@@ -14,6 +13,8 @@ from mplint import rule_docs
 from mplint.catalog import load_catalog
 from mplint.cli import main
 from mplint.project.config import ConfigError, load_file
+
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = REPO / "docs" / "rules"
@@ -78,6 +79,8 @@ def test_the_url_comes_from_config_then_project_metadata_then_the_page_file(monk
     assert rule_docs.rule_url("MP101", "file:///srv/docs") == "file:///srv/docs/rules/MP101.md"
     monkeypatch.setattr(rule_docs, "project_docs_url", lambda: None)
     assert rule_docs.rule_url("MP101") == (PAGES / "MP101.md").as_uri()
+    assert rule_docs.published_url("MP101") is None
+    assert rule_docs.published_url("MP101", "https://x.test/d/") == "https://x.test/d/rules/MP101.md"
 
 
 def test_project_metadata_url_is_read_from_pyproject(tmp_path, monkeypatch):
@@ -122,15 +125,28 @@ def test_text_output_links_each_finding_with_show_fixes(project, capsys):
     assert "= docs" not in capsys.readouterr().out
 
 
-def test_sarif_help_uri_validates(project, capsys):
+def test_sarif_embeds_each_rule_page_and_links_only_a_published_one(project, capsys, monkeypatch):
+    """Code scanning shows a rule's ``help`` with each alert: the page itself, wherever the SARIF file is read. Its
+    ``helpUri`` is there only under a documentation URL; the page file of this install (file:///...) is left out."""
     assert main(["--format", "sarif", "train.py"]) == 1
     doc = json.loads(capsys.readouterr().out)
     jsonschema.Draft4Validator(SARIF_SCHEMA).validate(doc)
     rules = doc["runs"][0]["tool"]["driver"]["rules"]
     assert [r["helpUri"] for r in rules] == [f"https://docs.example.org/mplint/rules/{r['id']}.md" for r in rules]
+    catalog = load_catalog()
+    pages = {r["id"]: rule_docs.page(catalog[r["id"]], source_note=False) for r in rules}
+    assert [r["help"] for r in rules] == [{"text": pages[r["id"]], "markdown": pages[r["id"]]} for r in rules]
+    mp101 = next(r["help"]["markdown"] for r in rules if r["id"] == "MP101")
+    assert mp101.startswith("# MP101 `float16-softmax-output`\n\nA softmax that produces a model output computes in")
+    assert mp101.endswith("\n") and "<!--" not in mp101 and "## Fix safety" in mp101
+    monkeypatch.setattr(rule_docs, "project_docs_url", lambda: None)
     (project / ".mplint.yaml").write_text("select: [MP101]\n")
     assert main(["--format", "sarif", "train.py"]) == 1
     doc = json.loads(capsys.readouterr().out)
     jsonschema.Draft4Validator(SARIF_SCHEMA).validate(doc)
-    [uri] = {r["helpUri"] for r in doc["runs"][0]["tool"]["driver"]["rules"] if r["id"] == "MP101"}
-    assert urlsplit(uri).scheme in ("https", "file") and uri == rule_docs.rule_url("MP101")
+    rules = doc["runs"][0]["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules if "helpUri" in r] == []
+    assert [r["help"]["markdown"] for r in rules] == [
+        rule_docs.page(catalog[r["id"]], source_note=False) for r in rules
+    ]
+    assert "file://" not in json.dumps(doc)

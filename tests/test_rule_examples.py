@@ -25,6 +25,8 @@ from mplint.catalog import load_catalog
 from mplint.diagnostics import FixSafety
 from mplint.testing import check_code, lint_code
 
+pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
+
 STATIC = [m for m in load_catalog().values() if m.kind == "static"]
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "rules"
 UPDATE = os.environ.get("MPLINT_UPDATE_SNAPSHOTS") == "1"

@@ -68,6 +68,7 @@ def test_wrap_optimizer_only_under_mixed_float16(module):
     assert wrap_optimizer(wrapped) is wrapped
 
 
+@pytest.mark.quick  # TensorFlow, Keras 3 and Keras 2 installed and training: in the one-minute subset
 @pytest.mark.parametrize("module", [keras, tf_keras], ids=["keras3", "keras2"])
 def test_scale_then_apply_unscales_exactly_once(module):
     module.mixed_precision.set_global_policy("mixed_float16")

@@ -250,6 +250,7 @@ def _runtime_update(precision, max_norm=None, accumulation_steps=1):
     return [p.detach() - b for p, b in zip(model.parameters(), before)], scaler, (stepped, due, scales)
 
 
+@pytest.mark.quick  # torch installed and training: in the one-minute subset
 @pytest.mark.parametrize(
     ("dtype", "version", "tolerance"),
     [

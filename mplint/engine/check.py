@@ -64,8 +64,10 @@ def parse_native(path: str, source: bytes) -> ast.Module | Diagnostic:
     except (SyntaxError, LookupError) as exc:
         return engine_diagnostic(path, PARSE_ERROR, f"cannot decode file: {exc}")
     except UnicodeDecodeError as exc:
+        line, column = _line_and_column(source, exc.start, encoding)
+        bad = " ".join(f"0x{byte:02x}" for byte in source[exc.start : exc.end])
         return engine_diagnostic(
-            path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} at byte {exc.start}"
+            path, PARSE_ERROR, f"cannot decode file as {encoding}: {exc.reason} (byte {bad})", line, column
         )
     try:
         return parse_python(source)
@@ -77,6 +79,18 @@ def parse_native(path: str, source: bytes) -> ast.Module | Diagnostic:
         return engine_diagnostic(path, PARSE_ERROR, "file is nested too deeply to parse")
     except ValueError as exc:
         return engine_diagnostic(path, PARSE_ERROR, f"cannot parse file: {exc}")
+
+
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")  # what Python's tokenizer ends a line at
+
+
+def _line_and_column(source: bytes, offset: int, encoding: str) -> tuple[int, int]:
+    """The 1-based line and character column of byte ``offset``: the bytes before it on its line decode (the
+    decoder stopped at the first that does not)."""
+    breaks = list(_LINE_BREAK.finditer(source, 0, offset))
+    start = breaks[-1].end() if breaks else 0
+    before = source[start:offset].decode(encoding, errors="replace")
+    return len(breaks) + 1, len(before) + 1
 
 
 def parse_concrete(path: str, source: bytes) -> cst.Module | Diagnostic:

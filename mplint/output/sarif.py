@@ -9,7 +9,7 @@ from typing import TextIO
 from mplint import __version__
 from mplint.catalog import load_catalog
 from mplint.output.common import FileRegions, sort_key
-from mplint.rule_docs import rule_url
+from mplint.rule_docs import page, published_url
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVELS = {"error": "error", "warning": "warning", "info": "note"}
@@ -20,13 +20,17 @@ def _uri(path: str) -> str:
 
 
 def _rule(meta, docs_url: str | None) -> dict:
+    """A rule's descriptor. Its page travels inside it (``help``: code scanning shows it with each alert); a link to
+    the page only where it is published: the page file of mplint's own install means nothing on another machine."""
+    text = page(meta, source_note=False)
+    url = published_url(meta.id, docs_url)
     return {
         "id": meta.id,
         "name": meta.name,
-        "helpUri": rule_url(meta.id, docs_url),
+        **({"helpUri": url} if url else {}),
         "shortDescription": {"text": meta.summary},
         "fullDescription": {"text": meta.what},
-        "help": {"text": f"{meta.why}\n\nFix ({meta.fix_safety.value}): {meta.fix}"},
+        "help": {"text": text, "markdown": text},
         "defaultConfiguration": {"level": _LEVELS[meta.severity.value], "enabled": meta.default_enabled},
         "properties": {"fixSafety": meta.fix_safety.value, "kind": meta.kind},
     }

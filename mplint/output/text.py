@@ -151,7 +151,7 @@ def _summary(paint: _Paint, report, remaining, listed: bool = False, fix_only: b
     if fix_only:
         return out
     if not remaining:
-        if not fixed and not report.errors:
+        if not fixed and not report.errors and not report.found_no_files:  # nothing checked: a warning says so
             out.append(paint("All checks passed!", "green"))
         return out
     safe = sum(1 for d in remaining if d.fix_safety is FixSafety.SAFE)

@@ -8,7 +8,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +56,25 @@ class SourcePath:
 class Discovery:
     files: list[SourcePath]
     errors: list[str]  # paths that do not exist or cannot be listed
+    skipped: list[str] = field(default_factory=list)  # given paths that hold nothing to check, and why
+
+
+_PYTHON_SHEBANG = re.compile(rb"#![^\n]*\bpython[0-9.]*\b")
+NOT_PYTHON = "not a Python file (.py), notebook (.ipynb) or script with a python shebang; skipped"
+
+
+def is_python_script(path: Path) -> bool:
+    """A file without a Python suffix that is Python all the same: its first line runs it with python (what
+    pre-commit's ``types: [python]`` passes too)."""
+    try:
+        with open(path, "rb") as f:
+            return bool(_PYTHON_SHEBANG.match(f.readline(256)))
+    except OSError:
+        return True  # unreadable: checking it says why (MP000)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def display_path(path: Path, cwd: Path) -> str:
@@ -184,40 +203,60 @@ def discover(
                 return True
         return False
 
+    skipped: list[str] = []
+    force_excluded: list[str] = []
     for given in paths:
         absolute = Path(os.path.abspath(given))
         if not absolute.exists():
             errors.append(f"{given}: no such file or directory")
             continue
         if force_exclude and _excluded_or_inside(excluded, absolute, root):
+            force_excluded.append(f"{given}: excluded (--force-exclude)")  # said only when nothing else is checked
             continue
         if absolute.is_file():
-            files.setdefault(absolute, SourcePath(absolute, display_path(absolute, cwd)))
+            if absolute.name.endswith(suffixes) or is_python_script(absolute):
+                files.setdefault(absolute, SourcePath(absolute, display_path(absolute, cwd)))
+            else:
+                skipped.append(f"{given}: {NOT_PYTHON}")
             continue
         if not absolute.is_dir():
             errors.append(f"{given}: not a regular file or directory (a FIFO, socket or device); skipped")
             continue
         chains = {absolute: ignores_above(absolute)}
+        found, others, left_out = 0, 0, 0
         for folder, subdirs, names in os.walk(absolute, onerror=lambda e: errors.append(f"{e.filename}: {e.strerror}")):
             here = Path(folder)
             chain = chains.pop(here, [])
-            subdirs[:] = sorted(
+            kept = sorted(
                 d for d in subdirs if not is_excluded(here / d, True) and not git_ignored(here / d, True, chain)
             )
+            left_out += len(subdirs) - len(kept)
+            subdirs[:] = kept
             for d in subdirs:
                 spec = _gitignore(here / d) if respect_gitignore else None
                 chains[here / d] = chain + [(here / d, spec)] if spec else chain
             for name in sorted(names):
                 if not name.endswith(suffixes):
+                    others += 1
                     continue
                 path = here / name
                 if is_excluded(path, False) or git_ignored(path, False, chain):
+                    left_out += 1
                     continue
                 if _is_special(path):  # reading a FIFO would block the whole run
                     errors.append(f"{display_path(path, cwd)}: not a regular file (a FIFO, socket or device); skipped")
                     continue
                 files.setdefault(path, SourcePath(path, display_path(path, cwd)))
-    return Discovery(sorted(files.values(), key=lambda s: s.display), errors)
+                found += 1
+        if not found:
+            what = [_plural(others, "other file")] if others else []
+            what += [f"{left_out} excluded or git-ignored"] if left_out else []
+            skipped.append(
+                f"{given}: holds no Python file (.py) or notebook (.ipynb)" + (f" ({', '.join(what)})" if what else "")
+            )
+    return Discovery(
+        sorted(files.values(), key=lambda s: s.display), errors, skipped + (force_excluded if not files else [])
+    )
 
 
 def _is_special(path: Path) -> bool:

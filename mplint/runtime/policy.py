@@ -6,7 +6,8 @@ import logging
 from dataclasses import dataclass, field
 
 from mplint.knowledge.policies import MIXED_POLICIES, POLICY_NAMES
-from mplint.runtime.keras_generation import keras_module
+from mplint.runtime.install_hints import RUNTIME_EXTRA, require
+from mplint.runtime.keras_generation import generation_in_use, keras_module, package
 
 log = logging.getLogger("mplint.runtime")
 
@@ -78,7 +79,10 @@ def enable(policy: str = "auto", *, keras: int | None = None, strategy=None) -> 
 
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    module = keras_module(keras)
+    generation = generation_in_use(keras)
+    needs = "TensorFlow and Keras 2 (tf_keras)" if generation == 2 else "TensorFlow and Keras 3"
+    require("mplint.runtime.enable()", needs, ("tensorflow", package(generation)), RUNTIME_EXTRA)
+    module = keras_module(generation)
     hw = detect_hardware(strategy)
     findings: tuple = ()
     if policy == "auto":

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mplint.knowledge.api_versions import torch_since
+from mplint.runtime.install_hints import TORCH, require
 from mplint.runtime.policy import Hardware
 from mplint.runtime.torch_model_checks import check_model
 from mplint.runtime.torch_scaling import Scaler
@@ -157,12 +158,13 @@ def choose(dtype: str = "auto", *, device=None) -> TorchPrecision:
     ``dtype="auto"``: bfloat16 from compute capability 8.0, float16 (scaled) on 7.x, float32 below and on CPUs.
     An explicit dtype is used as asked where this torch can run it on the device, else float32 with the reason.
     """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    require("mplint.runtime.torch_precision.choose()", "PyTorch", ("torch",), TORCH)
     import torch
 
     from mplint.runtime.model_checks import RuntimeFinding
 
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     device_type = torch.device(device).type if device is not None else "cuda" if torch.cuda.is_available() else "cpu"
     version = torch_version(torch)
     hw = detect_hardware(torch, device_type)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import sys
 import tempfile
@@ -87,24 +86,18 @@ def detect_framework(script: Path) -> str:
 
 def missing_runtime(keras: int, framework: str = "keras") -> str | None:
     """What the instrumented run would fail to import here, as one line saying what to install."""
+    from mplint.runtime.install_hints import RUNTIME_EXTRA, TORCH, missing
+
     if framework == "torch":
-        return (
-            None
-            if importlib.util.find_spec("torch")
-            else (
-                "mplint verify runs this script with PyTorch, and torch is not installed in this environment: install "
-                "torch (python3 -m pip install torch; for a CPU-only build add "
-                "--index-url https://download.pytorch.org/whl/cpu)"
-            )
-        )
-    needed = ("numpy", "tensorflow", "tf_keras" if keras == 2 else "keras")
-    missing = [name for name in needed if importlib.util.find_spec(name) is None]
-    if not missing:
+        if not missing(("torch",)):
+            return None
+        return f"mplint verify runs this script with PyTorch, and torch is not installed in this environment: {TORCH}"
+    absent = missing(("numpy", "tensorflow", "tf_keras" if keras == 2 else "keras"))
+    if not absent:
         return None
     return (
-        f"mplint verify runs the script with TensorFlow, and {', '.join(missing)} "
-        f"{'is' if len(missing) == 1 else 'are'} not installed in this environment: install mplint's runtime "
-        f'extra (python3 -m pip install ".[runtime]" in mplint\'s folder)'
+        f"mplint verify runs the script with TensorFlow, and {', '.join(absent)} "
+        f"{'is' if len(absent) == 1 else 'are'} not installed in this environment: {RUNTIME_EXTRA}"
     )
 
 

@@ -326,6 +326,35 @@ def _status(m: Metrics) -> str:
     return m.status
 
 
+def _blocks(runs: list[Metrics]) -> list[tuple[str, list[UnitMetrics | None]]]:
+    """One block of rows per unit, each run's in its column: units pair by their loop and their optimizer's order in
+    it (``_place``), so an optimizer a fix wrapped (``Adam`` before, ``LossScaleOptimizer`` after) keeps one block.
+    The block is named by the unit where every run names it alike, else by its loop (and the optimizer's order)."""
+    places: dict[tuple[str, int], list[UnitMetrics | None]] = {}
+    for column, m in enumerate(runs):
+        seen: dict[str, int] = {}  # units met so far per loop
+        for u in m.units:
+            index = seen[u.loop] = seen.get(u.loop, -1) + 1
+            places.setdefault((u.loop, index), [None] * len(runs))[column] = u
+    per_loop = {loop: sum(1 for other, _ in places if other == loop) for loop, _ in places}
+    blocks = []
+    for (loop, index), cells in places.items():
+        names = {u.unit for u in cells if u}
+        if len(names) == 1:
+            label = names.pop()
+        else:
+            label = loop if per_loop[loop] == 1 else f"{loop} / optimizer {index + 1}"
+        blocks.append((label, cells))
+    return blocks
+
+
+def _trains(u: UnitMetrics | None, named: bool) -> str:
+    if u is None:
+        return "-"
+    trains = f"trains {u.model or 'n/a'}"
+    return f"{u.optimizer}, {trains}" if named else trains
+
+
 def table(title: str, columns: dict[str, Metrics]):
     """Runs side by side; one block of rows per unit, headed by its loop, optimizer and trained model."""
     from rich.table import Table
@@ -340,15 +369,12 @@ def table(title: str, columns: dict[str, Metrics]):
     models = list(dict.fromkeys(name for m in runs for name in m.model_outputs))
     for model in models:
         t.add_row(f"output dtype: {model}", *(", ".join(m.model_outputs.get(model, [])) or "-" for m in runs))
-    order = list(dict.fromkeys(u.unit for m in runs for u in m.units))
-    for unit in order:
-        cells = [next((u for u in m.units if u.unit == unit), None) for m in runs]
+    for label, cells in _blocks(runs):
         t.add_section()
-        t.add_row(
-            unit, *(f"trains {u.model}" if u and u.model else ("-" if u is None else "trains n/a") for u in cells)
-        )
-        for label, fmt in UNIT_ROWS:
-            t.add_row(f"  {label}", *(fmt(u) if u else "-" for u in cells))
+        named = len({u.optimizer for u in cells if u}) > 1  # a fix wrapped or renamed the optimizer: say which is which
+        t.add_row(label, *(_trains(u, named) for u in cells))
+        for row, fmt in UNIT_ROWS:
+            t.add_row(f"  {row}", *(fmt(u) if u else "-" for u in cells))
     t.add_section()
     t.add_row("findings", *(", ".join(sorted({f["rule"] for f in m.findings})) or "none" for m in runs))
     return t
