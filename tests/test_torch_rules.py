@@ -215,3 +215,82 @@ def test_the_unscale_before_a_clip_builds_on_the_step_routed_through_the_scaler(
         "        scaler.step(optimizer)\n        scaler.update()\n",
     )
     assert fixed.diagnostics == []
+
+
+# --- a loss module's name resolves in its own function ----------------------------------------------
+
+_EVALUATE_AND_MAIN = """import torch
+import torch.nn as nn
+
+
+def evaluate(model, loader):
+    loss_fn = nn.BCELoss()
+    with torch.no_grad():
+        return sum(loss_fn(torch.sigmoid(model(x)), y).item() for x, y in loader)
+
+
+def main(model, loader, optimizer):
+    loss_fn = nn.BCEWithLogitsLoss()
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+if __name__ == "__main__":
+    main(None, [], None)
+"""
+
+_TWO_MODULES_ONE_ATTRIBUTE = """import torch
+import torch.nn as nn
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.loss_fn = nn.BCELoss()
+
+    def training_step(self, x, y):
+        with torch.autocast("cuda"):
+            return self.loss_fn(torch.sigmoid(self.net(x)), y)
+
+
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.loss_fn = nn.BCEWithLogitsLoss()
+
+    def training_step(self, x, y):
+        with torch.autocast("cuda"):
+            return self.loss_fn(self.net(x), y)
+"""
+
+
+def test_a_loss_bound_in_another_function_is_not_the_one_called_under_autocast():
+    """``loss_fn = nn.BCELoss()`` of ``evaluate()`` is not the ``loss_fn`` that ``main()`` binds to
+    ``BCEWithLogitsLoss`` and calls under autocast."""
+    assert lint_code(_EVALUATE_AND_MAIN, select=["MPT103", "MPT104"]).diagnostics == []
+    # the same name bound once at the top of the module is the one every function reads
+    shared = _EVALUATE_AND_MAIN.replace("    loss_fn = nn.BCELoss()\n", "").replace(
+        "    loss_fn = nn.BCEWithLogitsLoss()\n", ""
+    )
+    shared = shared.replace("import torch.nn as nn\n", "import torch.nn as nn\n\nloss_fn = nn.BCELoss()\n")
+    found = lint_code(shared, select=["MPT104"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT104",
+            16,
+            20,
+            "`loss_fn` runs in a CUDA autocast region and raises RuntimeError whatever its inputs' dtype: PyTorch "
+            "bans binary cross-entropy under CUDA autocast (its backward can make gradients float16 cannot hold); "
+            "give the logits to `binary_cross_entropy_with_logits` (`BCEWithLogitsLoss`) instead of probabilities",
+        )
+    ]
+
+
+def test_self_attributes_resolve_in_their_own_class():
+    found = lint_code(_TWO_MODULES_ONE_ATTRIBUTE, select=["MPT104"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT104", 12, 20)]
