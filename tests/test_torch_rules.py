@@ -294,3 +294,56 @@ def test_a_loss_bound_in_another_function_is_not_the_one_called_under_autocast()
 def test_self_attributes_resolve_in_their_own_class():
     found = lint_code(_TWO_MODULES_ONE_ATTRIBUTE, select=["MPT104"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT104", 12, 20)]
+
+
+# --- an apex import nothing uses is dead code ---------------------------------------------------------
+
+_APEX_MONOREPO = {
+    "maskrcnn/engine/trainer.py": "import torch\nfrom apex import amp\n\n\ndef do_train(model, loader):\n"
+    "    for images, targets in loader:\n        model(images, targets)\n",
+    "maskrcnn/layers/nms.py": "import torch\nfrom apex import amp\n\nfrom maskrcnn import _C\n\n"
+    "nms = amp.float_function(_C.nms)\n",
+    "tools/train_mlperf.py": "import torch\n\ntry:\n    from apex import amp\nexcept ImportError:\n"
+    '    raise ImportError("Use APEX for multi-precision via apex.amp")\n\nfrom apex.parallel import '
+    "DistributedDataParallel\n\n\ndef main(model):\n    return DistributedDataParallel(model)\n",
+    "nhwc/cifar10_nhwc.py": "import torch\nfrom apex.fp16_utils import *\n\n\ndef build(net, optimizer):\n"
+    "    net = network_to_half(net.cuda())\n    return net, FP16_Optimizer(optimizer, static_loss_scale=128.0)\n",
+    "nhwc/mnist_nhwc.py": "import torch\nfrom apex.fp16_utils import *\n\n\ndef build(net):\n    return net.cuda()\n",
+}
+
+
+def test_an_apex_import_nothing_uses_is_silent_and_a_use_the_migration_does_not_know_is_the_site(tmp_path):
+    """The layout of a container monorepo's MaskRCNN and SSD folders: apex imported in modules that never use it
+    (a leftover, or a ``try:`` that only checks apex is installed) is dead code, since apex's deprecation is in
+    what runs; ``amp.float_function(...)`` and ``network_to_half`` through a star import are uses: the finding is
+    there."""
+    for path, text in _APEX_MONOREPO.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    report = run(RunOptions(paths=[tmp_path], select=["MPT501"], cache=False, jobs=1))
+    found = sorted(
+        (Path(d.path).relative_to(tmp_path).as_posix(), d.line, d.column, d.message) for d in report.remaining
+    )
+    assert found == [
+        (
+            "maskrcnn/layers/nms.py",
+            6,
+            7,
+            "`amp.float_function` is part of apex's deprecated AMP (NVIDIA points to torch.amp): use `torch.autocast` "
+            "and `torch.amp.GradScaler`",
+        ),
+        (
+            "nhwc/cifar10_nhwc.py",
+            6,
+            11,
+            "`network_to_half` of `apex.fp16_utils` is removed from apex: keep the model float32, run the forward and "
+            "loss under `torch.autocast` and step through `torch.amp.GradScaler`",
+        ),
+    ]
+    (nms,) = [d for d in report.remaining if d.path.endswith("nms.py")]
+    assert [(r.line, r.message) for r in nms.related] == [
+        (
+            2,
+            "apex's AMP is deprecated (NVIDIA points to torch.amp): use `torch.autocast` and `torch.amp.GradScaler`",
+        )
+    ]
