@@ -595,3 +595,60 @@ def train(model, optimizer, loader):
         8,
         [(9, "`optimizer.step()` steps without a scaler")],
     )
+
+
+def test_an_update_after_each_param_group_step_through_a_method_is_reported():
+    """A ZeRO-style optimizer steps one param group at a time (``param_groups`` swapped in a method) and updates
+    the scaler after each: the next group is unscaled with a scale its gradients were not made with. The
+    backward is elsewhere; the steps of one ``step()`` call share it."""
+    code = """import torch
+
+
+class ZeroOptimizer:
+    def __init__(self, optimizer, groups):
+        self.optimizer = optimizer
+        self.groups = groups
+        self.grad_scaler = torch.amp.GradScaler("cuda")
+
+    def _optimizer_step(self, group_no):
+        original = self.optimizer.param_groups
+        self.optimizer.param_groups = [original[group_no]]
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+        self.optimizer.param_groups = original
+
+    def step(self):
+        for i, group in enumerate(self.groups):
+            self._optimizer_step(i)
+"""
+    found = lint_code(code, select=LOOP_RULES).diagnostics
+    assert [(d.rule_id, d.line, d.column, [(r.line, r.message) for r in d.related]) for d in found] == [
+        (
+            "MPT202",
+            14,
+            9,
+            [
+                (
+                    13,
+                    "`self.grad_scaler.step(self.optimizer)` steps one optimizer before the update and the next after it",
+                )
+            ],
+        )
+    ]
+
+
+def test_a_backward_the_file_cannot_see_scaled_starts_a_new_backward():
+    """``engine.backward(loss)`` scales elsewhere: the steps of the next turn are of another backward, and the
+    one ``update()`` after the loop over optimizers is right."""
+    code = """import torch
+
+
+def train(engine, loader, optimizers, scaler):
+    for x in loader:
+        loss = engine(x)
+        engine.backward(loss)
+        for opt in optimizers:
+            scaler.step(opt)
+        scaler.update()
+"""
+    assert lint_code(code, select=LOOP_RULES).diagnostics == []

@@ -110,9 +110,14 @@ class _Path:
         named by the loop variable (``for opt in optimizers: scaler.unscale_(opt)``) is another one."""
         return replace(
             self.unassume(keys),
-            unscaled=frozenset(u for u in self.unscaled if not _reads(u[1], keys)),
-            stepped=frozenset(u for u in self.stepped if not _reads(u[1], keys)),
+            unscaled=frozenset(u for u in self.unscaled if not _rebinds(u[1], keys)),
+            stepped=frozenset(u for u in self.stepped if not _rebinds(u[1], keys)),
         )
+
+    def new_backward(self) -> _Path:
+        """A backward no scaler scaled (``loss.backward()``, ``engine.backward(loss)``): gradients of another
+        backward, whatever steps and updates came before."""
+        return replace(self, stepped=frozenset(), step_sites=frozenset(), last_update=frozenset(), between=frozenset())
 
     def unknown_scalers(self) -> _Path:
         """A call not followed that uses a scaler: what it did to any scaler is unknown."""
@@ -141,7 +146,8 @@ class _Flow:
 
 @dataclass
 class _Event:
-    kind: str  # scaled-backward | plain-backward | unscale | clip | scaler-step | optimizer-step | update | manual-unscale | call
+    kind: str  # scaled-backward | plain-backward | other-backward | unscale | clip | scaler-step | optimizer-step | update
+    #            | manual-unscale | call
     node: cst.CSTNode
     scaler: str = ""
     optimizer: str = ""
@@ -434,7 +440,10 @@ class TrainingLoopFlow:
                 between=_drop(path.between, event.scaler),
             )
         if kind == "plain-backward":
+            path = path.new_backward()
             return replace(path, plain_backward=at) if path.float16_active and not self._root_has_scaler else path
+        if kind == "other-backward":
+            return path.new_backward()
         if kind == "unscale":
             earlier = _ids(path.unscaled, event.scaler, event.optimizer)
             if self._hold(event.node, bool(earlier)):
@@ -454,10 +463,9 @@ class TrainingLoopFlow:
             scaler, optimizer = event.scaler, event.optimizer
             between, stepped, unscaled = path.between, path.stepped, path.unscaled
             if not _ids(stepped, scaler, optimizer):
-                # another optimizer of the same backward (one this path saw), after an update()
-                if any(b[0] == scaler for b in path.backward):
-                    before = frozenset(u for s, u in path.step_sites if s == scaler)
-                    between |= {(scaler, u, before, at) for s, u in path.last_update if s == scaler}
+                # another optimizer of the same backward, after an update()
+                before = frozenset(u for s, u in path.step_sites if s == scaler)
+                between |= {(scaler, u, before, at) for s, u in path.last_update if s == scaler}
                 stepped |= {(scaler, optimizer, at)}
             if not _ids(unscaled, scaler, optimizer):
                 unscaled |= {(scaler, optimizer, at)}
@@ -542,7 +550,7 @@ class TrainingLoopFlow:
             scaler = self._scaled_name(call, receiver)
             if scaler is not None:
                 return _Event("scaled-backward", call, scaler=scaler)
-            return _Event("plain-backward", call) if not call.args or _keyword_only(call) else None
+            return _Event("plain-backward" if not call.args or _keyword_only(call) else "other-backward", call)
         if method == "unscale_" and amp.is_scaler(receiver):
             return _Event("unscale", call, scaler=dotted(receiver) or "", optimizer=_first_text(call))
         if method == "step" and amp.is_scaler(receiver):
@@ -684,6 +692,12 @@ def _reads(text: str, keys: frozenset[str]) -> bool:
         if any(".".join(parts[: i + 1]) in keys for i in range(len(parts))):
             return True
     return False
+
+
+def _rebinds(optimizer: str, keys: frozenset[str]) -> bool:
+    """Whether ``keys`` bind the optimizer ``optimizer`` names anew, or one of its attributes
+    (``self.optimizer.param_groups = [group]``: the next step updates other parameters)."""
+    return _reads(optimizer, keys) or any(k.startswith(f"{optimizer}.") for k in keys)
 
 
 def _drop(pairs: frozenset[tuple], scaler: str) -> frozenset[tuple]:
