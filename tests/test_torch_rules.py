@@ -309,14 +309,16 @@ _APEX_MONOREPO = {
     "nhwc/cifar10_nhwc.py": "import torch\nfrom apex.fp16_utils import *\n\n\ndef build(net, optimizer):\n"
     "    net = network_to_half(net.cuda())\n    return net, FP16_Optimizer(optimizer, static_loss_scale=128.0)\n",
     "nhwc/mnist_nhwc.py": "import torch\nfrom apex.fp16_utils import *\n\n\ndef build(net):\n    return net.cuda()\n",
+    "gnmt/train/fp_optimizers.py": "import torch\nimport apex.amp._amp_state\nfrom apex import amp, optimizers\n\n\n"
+    "def build(params):\n    return optimizers.FusedAdam(params)\n",
 }
 
 
 def test_an_apex_import_nothing_uses_is_silent_and_a_use_the_migration_does_not_know_is_the_site(tmp_path):
-    """The layout of a container monorepo's MaskRCNN and SSD folders: apex imported in modules that never use it
-    (a leftover, or a ``try:`` that only checks apex is installed) is dead code, since apex's deprecation is in
-    what runs; ``amp.float_function(...)`` and ``network_to_half`` through a star import are uses: the finding is
-    there."""
+    """The layout of a container monorepo's MaskRCNN, SSD and GNMT folders: apex imported in modules that never use
+    it (a leftover, a ``try:`` that only checks apex is installed, ``amp`` beside the ``optimizers`` the module does
+    use) is dead code, since apex's deprecation is in what runs; ``amp.float_function(...)`` and
+    ``network_to_half`` through a star import are uses: the finding is there."""
     for path, text in _APEX_MONOREPO.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)

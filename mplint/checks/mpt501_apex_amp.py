@@ -176,7 +176,9 @@ class ApexAmp(TorchRule):
         no finding covers (a call the migration does not know) becomes one."""
         for node in dict.fromkeys(self.imports):
             uses = self._uses(node, "amp")
-            if uses:
+            if _star(node):  # which of its names the module reads, nothing tells: reported as before
+                self.items.append((node, f"apex's AMP is deprecated {_NATIVE}"))
+            elif uses:
                 self.items.append((node, f"apex's AMP is deprecated {_NATIVE}"))
                 if not any(isinstance(n, cst.Call) for n, _ in self.items):
                     site = self._use_site(uses[0])
@@ -193,12 +195,12 @@ class ApexAmp(TorchRule):
 
     def _uses(self, statement: cst.Import | cst.ImportFrom, module: str) -> list[cst.CSTNode]:
         """The reads of what ``statement`` binds of apex's ``module`` (``amp``, ``fp16_utils``), in source order:
-        of the names it binds, of ``apex.<module>`` through ``import apex.<module>``, and for a star import the
-        names apex.fp16_utils exports that nothing in the module binds."""
+        of the names it binds (``apex.amp`` of ``import apex.amp``), and for a star import the names apex.fp16_utils
+        exports that nothing in the module binds."""
         scope = self.context.names.scopes.get(statement)
         if scope is None:
             return []
-        if isinstance(statement, cst.ImportFrom) and isinstance(statement.names, cst.ImportStar):
+        if _star(statement):
             free = (
                 n
                 for n in self.context.nodes(cst.Name)
@@ -209,20 +211,17 @@ class ApexAmp(TorchRule):
             )
             return list(free) if module == "fp16_utils" else []
         reads = []
+        source = dotted(statement.module) if isinstance(statement, cst.ImportFrom) and statement.module else ""
         for alias in statement.names:
             name = dotted(alias.name) or ""
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                bound, rest = alias.asname.name.value, ""
-            elif isinstance(statement, cst.Import):
-                bound, rest = name.split(".")[0], name.partition(".")[2]
-            else:
-                bound, rest = name, ""
+            full = f"{source}.{name}" if source else name
+            if not (full == f"apex.{module}" or full.startswith(f"apex.{module}.")):
+                continue  # another name of the same statement (``from apex import amp, optimizers``)
+            # libcst binds ``import apex.amp`` as ``apex.amp``, read as that attribute chain
+            bound = alias.asname.name.value if isinstance(alias.asname, cst.AsName) else name
             for assignment in scope.assignments[bound]:
-                if getattr(assignment, "node", None) is not statement:
-                    continue
-                for reference in assignment.references:
-                    if not rest or (dotted(self._chain(reference.node)) or "").startswith(f"{bound}.{module}"):
-                        reads.append(reference.node)
+                if getattr(assignment, "node", None) is statement:
+                    reads += [reference.node for reference in assignment.references]
         return sorted(reads, key=self.context.source_order)
 
     def _chain(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -413,6 +412,10 @@ class ApexAmp(TorchRule):
         ):
             raise _NoFix("an apex statement shares its line or is the only statement of its block")
         return line
+
+
+def _star(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.ImportFrom) and isinstance(statement.names, cst.ImportStar)
 
 
 def _callee(site: cst.CSTNode) -> cst.CSTNode:
