@@ -102,6 +102,8 @@ class _Path:
 
     def unassume(self, keys: frozenset[str]) -> _Path:
         """``keys`` were bound again: what the path assumed of them no longer holds."""
+        if not self.assumed or not keys:
+            return self
         kept = frozenset(c for c in self.assumed if not _reads(c.key, keys))
         return self if len(kept) == len(self.assumed) else replace(self, assumed=kept)
 
@@ -167,6 +169,10 @@ class TrainingLoopFlow:
         self._related: dict[int, dict[int, str]] = {}  # finding node -> the events that make it, with their role
         self._event_at: dict[int, _Event] = {}  # event node -> its event
         self._call_events: dict[int, _Event | None] = {}
+        self._bound_at: dict[int, frozenset[str]] = {}  # statement or block -> what it binds
+        self._callee_bound: dict[int, frozenset[str]] = {}  # loop body -> what the functions it calls bind
+        self._uses_scaler: dict[int, bool] = {}  # function -> whether it (or what it calls) uses a scaler
+        self._tests: dict[int, tuple[list[Condition], list[Condition]]] = {}  # if test -> its arms' conditions
         self.pending_scalers: dict[int, set[str]] = {}
         self.unscaled_steps: dict[
             int, dict[int, cst.Call]
@@ -245,8 +251,9 @@ class TrainingLoopFlow:
         for small in line.body:
             paths = self._run_events(self._events_of(small), paths, stack)
             if isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-                bound = frozenset(_assigned_names(self.context, small))
-                paths = _dedupe([p.unassume(bound) for p in paths])
+                bound = self._bound(small) & self._tested
+                if bound:
+                    paths = _dedupe([p.unassume(bound) for p in paths])
             if isinstance(small, cst.Return):
                 return _Flow(returned=paths)
             if isinstance(small, cst.Raise):
@@ -258,7 +265,7 @@ class TrainingLoopFlow:
         return _Flow(normal=paths)
 
     def _if(self, node: cst.If, paths: list[_Path], stack) -> _Flow:
-        when_true, when_false = _branch_conditions(self.context, node.test)
+        when_true, when_false = self._arms(node.test)
         taken, skipped = [], []
         for path in paths:
             if _possible(path, when_true, when_false):
@@ -275,7 +282,7 @@ class TrainingLoopFlow:
         return _merge(out, other)
 
     def _loop(self, node, paths: list[_Path], stack) -> _Flow:
-        changed = _assigned_names(self.context, node.body) | self._bound_by_callees(node.body)
+        changed = self._bound(node.body) | self._bound_by_callees(node.body)
         over_optimizers = False
         if isinstance(node, cst.For):
             targets = {n.value for n in self.context.nodes_within(node.target, cst.Name)}
@@ -300,9 +307,39 @@ class TrainingLoopFlow:
         done.normal = _dedupe(done.normal)
         return done
 
-    def _bound_by_callees(self, body: cst.CSTNode) -> set[str]:
+    @functools.cached_property
+    def _tested(self) -> frozenset[str]:
+        """The names and attribute chains (with their prefixes) the file's ``if`` tests read: the only bindings
+        that can undo what a path assumed."""
+        found: set[str] = set()
+        for node in self.context.nodes(cst.If):
+            when_true, when_false = self._arms(node.test)
+            for chain in (c for condition in when_true + when_false for c in _chains(condition.key)):
+                parts = chain.split(".")
+                found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+        return frozenset(found)
+
+    def _arms(self, test: cst.BaseExpression) -> tuple[list[Condition], list[Condition]]:
+        key = id(test)
+        if key not in self._tests:
+            self._tests[key] = _branch_conditions(self.context, test)
+        return self._tests[key]
+
+    def _bound(self, node: cst.CSTNode) -> frozenset[str]:
+        key = id(node)
+        if key not in self._bound_at:
+            self._bound_at[key] = frozenset(_assigned_names(self.context, node))
+        return self._bound_at[key]
+
+    def _bound_by_callees(self, body: cst.CSTNode) -> frozenset[str]:
         """What the same-module functions and methods ``body`` calls bind beyond their own locals (attribute
         chains such as ``self.step``, ``global`` names), three deep: a loop test on them changes each turn."""
+        key = id(body)
+        if key not in self._callee_bound:
+            self._callee_bound[key] = self._collect_callee_bound(body)
+        return self._callee_bound[key]
+
+    def _collect_callee_bound(self, body: cst.CSTNode) -> frozenset[str]:
         found: set[str] = set()
         seen: set[int] = set()
         todo = [(body, 0)]
@@ -314,10 +351,10 @@ class TrainingLoopFlow:
                 if callee is None or id(callee) in seen or depth >= _MAX_INLINE_DEPTH:
                     continue
                 seen.add(id(callee))
-                found |= {n for n in _assigned_names(self.context, callee.body) if "." in n}
+                found |= {n for n in self._bound(callee.body) if "." in n}
                 found |= {i.name.value for g in self.context.nodes_within(callee, cst.Global) for i in g.names}
                 todo.append((callee.body, depth + 1))
-        return found
+        return frozenset(found)
 
     def _events_of_call(self, call: cst.Call) -> _Event | None:
         key = id(call)
@@ -379,7 +416,7 @@ class TrainingLoopFlow:
         for event in events:
             if event.kind == "call":
                 if id(event.callee) in stack or len(stack) > _MAX_INLINE_DEPTH:
-                    if self._mentions_scaler(event.callee, set()):
+                    if self._uses_a_scaler(event.callee):
                         paths = _dedupe([p.unknown_scalers() for p in paths])
                     continue
                 outer = self._renames
@@ -624,13 +661,19 @@ class TrainingLoopFlow:
                     break
         return None
 
+    def _uses_a_scaler(self, function: cst.FunctionDef) -> bool:
+        key = id(function)
+        if key not in self._uses_scaler:
+            self._uses_scaler[key] = self._mentions_scaler(function, set())
+        return self._uses_scaler[key]
+
     def _mentions_scaler(self, root: cst.CSTNode, seen: set[int]) -> bool:
         """Whether ``root`` (or a same-module function it calls) refers to a GradScaler."""
         if id(root) in seen:
             return False
         seen.add(id(root))
-        for node in self.context.nodes_within(root, cst.Name, cst.Attribute):
-            if self.amp.is_scaler(node):
+        for kind in (cst.Name, cst.Attribute):  # one type at a time: a union would be sorted
+            if any(self.amp.is_scaler(node) for node in self.context.nodes_within(root, kind)):
                 return True
         for call in self.context.nodes_within(root, cst.Call):
             if isinstance(call.func, cst.Name) and call.func.value in self.functions and len(seen) <= _MAX_INLINE_DEPTH:
@@ -667,7 +710,7 @@ def _test_condition(context: FileContext, test: cst.BaseExpression) -> Condition
     value = True
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         value, test = not value, test.expression
-    if context.nodes_within(test, *_VOLATILE):
+    if any(context.nodes_within(test, kind) for kind in _VOLATILE):
         return None
     return Condition(" ".join(context.module.code_for_node(test).split()), value)
 
@@ -683,6 +726,7 @@ def _chains(text: str) -> tuple[str, ...]:
     return tuple(_CHAIN.findall(text))
 
 
+@functools.lru_cache(maxsize=65536)
 def _reads(text: str, keys: frozenset[str]) -> bool:
     """Whether ``text`` reads a name of ``keys`` or an attribute chain one of them starts (``self.step``)."""
     if not keys:
@@ -722,9 +766,8 @@ def _assigned_names(context: FileContext, body: cst.CSTNode) -> set[str]:
     """What ``body`` binds: names, and attribute chains as written (``self.step``); a subscript target binds
     every name it is written with."""
     names = set()
-    for node in context.nodes_within(
-        body, cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.AsName, cst.NamedExpr
-    ):
+    kinds = (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.AsName, cst.NamedExpr)
+    for node in (n for kind in kinds for n in context.nodes_within(body, kind)):  # one type at a time: no sort
         target = node.name if isinstance(node, cst.AsName) else node.target
         text = dotted(target)
         if text:
