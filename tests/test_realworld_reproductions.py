@@ -103,6 +103,81 @@ def test_mp503_unconditional_rewrite_in_a_program_that_may_set_float32_is_an_uns
     )
 
 
+# A container monorepo's ResNet (Keras, TF 2.3): --dtype=fp16 sets mixed_float16 where the model's dtype is float16;
+# --fp16_implementation=graph_rewrite wraps the optimizer in the rewrite and makes that dtype float32 (in another
+# module). The two tests read different settings, which the code ties together: never both in one run.
+FLAGS_CORE = """import tensorflow as tf
+
+DTYPES = {"fp16": tf.float16, "bf16": tf.bfloat16, "fp32": tf.float32}
+
+
+def get_tf_dtype(flags_obj):
+    if flags_obj.fp16_implementation == "graph_rewrite":
+        return tf.float32  # the rewrite casts; the model is built in float32
+    return DTYPES[flags_obj.dtype]
+"""
+IMAGENET_MAIN = """import tensorflow as tf
+from absl import app, flags
+
+import flags_core
+
+
+def run(flags_obj):
+    dtype = flags_core.get_tf_dtype(flags_obj)
+    if dtype == tf.float16:
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    elif dtype == tf.bfloat16:
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    optimizer = tf.keras.optimizers.SGD(0.1, momentum=0.9)
+    if flags_obj.fp16_implementation == "graph_rewrite":
+        optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(optimizer)
+    model = tf.keras.applications.ResNet50(weights=None)
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    return model
+
+
+def main(_):
+    run(flags.FLAGS)
+
+
+if __name__ == "__main__":
+    app.run(main)
+"""
+
+
+def test_mp503_rewrite_and_policy_under_tests_of_different_settings_are_silent():
+    out = lint_code(IMAGENET_MAIN, path="imagenet_main.py", files={"flags_core.py": FLAGS_CORE}, select=["MP503"])
+    assert out.diagnostics == []
+
+
+def test_mp503_rewrite_that_runs_whenever_the_policy_does_is_reported_with_the_policy_related():
+    code = IMAGENET_MAIN.replace(
+        '    if flags_obj.fp16_implementation == "graph_rewrite":\n        optimizer = tf.train',
+        "    optimizer = tf.train",
+    )
+    files = {"flags_core.py": FLAGS_CORE}
+    found = lint_code(code, path="imagenet_main.py", files=files, select=["MP503"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.fix_safety.value, d.message) for d in found] == [
+        (
+            "MP503",
+            14,
+            17,
+            "safe",
+            "`enable_mixed_precision_graph_rewrite` applies TensorFlow's graph rewrite: together with the Keras policy "
+            "(mixed_float16 set at imagenet_main.py:10) it raises at run time. The "
+            "rewrite also added loss scaling; compile() adds a LossScaleOptimizer under mixed_float16",
+        )
+    ]
+    assert [(r.path, r.line, r.message) for r in found[0].related] == [
+        ("imagenet_main.py", 10, "sets the mixed policy"),
+        ("imagenet_main.py", 12, "sets the mixed policy"),
+    ]
+    fixed = lint_code(code, path="imagenet_main.py", files=files, select=["MP503"], fix=True)
+    assert fixed.fixed_code == code.replace(
+        "    optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(optimizer)\n", ""
+    )
+
+
 # NVIDIA/apex tests/distributed/synced_batchnorm: BatchNorm and SyncBatchNorm made float16 under --fp16, one SGD
 # step each, compared: half precision is what the test exercises.
 APEX_SYNCBN_TEST = """import torch

@@ -222,3 +222,137 @@ def test_the_unscale_before_a_clip_builds_on_the_step_routed_through_the_scaler(
         "        scaler.step(optimizer)\n        scaler.update()\n",
     )
     assert fixed.diagnostics == []
+
+
+# --- a loss module's name resolves in its own function ----------------------------------------------
+
+_EVALUATE_AND_MAIN = """import torch
+import torch.nn as nn
+
+
+def evaluate(model, loader):
+    loss_fn = nn.BCELoss()
+    with torch.no_grad():
+        return sum(loss_fn(torch.sigmoid(model(x)), y).item() for x, y in loader)
+
+
+def main(model, loader, optimizer):
+    loss_fn = nn.BCEWithLogitsLoss()
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+if __name__ == "__main__":
+    main(None, [], None)
+"""
+
+_TWO_MODULES_ONE_ATTRIBUTE = """import torch
+import torch.nn as nn
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.loss_fn = nn.BCELoss()
+
+    def training_step(self, x, y):
+        with torch.autocast("cuda"):
+            return self.loss_fn(torch.sigmoid(self.net(x)), y)
+
+
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.loss_fn = nn.BCEWithLogitsLoss()
+
+    def training_step(self, x, y):
+        with torch.autocast("cuda"):
+            return self.loss_fn(self.net(x), y)
+"""
+
+
+def test_a_loss_bound_in_another_function_is_not_the_one_called_under_autocast():
+    """``loss_fn = nn.BCELoss()`` of ``evaluate()`` is not the ``loss_fn`` that ``main()`` binds to
+    ``BCEWithLogitsLoss`` and calls under autocast."""
+    assert lint_code(_EVALUATE_AND_MAIN, select=["MPT103", "MPT104"]).diagnostics == []
+    # the same name bound once at the top of the module is the one every function reads
+    shared = _EVALUATE_AND_MAIN.replace("    loss_fn = nn.BCELoss()\n", "").replace(
+        "    loss_fn = nn.BCEWithLogitsLoss()\n", ""
+    )
+    shared = shared.replace("import torch.nn as nn\n", "import torch.nn as nn\n\nloss_fn = nn.BCELoss()\n")
+    found = lint_code(shared, select=["MPT104"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT104",
+            16,
+            20,
+            "`loss_fn` runs in a CUDA autocast region and raises RuntimeError whatever its inputs' dtype: PyTorch "
+            "bans binary cross-entropy under CUDA autocast (its backward can make gradients float16 cannot hold); "
+            "give the logits to `binary_cross_entropy_with_logits` (`BCEWithLogitsLoss`) instead of probabilities",
+        )
+    ]
+
+
+def test_self_attributes_resolve_in_their_own_class():
+    found = lint_code(_TWO_MODULES_ONE_ATTRIBUTE, select=["MPT104"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT104", 12, 20)]
+
+
+# --- an apex import nothing uses is dead code ---------------------------------------------------------
+
+_APEX_MONOREPO = {
+    "maskrcnn/engine/trainer.py": "import torch\nfrom apex import amp\n\n\ndef do_train(model, loader):\n"
+    "    for images, targets in loader:\n        model(images, targets)\n",
+    "maskrcnn/layers/nms.py": "import torch\nfrom apex import amp\n\nfrom maskrcnn import _C\n\n"
+    "nms = amp.float_function(_C.nms)\n",
+    "tools/train_mlperf.py": "import torch\n\ntry:\n    from apex import amp\nexcept ImportError:\n"
+    '    raise ImportError("Use APEX for multi-precision via apex.amp")\n\nfrom apex.parallel import '
+    "DistributedDataParallel\n\n\ndef main(model):\n    return DistributedDataParallel(model)\n",
+    "nhwc/cifar10_nhwc.py": "import torch\nfrom apex.fp16_utils import *\n\n\ndef build(net, optimizer):\n"
+    "    net = network_to_half(net.cuda())\n    return net, FP16_Optimizer(optimizer, static_loss_scale=128.0)\n",
+    "nhwc/mnist_nhwc.py": "import torch\nfrom apex.fp16_utils import *\n\n\ndef build(net):\n    return net.cuda()\n",
+    "gnmt/train/fp_optimizers.py": "import torch\nimport apex.amp._amp_state\nfrom apex import amp, optimizers\n\n\n"
+    "def build(params):\n    return optimizers.FusedAdam(params)\n",
+}
+
+
+def test_an_apex_import_nothing_uses_is_silent_and_a_use_the_migration_does_not_know_is_the_site(tmp_path):
+    """The layout of a container monorepo's MaskRCNN, SSD and GNMT folders: apex imported in modules that never use
+    it (a leftover, a ``try:`` that only checks apex is installed, ``amp`` beside the ``optimizers`` the module does
+    use) is dead code, since apex's deprecation is in what runs; ``amp.float_function(...)`` and
+    ``network_to_half`` through a star import are uses: the finding is there."""
+    for path, text in _APEX_MONOREPO.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    report = run(RunOptions(paths=[tmp_path], select=["MPT501"], cache=False, jobs=1))
+    found = sorted(
+        (Path(d.path).relative_to(tmp_path).as_posix(), d.line, d.column, d.message) for d in report.remaining
+    )
+    assert found == [
+        (
+            "maskrcnn/layers/nms.py",
+            6,
+            7,
+            "`amp.float_function` is part of apex's deprecated AMP (NVIDIA points to torch.amp): use `torch.autocast` "
+            "and `torch.amp.GradScaler`",
+        ),
+        (
+            "nhwc/cifar10_nhwc.py",
+            6,
+            11,
+            "`network_to_half` of `apex.fp16_utils` is removed from apex: keep the model float32, run the forward and "
+            "loss under `torch.autocast` and step through `torch.amp.GradScaler`",
+        ),
+    ]
+    (nms,) = [d for d in report.remaining if d.path.endswith("nms.py")]
+    assert [(r.line, r.message) for r in nms.related] == [
+        (
+            2,
+            "apex's AMP is deprecated (NVIDIA points to torch.amp): use `torch.autocast` and `torch.amp.GradScaler`",
+        )
+    ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from mplint.analysis.bindings import binding_nodes
+from mplint.analysis.bindings import binding_nodes, scope_referents
 from mplint.engine.context import FileContext
 from mplint.engine.names import assigned_name, dotted
 from mplint.knowledge.float16_range import FLOAT32_MAX
@@ -147,7 +147,7 @@ def _is_number(value: object) -> bool:
 def _name(context: FileContext, name: cst.Name, depth: int) -> Constant | None:
     nodes = binding_nodes(context, name) if FAST_BINDINGS else None
     if nodes is None:
-        nodes = _referents(context, name)
+        nodes = scope_referents(context, name)
     if nodes is None or len(nodes) != 1:
         return None  # unbound, or bound more than once: the value depends on the path taken
     node = nodes[0]
@@ -164,17 +164,6 @@ def _name(context: FileContext, name: cst.Name, depth: int) -> Constant | None:
     literal = value if isinstance(value, cst.Integer) else found.literal
     binding = node if isinstance(value, cst.Integer) else found.binding
     return Constant(found.value, literal, binding)
-
-
-def _referents(context: FileContext, name: cst.Name) -> list[cst.CSTNode] | None:
-    """The binding nodes by libcst's ScopeProvider (costly: it resolves the whole file)."""
-    scope = context.names.scopes.get(name)
-    if scope is None:
-        return None
-    referents = set()
-    for access in scope.accesses[name]:
-        referents |= set(access.referents)
-    return [getattr(r, "node", None) for r in referents]
 
 
 def _parameter_default(context: FileContext, param: cst.Param, depth: int) -> Constant | None:

@@ -432,7 +432,7 @@ class ExperimentalMixedPrecisionApi(Rule):
         judged = [
             (item, guarded_target(self.context, item.node, self.generation, frozenset({K2, K3}))) for item in self.items
         ]
-        judged = [(item, guard) for item, guard in judged if guard is not False]
+        judged = [(item, guard) for item, guard in judged if guard is not False and not self._dead(item, guard)]
         waiting = any(item.replacements is None and item.blocks and not item.namespace for item, _ in judged)
         for item, guard in judged:
             fix = item.replacements
@@ -448,6 +448,22 @@ class ExperimentalMixedPrecisionApi(Rule):
                 Severity.WARNING if deprecated else None,
             )
             self.findings[-1].guards_read = guard is not None
+
+    def _dead(self, item: _Item, guard) -> bool:
+        """An import nothing reads, where the range only deprecates the module (TF 2.4-2.8): it neither raises
+        nor warns there (from TF 2.9 it raises ImportError, used or not, and is reported)."""
+        node = item.node
+        if guard is not None or not self.deprecated_only or not isinstance(node, (cst.Import, cst.ImportFrom)):
+            return False
+        if isinstance(node.names, cst.ImportStar):
+            return False
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname is not None else alias.name
+            while isinstance(bound, cst.Attribute):
+                bound = bound.value
+            if not isinstance(bound, cst.Name) or self._references(node, bound.value):
+                return False
+        return True
 
     def _target(self, guard) -> tuple[str, FixSafety, bool]:
         """The target a finding is for, its fix's safety, and whether the API is only deprecated there: the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_amp import AutocastRegion, TorchAmp, names_bound_to
+from mplint.analysis.torch_amp import AutocastRegion, BoundNames, TorchAmp
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
@@ -25,7 +25,7 @@ class BinaryCrossEntropyUnderAutocast(TorchRule):
         amp = self.context.analysis(TorchAmp.of)
         if not amp.regions:
             return
-        criteria = names_bound_to(self.context, {"nn.BCELoss"})
+        criteria = BoundNames(self.context, {"nn.BCELoss"})
         helpers = self._helpers()
         reported: set[cst.Call] = set()
         for call in self.context.nodes(cst.Call):
@@ -77,14 +77,14 @@ class BinaryCrossEntropyUnderAutocast(TorchRule):
                 defined.setdefault(statement.name.value, []).append(statement)
         return {name: found[0] for name, found in defined.items() if len(found) == 1}
 
-    def _bce_call(self, call: cst.Call, criteria: set[str]) -> str | None:
+    def _bce_call(self, call: cst.Call, criteria: BoundNames) -> str | None:
         """``function`` for ``F.binary_cross_entropy(...)``, ``module`` for a ``BCELoss`` called, else None."""
         if self._torch(call.func, {"nn.functional.binary_cross_entropy"}):
             return "function"
         func = call.func
         if isinstance(func, cst.Call) and self._torch(func.func, {"nn.BCELoss"}):
             return "module"  # nn.BCELoss()(p, y)
-        return "module" if dotted(func) in criteria else None
+        return "module" if criteria.binds(func) else None
 
     def _region(self, amp: TorchAmp, call: cst.Call) -> AutocastRegion | None:
         """The innermost autocast region around ``call`` in its own function, if it can run on CUDA enabled."""

@@ -16,6 +16,11 @@ fix for the whole file, attached to that finding, written as the migration guide
 Only O1 and O2 migrate (unsafe: O2 kept float16 master weights' model copy, and old checkpoints' ``amp``
 state does not load into a GradScaler); O0 (float32) and O3 (pure float16), a computed ``opt_level``,
 several ``initialize`` calls and ``FP16_Optimizer`` are reported with what to write instead.
+
+An import nothing in the module uses is dead code, not a finding: apex deprecates its AMP where it runs
+(``amp.initialize``), not on import. Where the module uses the imported name only in ways the migration does
+not know (``amp.register_half_function(...)``, ``network_to_half(model)`` through ``from apex.fp16_utils import
+*``), the finding is at the first such use.
 """
 
 from __future__ import annotations
@@ -32,6 +37,31 @@ from mplint.knowledge.releases import APEX_AMP_DEPRECATED
 _AMP_CALLS = {"amp.initialize", "amp.scale_loss", "amp.master_params", "amp.state_dict", "amp.load_state_dict"}
 _FP16_UTILS = ("fp16_utils", "FP16_Optimizer")
 _STOPS = ("zero_grad", "step", "backward")  # statements that end the forward pass wrapped in autocast
+# What ``from apex.fp16_utils import *`` binds: apex/fp16_utils/__init__.py (and its fp16util, fp16_optimizer and
+# loss_scaler modules), the names of apex releases from 0.1 to its removal, read at NVIDIA/apex 0d91a65 and d44ce75.
+_FP16_UTILS_NAMES = frozenset(
+    {
+        "BN_convert_float",
+        "network_to_half",
+        "prep_param_lists",
+        "model_grads_to_master_grads",
+        "master_params_to_model_params",
+        "tofp16",
+        "to_python_float",
+        "clip_grad_norm",
+        "convert_module",
+        "convert_network",
+        "FP16Model",
+        "Fused_Weight_Norm",
+        "fp32_to_fp16",
+        "fp16_to_fp32",
+        "FP16_Module",
+        "FP16_Optimizer",
+        "LossScaler",
+        "DynamicLossScaler",
+    }
+)
+_NATIVE = "(NVIDIA points to torch.amp): use `torch.autocast` and `torch.amp.GradScaler`"
 
 
 class ApexAmp(TorchRule):
@@ -49,6 +79,7 @@ class ApexAmp(TorchRule):
         self.legacy: list[tuple[cst.CSTNode, str]] = []
         self.calls: dict[str, list[cst.Call]] = {}
         self.imports: list[cst.CSTNode] = []
+        self.legacy_imports: list[tuple[cst.CSTNode, str]] = []
         self.blocker: str | None = None
 
     def _apex_amp_current(self) -> bool:
@@ -65,25 +96,19 @@ class ApexAmp(TorchRule):
             return
         names = [] if isinstance(node.names, cst.ImportStar) else [dotted(a.name) for a in node.names]
         if module.startswith("apex.fp16_utils") or "fp16_utils" in names:
-            self._legacy(node, "`apex.fp16_utils` (FP16_Optimizer, network_to_half) is removed from apex")
+            self.legacy_imports.append(
+                (node, "`apex.fp16_utils` (FP16_Optimizer, network_to_half) is removed from apex")
+            )
         elif module.startswith("apex.amp") or "amp" in names:
             self.imports.append(node)
-            self.items.append(
-                (
-                    node,
-                    "apex's AMP is deprecated (NVIDIA points to torch.amp): use `torch.autocast` and "
-                    "`torch.amp.GradScaler`",
-                )
-            )
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             name = dotted(alias.name) or ""
             if name == "apex.amp" or name.startswith("apex.amp."):
                 self.imports.append(node)
-                self.items.append((node, "apex's AMP is deprecated: use `torch.autocast` and `torch.amp.GradScaler`"))
             elif name.startswith("apex.fp16_utils"):
-                self._legacy(node, "`apex.fp16_utils` is removed from apex")
+                self.legacy_imports.append((node, "`apex.fp16_utils` is removed from apex"))
 
     def visit_Call(self, node: cst.Call) -> None:
         found = self.context.names.torch_api(node.func, _AMP_CALLS)
@@ -144,6 +169,7 @@ class ApexAmp(TorchRule):
     def leave_Module(self, original_node: cst.Module) -> None:
         if self._apex_amp_current():
             return
+        self._imports_in_use()
         fix, why = self._migration()
         initialize = self.calls.get("amp.initialize", [])
         sites = initialize or self._first_use(self.items)
@@ -156,6 +182,72 @@ class ApexAmp(TorchRule):
         for site in self._first_use(self.legacy):
             others = [item for item in self.legacy if item[0] is not site]
             self.report(site, dict((id(n), m) for n, m in self.legacy)[id(site)], related=self._related(others))
+
+    def _imports_in_use(self) -> None:
+        """The apex imports the module uses join the findings; one whose names nothing reads is dead code. A use
+        no finding covers (a call the migration does not know) becomes one."""
+        for node in dict.fromkeys(self.imports):
+            uses = self._uses(node, "amp")
+            if _star(node):  # which of its names the module reads, nothing tells: reported as before
+                self.items.append((node, f"apex's AMP is deprecated {_NATIVE}"))
+            elif uses:
+                self.items.append((node, f"apex's AMP is deprecated {_NATIVE}"))
+                if not any(isinstance(n, cst.Call) for n, _ in self.items):
+                    site = self._use_site(uses[0])
+                    self.items.append(
+                        (site, f"`{self.code(_callee(site))}` is part of apex's deprecated AMP {_NATIVE}")
+                    )
+        for node, message in self.legacy_imports:
+            uses = self._uses(node, "fp16_utils")
+            if uses:
+                self._legacy(node, message)
+                if not any(isinstance(n, cst.Call) for n, _ in self.legacy):
+                    site = self._use_site(uses[0])
+                    self._legacy(site, f"`{self.code(_callee(site))}` of `apex.fp16_utils` is removed from apex")
+
+    def _uses(self, statement: cst.Import | cst.ImportFrom, module: str) -> list[cst.CSTNode]:
+        """The reads of what ``statement`` binds of apex's ``module`` (``amp``, ``fp16_utils``), in source order:
+        of the names it binds (``apex.amp`` of ``import apex.amp``), and for a star import the names apex.fp16_utils
+        exports that nothing in the module binds."""
+        scope = self.context.names.scopes.get(statement)
+        if scope is None:
+            return []
+        if _star(statement):
+            free = (
+                n
+                for n in self.context.nodes(cst.Name)
+                if n.value in _FP16_UTILS_NAMES
+                and (inner := self.context.names.scopes.get(n)) is not None
+                and n in inner.accesses
+                and not inner[n.value]
+            )
+            return list(free) if module == "fp16_utils" else []
+        reads = []
+        source = dotted(statement.module) if isinstance(statement, cst.ImportFrom) and statement.module else ""
+        for alias in statement.names:
+            name = dotted(alias.name) or ""
+            full = f"{source}.{name}" if source else name
+            if not (full == f"apex.{module}" or full.startswith(f"apex.{module}.")):
+                continue  # another name of the same statement (``from apex import amp, optimizers``)
+            # libcst binds ``import apex.amp`` as ``apex.amp``, read as that attribute chain
+            bound = alias.asname.name.value if isinstance(alias.asname, cst.AsName) else name
+            for assignment in scope.assignments[bound]:
+                if getattr(assignment, "node", None) is statement:
+                    reads += [reference.node for reference in assignment.references]
+        return sorted(reads, key=self.context.source_order)
+
+    def _chain(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The attribute chain ``node`` starts (``amp`` -> ``amp.register_half_function``)."""
+        parent = self.context.parent(node)
+        while isinstance(parent, cst.Attribute) and parent.value is node:
+            node, parent = parent, self.context.parent(parent)
+        return node
+
+    def _use_site(self, read: cst.CSTNode) -> cst.CSTNode:
+        """Where a use is reported: the call of the chain a read starts, else the chain."""
+        chain = self._chain(read)
+        parent = self.context.parent(chain)
+        return parent if isinstance(parent, cst.Call) and parent.func is chain else chain
 
     def _first_use(self, items: list[tuple[cst.CSTNode, str]]) -> list[cst.CSTNode]:
         """The site of a file's apex uses: its first call, else its first import."""
@@ -332,6 +424,14 @@ class ApexAmp(TorchRule):
         ):
             raise _NoFix("an apex statement shares its line or is the only statement of its block")
         return line
+
+
+def _star(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.ImportFrom) and isinstance(statement.names, cst.ImportStar)
+
+
+def _callee(site: cst.CSTNode) -> cst.CSTNode:
+    return site.func if isinstance(site, cst.Call) else site
 
 
 class _NoFix(Exception):
