@@ -21,6 +21,7 @@ class Facts(Protocol):
     #: The project's re-exports of Keras names: alias path -> the Keras path it stands for.
     reexports: dict
     generation: Generation
+    distribution: str  # the distribution that publishes the module ("" where the project publishes none of it)
 
     @property
     def reexported_names(self) -> dict[str, frozenset[str]]:
