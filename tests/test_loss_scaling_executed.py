@@ -162,12 +162,12 @@ print(f"UPDATE {np.mean(np.abs(kernel.numpy() - before)):.6e}")
 
 SAM_FIXED = """        with tf.GradientTape() as tape:
             loss = self.compiled_loss(y, self(x, training=True))
-            if isinstance(self.optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
+            if hasattr(self.optimizer, "get_scaled_loss"):
                 scaled_loss = self.optimizer.get_scaled_loss(loss)
             else:
                 scaled_loss = loss
         gradients = tape.gradient(scaled_loss, self.trainable_variables)
-        if isinstance(self.optimizer, tf.keras.mixed_precision.LossScaleOptimizer):
+        if hasattr(self.optimizer, "get_scaled_loss"):
             gradients = self.optimizer.get_unscaled_gradients(gradients)
         for variable, perturbation in zip(self.trainable_variables, perturbations):
             variable.assign_sub(perturbation)

@@ -193,8 +193,8 @@ def test_mpt301_the_last_linear_before_an_activation_is_the_class_count():
             "MPT301",
             8,
             35,
-            "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16/bfloat16 autocast its matmuls miss "
-            "tensor cores (use 88)",
+            "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16 autocast its matmuls cannot use "
+            "tensor cores fully (use 88)",
         )
     ]
 
@@ -299,8 +299,8 @@ def test_mp501_loss_scale_of_the_experimental_policy_names_the_policy_that_lacks
             "MP501",
             5,
             14,
-            "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, removed in "
-            "TF 2.9: use `tf.keras.mixed_precision.Policy`; fixed once the loss-scale findings in this file "
+            "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, deprecated on "
+            "TF 2.4-2.8 and removed in TF 2.9: use `tf.keras.mixed_precision.Policy`; fixed once the loss-scale findings in this file "
             "are settled by hand (target Keras 2, from keras = 2 in the mplint config)",
         ),
         (

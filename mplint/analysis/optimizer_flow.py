@@ -956,8 +956,8 @@ def scaling_insertion(
     G3: ``scaled_loss = opt.scale_loss(loss)``; G1/G2: ``get_scaled_loss`` and
     ``grads = opt.get_unscaled_gradients(grads)`` (the newest generation of the site's range).
     ``guard``: a test that the optimizer is a LossScaleOptimizer, for library code whose users may train without
-    one (Keras 2's methods exist on the wrapper only); each call then runs under it, as Keras 2's own
-    ``Model._minimize`` wrote it, and the loss goes to the tape unscaled otherwise.
+    one (Keras 2's methods exist on the wrapper only); each call then runs under it, as TF 2.2-2.3's
+    ``Model._minimize`` guarded them, and the loss goes to the tape unscaled otherwise.
     None when the code's shape does not allow it (the loss is not a name assigned in the tape's block).
     """
     code = context.module.code_for_node

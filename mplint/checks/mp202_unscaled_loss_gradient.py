@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import (
-    describe_when,
-    lso_spelling,
-    method_name,
-    range_note,
-    scaling_insertion,
-    written_names,
-)
+from mplint.analysis.optimizer_flow import describe_when, method_name, range_note, scaling_insertion
 from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.knowledge.loss_scale_names import SCALE_METHOD, UNSCALE_METHOD, scale_method
@@ -159,24 +152,24 @@ class UnscaledLossGradient(GradientSiteRule):
     def _fix(self, site, scale: bool, unscale: bool) -> tuple[Fix, str | None] | None:
         """The scaling calls of the newest generation the range admits; unsafe where an admitted one lacks them.
         In library code whose optimizer compile() wraps for some users only, Keras 2's calls run under a test of
-        the optimizer's type: a float32 user's optimizer has no ``get_scaled_loss`` (Keras 3's ``scale_loss`` is
-        a method of every optimizer, a no-op without loss scaling)."""
+        the optimizer's type, ``hasattr(opt, "get_scaled_loss")``: a float32 user's optimizer has no such method
+        (Keras 3's ``scale_loss`` is a method of every optimizer, a no-op without loss scaling)."""
         if site.conditional:
             return None  # the scaling depends on flags: the message says which path to fix
         g3 = site.keras.newest == 3
         names = ({scale_method(3 if g3 else 2)} if scale else set()) | (
             {UNSCALE_METHOD} if unscale and not g3 else set()
         )
-        guard, imports = None, []
+        guard = None
         if not g3 and self._users_pick(site):
-            spelling, imports = lso_spelling(self.context, site.keras)
-            guard = f"isinstance({self.context.module.code_for_node(site.optimizer_expr)}, {spelling})"
-            names |= written_names(spelling)
+            # A test of what the optimizer can do, not of a class: the LossScaleOptimizer of tf.keras, of tf_keras
+            # and of TF 2.1-2.3 all have the method, whichever namespace this file reaches Keras through.
+            guard = f'hasattr({self.context.module.code_for_node(site.optimizer_expr)}, "{SCALE_METHOD[2]}")'
         insertion = scaling_insertion(self.context, site, scale, unscale, guard)
         if not insertion:
             return None
         note = range_note(self.context, names, site.keras)
-        return Fix(insertion, FixSafety.UNSAFE if note else FixSafety.SAFE, imports=imports), note
+        return Fix(insertion, FixSafety.UNSAFE if note else FixSafety.SAFE), note
 
     def _users_pick(self, site) -> bool:
         """Library code whose optimizer is the one compile() wraps under its user's mixed_float16 only."""
