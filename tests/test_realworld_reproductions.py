@@ -230,8 +230,8 @@ def test_mpt501_master_params_saved_for_comparison_get_no_migration():
             6,
             20,
             '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
-            '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`; no '
-            "automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
+            "`scaler = torch.cuda.amp.GradScaler()`, run the forward and loss under `torch.cuda.amp.autocast()` "
+            "(target any torch >= 1.6: no torch pin); no automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
             "master copy of an O2 model has no torch.amp counterpart",
         )
     ]
@@ -258,7 +258,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 scaler = torch.cuda.amp.GradScaler()
 for t in range(500):
     optimizer.zero_grad()
-    with torch.autocast("cuda"):
+    with torch.cuda.amp.autocast():
         loss = torch.nn.functional.mse_loss(model(x), y)
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
@@ -279,8 +279,8 @@ def test_mpt501_o3_without_an_optimizer_is_inference():
             5,
             9,
             '`amp.initialize(model, opt_level="O3")` without an optimizer casts the model to float16 for inference: '
-            "write `model.half()`, which needs no apex; no automatic fix: only opt_level O1/O2 map onto autocast + "
-            "GradScaler",
+            "write `model.half()`, which needs no apex (target any torch >= 1.6: no torch pin); no automatic fix: only "
+            "opt_level O1/O2 map onto autocast + GradScaler",
         )
     ]
 
