@@ -239,13 +239,26 @@ def test_mpt501_inference_only_apex_needs_no_scaler():
             4,
             9,
             '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP, and this module never trains the model '
-            '(no `backward()`): drop it and run the forward under `torch.autocast("cuda")` (or `model.half()`, as it '
-            "casts the model), which needs no GradScaler (target torch >= 2.4, from requirements.txt pins torch>=2.4); "
-            "no automatic fix: `amp.initialize` is not `model, optimizer = amp.initialize(model, optimizer, ...)`",
+            '(no optimizer, no `backward()`): drop it and run the forward under `torch.autocast("cuda")` (or '
+            "`model.half()`, as it casts the model), which needs no GradScaler (target torch >= 2.4, from "
+            "requirements.txt pins torch>=2.4); no automatic fix: `amp.initialize` is not `model, optimizer = "
+            "amp.initialize(model, optimizer, ...)`",
         )
     ]
     assert [r.message for r in found[0].related] == [
         f'apex\'s AMP is deprecated ({APEX_STATUS}): use `torch.autocast("cuda")`'
+    ]
+    # An optimizer handed to amp.initialize is trained, by a backward in another module if not in this one.
+    trained = code.replace("model = amp.initialize(", "model, optimizer = amp.initialize(").replace(
+        "cuda(), opt_level", "cuda(), optimizer, opt_level"
+    )
+    found = lint_code(trained, files={"requirements.txt": "torch>=2.4\n"}, select=["MPT501"]).diagnostics
+    assert [(d.line, d.message.split(" (target")[0]) for d in found] == [
+        (
+            4,
+            '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
+            '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`',
+        )
     ]
 
 

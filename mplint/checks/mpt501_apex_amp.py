@@ -70,13 +70,19 @@ class ApexAmp(TorchRule):
             if target.at_least(torch_since("torch.amp.GradScaler"))
             else ("torch.cuda.amp.GradScaler()")
         )
-        self.trains = True  # a backward in the module: apex scales its loss (else apex's AMP only casts, for inference)
+        # Whether the module trains what apex handles: a backward() in it, an optimizer handed to `amp.initialize`
+        # (the backward may live in a trainer module it calls), or an FP16_Optimizer. Else apex only casts, for
+        # inference, and no GradScaler replaces anything.
+        self.backward = self.trains = True
 
     def visit_Module(self, node: cst.Module) -> None:
-        self.trains = any(
+        self.backward = self.trains = any(
             isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
             for call in self.context.nodes(cst.Call)
         )
+
+    def _initialize_trains(self, call: cst.Call) -> bool:
+        return self.backward or argument(call, 1, "optimizers") is not None
 
     def _replacement(self) -> str:
         """The native API to use instead: autocast alone where the module never trains."""
@@ -108,6 +114,7 @@ class ApexAmp(TorchRule):
             self.calls.setdefault(found.path, []).append(node)
             self.items.append((node, self._message(found.path, node)))
         elif any(k.ns == "apex" and k.last == "FP16_Optimizer" for k in self.context.names.torch_names(node.func)):
+            self.trains = True
             self._legacy(node, f"apex's `FP16_Optimizer` is {_DEPRECATED}")
 
     def _legacy(self, node, what: str) -> None:
@@ -125,11 +132,11 @@ class ApexAmp(TorchRule):
                     "inference: write `model.half()`, which needs no apex"
                 )
             shown = f'"{level}"' if level else "?"
-            if not self.trains:
+            if not self._initialize_trains(call):
                 half = " (or `model.half()`, as it casts the model)" if level in ("O2", "O3") else ""
                 return (
                     f"`amp.initialize(..., opt_level={shown})` is apex's deprecated AMP, and this module never trains "
-                    f"the model (no `backward()`): drop it and run the forward under `{self.autocast}`{half}, which "
+                    f"the model (no optimizer, no `backward()`): drop it and run the forward under `{self.autocast}`{half}, which "
                     "needs no GradScaler"
                 )
             if level == "O3":
@@ -160,6 +167,7 @@ class ApexAmp(TorchRule):
     # --- the migration ------------------------------------------------------------------------
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        self.trains |= any(self._initialize_trains(call) for call in self.calls.get("amp.initialize", []))
         fix, why = self._migration()
         initialize = self.calls.get("amp.initialize", [])
         sites = initialize or self._first_use(self.items)
