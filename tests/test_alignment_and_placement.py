@@ -112,8 +112,7 @@ def test_mp304_is_off_by_default_and_extend_select_enables_it(project):
     )
     code, found = mplint(tagger)
     assert code == 1 and all(rule != "MP304" for _, rule, *_ in found)
-    expected = [  # VOCAB_SIZE = 2000 is 8- but not 128-aligned
-        ("MP304", 30, 26),
+    expected = [  # the vocabulary (VOCAB_SIZE = 2000, not 128-aligned) is a gather, not a matmul: not reported
         ("MP304", 30, 38),
         ("MP304", 31, 42),
         ("MP304", 33, 42),

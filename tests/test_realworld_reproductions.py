@@ -268,8 +268,8 @@ def test_mpt301_the_last_linear_before_an_activation_is_the_class_count():
             "MPT301",
             8,
             35,
-            "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16/bfloat16 autocast its matmuls miss "
-            "tensor cores (use 88)",
+            "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16 autocast its matmuls cannot use "
+            "tensor cores fully (use 88)",
         )
     ]
 
@@ -305,8 +305,8 @@ def test_mpt501_master_params_saved_for_comparison_get_no_migration():
             6,
             20,
             '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
-            '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`; no '
-            "automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
+            "`scaler = torch.cuda.amp.GradScaler()`, run the forward and loss under `torch.cuda.amp.autocast()` "
+            "(target any torch >= 1.6: no torch pin); no automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
             "master copy of an O2 model has no torch.amp counterpart",
         )
     ]
@@ -333,7 +333,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 scaler = torch.cuda.amp.GradScaler()
 for t in range(500):
     optimizer.zero_grad()
-    with torch.autocast("cuda"):
+    with torch.cuda.amp.autocast():
         loss = torch.nn.functional.mse_loss(model(x), y)
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
@@ -354,8 +354,8 @@ def test_mpt501_o3_without_an_optimizer_is_inference():
             5,
             9,
             '`amp.initialize(model, opt_level="O3")` without an optimizer casts the model to float16 for inference: '
-            "write `model.half()`, which needs no apex; no automatic fix: only opt_level O1/O2 map onto autocast + "
-            "GradScaler",
+            "write `model.half()`, which needs no apex (target any torch >= 1.6: no torch pin); no automatic fix: only "
+            "opt_level O1/O2 map onto autocast + GradScaler",
         )
     ]
 
@@ -374,8 +374,8 @@ def test_mp501_loss_scale_of_the_experimental_policy_names_the_policy_that_lacks
             "MP501",
             5,
             14,
-            "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, removed in "
-            "TF 2.9: use `tf.keras.mixed_precision.Policy`; fixed once the loss-scale findings in this file "
+            "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, deprecated on "
+            "TF 2.4-2.8 and removed in TF 2.9: use `tf.keras.mixed_precision.Policy`; fixed once the loss-scale findings in this file "
             "are settled by hand (target Keras 2, from keras = 2 in the mplint config)",
         ),
         (

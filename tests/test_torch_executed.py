@@ -261,15 +261,18 @@ def _apex_stub():
                 sys.modules[name] = module
 
 
-def test_d_migrated_apex_script_trains_like_the_float32_original():
+@pytest.mark.parametrize(
+    "pin, scaler, autocast",
+    [
+        ("torch>=2.4", 'torch.amp.GradScaler("cuda")', 'torch.autocast("cuda")'),
+        ("torch==1.8.0", "torch.cuda.amp.GradScaler()", "torch.cuda.amp.autocast()"),  # before 1.10 and 2.3
+    ],
+)
+def test_d_migrated_apex_script_trains_like_the_float32_original(pin, scaler, autocast):
     source = (FIXTURES / "apex_o1.py").read_text()
-    migrated = _fixed(source, "MPT501", unsafe=True, files={"requirements.txt": "torch>=2.4\n"})
-    assert (
-        "from apex" not in migrated
-        and "amp.initialize" not in migrated
-        and 'scaler = torch.amp.GradScaler("cuda")' in migrated
-    )
-    assert 'with torch.autocast("cuda"):' in migrated and "scaler.unscale_(optimizer)" in migrated
+    migrated = _fixed(source, "MPT501", unsafe=True, files={"requirements.txt": f"{pin}\n"})
+    assert "from apex" not in migrated and "amp.initialize" not in migrated and f"scaler = {scaler}" in migrated
+    assert f"with {autocast}:" in migrated and "scaler.unscale_(optimizer)" in migrated
     with _apex_stub():
         original = _run(source)
     after = _run(migrated)  # no apex needed any more; CUDA autocast and scaler disable themselves on CPU

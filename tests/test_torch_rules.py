@@ -172,7 +172,7 @@ def test_one_apex_site_is_one_finding_with_the_other_uses_related():
     found = lint_code(code, select=["MPT501"]).diagnostics
     assert [(d.rule_id, d.line, d.column, d.fix_safety.value) for d in found] == [("MPT501", 4, 20, "unsafe")]
     assert [(r.line, r.message.split(":")[0]) for r in found[0].related] == [
-        (2, "apex's AMP is deprecated (NVIDIA points to torch.amp)"),
+        (2, "apex's AMP is deprecated (apex warns since October 2022 and removed it in May 2025)"),
         (6, "`with amp.scale_loss(loss, optimizer) as scaled_loss"),
         (8, "`amp.master_params(optimizer)` -> the model's `parameters()`, after `scaler.unscale_(optimizer)`"),
     ]
@@ -184,6 +184,89 @@ def test_one_apex_site_is_one_finding_with_the_other_uses_related():
     found = lint_code("import torch\n" + helper, select=["MPT501"]).diagnostics
     assert [(d.line, d.column) for d in found] == [(5, 10)]
     assert [r.line for r in found[0].related] == [2]
+
+
+APEX_TRAINING = """import torch
+from apex import amp
+
+model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+loss = model(x).sum()
+with amp.scale_loss(loss, optimizer) as scaled_loss:
+    scaled_loss.backward()
+optimizer.step()
+"""
+APEX_STATUS = "apex warns since October 2022 and removed it in May 2025"
+
+
+@pytest.mark.parametrize(
+    "pins, autocast, scaler, target",
+    [
+        ({}, "torch.cuda.amp.autocast()", "torch.cuda.amp.GradScaler()", "any torch >= 1.6: no torch pin"),
+        (
+            {"requirements.txt": "torch>=1.10,<2.3\n"},
+            'torch.autocast("cuda")',  # from 1.10
+            "torch.cuda.amp.GradScaler()",  # torch.amp.GradScaler only from 2.3
+            "torch 1.10-2.2, from requirements.txt pins torch<2.3,>=1.10",
+        ),
+        (
+            {"requirements.txt": "torch>=2.3\n"},
+            'torch.autocast("cuda")',
+            'torch.amp.GradScaler("cuda")',
+            "torch >= 2.3, from requirements.txt pins torch>=2.3",
+        ),
+    ],
+)
+def test_mpt501_spells_the_native_api_for_every_torch_of_the_target(pins, autocast, scaler, target):
+    """The replacement exists on every torch the target admits, and the message names that range and its evidence."""
+    found = lint_code(APEX_TRAINING, files=pins or None, select=["MPT501"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT501",
+            4,
+            20,
+            '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
+            f"`scaler = {scaler}`, run the forward and loss under `{autocast}` (target {target})",
+        )
+    ]
+    assert [r.message for r in found[0].related][:1] == [
+        f"apex's AMP is deprecated ({APEX_STATUS}): use `{autocast}` and `{scaler}`"
+    ]
+
+
+def test_mpt501_inference_only_apex_needs_no_scaler():
+    """A module that never calls backward() uses apex's AMP to cast for inference: autocast alone replaces it."""
+    code = (
+        "import torch\nfrom apex import amp\n\nmodel = amp.initialize(torch.load('m.pt').cuda(), opt_level='O2')\n"
+        "with torch.no_grad():\n    print(model(torch.randn(2, 8, device='cuda')))\n"
+    )
+    found = lint_code(code, files={"requirements.txt": "torch>=2.4\n"}, select=["MPT501"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT501",
+            4,
+            9,
+            '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP, and this module never trains the model '
+            '(no optimizer, no `backward()`): drop it and run the forward under `torch.autocast("cuda")` (or '
+            "`model.half()`, as it casts the model), which needs no GradScaler (target torch >= 2.4, from "
+            "requirements.txt pins torch>=2.4); no automatic fix: `amp.initialize` is not `model, optimizer = "
+            "amp.initialize(model, optimizer, ...)`",
+        )
+    ]
+    assert [r.message for r in found[0].related] == [
+        f'apex\'s AMP is deprecated ({APEX_STATUS}): use `torch.autocast("cuda")`'
+    ]
+    # An optimizer handed to amp.initialize is trained, by a backward in another module if not in this one.
+    trained = code.replace("model = amp.initialize(", "model, optimizer = amp.initialize(").replace(
+        "cuda(), opt_level", "cuda(), optimizer, opt_level"
+    )
+    found = lint_code(trained, files={"requirements.txt": "torch>=2.4\n"}, select=["MPT501"]).diagnostics
+    assert [(d.line, d.message.split(" (target")[0]) for d in found] == [
+        (
+            4,
+            '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
+            '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`',
+        )
+    ]
 
 
 CLIP_THEN_BYPASSED_STEP = """import torch
