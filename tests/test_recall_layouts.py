@@ -130,3 +130,156 @@ def test_mp401_conditional_dtype_fix_keeps_float32_runs_and_makes_mixed_runs_flo
     (original_f32, original_f16), (fixed_f32, fixed_f16) = outputs
     assert original_f32 == fixed_f32 and original_f32.startswith("float32 0.0 0.12156862765550613 ")
     assert original_f16.startswith("float16 ") and fixed_f16 == fixed_f32
+
+
+# --- MP101: a softmax head through an activation-name function, or a builder's default ------------------------
+
+ACTIVATIONS = """\
+from keras import layers
+
+_LAYERS = {"relu": layers.ReLU, "softmax": layers.Softmax}
+
+
+def get_activation(name):
+    return _LAYERS[name]()
+
+
+def activation_layer(name, **kwargs):
+    return layers.Activation(name, **kwargs)
+"""
+
+CLASSIFIER = """\
+import keras
+from keras import layers
+
+from nets.activations import activation_layer, get_activation
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+HEAD = "softmax"
+
+
+class Classifier(keras.Model):
+    def __init__(self, classes):
+        super().__init__()
+        self.hidden = layers.Dense(64, activation="relu")
+        self.logits = layers.Dense(classes)
+        self.probabilities = get_activation(HEAD)
+
+    def call(self, x):
+        return self.probabilities(self.logits(self.hidden(x)))
+
+
+inputs = keras.Input((32,))
+x = layers.Dense(10)(inputs)
+safe = keras.Model(inputs, activation_layer("softmax", dtype="float32")(x))
+safe.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+unsafe = keras.Model(inputs, activation_layer("softmax")(x))
+unsafe.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+model = Classifier(10)
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+"""
+
+
+def test_mp101_softmax_output_layer_built_by_an_activation_name_function_in_another_module():
+    files = {"nets/__init__.py": "", "nets/activations.py": ACTIVATIONS}
+    outcome = lint_code(CLASSIFIER, path="train.py", files=files, select=["MP101", "MP102", "MP301"])
+    tail = (
+        "without a dtype: it computes in reduced precision (mixed_float16 set at train.py:6): float16 probabilities "
+        'round to 0 or 1 and the loss becomes inf/NaN; end the model with a softmax layer given dtype="float32" '
+        "instead"
+    )
+    assert _found(outcome) == [
+        (
+            "MP101",
+            15,
+            30,
+            f"`get_activation(HEAD)` is this model's softmax output layer, built by `get_activation` at "
+            f"nets/activations.py:7 {tail}",
+            (("activations.py", 7, "`get_activation` returns the softmax layer here"),),
+        ),
+        (
+            "MP101",
+            25,
+            30,
+            f'`activation_layer("softmax")` is this model\'s softmax output layer, built by `activation_layer` at '
+            f"nets/activations.py:11 {tail}",
+            (("activations.py", 11, "`activation_layer` returns the softmax layer here"),),
+        ),
+    ]  # Dense(10) and the class count before the softmax: no MP301; the softmax outputs: no MP102
+
+
+RESNET = """\
+import keras
+from keras import layers
+
+
+def ResNet(input_shape, include_top=True, classes=1000, classifier_activation="softmax"):
+    inputs = keras.Input(input_shape)
+    x = layers.Conv2D(64, 3, activation="relu")(inputs)
+    x = layers.GlobalAveragePooling2D()(x)
+    if include_top:
+        with keras.name_scope("head"):
+            x = layers.Dense(classes, activation=classifier_activation, name="predictions")(x)
+    return keras.Model(inputs, x)
+
+
+def head_if_asked(input_shape, classifier_activation="softmax"):
+    inputs = keras.Input(input_shape)
+    x = layers.Flatten()(inputs)
+    if classifier_activation is not None:
+        x = layers.Dense(10, activation=classifier_activation)(x)
+    return keras.Model(inputs, x)
+
+
+def head_then_more(input_shape, activation="softmax"):
+    inputs = keras.Input(input_shape)
+    x = layers.Dense(10, activation=activation)(layers.Flatten()(inputs))
+    x = layers.Dense(1)(x)
+    return keras.Model(inputs, x)
+
+
+def sequential_head(classes=10, activation="softmax"):
+    return keras.Sequential([keras.Input((8,)), layers.Dense(64), layers.Dense(classes, activation=activation)])
+"""
+
+PROGRAM = """\
+import keras
+from models import ResNet, head_if_asked, head_then_more, sequential_head
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+a = ResNet((32, 32, 3), True, 10)
+a.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+b = ResNet((32, 32, 3), False)
+c = head_if_asked((8,))
+d = head_then_more((8,))
+e = sequential_head()
+e.fit(x=None, y=None)
+"""
+
+
+def test_mp101_builder_default_softmax_head_where_the_call_keeps_it():
+    outcome = lint_code(PROGRAM, path="train.py", files={"models.py": RESNET}, select=["MP101"])
+    tail = (
+        "is a softmax that computes in reduced precision (mixed_float16 set at train.py:4): float16 probabilities "
+        "round to 0 or 1 and the loss becomes inf/NaN"
+    )
+    assert _found(outcome) == [
+        (
+            "MP101",
+            5,
+            5,
+            f'`ResNet` leaves `classifier_activation` at its default "softmax", so the output layer it builds at '
+            f"models.py:11 {tail}; pass classifier_activation=None and apply the softmax in float32 after it "
+            '(`Activation("softmax", dtype="float32")`), or give that layer dtype="float32"',
+            (("models.py", 11, "`ResNet` gives its output layer `activation=classifier_activation` here"),),
+        ),
+        (
+            "MP101",
+            10,
+            5,
+            f'`sequential_head` leaves `activation` at its default "softmax", so the output layer it builds at '
+            f"models.py:31 {tail}; pass activation=None and apply the softmax in float32 after it "
+            '(`Activation("softmax", dtype="float32")`), or give that layer dtype="float32"',
+            (("models.py", 31, "`sequential_head` gives its output layer `activation=activation` here"),),
+        ),
+    ]  # b: no head (include_top passed positionally); c: a head under another condition; d: not the output
