@@ -134,6 +134,58 @@ def signed(expr: cst.BaseExpression, atom: Callable[[cst.BaseExpression], float 
     return None if value is None else sign * value
 
 
+_FOLDED: dict[type, Callable[[float, float], float]] = {
+    cst.Add: operator.add,
+    cst.Subtract: operator.sub,
+    cst.Multiply: operator.mul,
+    cst.Divide: operator.truediv,
+    cst.Power: operator.pow,
+}
+_AST_FOLDED: dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+
+
+def folded(expr: cst.BinaryOperation, value: Callable[[cst.BaseExpression], float | None]) -> float | None:
+    """Arithmetic of numbers that ``value`` reads (``-2 ** 32 + 1``, ``-10000.0 * 1e5``), in floats; None for
+    anything else (and exponents beyond 64, which nobody writes for a constant)."""
+    apply = _FOLDED.get(type(expr.operator))
+    left = value(expr.left) if apply is not None else None
+    right = value(expr.right) if left is not None else None
+    return _apply(apply, left, right)
+
+
+def ast_folded(node: ast.AST, depth: int = 0) -> float | None:
+    """``folded`` of literals on CPython's tree (signed literals, and arithmetic of them)."""
+    sign = 1.0
+    while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+        sign = -sign if type(node.op) is ast.USub else sign
+        node = node.operand
+    if type(node) is ast.Constant:
+        return sign * node.value if type(node.value) in (int, float) else None
+    if type(node) is not ast.BinOp or depth > _MAX_DEPTH:
+        return None
+    apply = _AST_FOLDED.get(type(node.op))
+    left = ast_folded(node.left, depth + 1) if apply is not None else None
+    right = ast_folded(node.right, depth + 1) if left is not None else None
+    result = _apply(apply, left, right)
+    return None if result is None else sign * result
+
+
+def _apply(apply, left: float | None, right: float | None) -> float | None:
+    if apply is None or left is None or right is None or (apply is operator.pow and abs(right) > 64):
+        return None
+    try:
+        result = apply(float(left), float(right))
+    except (ArithmeticError, ValueError):
+        return None
+    return result if isinstance(result, float) else None  # a negative number to a fractional power is complex
+
+
 def number_literal(expr: cst.BaseExpression) -> float | None:
     return float(number_value(expr)) if isinstance(expr, (cst.Integer, cst.Float)) else None
 
