@@ -247,7 +247,7 @@ class Float16OverflowConstant(Rule):
             return
         if kname.path in _MATERIALISING_CALLS:
             value = argument(node, *_MATERIALISING_CALLS[kname.path])
-            if value is not None:
+            if value is not None and self._known_compute_dtype(node, kname.path):
                 self._check(value, [node], None, made=node)
             return
         if kname.path not in _BOUNDING_CALLS:
@@ -607,6 +607,25 @@ class Float16OverflowConstant(Rule):
             f"{shown} {FLUSHES_IN_FLOAT16}: combined with {with_what} under a "
             f"float16 policy the epsilon vanishes and a log or division by it gives inf or NaN{self.context.facts.library_note()}"
         )
+
+    def _known_compute_dtype(self, call: cst.Call, path: str) -> bool:
+        """The tensor ``call`` makes has a dtype known to be the compute dtype: float16, ``self.compute_dtype``, the
+        dtype of a compute-dtype tensor (``ops.cast(c, scores.dtype)``, ``ops.full_like(scores, c)``), not the
+        dtype of a parameter nothing says more about (``ops.cast(1e-8, scale.dtype)`` in a plain function)."""
+        flow = self.context.analysis(DtypeFlow)
+        if path.endswith("full_like") and argument(call, 3, "dtype") is None:
+            like = argument(call, 0, "x")
+            return like is not None and isinstance(flow.classify(like), Carrier)
+        carrier = flow.classify(call)
+        if not isinstance(carrier, Carrier):
+            return False
+        if carrier.always_float16:
+            return True
+        dtype = carrier.dtype
+        if isinstance(dtype, cst.Attribute) and dtype.attr.value in ("compute_dtype", "_compute_dtype"):
+            return True
+        source = dtype.value if isinstance(dtype, cst.Attribute) and dtype.attr.value == "dtype" else None
+        return source is not None and isinstance(flow.classify(source), Carrier)
 
     def _all_ones(self, node: cst.BaseExpression | None) -> bool:
         """``tf.ones_like(x)``, ``ops.ones_like(x)``: never 0, so a product with it is no 0 * inf."""
