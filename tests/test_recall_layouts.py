@@ -283,3 +283,94 @@ def test_mp101_builder_default_softmax_head_where_the_call_keeps_it():
             (("models.py", 31, "`sequential_head` gives its output layer `activation=activation` here"),),
         ),
     ]  # b: no head (include_top passed positionally); c: a head under another condition; d: not the output
+
+
+# --- MP601/MPT601: masks and epsilons in a published package's layers ------------------------------------------
+
+PACKAGE_LAYERS = """\
+import keras
+import tensorflow as tf
+from keras import ops
+
+
+class AttentionPooling(tf.keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.score = tf.keras.layers.Dense(1)
+
+    def call(self, keys, key_masks):
+        outputs = tf.transpose(self.score(keys), (0, 2, 1))
+        paddings = tf.ones_like(outputs) * (-2 ** 32 + 1)
+        return tf.matmul(tf.nn.softmax(tf.where(key_masks, outputs, paddings)), keys)
+
+
+class MaskedScores(keras.layers.Layer):
+    def call(self, scores, mask):
+        return ops.softmax(ops.where(mask, scores, ops.cast(tf.float32.min, scores.dtype)))
+
+
+class Entropy(keras.layers.Layer):
+    def call(self, logits):
+        p = ops.sigmoid(logits)
+        return -ops.log(ops.add(p, 1e-8)) - ops.log(ops.add(1.0 - ops.cast(p, "float32"), 1e-8))
+"""
+
+EXPORT_TOOL = """\
+import keras
+
+from recsys.layers import AttentionPooling
+
+keras.mixed_precision.set_global_policy("float32")
+AttentionPooling()
+"""
+
+
+def test_mp601_masks_and_epsilons_in_a_published_package_whose_tool_script_sets_float32():
+    files = {
+        "pyproject.toml": '[project]\nname = "recsys"\nversion = "1.0"\ndependencies = ["tensorflow>=2.16"]\n',
+        "recsys/__init__.py": "",
+        "tools/export.py": EXPORT_TOOL,
+    }
+    outcome = lint_code(PACKAGE_LAYERS, path="recsys/layers.py", files=files, select=["MP601"])
+    library = (
+        "library code of recsys (users pick the policy); tools/export.py sets float32 but is a tool script of this "
+        "repository"
+    )
+    assert _found(outcome) == [
+        (
+            "MP601",
+            13,
+            45,
+            "`(-2 ** 32 + 1)` is outside float16's range (largest finite value 65504): combined with the compute-dtype "
+            "tensor `tf.ones_like(outputs)` it becomes -inf under a float16 policy, and a row whose every position is "
+            f"masked becomes NaN in the softmax (float32 gives it a uniform row); {library}",
+            (),
+        ),
+        (
+            "MP601",
+            19,
+            61,
+            "`tf.float32.min` is outside float16's range (largest finite value 65504): given to "
+            "`ops.cast(tf.float32.min, scores.dtype)`, which makes it a tensor of the compute dtype, it becomes -inf "
+            f"under a float16 policy, and the result is infinite; {library}",
+            (),
+        ),
+        (
+            "MP601",
+            25,
+            36,
+            "`1e-8` flushes to 0 in float16 (smallest subnormal 6e-8): combined with the compute-dtype tensor `p` "
+            "under a float16 policy the epsilon vanishes and a log or division by it gives inf or NaN; "
+            f"{library}",
+            (),
+        ),
+    ]  # the second epsilon meets a float32 value
+    fixed = lint_code(PACKAGE_LAYERS, path="recsys/layers.py", files=files, select=["MP601"], fix=True)
+    assert fixed.fixed_code == (
+        PACKAGE_LAYERS.replace("(-2 ** 32 + 1)", '(-3e4 if outputs.dtype == "float16" else (-2 ** 32 + 1))')
+        .replace(
+            "ops.cast(tf.float32.min, scores.dtype)",
+            'ops.cast((-3e4 if scores.dtype == "float16" else tf.float32.min), scores.dtype)',
+        )
+        .replace("ops.add(p, 1e-8)", 'ops.add(p, (6.104e-05 if p.dtype == "float16" else 1e-8))')
+    )
