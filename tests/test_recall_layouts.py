@@ -374,3 +374,55 @@ def test_mp601_masks_and_epsilons_in_a_published_package_whose_tool_script_sets_
         )
         .replace("ops.add(p, 1e-8)", 'ops.add(p, (6.104e-05 if p.dtype == "float16" else 1e-8))')
     )
+
+
+CLASSIFIER_CLASS = """\
+import keras
+from keras import layers
+
+
+class Classifier(keras.Model):
+    def __init__(self, classes=1000, activation="softmax"):
+        super().__init__()
+        self.hidden = layers.Dense(64, activation="relu")
+        self.head = layers.Dense(classes, activation=activation)
+
+    def call(self, x):
+        return self.head(self.hidden(x))
+
+
+class GuardedClassifier(keras.Model):
+    def __init__(self, classes=1000, activation="softmax", include_top=True):
+        super().__init__()
+        self.hidden = layers.Dense(64, activation="relu")
+        if include_top:
+            self.head = layers.Dense(classes, activation=activation)
+
+    def call(self, x):
+        return self.head(self.hidden(x))
+"""
+
+
+def test_mp101_model_class_whose_head_activation_defaults_to_softmax():
+    program = (
+        "import keras\nfrom classifier import Classifier, GuardedClassifier\n\n"
+        'keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "model = Classifier(10)\n"
+        'model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")\n'
+        "logits = Classifier(10, None)\n"
+        "guarded = GuardedClassifier(10)\n"
+    )
+    outcome = lint_code(program, path="train.py", files={"classifier.py": CLASSIFIER_CLASS}, select=["MP101"])
+    assert _found(outcome) == [
+        (
+            "MP101",
+            5,
+            9,
+            '`Classifier` leaves `activation` at its default "softmax", so the output layer it builds at '
+            "classifier.py:9 is a softmax that computes in reduced precision (mixed_float16 set at train.py:4): "
+            "float16 probabilities round to 0 or 1 and the loss becomes inf/NaN; pass activation=None and apply the "
+            'softmax in float32 after it (`Activation("softmax", dtype="float32")`), or give that layer '
+            'dtype="float32"',
+            (("classifier.py", 9, "`Classifier` gives its output layer `activation=activation` here"),),
+        )
+    ]  # `Classifier(10, None)` passes logits; GuardedClassifier's head exists only under a condition

@@ -23,10 +23,19 @@ from mplint.analysis.output_dtype import (
     with_float32_dtype,
 )
 from mplint.diagnostics import Fix, FixSafety, Related
-from mplint.engine.imports import callee_name
+from mplint.engine.imports import callee_name, dotted_name
 from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
-from mplint.engine.summaries import FunctionSummary, Summary, SummaryKind, declare, parameter_defaults, summary_at
+from mplint.engine.summaries import (
+    FunctionSummary,
+    Summary,
+    SummaryKind,
+    declare,
+    own_nodes,
+    parameter_defaults,
+    parameters,
+    summary_at,
+)
 from mplint.engine.summaries import walk as walk_python
 
 # --- what a builder in another file does with the softmax output layer it makes (CPython's tree) ---------------
@@ -153,21 +162,19 @@ def _default_softmax_heads(statements: list[ast.stmt], source: bytes = b"") -> d
     guard's parameter and position (``include_top:1``), else None."""
     found: dict[str, Summary] = {}
     for function in statements:
+        if isinstance(function, ast.ClassDef):
+            entry = _default_softmax_head_of_class(function)
+            if entry is not None:
+                found[function.name] = entry
+            continue
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+        positional, _, _, rebound = parameters(function)
         defaults = parameter_defaults(function)
         parents = {child: node for node in walk_python(function) for child in ast.iter_child_nodes(node)}
         for node in walk_python(function):
-            if not isinstance(node, ast.Call) or any(k.arg in ("dtype", None) for k in node.keywords):
-                continue
-            param = next(
-                (k.value.id for k in node.keywords if k.arg == "activation" and isinstance(k.value, ast.Name)), None
-            )
-            default = defaults.get(param) if param is not None else None
-            if not (isinstance(default, ast.Constant) and default.value == "softmax"):
-                continue
-            if not _gives_the_output(node, function, parents):
+            param = _softmax_default_activation(node, defaults, rebound)
+            if param is None or not _gives_the_output(node, function, parents):
                 continue
             guard = _guard(node, function, parents, defaults)
             if guard is False:
@@ -177,6 +184,57 @@ def _default_softmax_heads(statements: list[ast.stmt], source: bytes = b"") -> d
             found[function.name] = summary_at(node, param, index, where)
             break
     return found
+
+
+def _softmax_default_activation(node: ast.AST, defaults: dict, rebound: set[str]) -> str | None:
+    """The parameter of ``Layer(..., activation=<parameter>)`` when it defaults to "softmax" (and no ``dtype`` or
+    ``**kwargs`` is given the layer), else None."""
+    if not isinstance(node, ast.Call) or any(k.arg in ("dtype", None) for k in node.keywords):
+        return None
+    param = next((k.value.id for k in node.keywords if k.arg == "activation" and isinstance(k.value, ast.Name)), None)
+    default = defaults.get(param) if param is not None and param not in rebound else None
+    return param if isinstance(default, ast.Constant) and default.value == "softmax" else None
+
+
+def _default_softmax_head_of_class(cls: ast.ClassDef) -> Summary | None:
+    """``class Classifier(keras.Model)`` whose ``__init__(self, classes=1000, activation="softmax")`` assigns
+    ``self.head = Dense(classes, activation=activation)`` (unguarded) and whose ``call()`` returns only
+    ``self.head(...)``."""
+    if not any((dotted_name(b) or "").endswith("Model") for b in cls.bases):
+        return None
+    methods = {s.name: s for s in cls.body if isinstance(s, ast.FunctionDef)}
+    init, call = methods.get("__init__"), methods.get("call")
+    if init is None or call is None:
+        return None
+    returns = [n for n in own_nodes(call) if isinstance(n, ast.Return)]
+    heads = {
+        r.value.func.attr
+        for r in returns
+        if isinstance(r.value, ast.Call)
+        and isinstance(r.value.func, ast.Attribute)
+        and isinstance(r.value.func.value, ast.Name)
+        and r.value.func.value.id == "self"
+    }
+    if len(heads) != 1 or len(returns) != 1 or not isinstance(returns[0].value, ast.Call):
+        return None
+    head = heads.pop()
+    positional, _, _, rebound = parameters(init)
+    defaults = parameter_defaults(init)
+    for stmt in init.body:  # top-level statements only: a head assigned under a condition may not exist
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            continue
+        target = stmt.targets[0]
+        if not (
+            isinstance(target, ast.Attribute)
+            and target.attr == head
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+        ):
+            continue
+        param = _softmax_default_activation(stmt.value, defaults, rebound)
+        if param is not None:
+            return summary_at(stmt.value, param, positional.index(param) - 1 if param in positional else -1, None)
+    return None
 
 
 def _gives_the_output(layer: ast.Call, function: ast.FunctionDef, parents: dict) -> bool:
