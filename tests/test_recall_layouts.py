@@ -342,8 +342,8 @@ def test_mp601_masks_and_epsilons_in_a_published_package_whose_tool_script_sets_
             13,
             45,
             "`(-2 ** 32 + 1)` is outside float16's range (largest finite value 65504): combined with the compute-dtype "
-            "tensor `tf.ones_like(outputs)` it becomes -inf under a float16 policy, and a row whose every position is "
-            f"masked becomes NaN in the softmax (float32 gives it a uniform row); {library}",
+            "tensor `tf.ones_like(outputs)` it becomes -inf under a float16 policy, and a padding of -inf is no "
+            f"finite minimum: a softmax over a fully padded row, or the difference of two paddings, is NaN; {library}",
             (),
         ),
         (

@@ -583,7 +583,8 @@ class Float16OverflowConstant(Rule):
         if large:
             becomes = "-inf" if value < 0 else "inf"
             effect = (
-                "a row whose every position is masked becomes NaN in the softmax (float32 gives it a uniform row)"
+                "a padding of -inf is no finite minimum: a softmax over a fully padded row, or the difference of two "
+                "paddings, is NaN"
                 if isinstance(operator, (cst.Multiply, cst.MultiplyAssign)) and self._all_ones(other)
                 else "0 * inf is NaN, so an additive mask turns every unmasked score into NaN"
                 if isinstance(operator, (cst.Multiply, cst.MultiplyAssign))
