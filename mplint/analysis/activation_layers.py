@@ -1,6 +1,6 @@
 """Functions that map an activation's name to a Keras layer (``get_activation("softmax")``), read on CPython's tree
-so that a model output built through one in another module is seen for what it is (MP101, and the output layers
-that the shape-preserving layer in front of a model output shows: model_outputs).
+so that a model output built through one in another module is seen for what it is: a softmax output layer (MP101),
+and a layer that keeps its input's shape, so that the layer before it is an output layer too (model_outputs).
 
 The forms read: ``return layers.Activation(name)``, ``return {"softmax": layers.Softmax(), ...}[name]`` (also a
 module dict of such layers or of their classes, called: ``_ACTIVATIONS[name]()``), and ``if name == "softmax":
@@ -18,7 +18,7 @@ from mplint.analysis.call_args import argument
 from mplint.analysis.constants import evaluate
 from mplint.engine.context import FileContext
 from mplint.engine.imports import callee_name
-from mplint.engine.summaries import FunctionSummary, Summary, SummaryKind, declare, own_nodes, summary_at
+from mplint.engine.summaries import FunctionSummary, Summary, SummaryKind, declare, parameters, summary_at
 from mplint.engine.summaries import walk as walk_python
 
 SOFTMAX = "softmax"
@@ -38,10 +38,7 @@ def _activation_layer_functions(statements: list[ast.stmt], source: bytes = b"")
     for function in statements:
         if not isinstance(function, ast.FunctionDef):
             continue
-        positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
-        params = set(positional) | {a.arg for a in function.args.kwonlyargs}
-        own = list(own_nodes(function))
-        rebound = {n.id for n in own if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        positional, params, own, rebound = parameters(function)
         for node in own:
             if not isinstance(node, ast.Return) or node.value is None:
                 continue
