@@ -12,7 +12,7 @@ from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.imports import callee_name
 from mplint.engine.imports import dotted_name as _dotted
-from mplint.engine.names import assigned_name, last_name
+from mplint.engine.names import assigned_name
 from mplint.engine.rule import Rule
 from mplint.engine.summaries import FunctionSummary, Summary, SummaryKind, declare, summary_at
 from mplint.engine.summaries import walk as walk_python
@@ -392,30 +392,31 @@ def _dataset_map_functions(context) -> tuple[frozenset[str], frozenset[int]]:
         if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in _MAP_METHODS):
             continue
         mapped = argument(call, 0, "map_func")
-        if isinstance(mapped, cst.Call) and last_name(mapped.func) == "partial" and mapped.args:
+        if isinstance(mapped, cst.Call) and "functools.partial" in context.names.qualified(mapped.func) and mapped.args:
             mapped = mapped.args[0].value
         if isinstance(mapped, cst.Lambda):
             lambdas.add(id(mapped))
             names.update(_called_names(context, mapped))
-        elif mapped is not None and (name := last_name(mapped)) is not None:
-            names.add(name)
+        elif mapped is not None and (own := _own_function(mapped)) is not None:
+            names.add(own)
     functions = {f.name.value: f for f in context.nodes(cst.FunctionDef)}
-    for name in list(names):  # one call deeper: ``parse`` normalises with ``_normalize(image)``
-        if name in functions:
-            names.update(_called_names(context, functions[name]))
+    for function in [functions[n] for n in names if n in functions]:  # ``parse`` normalises with ``_normalize``
+        names.update(_called_names(context, function))
     return frozenset(names), frozenset(lambdas)
 
 
 def _called_names(context, node: cst.CSTNode) -> set[str]:
     """Names called in ``node`` as ``f(...)`` or ``self.f(...)``."""
-    found = set()
-    for call in context.nodes_within(node, cst.Call):
-        func = call.func
-        if isinstance(func, cst.Name):
-            found.add(func.value)
-        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-            found.add(func.attr.value)
-    return found
+    return {name for call in context.nodes_within(node, cst.Call) if (name := _own_function(call.func)) is not None}
+
+
+def _own_function(func: cst.BaseExpression) -> str | None:
+    """``f`` for ``f`` and for ``self.f``: a function or method of the file, by its name."""
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return func.attr.value
+    return None
 
 
 def _computed_dtype(call: ast.Call) -> bool:

@@ -730,7 +730,15 @@ def _beyond(node: ast.expr, code, limits: bool, bound: frozenset[str] = frozense
         return True
     if kind is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self" and node.attr in bound:
         return True
+    if kind is ast.BinOp and type(node.op) in _FOLDED_AST_OPS:  # `np.finfo(np.float32).max / 100.0` (a superset)
+        return limits and (
+            _beyond(node.left, code, limits, large_only=large_only)
+            or _beyond(node.right, code, limits, large_only=large_only)
+        )
     return limits and _wide_limit(node, code)
+
+
+_FOLDED_AST_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)
 
 
 def _names_bound_beyond(code, limits: bool) -> tuple[frozenset[str], frozenset[str]]:
