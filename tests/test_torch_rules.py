@@ -416,26 +416,24 @@ def test_an_apex_import_nothing_uses_is_silent_and_a_use_the_migration_does_not_
     found = sorted(
         (Path(d.path).relative_to(tmp_path).as_posix(), d.line, d.column, d.message) for d in report.remaining
     )
+    deprecated = "deprecated (apex warns since October 2022 and removed it in May 2025)"
     assert found == [
         (
             "maskrcnn/layers/nms.py",
             6,
             7,
-            "`amp.float_function` is part of apex's deprecated AMP (NVIDIA points to torch.amp): use `torch.autocast` "
-            "and `torch.amp.GradScaler`",
+            f"`amp.float_function` is part of apex's AMP, {deprecated}: use `torch.cuda.amp.autocast()` "
+            "(target any torch >= 1.6: no torch pin)",
         ),
         (
             "nhwc/cifar10_nhwc.py",
             6,
             11,
-            "`network_to_half` of `apex.fp16_utils` is removed from apex: keep the model float32, run the forward and "
-            "loss under `torch.autocast` and step through `torch.amp.GradScaler`",
+            f"`network_to_half` of `apex.fp16_utils` is {deprecated}: keep the model float32 and run the forward "
+            "under `torch.cuda.amp.autocast()` (or `model.half()`) (target any torch >= 1.6: no torch pin)",
         ),
     ]
     (nms,) = [d for d in report.remaining if d.path.endswith("nms.py")]
     assert [(r.line, r.message) for r in nms.related] == [
-        (
-            2,
-            "apex's AMP is deprecated (NVIDIA points to torch.amp): use `torch.autocast` and `torch.amp.GradScaler`",
-        )
+        (2, f"apex's AMP is {deprecated}: use `torch.cuda.amp.autocast()`")
     ]
