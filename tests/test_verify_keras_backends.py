@@ -189,6 +189,108 @@ def test_a_scaled_loop_records_its_scale_and_the_unscaled_loss_and_each_loop_is_
     assert 0.5 < first / first_reference < 2
 
 
+# A custom loop per backend, its loss scaled as it should be, training a classifier whose softmax output is left in
+# float16 under mixed_float16.
+SOFTMAX_MODEL = """\
+import os
+
+os.environ["KERAS_BACKEND"] = "{backend}"
+
+import keras
+import numpy as np
+from keras import layers
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+
+model = keras.Sequential([
+    keras.Input(shape=(32,)),
+    layers.Dense(64, activation="relu"),
+    layers.Dense(10, activation="softmax"),
+])
+optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())
+loss_fn = keras.losses.SparseCategoricalCrossentropy()
+x = np.random.normal(size=(256, 32)).astype("float32")
+y = np.random.randint(0, 10, size=(256,))
+"""
+SOFTMAX_LOOPS = {
+    "tensorflow": """\
+import tensorflow as tf
+
+
+@tf.function
+def train_step(features, labels):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(labels, model(features, training=True))
+        scaled = optimizer.scale_loss(loss)
+    optimizer.apply(tape.gradient(scaled, model.trainable_variables), model.trainable_variables)
+
+
+for epoch in range(5):
+    for start in range(0, len(x), 32):
+        train_step(x[start:start + 32], y[start:start + 32])
+""",
+    "jax": """\
+import jax
+
+
+def compute_loss(trainable, non_trainable, optimizer_variables, features, labels):
+    predictions, non_trainable = model.stateless_call(trainable, non_trainable, features, training=True)
+    loss = loss_fn(labels, predictions)
+    with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, optimizer_variables))):
+        return optimizer.scale_loss(loss), non_trainable
+
+
+grad_fn = jax.value_and_grad(compute_loss, has_aux=True)
+
+
+@jax.jit
+def train_step(state, features, labels):
+    trainable, non_trainable, optimizer_variables = state
+    (_, non_trainable), grads = grad_fn(trainable, non_trainable, optimizer_variables, features, labels)
+    trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, grads, trainable)
+    return trainable, non_trainable, optimizer_variables
+
+
+optimizer.build(model.trainable_variables)
+state = [[v.value for v in group] for group in (model.trainable_variables, model.non_trainable_variables,
+                                                 optimizer.variables)]
+for epoch in range(5):
+    for start in range(0, len(x), 32):
+        state = train_step(state, x[start:start + 32], y[start:start + 32])
+""",
+    "torch": """\
+import torch
+
+for epoch in range(5):
+    for start in range(0, len(x), 32):
+        loss = loss_fn(y[start:start + 32], model(x[start:start + 32], training=True))
+        model.zero_grad()
+        optimizer.scale_loss(loss).backward()
+        with torch.no_grad():
+            optimizer.apply([v.value.grad for v in model.trainable_weights], model.trainable_weights)
+""",
+}
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_fix_of_a_custom_loop_is_verified_with_the_same_verdict_on_every_backend(backend, tmp_path):
+    script = tmp_path / "project" / "train.py"
+    script.parent.mkdir()
+    script.write_text(SOFTMAX_MODEL.format(backend=backend) + "\n" + SOFTMAX_LOOPS[backend], encoding="utf-8")
+    code, doc = verify(backend, tmp_path, script, "--fix", "--steps", "3")
+    assert (code, doc["fixed_rules"], doc["backend"]) == (0, ["MP101"], backend)
+    assert doc["verdict"] == "verified: the fixed script is no worse and shows no MP802/MP803/MP804"
+    assert [metrics(doc, run)["output_dtype"] for run in ("before", "after", "float32 reference")] == [
+        "float16",
+        "float32",
+        "float32",
+    ]
+    assert (rules(doc, "before"), rules(doc, "after")) == (["MP101", "MP806"], [])
+    before, after = metrics(doc, "before"), metrics(doc, "after")
+    assert [u["loop"] for u in before["units"]] == [u["loop"] for u in after["units"]]  # one loop, named alike
+    assert (before["steps"], after["steps"], after["scale_first"], after["skipped_steps"]) == (3, 3, 32768.0, 0)
+
+
 @pytest.mark.parametrize("backend", backend_params("jax"))
 def test_benchmark_times_the_mixed_policy_against_float32(backend, tmp_path):
     code, doc = verify(backend, tmp_path, FIXTURES / "keras_jax_loop.py", "--benchmark", "--steps", "6")
