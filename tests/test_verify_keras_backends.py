@@ -189,6 +189,50 @@ def test_a_scaled_loop_records_its_scale_and_the_unscaled_loss_and_each_loop_is_
     assert 0.5 < first / first_reference < 2
 
 
+PADDED_POOLING_FIT = """\
+import os
+
+os.environ["KERAS_BACKEND"] = "torch"
+
+import keras
+import numpy as np
+from keras import layers, ops
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+class MeanPooling(layers.Layer):
+    def call(self, inputs, padding_mask):
+        mask = ops.cast(ops.expand_dims(padding_mask, -1), inputs.dtype)
+        return ops.sum(inputs * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)
+
+
+tokens, padding = keras.Input(shape=(8, 4)), keras.Input(shape=(8,))
+model = keras.Model([tokens, padding], layers.Dense(1, dtype="float32")(MeanPooling()(layers.Dense(8)(tokens), padding)))
+model.compile(optimizer="adam", loss="mse")
+x = np.random.normal(size=(256, 8, 4)).astype("float32")
+m = (np.random.uniform(size=(256, 8)) > 0.3).astype("float32")
+m[::16] = 0.0  # a sequence of each batch is all padding: 0/0 in float16, where 1e-9 is 0
+y = np.random.normal(size=(256, 1)).astype("float32")
+model.fit([x, m], y, batch_size=16, epochs=2, shuffle=False)
+"""
+
+
+@pytest.mark.parametrize("backend", backend_params("torch"))
+def test_nan_in_every_step_on_torch(backend, tmp_path):
+    script = tmp_path / "project" / "train.py"
+    script.parent.mkdir()
+    script.write_text(PADDED_POOLING_FIT, encoding="utf-8")
+    code, doc = verify(backend, tmp_path, script, "--steps", "3")
+    assert (code, doc["verdict"]) == (1, "problems: MP802, MP803")
+    run = metrics(doc, "run")
+    # compile() wrapped Adam in a LossScaleOptimizer, which skips each step and halves its scale
+    assert (run["steps"], run["non_finite_steps"], run["skipped_steps"]) == (3, 3, 3)
+    assert [u["scale_history"] for u in run["units"]] == [[16384.0, 8192.0, 4096.0]]
+    assert run["final_loss"] != run["final_loss"]  # NaN
+    assert metrics(doc, "float32 reference")["non_finite_steps"] == 0
+
+
 # A custom loop per backend, its loss scaled as it should be, training a classifier whose softmax output is left in
 # float16 under mixed_float16.
 SOFTMAX_MODEL = """\
