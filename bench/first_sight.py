@@ -113,7 +113,9 @@ def table(verdicts_path: Path) -> str:
         total.update(counts)
         rows.append(f"| {rule} | {counts['TP']} | {counts['FP']} | {counts['UNSURE']} | {percent(counts)} |")
     rows.append(f"| **all** | {total['TP']} | {total['FP']} | {total['UNSURE']} | **{percent(total)}** |")
-    checks: Counter = Counter()  # the rules' findings alone: MP0xx are the engine's notices (a file that does not parse)
+    checks: Counter = (
+        Counter()
+    )  # the rules' findings alone: MP0xx are the engine's notices (a file that does not parse)
     for rule, counts in per_rule.items():
         if not rule.startswith("MP0"):
             checks.update(counts)

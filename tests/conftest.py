@@ -169,6 +169,7 @@ _RUNS_SCRIPTS = {
     "test_verify_faults.py",
     "test_verify_install.py",
     "test_verify_isolation.py",
+    "test_verify_keras_backends.py",
     "test_verify_torch.py",
     "test_verify_warm.py",
 }

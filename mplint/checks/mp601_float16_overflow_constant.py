@@ -26,6 +26,7 @@ from mplint.analysis.dtype_flow import (
     carrying_unit,
     dtype_spelling,
 )
+from mplint.analysis.output_dtype import module_bindings
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.code_summary import calls_in
 from mplint.engine.code_summary import literal_number as ast_literal_number
@@ -34,6 +35,7 @@ from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.engine.summaries import Summary, SummaryKind, declare, first_line_text, parameters, summary_at
 from mplint.engine.summaries import walk as walk_python
+from mplint.knowledge.apinames import canonical
 from mplint.knowledge.dtypes import FLOAT16_NAMES, WIDE_SPELLINGS
 from mplint.knowledge.float16_range import (
     FLOAT16_MAX,
@@ -658,9 +660,42 @@ class Float16OverflowConstant(Rule):
             if not self.context.analysis(DtypeFlow).in_layer_class(constant):
                 return None
             dtype = cst.parse_expression("self.compute_dtype")
-        test = self.context.module.code_for_node(dtype)
-        replacement = cst.parse_expression(f'({half_value} if {test} == "float16" else {original})')
-        return Fix({constant: replacement}, FixSafety.SAFE)
+        test, imports = self._is_float16(dtype)
+        replacement = cst.parse_expression(f"({half_value} if {test} else {original})")
+        return Fix({constant: replacement}, FixSafety.SAFE, imports=imports)
+
+    def _is_float16(self, dtype: cst.BaseExpression) -> tuple[str, tuple]:
+        """``<dtype> == "float16"``, true on every backend the code may run on. In Keras 3 code a tensor's dtype is
+        the backend's (``torch.float16`` equals no string, so the test would be always False on torch):
+        ``keras.backend.standardize_dtype(x.dtype) == "float16"``. A layer's ``compute_dtype`` is a string on every
+        backend, and TensorFlow's and Keras 2's dtypes equal their names."""
+        text = self.context.module.code_for_node(dtype)
+        if isinstance(dtype, cst.Attribute) and dtype.attr.value in ("compute_dtype", "_compute_dtype"):
+            return f'{text} == "float16"', ()
+        backend, imports = self._keras3_backend()
+        if backend is None:
+            return f'{text} == "float16"', ()
+        return f'{backend}.standardize_dtype({text}) == "float16"', imports
+
+    def _keras3_backend(self) -> tuple[str | None, tuple]:
+        """How this module spells Keras 3's ``backend`` (for ``standardize_dtype``), where it is Keras 3 code: it
+        imports the ``keras`` package, and only Keras 3 runs it (its target, or ``keras.ops``, which only Keras 3
+        has). ``keras.backend`` (adding ``import keras``), the module's own binding of it, or ``backend`` from
+        ``keras.src`` in Keras's own sources; None elsewhere."""
+        bindings = module_bindings(self.context)
+        found = {bound: canonical(full, self.context.facts.reexports) for bound, full in bindings.items()}
+        keras3 = [(bound, k) for bound, k in found.items() if k is not None and k.ns == "keras"]
+        if not keras3:
+            return None, ()
+        if self.context.facts.generation.low < 3 and not any(k.path.split(".")[0] == "ops" for _, k in keras3):
+            return None, ()
+        for bound, k in keras3:
+            if k.path == "backend":
+                return bound, ()
+        if any(bindings[bound].startswith("keras.src") for bound, _ in keras3):
+            return (None, ()) if "backend" in bindings else ("backend", (ImportSpec("keras.src", "backend"),))
+        root = next((bound for bound, k in keras3 if k.path == "" and "." not in bindings[bound]), None)
+        return (f"{root}.backend", ()) if root else ("keras.backend", (ImportSpec("keras"),))
 
 
 def _bound_name(node: cst.CSTNode) -> str | None:

@@ -12,7 +12,7 @@ import re
 import sys
 import traceback
 
-from mplint.verify import datasets, hooks, loops, recorder, sandbox, torch_hooks
+from mplint.verify import datasets, hooks, jax_hooks, loops, recorder, sandbox, torch_hooks
 
 
 def install_tensorflow(tf) -> None:
@@ -59,9 +59,11 @@ def install_keras3(keras) -> None:
     hooks.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "keras")
     hooks.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "keras")
     _install_models(keras.Model, 3)
+    keras.Model.stateless_call = hooks.wrap_stateless_call(keras.Model.stateless_call)
     methods = (
         ("apply_gradients", hooks.wrap_apply_gradients),
         ("apply", hooks.wrap_apply),
+        ("stateless_apply", hooks.wrap_stateless_apply),
         ("scale_loss", hooks.wrap_scale_loss),
     )
     optimizers = {base_optimizer.BaseOptimizer, loss_scale_optimizer.LossScaleOptimizer}
@@ -165,9 +167,11 @@ def main(config_path: str) -> None:
         "tensorflow": install_tensorflow,
         "torch": torch_hooks.install_torch,
         "torchvision": torch_hooks.install_torchvision,
+        "jax": jax_hooks.install_jax,
     }
     sys.meta_path.insert(0, hooks.PostImportHook(installers))
-    for name in [name for name in installers if name in sys.modules]:  # imported before the run (warm.py)
+    # imported before the run (warm.py); None where a module is blocked from importing
+    for name in [name for name in installers if sys.modules.get(name) is not None]:
         installers.pop(name)(sys.modules[name])
     script = config["script"]
     sys.argv = [script, *config["argv"]]

@@ -31,6 +31,7 @@ class RunOptions:
     source_dir: str | None = None  # the original script's folder, for sibling imports of a copy
     memory_limit_mb: int | None = None  # address-space cap (RLIMIT_AS) of the instrumented process
     framework: str = "keras"  # or "torch"
+    backend: str = "tensorflow"  # Keras 3's: "jax", "torch" (set as KERAS_BACKEND for the run) or "tensorflow"
     isolated: bool = True  # in a private view of the file system (isolate.py); else Python-level redirection
     warm: bool = True  # a fork of an interpreter that imported the framework once, where faithful (warm.py)
 
@@ -186,6 +187,7 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
         "source_dir": options.source_dir,
         "isolated": options.isolated,
         "framework": options.framework,
+        "backend": options.backend,
         "line_map": original_lines(original, text) if text is not None else {},
     }
     (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -200,6 +202,8 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(mplint.__file__).parent.parent), env.get("PYTHONPATH")]))
     if options.keras == 2:
         env["TF_USE_LEGACY_KERAS"] = "1"
+    elif options.framework == "keras":
+        env["KERAS_BACKEND"] = options.backend  # as the script or the user chose it (cli.detect_backend)
     limit = options.memory_limit_mb
     launched = _launch_warm(options, env, work, base, scratch) if options.warm else None
     if launched is None:
@@ -351,7 +355,7 @@ def _launch_warm(
         "stdout": str(out_path),
         "stderr": str(err_path),
     }
-    module = warm.IMPORTS[options.framework]
+    module = warm.IMPORTS[warm.setting(options.framework, options.backend)]
     try:
         returncode, timed_out = warm.warm_for(module, env).run(request, options.timeout)
     except warm.WarmStartFailed:  # nothing ran: start it fresh

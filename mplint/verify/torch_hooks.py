@@ -9,10 +9,11 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 import threading
 from collections import Counter
 
-from mplint.verify import loop_caps, loops, recorder, sandbox
+from mplint.verify import hooks, loop_caps, loops, recorder, sandbox
 from mplint.verify.hooks import patch_function
 
 _local = threading.local()
@@ -152,16 +153,27 @@ def wrap_scaler_scale(original):
 def wrap_backward(original):
     def backward(self, *args, **kwargs):
         _local.loss = _loss_value(_scaled.get(id(self), self))
+        hooks.remember_loss(None, hooks.unscaled(self))  # Keras 3 on torch: the loss of its next apply()
         return original(self, *args, **kwargs)
 
     return backward
 
 
+def _keras_layer(module) -> bool:
+    """A Keras 3 layer or model on the torch backend (also a torch module): recorded by the Keras hooks."""
+    layer = getattr(sys.modules.get("keras.src.layers.layer"), "Layer", None)
+    return layer is not None and isinstance(module, layer)
+
+
 def _forward_pre(module, args) -> None:
+    if _keras_layer(module):
+        return
     _local.depth = getattr(_local, "depth", 0) + 1
 
 
 def _forward_post(module, args, output) -> None:
+    if _keras_layer(module):
+        return
     _local.depth = getattr(_local, "depth", 1) - 1
     if _local.depth or not any(True for _ in module.parameters()):  # nested layers and loss modules
         return
