@@ -102,7 +102,7 @@ def _builtin_call(context: FileContext, call: cst.Call, depth: int) -> Constant 
         return None  # ``round(x, 2)`` is a float; ``max(sizes)`` iterates
     nodes = binding_nodes(context, call.func) if FAST_BINDINGS else None
     if nodes is None:
-        nodes = _referents(context, call.func)
+        nodes = scope_referents(context, call.func)
     if nodes is None or nodes:
         return None  # rebound or imported: not the builtin
     values = []
