@@ -140,7 +140,8 @@ def test_the_families_stay_apart_on_the_fixtures(tmp_path):
     report = run(RunOptions([tmp_path / "fixtures"], cache=False, jobs=1, select=["MP"]))
     torch_files = {d.path for d in report.diagnostics if d.rule_id.startswith("MPT")}
     keras_files = {d.path for d in report.diagnostics if not d.rule_id.startswith("MPT") and d.rule_id[2] != "0"}
-    torch_fixtures = ("fixtures/torch/", "fixtures/verify/torch_")  # the PyTorch projects and verify scripts
+    # the PyTorch projects and verify scripts (CPU and CUDA)
+    torch_fixtures = ("fixtures/torch/", "fixtures/verify/torch_", "fixtures/verify/cuda_")
     assert torch_files and all(any(t in p for t in torch_fixtures) for p in torch_files)
     assert keras_files and not any(any(t in p for t in torch_fixtures) for p in keras_files)
 

@@ -8,8 +8,8 @@ Exit codes:
      (or where the original crashed) and without MP802/MP803/MP804; without --fix, the run shows none
   1  problems: the run (with --fix: the fixed copy) shows MP802/MP803/MP804
   2  could not verify: the script runs neither before nor after the fixes (crash, bad arguments,
-     timeout, out of memory, nothing recorded), mplint --fix failed, or the script cannot be given a
-     private view of the file system here (see --no-isolation)
+     timeout, out of memory, nothing recorded), mplint --fix failed, mplint's own instrumentation
+     failed, or the script cannot be given a private view of the file system here (see --no-isolation)
   3  worse: the original ran and the fixed copy crashes or has more NaN/Inf, skipped steps or underflow
   4  nothing fixed: --fix changed nothing and the run is clean, so nothing was verified
 """
@@ -26,10 +26,36 @@ import tempfile
 from pathlib import Path
 
 from mplint.knowledge.keras_backends import BACKENDS, DEFAULT_BACKEND, install_command
-from mplint.verify import report
-from mplint.verify.runner import RunOptions, RunResult, detect_keras, fix_copy, isolation_problem, run_script
+from mplint.verify import failures, report, runner
+from mplint.verify.runner import RunOptions, RunResult, detect_keras, fix_copy, isolation_problem
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNVERIFIED, EXIT_WORSE, EXIT_NOTHING_FIXED = 0, 1, 2, 3, 4
+
+
+class InstrumentationFailed(Exception):
+    """A run ended because mplint's own code raised (failures.py): nothing about the script can be said."""
+
+    def __init__(self, run: RunResult):
+        super().__init__(run.detail)
+        self.run = run
+
+
+def run_script(label: str, script: Path, argv: list[str], options: RunOptions, text: Path | None = None) -> RunResult:
+    run = runner.run_script(label, script, argv, options, text)
+    if run.status == failures.STATUS:
+        raise InstrumentationFailed(run)
+    return run
+
+
+def _instrumentation_error(run: RunResult, script: Path) -> dict:
+    return {
+        "run": run.label,
+        "status": run.status,
+        "detail": run.detail,
+        "stderr_tail": run.stderr_tail,
+        "message": f"could not verify {script.name}: mplint's instrumentation failed in the {run.label} run: "
+        f"{run.detail}; this is an error in mplint, not in {script.name}",
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -364,7 +390,7 @@ def _verify(args, script: Path, script_args: list[str], options: RunOptions) -> 
 
 
 def _benchmark(args, script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
-    timed = dataclasses.replace(options, capture_grads=False)
+    timed = dataclasses.replace(options, capture_grads=False, timing=True)
     mixed = run_script("mixed", script, script_args, timed)
     if not mixed.ok:
         return {"error": _failure(mixed, script), "exit_code": EXIT_UNVERIFIED}, []
@@ -465,6 +491,9 @@ def main(argv: list[str]) -> int:
         isolated=not args.no_isolation,
         warm=not args.cold_start,
     )
-    doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
+    try:
+        doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
+    except InstrumentationFailed as failure:
+        doc, renderables = {"error": _instrumentation_error(failure.run, script), "exit_code": EXIT_UNVERIFIED}, []
     _emit(doc, args.format, renderables)
     return doc["exit_code"]

@@ -6,9 +6,6 @@ training is capped; datasets, saving and downloads are redirected."""
 
 from __future__ import annotations
 
-import functools
-import importlib.abc
-import importlib.util
 import inspect
 import sys
 import threading
@@ -23,61 +20,6 @@ _scaled_losses: dict = {}  # id(scaled loss) -> (scaled, loss): report the loss 
 
 def R() -> recorder.Recorder:
     return recorder.RECORDER
-
-
-class PostImportHook(importlib.abc.MetaPathFinder):
-    """Runs ``callbacks[name](module)`` right after the top-level module ``name`` is imported."""
-
-    def __init__(self, callbacks):
-        self.callbacks = callbacks
-
-    def find_spec(self, name, path=None, target=None):
-        callback = self.callbacks.get(name)
-        if callback is None:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return None
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            self.callbacks.pop(name, None)
-            callback(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-def rebind(prefix: str, original, replacement) -> None:
-    """Replace ``original`` by ``replacement`` wherever a loaded module under ``prefix`` holds it."""
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == prefix or name.startswith(prefix + ".")):
-            continue
-        try:
-            items = list(vars(module).items())
-        except TypeError:
-            continue
-        for attr, value in items:
-            if value is original:
-                setattr(module, attr, replacement)
-
-
-def patch_function(module_name: str, attr: str, make, prefix: str) -> None:
-    module = sys.modules.get(module_name) or importlib.import_module(module_name)
-    original = getattr(module, attr, None)
-    if original is not None:
-        rebind(prefix, original, make(original))
-
-
-def patch_method(cls, attr: str, make) -> None:
-    if attr in vars(cls):
-        original = vars(cls)[attr]
-        setattr(cls, attr, functools.wraps(original)(make(original)))
 
 
 # --- optimizer applications -------------------------------------------------------------
@@ -108,7 +50,7 @@ def before_step() -> None:
     site = loops.current(rec.config["script"])
     if site.frame is None:
         return  # no loop of the script around it: the step cap of record_step applies
-    loop = rec.enter_loop(site.key, loop_caps.loop_label(site, rec.loop_keys))
+    loop = rec.enter_loop(site.key, lambda: loop_caps.loop_label(site, rec.loop_keys))
     units = [unit for unit, known in rec.units.items() if known["loop"] == loop]
     if units and all(rec.steps_of(unit) >= rec.cap for unit in units):
         loop_caps.end_loop(site, loop)
