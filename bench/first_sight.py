@@ -37,8 +37,9 @@ def repository_of(spec: str) -> repos.Repository:
 
 
 def excerpt(tree: Path, finding: dict) -> str:
+    path, _, cell = finding["path"].partition(":cell ")  # a notebook's finding names its cell
     try:
-        source = repos.source_of(tree, {"path": finding["path"].split(":cell ")[0], "cell": finding.get("cell")})
+        source = repos.source_of(tree, {"path": path, "cell": int(cell) if cell else None})
     except (OSError, ValueError, KeyError, IndexError):
         return ""
     lines = source.splitlines()

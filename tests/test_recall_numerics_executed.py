@@ -118,12 +118,18 @@ def test_mp601_fixes_of_a_power_padding_a_cast_minimum_and_an_ops_add_epsilon_ex
     assert result.diagnostics == []
     fixed = result.fixed_code
     assert fixed == (
-        LAYERS.replace("(-2 ** 32 + 1)", '(-3e4 if outputs.dtype == "float16" else (-2 ** 32 + 1))')
+        LAYERS.replace(
+            "(-2 ** 32 + 1)",
+            '(-3e4 if keras.backend.standardize_dtype(outputs.dtype) == "float16" else (-2 ** 32 + 1))',
+        )
         .replace(
             "ops.cast(np.finfo(np.float32).min, scores.dtype)",
-            'ops.cast((-3e4 if scores.dtype == "float16" else np.finfo(np.float32).min), scores.dtype)',
+            'ops.cast((-3e4 if keras.backend.standardize_dtype(scores.dtype) == "float16" else np.finfo(np.float32).min), scores.dtype)',
         )
-        .replace("ops.add(p, 1e-8)", 'ops.add(p, (6.104e-05 if p.dtype == "float16" else 1e-8))')
+        .replace(
+            "ops.add(p, 1e-8)",
+            'ops.add(p, (6.104e-05 if keras.backend.standardize_dtype(p.dtype) == "float16" else 1e-8))',
+        )
     )
     original_mixed = _outputs(tmp_path / "original", LAYERS, "mixed_float16")
     original_float32 = _outputs(tmp_path / "original", LAYERS, "float32")
