@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
+from libcst.metadata import BuiltinAssignment
 
 from mplint.analysis.bindings import binding_nodes, scope_referents
 from mplint.engine.context import FileContext
@@ -100,10 +101,7 @@ def _builtin_call(context: FileContext, call: cst.Call, depth: int) -> Constant 
     name = call.func.value
     if (len(call.args) != 1) if name in ("int", "round") else len(call.args) < 2:
         return None  # ``round(x, 2)`` is a float; ``max(sizes)`` iterates
-    nodes = binding_nodes(context, call.func) if FAST_BINDINGS else None
-    if nodes is None:
-        nodes = scope_referents(context, call.func)
-    if nodes is None or nodes:
+    if not _builtin(context, call.func):
         return None  # rebound or imported: not the builtin
     values = []
     for arg in call.args:
@@ -115,6 +113,18 @@ def _builtin_call(context: FileContext, call: cst.Call, depth: int) -> Constant 
         return Constant(_NUMERIC_BUILTINS[name](*values))
     except (ArithmeticError, ValueError):
         return None  # int(inf), int(nan)
+
+
+def _builtin(context: FileContext, name: cst.Name) -> bool:
+    """Nothing in the file binds ``name`` where it is read: it is Python's builtin."""
+    nodes = binding_nodes(context, name) if FAST_BINDINGS else None
+    if nodes is not None:
+        return not nodes
+    scope = context.names.scopes.get(name)
+    if scope is None:
+        return False
+    referents = {r for access in scope.accesses[name] for r in access.referents}
+    return bool(referents) and all(isinstance(r, BuiltinAssignment) for r in referents)
 
 
 def number_value(node: cst.Integer | cst.Float) -> int | float:
