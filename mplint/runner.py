@@ -498,7 +498,7 @@ def _check_project(
         facts = facts_by_path.get(source.path, ProjectFacts(path=source.display))
         if facts not in active:
             active[facts] = tuple(
-                r for rid, r in all_rules().items() if rid in enabled and _targets(r, facts) and r.active_for(facts)
+                r for rid, r in all_rules().items() if rid in enabled and _targets(r, facts) and r.applies_to(facts)
             )
         ignored = _per_file_ignored(config, source.path)
         parses = source.path in file_facts and file_facts[source.path].parses and not is_notebook(source.path)

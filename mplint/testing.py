@@ -112,7 +112,7 @@ def check_code(
         rules = tuple(
             r
             for rid, r in all_rules().items()
-            if rid in enabled and targets_the_generation(r, facts) and r.active_for(facts)
+            if rid in enabled and targets_the_generation(r, facts) and r.applies_to(facts)
         )
         result = check_source(
             display, text.encode("utf-8"), CheckOptions(rules, facts, fix, unsafe_fixes), name, is_package

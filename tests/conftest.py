@@ -94,6 +94,15 @@ def repo() -> Path:
     return REPO
 
 
+NO_CUDA = "no CUDA device here: this runs where torch.cuda.is_available() (bench/gpu/check runs it on a GPU machine)"
+
+
+def devices(torch) -> list:
+    """The devices a device-parametrized test runs on: the CPU always, CUDA where this machine has it (test ids
+    ``[cpu]`` and ``[cuda]``: ``pytest -k "cpu] or cuda]"`` selects them all)."""
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA))]
+
+
 def write_files(root, files: dict[str, str]):
     """A project on disk: ``{"pkg/m.py": source}`` under ``root``; returns ``root``."""
     for name, text in files.items():
@@ -169,6 +178,7 @@ _RUNS_SCRIPTS = {
     "test_verify_faults.py",
     "test_verify_install.py",
     "test_verify_isolation.py",
+    "test_verify_keras_backends.py",
     "test_verify_torch.py",
     "test_verify_warm.py",
 }

@@ -102,7 +102,7 @@ def options_for(program: Program, code: str, fix: bool, prefilter: bool = True) 
     facts = in_memory_facts(files, program.keras, program.policy)["example.py"]  # no pins
     if not facts.reduced_precision:
         facts = in_memory_facts(files, program.keras, "mixed_float16")["example.py"]
-    rules = tuple(r for r in all_rules().values() if r.active_for(facts))
+    rules = tuple(r for r in all_rules().values() if r.applies_to(facts))
     return CheckOptions(rules, facts, fix=fix, unsafe_fixes=True, prefilter=prefilter)
 
 

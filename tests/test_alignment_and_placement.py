@@ -112,8 +112,7 @@ def test_mp304_is_off_by_default_and_extend_select_enables_it(project):
     )
     code, found = mplint(tagger)
     assert code == 1 and all(rule != "MP304" for _, rule, *_ in found)
-    expected = [  # VOCAB_SIZE = 2000 is 8- but not 128-aligned
-        ("MP304", 30, 26),
+    expected = [  # the vocabulary (VOCAB_SIZE = 2000, not 128-aligned) is a gather, not a matmul: not reported
         ("MP304", 30, 38),
         ("MP304", 31, 42),
         ("MP304", 33, 42),
@@ -143,6 +142,35 @@ def test_constants_evaluate_module_constants_arithmetic_and_defaults():
     assert values[0].value == 32 and values[0].literal is None  # computed: nothing single to edit
     assert values[1].value == 2 and values[1].literal is None  # a default: callers may pass anything
     assert values[2] is None and values[3] is None and values[4] is None  # bound twice, unknown, too large
+
+
+def test_constants_evaluate_int_round_max_min_of_known_float_arithmetic():
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper
+
+    from mplint.engine.context import FileContext
+    from mplint.project.facts import ProjectFacts
+
+    source = (
+        "C = 40\nR = 0.25\n"
+        "def f(channels=40, ratio=0.25):\n"
+        "    return (int(C * R), round(C * 0.375), round(2.5), max(1, int(C * R)), min(C, 3 * 8), int(C / 3),\n"
+        "            int(channels * R), round(C * ratio), round(C * R, 1), int(float('inf')), max([C, 8]))\n"
+        "def g(int=round):\n"
+        "    return int(C * R)\n"
+    )
+    wrapper = MetadataWrapper(cst.parse_module(source))
+    context = FileContext("m.py", wrapper, ProjectFacts(), "m", False)
+    ret = wrapper.module.body[2].body.body[0].body[0].value
+    values = [evaluate(context, e.value) for e in ret.elements]
+    # Python's own results: int truncates, round rounds half to even
+    assert [v.value for v in values[:6]] == [10, 15, 2, 10, 24, 13]
+    assert all(type(v.value) is int and v.literal is None for v in values[:6])  # computed: nothing single to edit
+    # a ratio of a parameter's default (callers pass their own channels), round to digits (a float), int(inf),
+    # an iterable
+    assert values[6:] == [None] * 5
+    shadowed = wrapper.module.body[3].body.body[0].body[0].value
+    assert evaluate(context, shadowed) is None  # `int` is a parameter here, not the builtin
 
 
 def test_mp701_fix_keeps_the_late_import_order():

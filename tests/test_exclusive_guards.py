@@ -1,4 +1,5 @@
-"""Statements guarded by different constant values of one setting never run together (``exclusive``)."""
+"""Statements guarded by different constant values of one setting never run together (``exclusive``); statements
+whose run-time tests are shared, or met by one value of one setting, surely run together (``together``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper
 
-from mplint.analysis.exclusive_guards import exclusive
+from mplint.analysis.exclusive_guards import exclusive, together
 from mplint.engine.context import FileContext
 from mplint.project.facts import ProjectFacts
 
@@ -144,3 +145,91 @@ def test_exclusive(code):
 def test_not_exclusive(code):
     context, first, second = _marked(code)
     assert not exclusive(context, first, second) and not exclusive(context, second, first)
+
+
+TOGETHER = {
+    "neither guarded": """
+first()
+second()
+""",
+    "the same arm": """
+if FLAGS.fp16:
+    first()
+    second()
+""",
+    "the same test twice in one function": """
+def main(flags):
+    dtype = get_dtype(flags)
+    if dtype == tf.float16:
+        first()
+    if dtype == tf.float16:
+        second()
+""",
+    "one guarded, the other not": """
+first()
+if tf.test.is_gpu_available():
+    second()
+""",
+    "a value both allow": NOT_EXCLUSIVE["a value both allow"],
+    "an attribute test in two functions": """
+def build(flags):
+    if flags.use_amp:
+        first()
+
+
+def train(flags):
+    if flags.use_amp:
+        second()
+""",
+    "the main guard of an entry point": """
+def main():
+    second()
+
+
+if __name__ == "__main__":
+    first()
+    main()
+""",
+}
+
+NOT_TOGETHER = {
+    "two settings one may compute from the other": """
+def run(flags_obj):
+    dtype = flags_core.get_tf_dtype(flags_obj)
+    if dtype == tf.float16:
+        first()
+    if flags_obj.fp16_implementation == "graph_rewrite":
+        second()
+""",
+    "two values of a flag": EXCLUSIVE["two values of a flag"],
+    "if and else": EXCLUSIVE["if and else"],
+    "a local test of two functions": """
+def one(mode):
+    if mode == "a":
+        first()
+
+
+def two(mode):
+    if mode == "a":
+        second()
+""",
+    "a setting rebound between": NOT_EXCLUSIVE["rebound between"],
+    "a try and its handler": """
+try:
+    first()
+except ImportError:
+    second()
+""",
+}
+
+
+@pytest.mark.parametrize("code", TOGETHER.values(), ids=TOGETHER.keys())
+def test_together(code):
+    context, first, second = _marked(code)
+    assert together(context, first, second) and together(context, second, first)
+
+
+@pytest.mark.parametrize("code", NOT_TOGETHER.values(), ids=NOT_TOGETHER.keys())
+def test_not_together(code):
+    context, first, second = _marked(code)
+    assert not together(context, first, second) and not together(context, second, first)

@@ -211,8 +211,8 @@ def test_mp501_fires_only_in_arms_that_run_past_tf_2_8(tmp_path, capsys):
                 "MP501",
                 14,
                 (
-                    "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, removed in TF 2.9: use "
-                    "`tf.keras.mixed_precision.Policy` (target Keras 2 or Keras 3: the arm of `hasattr(tf.keras.mixed_precision, "
+                    "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, deprecated on TF "
+                    "2.4-2.8 and removed in TF 2.9: use `tf.keras.mixed_precision.Policy` (target Keras 2 or Keras 3: the arm of `hasattr(tf.keras.mixed_precision, "
                     '"LossScaleOptimizer")` (line 13), within Keras 2 or Keras 3 (TF >= 2.4) from requirements.txt pins '
                     "tensorflow>=2.4)"
                 ),

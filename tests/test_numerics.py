@@ -238,10 +238,12 @@ def test_constants_that_travel_are_reported_where_they_meet_the_tensor(tmp_path)
     original = (FIXTURES / "attention_library" / "textattn" / "layers.py").read_text(encoding="utf-8")
     assert fixed == original.replace(
         "logits, self.mask_value)",
-        'logits, (max(self.mask_value, -3e4) if logits.dtype == "float16" else self.mask_value))',
+        "logits, (max(self.mask_value, -3e4) if keras.backend.standardize_dtype(logits.dtype) == "
+        '"float16" else self.mask_value))',
     ).replace(
         "variance + NORM_EPSILON)",
-        'variance + (max(NORM_EPSILON, 6.104e-05) if variance.dtype == "float16" else NORM_EPSILON))',
+        "variance + (max(NORM_EPSILON, 6.104e-05) if keras.backend.standardize_dtype(variance.dtype) == "
+        '"float16" else NORM_EPSILON))',
     )
 
 

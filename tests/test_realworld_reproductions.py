@@ -103,6 +103,81 @@ def test_mp503_unconditional_rewrite_in_a_program_that_may_set_float32_is_an_uns
     )
 
 
+# A container monorepo's ResNet (Keras, TF 2.3): --dtype=fp16 sets mixed_float16 where the model's dtype is float16;
+# --fp16_implementation=graph_rewrite wraps the optimizer in the rewrite and makes that dtype float32 (in another
+# module). The two tests read different settings, which the code ties together: never both in one run.
+FLAGS_CORE = """import tensorflow as tf
+
+DTYPES = {"fp16": tf.float16, "bf16": tf.bfloat16, "fp32": tf.float32}
+
+
+def get_tf_dtype(flags_obj):
+    if flags_obj.fp16_implementation == "graph_rewrite":
+        return tf.float32  # the rewrite casts; the model is built in float32
+    return DTYPES[flags_obj.dtype]
+"""
+IMAGENET_MAIN = """import tensorflow as tf
+from absl import app, flags
+
+import flags_core
+
+
+def run(flags_obj):
+    dtype = flags_core.get_tf_dtype(flags_obj)
+    if dtype == tf.float16:
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    elif dtype == tf.bfloat16:
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    optimizer = tf.keras.optimizers.SGD(0.1, momentum=0.9)
+    if flags_obj.fp16_implementation == "graph_rewrite":
+        optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(optimizer)
+    model = tf.keras.applications.ResNet50(weights=None)
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    return model
+
+
+def main(_):
+    run(flags.FLAGS)
+
+
+if __name__ == "__main__":
+    app.run(main)
+"""
+
+
+def test_mp503_rewrite_and_policy_under_tests_of_different_settings_are_silent():
+    out = lint_code(IMAGENET_MAIN, path="imagenet_main.py", files={"flags_core.py": FLAGS_CORE}, select=["MP503"])
+    assert out.diagnostics == []
+
+
+def test_mp503_rewrite_that_runs_whenever_the_policy_does_is_reported_with_the_policy_related():
+    code = IMAGENET_MAIN.replace(
+        '    if flags_obj.fp16_implementation == "graph_rewrite":\n        optimizer = tf.train',
+        "    optimizer = tf.train",
+    )
+    files = {"flags_core.py": FLAGS_CORE}
+    found = lint_code(code, path="imagenet_main.py", files=files, select=["MP503"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.fix_safety.value, d.message) for d in found] == [
+        (
+            "MP503",
+            14,
+            17,
+            "safe",
+            "`enable_mixed_precision_graph_rewrite` applies TensorFlow's graph rewrite: together with the Keras policy "
+            "(mixed_float16 set at imagenet_main.py:10) it raises at run time. The "
+            "rewrite also added loss scaling; compile() adds a LossScaleOptimizer under mixed_float16",
+        )
+    ]
+    assert [(r.path, r.line, r.message) for r in found[0].related] == [
+        ("imagenet_main.py", 10, "sets the mixed policy"),
+        ("imagenet_main.py", 12, "sets the mixed policy"),
+    ]
+    fixed = lint_code(code, path="imagenet_main.py", files=files, select=["MP503"], fix=True)
+    assert fixed.fixed_code == code.replace(
+        "    optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(optimizer)\n", ""
+    )
+
+
 # NVIDIA/apex tests/distributed/synced_batchnorm: BatchNorm and SyncBatchNorm made float16 under --fp16, one SGD
 # step each, compared: half precision is what the test exercises.
 APEX_SYNCBN_TEST = """import torch
@@ -193,8 +268,8 @@ def test_mpt301_the_last_linear_before_an_activation_is_the_class_count():
             "MPT301",
             8,
             35,
-            "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16/bfloat16 autocast its matmuls miss "
-            "tensor cores (use 88)",
+            "`out_features=84` of `nn.Linear` is not a multiple of 8: under float16 autocast its matmuls cannot use "
+            "tensor cores fully (use 88)",
         )
     ]
 
@@ -230,8 +305,8 @@ def test_mpt501_master_params_saved_for_comparison_get_no_migration():
             6,
             20,
             '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
-            '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`; no '
-            "automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
+            "`scaler = torch.cuda.amp.GradScaler()`, run the forward and loss under `torch.cuda.amp.autocast()` "
+            "(target any torch >= 1.6: no torch pin); no automatic fix: `amp.master_params` is used outside a gradient clip (saved or compared): apex's float32 "
             "master copy of an O2 model has no torch.amp counterpart",
         )
     ]
@@ -258,7 +333,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 scaler = torch.cuda.amp.GradScaler()
 for t in range(500):
     optimizer.zero_grad()
-    with torch.autocast("cuda"):
+    with torch.cuda.amp.autocast():
         loss = torch.nn.functional.mse_loss(model(x), y)
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
@@ -279,8 +354,8 @@ def test_mpt501_o3_without_an_optimizer_is_inference():
             5,
             9,
             '`amp.initialize(model, opt_level="O3")` without an optimizer casts the model to float16 for inference: '
-            "write `model.half()`, which needs no apex; no automatic fix: only opt_level O1/O2 map onto autocast + "
-            "GradScaler",
+            "write `model.half()`, which needs no apex (target any torch >= 1.6: no torch pin); no automatic fix: only "
+            "opt_level O1/O2 map onto autocast + GradScaler",
         )
     ]
 
@@ -299,8 +374,8 @@ def test_mp501_loss_scale_of_the_experimental_policy_names_the_policy_that_lacks
             "MP501",
             5,
             14,
-            "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, removed in "
-            "TF 2.9: use `tf.keras.mixed_precision.Policy`; fixed once the loss-scale findings in this file "
+            "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, deprecated on "
+            "TF 2.4-2.8 and removed in TF 2.9: use `tf.keras.mixed_precision.Policy`; fixed once the loss-scale findings in this file "
             "are settled by hand (target Keras 2, from keras = 2 in the mplint config)",
         ),
         (

@@ -25,20 +25,22 @@ def run_hidden(hidden: tuple[str, ...], call: str) -> subprocess.CompletedProces
         (
             ("keras",),
             "runtime.enable()",
-            "mplint.runtime.enable() needs TensorFlow and Keras 3, and keras is not installed in this environment: "
-            + RUNTIME_EXTRA,
+            "mplint.runtime needs Keras, and keras is not installed in this environment: install it with a backend, "
+            'jax, torch or tensorflow: python3 -m pip install keras "jax[cpu]" ("jax[cuda12]" in place of "jax[cpu]" '
+            "for NVIDIA GPUs)",
         ),
         (
-            ("tensorflow", "keras"),
-            "runtime.enable(keras=3)",
-            "mplint.runtime.enable() needs TensorFlow and Keras 3, and tensorflow, keras are not installed in this "
-            "environment: " + RUNTIME_EXTRA,
+            ("tensorflow",),
+            "import os\nos.environ['KERAS_BACKEND'] = 'tensorflow'\nruntime.enable(keras=3)",
+            "mplint.runtime runs Keras 3 on the tensorflow backend (KERAS_BACKEND=tensorflow), and tensorflow is not "
+            "installed in this environment: install it, python3 -m pip install tensorflow, or set KERAS_BACKEND to an "
+            "installed backend",
         ),
         (
             ("tf_keras",),
             "runtime.enable(keras=2)",
-            "mplint.runtime.enable() needs TensorFlow and Keras 2 (tf_keras), and tf_keras is not installed in this "
-            "environment: " + RUNTIME_EXTRA,
+            "mplint.runtime runs Keras 2 with TensorFlow, and tf_keras is not installed in this environment: "
+            + RUNTIME_EXTRA,
         ),
         (
             ("torch",),

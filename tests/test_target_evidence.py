@@ -723,36 +723,43 @@ from tensorflow.keras.mixed_precision import experimental as mixed_precision
 
 mixed_precision.set_policy("mixed_float16")
 """
-MP501_HEAD = (
-    "`from tensorflow.keras.mixed_precision import experimental` is the TF 2.1-2.3 experimental API, removed in "
-    "TF 2.9 (ImportError): write `from tensorflow.keras import mixed_precision`; `set_policy` becomes "
-    "`set_global_policy`"
-)
+MP501_HEAD = "`from tensorflow.keras.mixed_precision import experimental` is the TF 2.1-2.3 experimental API, {fate}: "
+MP501_FIX = "write `from tensorflow.keras import mixed_precision`; `set_policy` becomes `set_global_policy`"
 
 
 @pytest.mark.parametrize(
-    "pins, target, safety",
+    "pins, fate, target, safety",
     [
         (
             {},
+            "deprecated on TF 2.4-2.8 and removed in TF 2.9 (ImportError there)",
             f"{UNPINNED}; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe",
             "unsafe",
         ),
         (
             {"requirements.txt": "tensorflow>=2.9\n"},
+            "removed in TF 2.9 (ImportError there)",  # no version of the range still ships it
             "target Keras 2 or Keras 3 (TF >= 2.9), from requirements.txt pins tensorflow>=2.9",
+            "safe",
+        ),
+        (
+            {"requirements.txt": "tensorflow>=2.4,<2.9\n"},
+            "deprecated on TF 2.4-2.8 (removed in TF 2.9)",  # every version of the range still ships it
+            "target Keras 2 (TF 2.4-2.8), from requirements.txt pins tensorflow<2.9,>=2.4",
             "safe",
         ),
     ],
 )
 def test_mp501_fix_is_safe_only_where_tf_2_1_to_2_3_is_out_of_the_range(
-    tmp_path, capsys, monkeypatch, pins, target, safety
+    tmp_path, capsys, monkeypatch, pins, fate, target, safety
 ):
+    """The message says what the versions of the range do with the experimental API: deprecated on TF 2.4-2.8,
+    removed (an ImportError) from TF 2.9."""
     write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": G1_POLICY, **pins})
     monkeypatch.chdir(tmp_path)
     assert _run(capsys, "--no-cache", "--select", "MP501", ".") == (
         1,
-        [("MP501", 1, f"{MP501_HEAD} ({target})", safety)],
+        [("MP501", 1, f"{MP501_HEAD.format(fate=fate)}{MP501_FIX} ({target})", safety)],
     )
     main(["--no-cache", "--fix", "--select", "MP501", "."])
     assert (tmp_path / "train.py").read_text() == (

@@ -110,6 +110,26 @@ def test_a_dockerfile_in_a_docker_folder_that_pip_installs_tensorflow_over_its_b
     assert lint_json(capsys, "--no-cache", "--select", "MP501,MP502", str(tmp_path)) == (0, [])
 
 
+def test_a_published_librarys_docker_folder_is_a_development_image_not_its_range(tmp_path, capsys):
+    # detectron2's layout: setup.py packages the library for any torch it admits; docker/ is one image to try it in
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "setup.py": 'from setuptools import setup\n\nsetup(name="lib", install_requires=["numpy"])\n',
+            "docker/Dockerfile": "FROM nvidia/cuda:11.1.1-cudnn8-devel-ubuntu18.04\nRUN pip install torch==1.10\n",
+            "train.py": CUDA_AMP,
+        },
+    )
+    assert target_lines(capsys, tmp_path)[-1:] == ["torch: any torch >= 1.6 (no torch pin)"]
+    # the same layout without a packaging script is an application, and docker/ is where it runs
+    (tmp_path / "setup.py").unlink()
+    assert target_lines(capsys, tmp_path)[-1:] == [
+        "torch: torch 1.10 (pip install torch==1.10 over nvidia/cuda:11.1.1-cudnn8-devel-ubuntu18.04 in "
+        "docker/Dockerfile: torch 1.10)"
+    ]
+
+
 def test_a_runtime_module_named_setup_py_is_no_project_boundary(tmp_path, capsys):
     # utils/setup.py configures an experiment; it packages nothing, so the pins of the repository apply to utils/
     write_files(

@@ -7,8 +7,9 @@
 (c) MPT601: ``masked_fill(mask, -1e9)`` (or ``-1e8``, ``-10000.0 * 1e5``) on float16 scores raises; after
     ``--fix`` the output is finite under float16 and bfloat16 autocast, and float32 results are bit-identical
     (the code's own value is kept wherever the dtype holds it, never ``finfo(torch.float32).min``).
-(d) MPT501: the apex O1 fixture, migrated by ``--fix --unsafe-fixes``, trains on CPU (where the
-    migrated autocast and GradScaler disable themselves) exactly as the apex script did in float32.
+(d) MPT501: the apex O1 fixture, migrated by ``--fix --unsafe-fixes``, trains on a machine without CUDA (where the
+    migrated autocast and GradScaler disable themselves) exactly as the apex script did in float32; on CUDA, with
+    float16 autocast and the scaler really on, to within float16's rounding of the float32 run.
 (e) MPT203: a second ``unscale_`` before ``step`` raises; after ``--fix`` the loop runs and updates as the loop
     written right does.
 (f) MPT205: ``backward()`` inside the autocast region; after ``--fix`` (moved out) the weights are the same.
@@ -16,11 +17,17 @@
 (h) MPT103: a loss and an exp on float16 logits outside autocast; after ``--fix`` (``.float()``) the loss is what
     float16 autocast computes, bit for bit, and the exp no longer overflows.
 (i) MPT201: float16 autocast without a GradScaler flushes small gradients to zero; after ``--fix`` they are the
-    float32 ones (CPU region), and a CUDA region's scaler disables itself on CPU with the same weights.
+    float32 ones (a CPU region; on CUDA a CUDA region), and without CUDA a CUDA region's scaler disables itself
+    with the same weights.
+(k) MPT104: binary cross-entropy of a sigmoid bound on an earlier line of a CUDA autocast region raises on CUDA;
+    after ``--fix --unsafe-fixes`` the logits form trains, to within float16's rounding of float32 (on the CPU,
+    where the region does not apply, it computes what the original computed).
 (j) MPT502: the torch.amp spellings configure and compute what the deprecated ones did, without their FutureWarning.
 
 CPU autocast runs float16 (``torch.autocast("cpu", dtype=torch.float16)``) and ``torch.amp.GradScaler("cpu")``
-scales as on a GPU. Ratios and equalities are asserted, never timings.
+scales as on a GPU. Ratios and equalities are asserted, never timings. The proofs of fixes that write a device
+(``"cuda"`` regions and scalers: d, i, j, k) run on each device of ``conftest.devices``: the CPU always, CUDA where
+the machine has it (bench/gpu/check runs them on a GPU machine).
 """
 
 from __future__ import annotations
@@ -40,9 +47,12 @@ torch = pytest.importorskip(
     reason="torch is not installed: these tests execute the MPT fixes with PyTorch on CPU (see docs/install.md)",
 )
 
+from conftest import devices  # noqa: E402
+
 from mplint.testing import lint_code  # noqa: E402  (after the skip: collecting needs no torch)
 
 pytestmark = pytest.mark.torch
+DEVICES = devices(torch)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "torch"
 SCALE = 2.0**16  # GradScaler's initial scale
@@ -261,24 +271,43 @@ def _apex_stub():
                 sys.modules[name] = module
 
 
-def test_d_migrated_apex_script_trains_like_the_float32_original():
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "pin, scaler, autocast",
+    [
+        ("torch>=2.4", 'torch.amp.GradScaler("cuda")', 'torch.autocast("cuda")'),
+        ("torch==1.8.0", "torch.cuda.amp.GradScaler()", "torch.cuda.amp.autocast()"),  # before 1.10 and 2.3
+    ],
+)
+def test_d_migrated_apex_script_trains_like_the_float32_original(device, pin, scaler, autocast, monkeypatch):
     source = (FIXTURES / "apex_o1.py").read_text()
-    migrated = _fixed(source, "MPT501", unsafe=True, files={"requirements.txt": "torch>=2.4\n"})
-    assert (
-        "from apex" not in migrated
-        and "amp.initialize" not in migrated
-        and 'scaler = torch.amp.GradScaler("cuda")' in migrated
-    )
-    assert 'with torch.autocast("cuda"):' in migrated and "scaler.unscale_(optimizer)" in migrated
+    migrated = _fixed(source, "MPT501", unsafe=True, files={"requirements.txt": f"{pin}\n"})
+    assert "from apex" not in migrated and "amp.initialize" not in migrated and f"scaler = {scaler}" in migrated
+    assert f"with {autocast}:" in migrated and "scaler.unscale_(optimizer)" in migrated
+    if device == "cpu":  # a machine without CUDA: the script picks the CPU, the CUDA region and scaler turn off
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with _apex_stub():
-        original = _run(source)
-    after = _run(migrated)  # no apex needed any more; CUDA autocast and scaler disable themselves on CPU
-    assert not torch.cuda.is_available()
-    assert after["final_loss"] == original["final_loss"]
-    for before_param, after_param in zip(original["model"].parameters(), after["model"].parameters()):
-        assert torch.equal(before_param, after_param)
-    # the scaler's state replaces apex's (empty here: a CUDA GradScaler disables itself without CUDA)
-    assert after["checkpoint"]["amp"] == after["scaler"].state_dict() == {}
+        original = _run(source)  # float32 (apex O1 stubbed) on the device the script picks
+    after = _run(migrated)  # no apex needed any more
+    assert original["x"].device.type == after["x"].device.type == device
+    if device == "cpu":
+        assert after["final_loss"] == original["final_loss"]
+        assert torch.equal(_flat(after["model"]), _flat(original["model"]))
+        # the scaler's state replaces apex's (empty here: a CUDA GradScaler disables itself without CUDA)
+        assert after["checkpoint"]["amp"] == after["scaler"].state_dict() == {}
+        return
+    # CUDA: autocast ran the model in float16 and the scaler scaled, and training is float32's to float16's rounding
+    assert after["output"].dtype == torch.float16 and after["scaler"].is_enabled()
+    assert after["checkpoint"]["amp"]["scale"] == after["scaler"].get_scale() >= 1.0
+    assert after["final_loss"] == pytest.approx(original["final_loss"], rel=1e-2)
+    torch.manual_seed(0)  # the fixture's first draws: the model's initial weights
+    initial = _flat(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+    trained, migrated_weights = _flat(original["model"]), _flat(after["model"])
+    assert (migrated_weights - trained).norm() < 0.1 * (trained - initial).norm()
 
 
 def test_h_float_before_a_loss_outside_autocast_computes_what_autocast_computes():
@@ -315,14 +344,16 @@ def loss_fn(model, x, y):
     assert torch.isfinite(model.weight.grad).all() and model.weight.grad.abs().sum() > 0
 
 
-# One SGD step with a tiny loss under an autocast region and no GradScaler; REGION is the autocast call.
+# One SGD step with a tiny loss under an autocast region and no GradScaler; REGION is the autocast call, DEVICE where
+# the model and data are.
 _UNSCALED = """import torch
 
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+device = "{device}"
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(64, 16)
-y = torch.randn(64, 4)
+x = torch.randn(64, 16).to(device)
+y = torch.randn(64, 4).to(device)
 
 
 def train_step():
@@ -346,33 +377,50 @@ def _with_scaler(source: str, construction: str) -> str:
     )
 
 
-def test_i_grad_scaler_added_to_float16_autocast_recovers_the_underflowing_gradients():
-    """CPU float16 autocast (torch >= 2.3 pinned, so ``torch.amp.GradScaler("cpu")``): without a scaler the
-    float16 backward flushes this loss's gradients to zero in every layer below the output; after the fix they are
-    the float32 gradients. A CUDA region gets ``torch.amp.GradScaler("cuda")`` (``torch.cuda.amp.GradScaler()``
-    where the range starts before 2.3): on a machine without CUDA both disable themselves with autocast, and the
-    fixed step computes the original's weights exactly."""
-    cpu = _UNSCALED.format(region='torch.autocast("cpu", dtype=torch.float16)')
-    found = lint_code(cpu, select=["MPT201"], files={"requirements.txt": "torch>=2.3\n"}).diagnostics
-    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT201", 14, 5)]
-    fixed = _fixed(cpu, "MPT201", files={"requirements.txt": "torch>=2.3\n"})
-    assert fixed == _with_scaler(cpu, 'scaler = torch.amp.GradScaler("cpu")')
-    float32 = _run(_UNSCALED.format(region='torch.autocast("cpu", enabled=False)'))["grads"]
-    before, after = _run(cpu)["grads"], _run(fixed)["grads"]
+@pytest.mark.parametrize("device", DEVICES)
+def test_i_grad_scaler_added_to_float16_autocast_recovers_the_underflowing_gradients(device):
+    """Float16 autocast of the device (CPU: torch >= 2.3 pinned, so ``torch.amp.GradScaler("cpu")``; CUDA: float16 is
+    the region's default, and the fix writes ``torch.amp.GradScaler("cuda")``, or ``torch.cuda.amp.GradScaler()``
+    where the range starts before 2.3): without a scaler the float16 backward flushes this loss's gradients to zero
+    in every layer below the output; after the fix they are the float32 gradients."""
+    region = 'torch.autocast("cpu", dtype=torch.float16)' if device == "cpu" else 'torch.autocast("cuda")'
+    source = _UNSCALED.format(device=device, region=region)
+    constructions = {
+        "cpu": [("torch>=2.3\n", 'scaler = torch.amp.GradScaler("cpu")')],
+        "cuda": [
+            ("torch>=2.3\n", 'scaler = torch.amp.GradScaler("cuda")'),
+            ("torch>=2.0,<2.2\n", "scaler = torch.cuda.amp.GradScaler()"),
+        ],
+    }[device]
+    found = lint_code(source, select=["MPT201"], files={"requirements.txt": "torch>=2.3\n"}).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT201", 15, 5)]
+    float32 = _run(_UNSCALED.format(device=device, region=f'torch.autocast("{device}", enabled=False)'))["grads"]
+    before = _run(source)["grads"]
     first_kernel = 0
     assert float32[first_kernel].abs().max() > 0
     assert not before[first_kernel].any()  # underflowed in the float16 backward
-    for right, recovered in zip(float32, after):  # float16 rounding of the scaled gradients: under 1%
-        assert ((recovered - right).norm() / right.norm()).item() < 1e-2
+    for pins, construction in constructions:
+        fixed = _fixed(source, "MPT201", files={"requirements.txt": pins})
+        assert fixed == _with_scaler(source, construction)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.cuda.amp.GradScaler's deprecation
+            after = _run(fixed)["grads"]
+        for right, recovered in zip(float32, after):  # float16 rounding of the scaled gradients: under 1%
+            assert ((recovered - right).norm() / right.norm()).item() < 1e-2
 
-    assert not torch.cuda.is_available()
-    cuda = _UNSCALED.format(region='torch.autocast("cuda")')
+
+def test_i_a_cuda_regions_scaler_turns_itself_off_without_cuda_and_changes_nothing(monkeypatch):
+    """On a machine without CUDA a CUDA region and the scaler the fix adds both disable themselves: the fixed step
+    computes the original's weights exactly."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cuda = _UNSCALED.format(device="cpu", region='torch.autocast("cuda")')
     for pins, construction in [
         ("torch>=2.3\n", 'scaler = torch.amp.GradScaler("cuda")'),
         ("torch>=2.0,<2.2\n", "scaler = torch.cuda.amp.GradScaler()"),
     ]:
         fixed = _fixed(cuda, "MPT201", files={"requirements.txt": pins})
         assert fixed == _with_scaler(cuda, construction)
+        assert not _run(fixed)["scaler"].is_enabled()
         assert all(map(torch.equal, _run(fixed)["weights"], _run(cuda)["weights"]))
 
 
@@ -385,13 +433,15 @@ def _run_recording(code: str) -> tuple[dict, list[str]]:
     return namespace, [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
 
 
-def test_j_torch_amp_spellings_behave_as_the_deprecated_ones_without_their_warning():
+@pytest.mark.parametrize("device", DEVICES)
+def test_j_torch_amp_spellings_behave_as_the_deprecated_ones_without_their_warning(device):
     """torch 2.13 on CPU: the rewritten autocast (positional enabled/dtype become keywords), GradScaler and
     custom_fwd/custom_bwd configure exactly what the torch.cuda.amp / torch.cpu.amp spellings configured, compute
     the same values and gradients under CPU autocast, and emit no FutureWarning. Older torch is not executed here:
     the names and parameters written were read in the torch wheels' sources (torch.autocast(device_type, enabled,
     **kwargs) with dtype and cache_enabled in 1.10, torch.amp.GradScaler(device, ..., enabled) in 2.3, torch.amp.custom_fwd(fwd, *,
-    device_type, cast_inputs) and custom_bwd(bwd, *, device_type) in 2.4), the first versions the fix is safe from."""
+    device_type, cast_inputs) and custom_bwd(bwd, *, device_type) in 2.4), the first versions the fix is safe from.
+    On CUDA both spellings also compute: the same float16 product, scaled by the same scale."""
     imported = """import torch
 from torch.cuda.amp import GradScaler, autocast
 
@@ -401,10 +451,20 @@ scaler = GradScaler(enabled=True)
 def run():
     with autocast(True, torch.float16) as region:
         return region
+
+
+def compute(x):
+    with autocast(True, torch.float16):
+        y = x @ x
+    return y, scaler.scale(y.float().sum())
 """
     pins = {"requirements.txt": "torch>=2.4\n"}
     found = lint_code(imported, select=["MPT502"], files=pins).diagnostics
-    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT502", 4, 10), ("MPT502", 8, 10)]
+    assert [(d.rule_id, d.line, d.column) for d in found] == [
+        ("MPT502", 4, 10),
+        ("MPT502", 8, 10),
+        ("MPT502", 13, 10),
+    ]
     fixed = _fixed(imported, "MPT502", files=pins)
     assert fixed == imported.replace("from torch.cuda.amp import GradScaler, autocast\n", "").replace(
         "GradScaler(enabled=True)", 'torch.amp.GradScaler("cuda", enabled=True)'
@@ -423,6 +483,15 @@ def run():
     old_region, new_region = (inspect.signature(c).parameters for c in (torch.cuda.amp.autocast, torch.autocast))
     assert list(old_region) == ["enabled", "dtype", "cache_enabled"] and set(old_region) < set(new_region)
     assert before["scaler"]._device == "cuda"
+    if device == "cuda":
+        x = torch.linspace(-1, 1, 64, device="cuda").reshape(8, 8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            (y_before, scaled_before), (y_after, scaled_after) = before["compute"](x), after["compute"](x)
+        assert y_before.dtype == y_after.dtype == torch.float16 and torch.equal(y_after, y_before)
+        assert (
+            torch.equal(scaled_after, scaled_before) and scaled_after.item() == 65536.0 * y_after.float().sum().item()
+        )
 
     functions = """import torch
 
@@ -460,3 +529,59 @@ def run():
     (out_before, grad_before), (out_after, grad_after) = before["result"], after["result"]
     assert out_before.dtype == out_after.dtype == torch.bfloat16  # CPU autocast ran the linear in bfloat16
     assert torch.equal(out_after, out_before) and torch.equal(grad_after, grad_before)
+
+
+# Binary cross-entropy of a sigmoid bound on an earlier line of a CUDA float16 region; DEVICE where model and data are.
+_BCE = """import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+device = "{device}"
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+x = torch.randn(256, 16).to(device)
+y = (x[:, :1] + x[:, 1:2] > 0).float()
+
+
+def train_step():
+    optimizer.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        p = torch.sigmoid(model(x))
+        loss = F.binary_cross_entropy(p, y)
+    loss.backward()
+    optimizer.step()
+    return loss.item(), p
+
+
+losses = []
+for step in range(20):
+    loss, probabilities = train_step()
+    losses.append(loss)
+"""
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_k_bce_under_cuda_autocast_raises_and_the_logits_form_trains(device):
+    """On CUDA the original raises at its first step (PyTorch bans binary cross-entropy under CUDA autocast); the
+    fixed script trains, its float16 losses within 1% of float32's, and still reads the probabilities. On the CPU the
+    CUDA region does not apply: the fixed script's losses are the original's to float32 rounding."""
+    source = _BCE.format(device=device)
+    found = lint_code(source, select=["MPT104"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT104", 16, 16)]
+    fixed = _fixed(source, "MPT104", unsafe=True)
+    assert fixed == source.replace(
+        "        p = torch.sigmoid(model(x))\n", "        logits = model(x)\n        p = torch.sigmoid(logits)\n"
+    ).replace("F.binary_cross_entropy(p, y)", "F.binary_cross_entropy_with_logits(logits, y)")
+    float32 = _run(
+        source.replace('torch.autocast("cuda", dtype=torch.float16)', 'torch.autocast("cuda", enabled=False)')
+    )
+    after = _run(fixed)
+    assert after["losses"][-1] < 0.5 * after["losses"][0]  # it trains
+    if device == "cpu":
+        assert after["losses"] == pytest.approx(_run(source)["losses"], rel=1e-5)
+        assert after["losses"] == pytest.approx(float32["losses"], rel=1e-5)
+        return
+    with pytest.raises(RuntimeError, match="unsafe to autocast"):
+        _run(source)
+    assert after["probabilities"].dtype == torch.float16  # the region ran in float16
+    assert after["losses"] == pytest.approx(float32["losses"], rel=1e-2)

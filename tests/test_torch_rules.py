@@ -140,7 +140,8 @@ def test_the_families_stay_apart_on_the_fixtures(tmp_path):
     report = run(RunOptions([tmp_path / "fixtures"], cache=False, jobs=1, select=["MP"]))
     torch_files = {d.path for d in report.diagnostics if d.rule_id.startswith("MPT")}
     keras_files = {d.path for d in report.diagnostics if not d.rule_id.startswith("MPT") and d.rule_id[2] != "0"}
-    torch_fixtures = ("fixtures/torch/", "fixtures/verify/torch_")  # the PyTorch projects and verify scripts
+    # the PyTorch projects and verify scripts (CPU and CUDA)
+    torch_fixtures = ("fixtures/torch/", "fixtures/verify/torch_", "fixtures/verify/cuda_")
     assert torch_files and all(any(t in p for t in torch_fixtures) for p in torch_files)
     assert keras_files and not any(any(t in p for t in torch_fixtures) for p in keras_files)
 
@@ -172,7 +173,7 @@ def test_one_apex_site_is_one_finding_with_the_other_uses_related():
     found = lint_code(code, select=["MPT501"]).diagnostics
     assert [(d.rule_id, d.line, d.column, d.fix_safety.value) for d in found] == [("MPT501", 4, 20, "unsafe")]
     assert [(r.line, r.message.split(":")[0]) for r in found[0].related] == [
-        (2, "apex's AMP is deprecated (NVIDIA points to torch.amp)"),
+        (2, "apex's AMP is deprecated (apex warns since October 2022 and removed it in May 2025)"),
         (6, "`with amp.scale_loss(loss, optimizer) as scaled_loss"),
         (8, "`amp.master_params(optimizer)` -> the model's `parameters()`, after `scaler.unscale_(optimizer)`"),
     ]
@@ -184,6 +185,89 @@ def test_one_apex_site_is_one_finding_with_the_other_uses_related():
     found = lint_code("import torch\n" + helper, select=["MPT501"]).diagnostics
     assert [(d.line, d.column) for d in found] == [(5, 10)]
     assert [r.line for r in found[0].related] == [2]
+
+
+APEX_TRAINING = """import torch
+from apex import amp
+
+model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+loss = model(x).sum()
+with amp.scale_loss(loss, optimizer) as scaled_loss:
+    scaled_loss.backward()
+optimizer.step()
+"""
+APEX_STATUS = "apex warns since October 2022 and removed it in May 2025"
+
+
+@pytest.mark.parametrize(
+    "pins, autocast, scaler, target",
+    [
+        ({}, "torch.cuda.amp.autocast()", "torch.cuda.amp.GradScaler()", "any torch >= 1.6: no torch pin"),
+        (
+            {"requirements.txt": "torch>=1.10,<2.3\n"},
+            'torch.autocast("cuda")',  # from 1.10
+            "torch.cuda.amp.GradScaler()",  # torch.amp.GradScaler only from 2.3
+            "torch 1.10-2.2, from requirements.txt pins torch<2.3,>=1.10",
+        ),
+        (
+            {"requirements.txt": "torch>=2.3\n"},
+            'torch.autocast("cuda")',
+            'torch.amp.GradScaler("cuda")',
+            "torch >= 2.3, from requirements.txt pins torch>=2.3",
+        ),
+    ],
+)
+def test_mpt501_spells_the_native_api_for_every_torch_of_the_target(pins, autocast, scaler, target):
+    """The replacement exists on every torch the target admits, and the message names that range and its evidence."""
+    found = lint_code(APEX_TRAINING, files=pins or None, select=["MPT501"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT501",
+            4,
+            20,
+            '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
+            f"`scaler = {scaler}`, run the forward and loss under `{autocast}` (target {target})",
+        )
+    ]
+    assert [r.message for r in found[0].related][:1] == [
+        f"apex's AMP is deprecated ({APEX_STATUS}): use `{autocast}` and `{scaler}`"
+    ]
+
+
+def test_mpt501_inference_only_apex_needs_no_scaler():
+    """A module that never calls backward() uses apex's AMP to cast for inference: autocast alone replaces it."""
+    code = (
+        "import torch\nfrom apex import amp\n\nmodel = amp.initialize(torch.load('m.pt').cuda(), opt_level='O2')\n"
+        "with torch.no_grad():\n    print(model(torch.randn(2, 8, device='cuda')))\n"
+    )
+    found = lint_code(code, files={"requirements.txt": "torch>=2.4\n"}, select=["MPT501"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT501",
+            4,
+            9,
+            '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP, and this module never trains the model '
+            '(no optimizer, no `backward()`): drop it and run the forward under `torch.autocast("cuda")` (or '
+            "`model.half()`, as it casts the model), which needs no GradScaler (target torch >= 2.4, from "
+            "requirements.txt pins torch>=2.4); no automatic fix: `amp.initialize` is not `model, optimizer = "
+            "amp.initialize(model, optimizer, ...)`",
+        )
+    ]
+    assert [r.message for r in found[0].related] == [
+        f'apex\'s AMP is deprecated ({APEX_STATUS}): use `torch.autocast("cuda")`'
+    ]
+    # An optimizer handed to amp.initialize is trained, by a backward in another module if not in this one.
+    trained = code.replace("model = amp.initialize(", "model, optimizer = amp.initialize(").replace(
+        "cuda(), opt_level", "cuda(), optimizer, opt_level"
+    )
+    found = lint_code(trained, files={"requirements.txt": "torch>=2.4\n"}, select=["MPT501"]).diagnostics
+    assert [(d.line, d.message.split(" (target")[0]) for d in found] == [
+        (
+            4,
+            '`amp.initialize(..., opt_level="O2")` is apex\'s deprecated AMP: keep model and optimizer, create '
+            '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`',
+        )
+    ]
 
 
 CLIP_THEN_BYPASSED_STEP = """import torch
@@ -222,3 +306,135 @@ def test_the_unscale_before_a_clip_builds_on_the_step_routed_through_the_scaler(
         "        scaler.step(optimizer)\n        scaler.update()\n",
     )
     assert fixed.diagnostics == []
+
+
+# --- a loss module's name resolves in its own function ----------------------------------------------
+
+_EVALUATE_AND_MAIN = """import torch
+import torch.nn as nn
+
+
+def evaluate(model, loader):
+    loss_fn = nn.BCELoss()
+    with torch.no_grad():
+        return sum(loss_fn(torch.sigmoid(model(x)), y).item() for x, y in loader)
+
+
+def main(model, loader, optimizer):
+    loss_fn = nn.BCEWithLogitsLoss()
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+if __name__ == "__main__":
+    main(None, [], None)
+"""
+
+_TWO_MODULES_ONE_ATTRIBUTE = """import torch
+import torch.nn as nn
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.loss_fn = nn.BCELoss()
+
+    def training_step(self, x, y):
+        with torch.autocast("cuda"):
+            return self.loss_fn(torch.sigmoid(self.net(x)), y)
+
+
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.loss_fn = nn.BCEWithLogitsLoss()
+
+    def training_step(self, x, y):
+        with torch.autocast("cuda"):
+            return self.loss_fn(self.net(x), y)
+"""
+
+
+def test_a_loss_bound_in_another_function_is_not_the_one_called_under_autocast():
+    """``loss_fn = nn.BCELoss()`` of ``evaluate()`` is not the ``loss_fn`` that ``main()`` binds to
+    ``BCEWithLogitsLoss`` and calls under autocast."""
+    assert lint_code(_EVALUATE_AND_MAIN, select=["MPT103", "MPT104"]).diagnostics == []
+    # the same name bound once at the top of the module is the one every function reads
+    shared = _EVALUATE_AND_MAIN.replace("    loss_fn = nn.BCELoss()\n", "").replace(
+        "    loss_fn = nn.BCEWithLogitsLoss()\n", ""
+    )
+    shared = shared.replace("import torch.nn as nn\n", "import torch.nn as nn\n\nloss_fn = nn.BCELoss()\n")
+    found = lint_code(shared, select=["MPT104"]).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.message) for d in found] == [
+        (
+            "MPT104",
+            16,
+            20,
+            "`loss_fn` runs in a CUDA autocast region and raises RuntimeError whatever its inputs' dtype: PyTorch "
+            "bans binary cross-entropy under CUDA autocast (its backward can make gradients float16 cannot hold); "
+            "give the logits to `binary_cross_entropy_with_logits` (`BCEWithLogitsLoss`) instead of probabilities",
+        )
+    ]
+
+
+def test_self_attributes_resolve_in_their_own_class():
+    found = lint_code(_TWO_MODULES_ONE_ATTRIBUTE, select=["MPT104"]).diagnostics
+    assert [(d.rule_id, d.line, d.column) for d in found] == [("MPT104", 12, 20)]
+
+
+# --- an apex import nothing uses is dead code ---------------------------------------------------------
+
+_APEX_MONOREPO = {
+    "maskrcnn/engine/trainer.py": "import torch\nfrom apex import amp\n\n\ndef do_train(model, loader):\n"
+    "    for images, targets in loader:\n        model(images, targets)\n",
+    "maskrcnn/layers/nms.py": "import torch\nfrom apex import amp\n\nfrom maskrcnn import _C\n\n"
+    "nms = amp.float_function(_C.nms)\n",
+    "tools/train_mlperf.py": "import torch\n\ntry:\n    from apex import amp\nexcept ImportError:\n"
+    '    raise ImportError("Use APEX for multi-precision via apex.amp")\n\nfrom apex.parallel import '
+    "DistributedDataParallel\n\n\ndef main(model):\n    return DistributedDataParallel(model)\n",
+    "nhwc/cifar10_nhwc.py": "import torch\nfrom apex.fp16_utils import *\n\n\ndef build(net, optimizer):\n"
+    "    net = network_to_half(net.cuda())\n    return net, FP16_Optimizer(optimizer, static_loss_scale=128.0)\n",
+    "nhwc/mnist_nhwc.py": "import torch\nfrom apex.fp16_utils import *\n\n\ndef build(net):\n    return net.cuda()\n",
+    "gnmt/train/fp_optimizers.py": "import torch\nimport apex.amp._amp_state\nfrom apex import amp, optimizers\n\n\n"
+    "def build(params):\n    return optimizers.FusedAdam(params)\n",
+}
+
+
+def test_an_apex_import_nothing_uses_is_silent_and_a_use_the_migration_does_not_know_is_the_site(tmp_path):
+    """The layout of a container monorepo's MaskRCNN, SSD and GNMT folders: apex imported in modules that never use
+    it (a leftover, a ``try:`` that only checks apex is installed, ``amp`` beside the ``optimizers`` the module does
+    use) is dead code, since apex's deprecation is in what runs; ``amp.float_function(...)`` and
+    ``network_to_half`` through a star import are uses: the finding is there."""
+    for path, text in _APEX_MONOREPO.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    report = run(RunOptions(paths=[tmp_path], select=["MPT501"], cache=False, jobs=1))
+    found = sorted(
+        (Path(d.path).relative_to(tmp_path).as_posix(), d.line, d.column, d.message) for d in report.remaining
+    )
+    deprecated = "deprecated (apex warns since October 2022 and removed it in May 2025)"
+    assert found == [
+        (
+            "maskrcnn/layers/nms.py",
+            6,
+            7,
+            f"`amp.float_function` is part of apex's AMP, {deprecated}: use `torch.cuda.amp.autocast()` "
+            "(target any torch >= 1.6: no torch pin)",
+        ),
+        (
+            "nhwc/cifar10_nhwc.py",
+            6,
+            11,
+            f"`network_to_half` of `apex.fp16_utils` is {deprecated}: keep the model float32 and run the forward "
+            "under `torch.cuda.amp.autocast()` (or `model.half()`) (target any torch >= 1.6: no torch pin)",
+        ),
+    ]
+    (nms,) = [d for d in report.remaining if d.path.endswith("nms.py")]
+    assert [(r.line, r.message) for r in nms.related] == [
+        (2, f"apex's AMP is {deprecated}: use `torch.cuda.amp.autocast()`")
+    ]

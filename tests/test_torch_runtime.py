@@ -3,12 +3,15 @@
 An older torch is simulated by its version (``torch.__version__``) and by the missing names (``torch.amp.autocast``
 before 1.12, ``torch.autocast`` before 1.10, ``torch.amp.GradScaler`` before 2.3, as mplint.knowledge dates them):
 either alone must choose the older spelling. CPU autocast runs the torch 2.13 and the simulated 1.11 spellings;
-the CUDA-only ``torch.cuda.amp`` spellings of 1.6-1.9 are constructed, not run (no GPU here).
+the CUDA-only ``torch.cuda.amp`` spellings of 1.6-1.9 are constructed, not run. A machine without CUDA is simulated
+where a test needs one (``torch.cuda.is_available`` patched); the documented example also runs on CUDA where the
+machine has it.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import warnings
@@ -20,6 +23,7 @@ torch = pytest.importorskip(
     reason="torch is not installed: these tests execute mplint.runtime with PyTorch on CPU (see docs/install.md)",
 )
 
+from conftest import devices  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
@@ -28,6 +32,7 @@ from mplint.runtime.policy import Hardware  # noqa: E402
 from mplint.runtime.torch_precision import Scaler, Spelling, TorchPrecision, check_model, choose  # noqa: E402
 
 pytestmark = pytest.mark.torch
+DEVICES = devices(torch)
 
 CPU_FLOAT32 = "no CUDA GPU: float32 on CPU unless asked (reduced precision is rarely faster there)"
 NEW = Spelling("torch.amp.autocast", "torch.amp.GradScaler")
@@ -70,7 +75,8 @@ def test_mplint_runtime_imports_without_torch():
     assert result.stdout == "['Scaler', 'Spelling', 'TorchPrecision', 'check_model', 'choose']\n"
 
 
-def test_choose_auto_on_cpu_is_float32_with_the_reason_logged(caplog):
+def test_choose_auto_without_cuda_is_float32_on_cpu_with_the_reason_logged(caplog, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without CUDA
     with caplog.at_level(logging.INFO, logger="mplint.runtime"):
         precision = choose()
     assert (precision.dtype, precision.device_type, precision.reason) == ("float32", "cpu", CPU_FLOAT32)
@@ -83,6 +89,17 @@ def test_choose_auto_on_cpu_is_float32_with_the_reason_logged(caplog):
         ("INFO", f"mplint.runtime: torch float32 on cpu ({CPU_FLOAT32})"),
     ]
     assert precision.grad_scaler() is None and not precision.scaling
+
+
+def test_choose_auto_with_cuda_picks_the_gpu(gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu("NVIDIA H200", (9, 0))
+    precision = choose()
+    assert (precision.device_type, precision.dtype, precision.reason) == (
+        "cuda",
+        "bfloat16",
+        "NVIDIA H200 (compute capability 9.0) computes in bfloat16: float32's range, no loss scaling",
+    )
 
 
 def test_choose_explicit_on_cpu():
@@ -394,19 +411,43 @@ def test_check_model_masked_fill_that_raises_and_half_parameters():
     assert half == [("MP806", "Linear"), ("MPT101", "weight"), ("MPT101", "bias")]
 
 
-def test_the_documented_pytorch_example_prints_what_the_page_shows():
+def _documented_example() -> tuple[str, str]:
+    """The PyTorch example of docs/runtime.md and the output the page shows."""
+    from conftest import REPO
+
+    page = (REPO / "docs" / "runtime.md").read_text().split("## PyTorch", 1)[1]
+    fences = re.findall(r"```(python|console)\n(.*?)```", page, re.DOTALL)
+    found = {kind: text for kind, text in fences}
+    return found["python"], found["console"]
+
+
+def run_documented_example() -> str:
+    """What the example prints."""
     import contextlib
     import io
 
-    from conftest import REPO
-    from markdown_it import MarkdownIt
-
-    page = (REPO / "docs" / "runtime.md").read_text().split("## PyTorch", 1)[1]
-    fences = {token.info: token.content for token in MarkdownIt().parse(page) if token.type == "fence"}
+    code, _ = _documented_example()
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(fences["python"], "docs/runtime.md", "exec"), {})
-    assert printed.getvalue() == fences["console"]
+        exec(compile(code, "docs/runtime.md", "exec"), {"__name__": "__main__"})
+    return printed.getvalue()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_documented_pytorch_example_prints_what_the_page_shows(device, monkeypatch):
+    """Without CUDA, exactly what the page shows; on CUDA, the dtype the GPU computes in, trained on it."""
+    if device == "cpu":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        assert run_documented_example() == _documented_example()[1]
+        return
+    first, *findings, steps = run_documented_example().splitlines()
+    name = torch.cuda.get_device_name()
+    major, minor = torch.cuda.get_device_capability()
+    expected = choose()
+    dtype = "bfloat16" if major >= 8 else "float16" if major == 7 else "float32"
+    assert (expected.device_type, expected.dtype) == ("cuda", dtype)
+    assert first == f"{expected.dtype} - {expected.reason}" and name in expected.reason and f"{major}.{minor}" in first
+    assert findings == ["MP806 2 model output is float16"] and steps == "2 steps"
 
 
 def test_check_model_every_output_head_is_a_class_count():

@@ -69,6 +69,7 @@ def probe_lines(result: runner.RunResult) -> list[str]:
     ],
 )
 def test_a_warm_run_starts_with_the_framework_imported_and_cannot_unmount_its_view(tmp_path, framework, module, trains):
+    pytest.importorskip(module, reason=f"{module} is not installed: this runs a {framework} script")
     script = tmp_path / "train.py"
     script.write_text(PROBE.format(module=module) + trains)
     result = runner.run_script("run", script, [], runner.RunOptions(steps=2, framework=framework))
@@ -86,6 +87,7 @@ def test_a_warm_run_starts_with_the_framework_imported_and_cannot_unmount_its_vi
 @needs_warm_starts
 @pytest.mark.tensorflow
 def test_warm_and_cold_runs_report_the_same(capsys):
+    pytest.importorskip("tensorflow", reason="TensorFlow is not installed: this verifies a Keras fixture")
     reports = []
     for flags in ([], ["--cold-start"]):
         code = main([str(FIXTURES / "underflow_loop.py"), "--fix", "--steps", "3", "--format", "json", *flags])
@@ -93,13 +95,20 @@ def test_warm_and_cold_runs_report_the_same(capsys):
     assert reports[0] == reports[1]
 
 
-@pytest.mark.tensorflow
-def test_a_run_starts_fresh_where_no_warm_interpreter_can_be_had(tmp_path, monkeypatch):
-    monkeypatch.setitem(warm.IMPORTS, "keras", "no_such_framework_module")
+@pytest.mark.parametrize(
+    ("framework", "module", "trains"),
+    [
+        pytest.param("keras", "tensorflow", KERAS_TRAINS, marks=pytest.mark.tensorflow, id="keras"),
+        pytest.param("torch", "torch", TORCH_TRAINS, marks=pytest.mark.torch, id="torch"),
+    ],
+)
+def test_a_run_starts_fresh_where_no_warm_interpreter_can_be_had(tmp_path, monkeypatch, framework, module, trains):
+    pytest.importorskip(module, reason=f"{module} is not installed: this runs a {framework} script")
+    monkeypatch.setitem(warm.IMPORTS, framework, "no_such_framework_module")
     warm._close_all()
     script = tmp_path / "train.py"
-    script.write_text(PROBE.format(module="tensorflow") + KERAS_TRAINS)
-    result = runner.run_script("run", script, [], runner.RunOptions(steps=2))
+    script.write_text(PROBE.format(module=module) + trains)
+    result = runner.run_script("run", script, [], runner.RunOptions(steps=2, framework=framework))
     assert result.status in runner.OK_STATUSES, result.detail + result.stderr_tail
     assert probe_lines(result)[0] == "framework imported before the script: False"
 

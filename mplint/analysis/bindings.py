@@ -188,3 +188,45 @@ def binding_nodes(context: FileContext, name: cst.Name) -> list[cst.CSTNode] | N
         if found:
             return found
     return []
+
+
+def scope_referents(context: FileContext, name: cst.Name) -> list[cst.CSTNode] | None:
+    """The binding nodes of a read of ``name`` by libcst's ScopeProvider (costly: it resolves the whole file)."""
+    scope = context.names.scopes.get(name)
+    if scope is None:
+        return None
+    referents = set()
+    for access in scope.accesses[name]:
+        referents |= set(access.referents)
+    return [getattr(r, "node", None) for r in referents]
+
+
+def referents(context: FileContext, name: cst.Name) -> list[cst.CSTNode] | None:
+    """What binds a read of ``name``: the per-name lookup, else the ScopeProvider; None where neither can tell."""
+    found = binding_nodes(context, name)
+    return found if found is not None else scope_referents(context, name)
+
+
+def same_variable(context: FileContext, read: cst.BaseExpression, target: cst.BaseExpression) -> bool:
+    """Whether the name or attribute chain ``read`` can hold what the assignment target ``target`` (of the same
+    text) binds. A name resolves in the scope it is read in: ``loss_fn`` of ``evaluate()`` is not ``loss_fn`` of
+    ``main()``. ``self.x`` is the same in every method of one class; ``obj.x`` where ``obj`` is one variable at
+    both ends."""
+    root, bound = _root(read), _root(target)
+    if root is None or bound is None or root.value != bound.value:
+        return False
+    if isinstance(read, cst.Name):
+        found = referents(context, read)
+        return found is not None and any(node is target for node in found)
+    if root.value in ("self", "cls"):
+        return context.enclosing(read, cst.ClassDef) is context.enclosing(target, cst.ClassDef)
+    at_read, at_target = referents(context, root), referents(context, bound)
+    if at_read is None or at_target is None:
+        return False
+    return {id(n) for n in at_read} == {id(n) for n in at_target}
+
+
+def _root(node: cst.BaseExpression) -> cst.Name | None:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None

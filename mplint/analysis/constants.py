@@ -1,10 +1,11 @@
 """Evaluating simple constant expressions without running the code.
 
-Handles literals, arithmetic of them (``NUM_UNITS * 2``), names bound exactly
-once to such an expression (module constants, function locals) and parameters
-with defaults of the enclosing function. Anything else (imports, attributes,
-calls, loop variables, names assigned twice) is unknown: rules stay silent on
-values they cannot be sure of.
+Handles literals, arithmetic of them (``NUM_UNITS * 2``), the builtins ``int``,
+``round``, ``max`` and ``min`` of such values (``int(in_channels * expand_ratio)``),
+names bound exactly once to such an expression (module constants, function
+locals) and parameters with defaults of the enclosing function. Anything else
+(imports, attributes, other calls, loop variables, names assigned twice) is
+unknown: rules stay silent on values they cannot be sure of.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
+from libcst.metadata import BuiltinAssignment
 
-from mplint.analysis.bindings import binding_nodes
+from mplint.analysis.bindings import binding_nodes, scope_referents
 from mplint.engine.context import FileContext
 from mplint.engine.names import assigned_name, dotted
 from mplint.knowledge.float16_range import FLOAT32_MAX
@@ -33,6 +35,7 @@ _BINARY = {
     cst.Modulo: operator.mod,
     cst.Power: operator.pow,
 }
+_NUMERIC_BUILTINS: dict[str, Callable[..., int | float]] = {"int": int, "round": round, "max": max, "min": min}
 
 
 @dataclass(frozen=True)
@@ -42,12 +45,14 @@ class Constant:
     ``literal`` is the one integer literal that alone decides the value (the
     expression itself, or the right-hand side of the single assignment of a
     constant); ``binding`` is that constant's name node when it came through one.
-    Both are None when the value is computed or comes from a parameter default.
+    Both are None when the value is computed or comes from a parameter default. ``from_default``: the value
+    depends on a parameter's default, which callers may override.
     """
 
     value: object
     literal: cst.Integer | None = None
     binding: cst.Name | None = None
+    from_default: bool = False
 
 
 def evaluate(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> Constant | None:
@@ -67,7 +72,9 @@ def evaluate(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> 
         inner = evaluate(context, expr.expression, depth + 1)
         if inner is None or not _is_number(inner.value):
             return None
-        return Constant(-inner.value if isinstance(expr.operator, cst.Minus) else inner.value)
+        return Constant(
+            -inner.value if isinstance(expr.operator, cst.Minus) else inner.value, from_default=inner.from_default
+        )
     if isinstance(expr, cst.BinaryOperation) and type(expr.operator) in _BINARY:
         left = evaluate(context, expr.left, depth + 1)
         right = evaluate(context, expr.right, depth + 1)
@@ -79,8 +86,45 @@ def evaluate(context: FileContext, expr: cst.BaseExpression, depth: int = 0) -> 
             value = _BINARY[type(expr.operator)](left.value, right.value)
         except (ArithmeticError, ValueError):
             return None
-        return Constant(value)
+        return Constant(value, from_default=left.from_default or right.from_default)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in _NUMERIC_BUILTINS:
+        return _builtin_call(context, expr, depth)
     return None
+
+
+def _builtin_call(context: FileContext, call: cst.Call, depth: int) -> Constant | None:
+    """``int(x)``, ``round(x)``, ``max(a, b)``, ``min(a, b)`` of known numbers, as Python computes them (``round``
+    rounds half to even), where nothing in the file rebinds the builtin's name. Not of a parameter's default: a
+    width computed from a ratio of ``channels=40`` is the width of whatever channels callers pass."""
+    if any(a.keyword is not None or a.star for a in call.args) or not call.args:
+        return None
+    name = call.func.value
+    if (len(call.args) != 1) if name in ("int", "round") else len(call.args) < 2:
+        return None  # ``round(x, 2)`` is a float; ``max(sizes)`` iterates
+    if not _builtin(context, call.func):
+        return None  # rebound or imported: not the builtin
+    values = []
+    for arg in call.args:
+        found = evaluate(context, arg.value, depth + 1)
+        if found is None or not _is_number(found.value) or found.from_default:
+            return None
+        values.append(found.value)
+    try:
+        return Constant(_NUMERIC_BUILTINS[name](*values))
+    except (ArithmeticError, ValueError):
+        return None  # int(inf), int(nan)
+
+
+def _builtin(context: FileContext, name: cst.Name) -> bool:
+    """Nothing in the file binds ``name`` where it is read: it is Python's builtin."""
+    nodes = binding_nodes(context, name) if FAST_BINDINGS else None
+    if nodes is not None:
+        return not nodes
+    scope = context.names.scopes.get(name)
+    if scope is None:
+        return False
+    referents = {r for access in scope.accesses[name] for r in access.referents}
+    return bool(referents) and all(isinstance(r, BuiltinAssignment) for r in referents)
 
 
 def number_value(node: cst.Integer | cst.Float) -> int | float:
@@ -98,6 +142,58 @@ def signed(expr: cst.BaseExpression, atom: Callable[[cst.BaseExpression], float 
         expr = expr.expression
     value = atom(expr)
     return None if value is None else sign * value
+
+
+_FOLDED: dict[type, Callable[[float, float], float]] = {
+    cst.Add: operator.add,
+    cst.Subtract: operator.sub,
+    cst.Multiply: operator.mul,
+    cst.Divide: operator.truediv,
+    cst.Power: operator.pow,
+}
+_AST_FOLDED: dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+
+
+def folded(expr: cst.BinaryOperation, value: Callable[[cst.BaseExpression], float | None]) -> float | None:
+    """Arithmetic of numbers that ``value`` reads (``-2 ** 32 + 1``, ``-10000.0 * 1e5``), in floats; None for
+    anything else (and exponents beyond 64, which nobody writes for a constant)."""
+    apply = _FOLDED.get(type(expr.operator))
+    left = value(expr.left) if apply is not None else None
+    right = value(expr.right) if left is not None else None
+    return _apply(apply, left, right)
+
+
+def ast_folded(node: ast.AST, depth: int = 0) -> float | None:
+    """``folded`` of literals on CPython's tree (signed literals, and arithmetic of them)."""
+    sign = 1.0
+    while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+        sign = -sign if type(node.op) is ast.USub else sign
+        node = node.operand
+    if type(node) is ast.Constant:
+        return sign * node.value if type(node.value) in (int, float) else None
+    if type(node) is not ast.BinOp or depth > _MAX_DEPTH:
+        return None
+    apply = _AST_FOLDED.get(type(node.op))
+    left = ast_folded(node.left, depth + 1) if apply is not None else None
+    right = ast_folded(node.right, depth + 1) if left is not None else None
+    result = _apply(apply, left, right)
+    return None if result is None else sign * result
+
+
+def _apply(apply, left: float | None, right: float | None) -> float | None:
+    if apply is None or left is None or right is None or (apply is operator.pow and abs(right) > 64):
+        return None
+    try:
+        result = apply(float(left), float(right))
+    except (ArithmeticError, ValueError):
+        return None
+    return result if isinstance(result, float) else None  # a negative number to a fractional power is complex
 
 
 def number_literal(expr: cst.BaseExpression) -> float | None:
@@ -147,7 +243,7 @@ def _is_number(value: object) -> bool:
 def _name(context: FileContext, name: cst.Name, depth: int) -> Constant | None:
     nodes = binding_nodes(context, name) if FAST_BINDINGS else None
     if nodes is None:
-        nodes = _referents(context, name)
+        nodes = scope_referents(context, name)
     if nodes is None or len(nodes) != 1:
         return None  # unbound, or bound more than once: the value depends on the path taken
     node = nodes[0]
@@ -163,25 +259,14 @@ def _name(context: FileContext, name: cst.Name, depth: int) -> Constant | None:
         return None
     literal = value if isinstance(value, cst.Integer) else found.literal
     binding = node if isinstance(value, cst.Integer) else found.binding
-    return Constant(found.value, literal, binding)
-
-
-def _referents(context: FileContext, name: cst.Name) -> list[cst.CSTNode] | None:
-    """The binding nodes by libcst's ScopeProvider (costly: it resolves the whole file)."""
-    scope = context.names.scopes.get(name)
-    if scope is None:
-        return None
-    referents = set()
-    for access in scope.accesses[name]:
-        referents |= set(access.referents)
-    return [getattr(r, "node", None) for r in referents]
+    return Constant(found.value, literal, binding, found.from_default)
 
 
 def _parameter_default(context: FileContext, param: cst.Param, depth: int) -> Constant | None:
     if param.default is None:
         return None
     found = evaluate(context, param.default, depth + 1)
-    return Constant(found.value) if found is not None else None  # callers may pass anything: no edit
+    return Constant(found.value, from_default=True) if found is not None else None  # callers may pass anything: no edit
 
 
 @dataclass(frozen=True)
@@ -349,4 +434,38 @@ def _int_kinds(code, expr: ast.expr, multiple: int, depth: int, names: dict) -> 
         if op in (ast.Add, ast.Sub) and left == right == _ALIGNED:
             return _ALIGNED
         return _EITHER
+    if kind is ast.Call and type(expr.func) is ast.Name and expr.func.id in _NUMERIC_BUILTINS and not expr.keywords:
+        if expr.func.id in ("int", "round"):
+            numeric = len(expr.args) == 1 and _may_be_number(code, expr.args[0], depth + 1, names)
+            return _EITHER if numeric else _NONE
+        kinds = [_int_kinds(code, arg, multiple, depth + 1, names) for arg in expr.args]
+        return frozenset().union(*kinds) if len(kinds) > 1 and all(kinds) else _NONE
     return _NONE
+
+
+def _may_be_number(code, expr: ast.expr, depth: int, names: dict) -> bool:
+    """Could ``evaluate`` find a number (int or float) in ``expr``? (a superset, as ``_int_kinds``)"""
+    if depth > _MAX_DEPTH:
+        return False
+    kind = type(expr)
+    if kind is ast.Constant:
+        return type(expr.value) in (int, float)
+    if kind is ast.Name:
+        key = ("number", expr.id, depth)
+        found = names.get(key)
+        if found is None:
+            names[key] = False  # a name bound to itself (``x = x * 2``) is no number on that path
+            found = names[key] = any(
+                _may_be_number(code, value, depth + 1, names) for value in code.simple_bindings.get(expr.id, ())
+            )
+        return found
+    if kind is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
+        return _may_be_number(code, expr.operand, depth + 1, names)
+    if kind is ast.BinOp and type(expr.op) in _AST_ARITHMETIC:
+        return _may_be_number(code, expr.left, depth + 1, names) and _may_be_number(code, expr.right, depth + 1, names)
+    if kind is ast.Call and type(expr.func) is ast.Name and expr.func.id in _NUMERIC_BUILTINS:
+        return bool(expr.args) and all(_may_be_number(code, a, depth + 1, names) for a in expr.args)
+    return False
+
+
+_AST_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)

@@ -180,7 +180,10 @@ class DtypeFlow:
         return self._layer_classes[key]
 
     def _is_layer_base(self, base: cst.BaseExpression) -> bool:
-        if any(k.is_keras for k in self.context.names.knames(base)):
+        knames = self.context.names.knames(base)
+        if any(k.is_keras and k.path.startswith("optimizers.") for k in knames):
+            return False  # an optimizer computes in its variables' dtype (float32 under a mixed policy)
+        if any(k.is_keras for k in knames):
             return True
         name = dotted(base) or ""
         last = name.rsplit(".", 1)[-1]

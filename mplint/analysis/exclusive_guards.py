@@ -1,4 +1,4 @@
-"""Statements that can never run in the same run: guarded by different constant values of one setting.
+"""Statements that can never run in the same run, and statements that surely run in one run together.
 
 ``if FLAGS.fp16_implementation == "keras": <policy>`` and, later, ``if FLAGS.fp16_implementation ==
 "graph_rewrite": <rewrite>`` are two modes of one flag: whatever the flag holds, at most one of them runs.
@@ -8,6 +8,14 @@ of a single comparison in the ``else``): ``X == c``, ``X != c``, ``X in (c1, c2)
 common value of some ``X``, and ``X`` cannot change between them: the file binds it at most once, never in a
 loop (``FLAGS.x`` is never assigned; ``mode = parse(args)`` once at the top of ``main``). A bare name must be
 the same variable for both: the two nodes share their function.
+
+Two nodes surely run together in some run (``together``) when the run-time conditions around one are all
+conditions around the other too (the same test, the same arm: ``if dtype == tf.float16:`` around both, or none
+around one), or when what is left are comparisons of one setting against literals that some value satisfies on
+both sides (``FLAGS.mode in ("keras", "both")`` and ``FLAGS.mode != "keras"``: the mode ``both``). Tests of
+different settings (``dtype == tf.float16`` and ``FLAGS.fp16_implementation == "graph_rewrite"``) may depend on
+each other in ways the code does not show (``dtype`` computed from the implementation): not surely together.
+``if __name__ == "__main__":`` holds in every run of an entry point and is no condition.
 """
 
 from __future__ import annotations
@@ -190,3 +198,100 @@ def exclusive(context: FileContext, first: cst.CSTNode, second: cst.CSTNode) -> 
         if a[key].disjoint(b[key]) and _fixed(context, key):
             return True
     return False
+
+
+@dataclass(frozen=True)
+class _Condition:
+    """A run-time condition a node runs under: a test's text and the value it must have, with what it allows
+    of a setting where it compares one against literals."""
+
+    text: str
+    holds: bool
+    setting: tuple[str, _Allowed] | None
+    local: bool  # reads a bare name (a variable of its function), not only attribute chains
+
+
+def _disjuncts(test: cst.BaseExpression):
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        yield from _disjuncts(test.left)
+        yield from _disjuncts(test.right)
+    else:
+        yield test
+
+
+def _main_guard(test: cst.BaseExpression) -> bool:
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    sides = {dotted(test.left), dotted(test.comparisons[0].comparator)}
+    literal = next((n for n in (test.left, test.comparisons[0].comparator) if isinstance(n, cst.SimpleString)), None)
+    return "__name__" in sides and literal is not None and literal.evaluated_value == "__main__"
+
+
+def conditions(context: FileContext, node: cst.CSTNode) -> list[_Condition]:
+    """The run-time conditions ``node`` runs under inside its function: the tests of the ``if`` statements and
+    conditional expressions around it (each conjunct of an ``and`` in the body, each negated disjunct of an ``or``
+    in the ``else``), the left side of a short-circuit ``and``/``or``, the body or a handler of a ``try``."""
+
+    def condition(test: cst.BaseExpression, holds: bool) -> _Condition:
+        names = context.nodes_within(test, cst.Name)
+        chained = {id(a.value) for a in context.nodes_within(test, cst.Attribute)}
+        local = any(
+            id(n) not in chained and not isinstance(context.parent(n), cst.Attribute) and n.value not in _LITERALS
+            for n in names
+        )
+        text = " ".join(context.module.code_for_node(test).split())
+        return _Condition(text, holds, _comparison(test, negated=not holds), local)
+
+    found: list[_Condition] = []
+    child = node
+    for ancestor in context.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and not _main_guard(ancestor.test):
+            if child is ancestor.body:
+                found += [condition(c, True) for c in _conjuncts(ancestor.test)]
+            elif child is ancestor.orelse:
+                disjuncts = list(_disjuncts(ancestor.test))
+                parts = disjuncts if len(disjuncts) > 1 else [ancestor.test]
+                found += [condition(d, False) for d in parts]
+        elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            found.append(condition(ancestor.left, isinstance(ancestor.operator, cst.And)))
+        elif isinstance(ancestor, cst.Try) and child is ancestor.body and ancestor.handlers:
+            found.append(_Condition(f"no exception in the try at {context.source_order(ancestor)}", True, None, False))
+        elif isinstance(ancestor, cst.ExceptHandler):
+            try_at = context.source_order(context.parent(ancestor))
+            found.append(_Condition(f"an exception in the try at {try_at}", True, None, False))
+        child = ancestor
+    return found
+
+
+def together(context: FileContext, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """``first`` and ``second`` surely run together in some run (their functions run, whatever calls them)."""
+    same_function = context.enclosing(first, cst.FunctionDef) is context.enclosing(second, cst.FunctionDef)
+
+    def key(c: _Condition) -> tuple[str, bool] | None:
+        return (c.text, c.holds) if same_function or not c.local else None
+
+    mine, theirs = conditions(context, first), conditions(context, second)
+    shared = {key(c) for c in mine} & {key(c) for c in theirs} - {None}
+    mine = [c for c in mine if key(c) not in shared]
+    theirs = [c for c in theirs if key(c) not in shared]
+    if not mine or not theirs:
+        return True  # whenever the more guarded one runs, the other does
+    settings: dict[str, list[_Allowed]] = {}
+    sides: dict[str, set[int]] = {}
+    for side, conds in enumerate((mine, theirs)):
+        for c in conds:
+            if c.setting is None or c.local and not same_function:
+                return False
+            settings.setdefault(c.setting[0], []).append(c.setting[1])
+            sides.setdefault(c.setting[0], set()).add(side)
+    for name, allowed in settings.items():
+        if sides[name] != {0, 1} or not _fixed(context, name):
+            return False  # a setting only one side tests: its link to the other side's settings is unknown
+        met = allowed[0]
+        for more in allowed[1:]:
+            met = met.meet(more)
+        if met.only is not None and not met.only - met.never:
+            return False  # no value of the setting passes every test
+    return True

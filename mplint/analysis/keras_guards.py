@@ -12,6 +12,7 @@ engine's ``in_compatibility_branch``) leaves its arms unknown: the rules stay si
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -220,7 +221,7 @@ def guarded_target(context, node: cst.CSTNode, generation, wrong: frozenset[str]
         return None
     if branch.eras is None:
         return False
-    eras = branch.eras & eras_of(range(generation.low, generation.value + 1), generation.tf_newest or None)
+    eras = branch.eras & target_eras(generation)
     if not eras & wrong:
         return False
     within = " and ".join(branch.tests)
@@ -247,8 +248,18 @@ class KerasRange:
         return max(self.generations)
 
 
-def program_range(generation) -> KerasRange:
+def target_eras(generation) -> frozenset[str]:
+    """The eras the program's target spans: its generations, TF >= 2.9 only where the newest TF it admits reaches
+    it, and TF 2.4-2.8 only where the oldest does not pass it (the evidence's ``tf_range``: "TF >= 2.9")."""
     eras = eras_of(range(generation.low, generation.value + 1), generation.tf_newest or None)
+    oldest = re.match(r"TF (?:>= )?(\d+\.\d+)", generation.tf_range or "")
+    if oldest is not None and Version(oldest.group(1)) >= Version("2.9") and eras - {K2_EARLY}:
+        eras -= {K2_EARLY}
+    return eras
+
+
+def program_range(generation) -> KerasRange:
+    eras = target_eras(generation)
     return KerasRange(eras, generation.tf_newest or None, f"target {generation.label}, from {generation.source}")
 
 

@@ -9,6 +9,7 @@ the constant a fix would edit, plus the index of every call of the file
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,10 +20,12 @@ from mplint.analysis.call_args import argument, keyword_value
 from mplint.analysis.constants import Constant, evaluate_int, may_be_unaligned, only_used_where
 from mplint.analysis.discarded_results import discarded
 from mplint.analysis.model_outputs import is_output_layer
+from mplint.analysis.reshapes import split_by_a_reshape
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
 from mplint.knowledge.dtypes import WIDE_DTYPES
+from mplint.knowledge.policies import BFLOAT16_POLICIES, FLOAT16_POLICIES
 
 # Layer -> the arguments that become matmul/conv dimensions: (position, keyword).
 _UNITS = ((0, "units"),)
@@ -31,7 +34,8 @@ SIZED_LAYERS: dict[str, tuple[tuple[int, str], ...]] = {
     "layers.Dense": _UNITS,
     "layers.LSTM": _UNITS,
     "layers.GRU": _UNITS,
-    "layers.Embedding": ((0, "input_dim"), (1, "output_dim")),
+    # An embedding's vocabulary (input_dim) is a gather, not a matmul dimension, and often a pretrained one.
+    "layers.Embedding": ((1, "output_dim"),),
     **{
         f"layers.{conv}": _FILTERS
         for conv in (
@@ -170,7 +174,7 @@ def _hidden_sizes(context: FileContext) -> list[SizeArg]:
         size
         for call in calls(context)
         for size in _layer_sizes(context, call)
-        if size.value >= MIN_SIZE and not names_class_count(size.expr)
+        if size.value >= MIN_SIZE and not names_class_count(size.expr) and not split_by_a_reshape(context, size.expr)
     ]
 
 
@@ -236,6 +240,19 @@ def rounding_hint(size: SizeArg, multiple: int) -> str:
 def reduced_precision_on_gpu(facts) -> bool:
     """A float16/bfloat16 policy, unless the project is a bfloat16 TPU project (MP304 covers TPUs)."""
     return facts.reduced_precision and not (facts.uses_tpu and facts.bfloat16_only)
+
+
+def policy_on_gpu(facts) -> tuple[str, str]:
+    """The policy in force on GPUs, as messages cite it, and the dtype its matmuls compute in: a float16 policy
+    before a bfloat16 one (a program that sets mixed_bfloat16 for TPUs and mixed_float16 otherwise runs float16 on
+    GPUs), else the facts' own description."""
+    for policies, dtype in ((FLOAT16_POLICIES, "float16"), (BFLOAT16_POLICIES, "bfloat16")):
+        chosen = [i for i, site in enumerate(facts.policies) if site.policy in policies]
+        if chosen:
+            links = tuple(facts.links[i] for i in chosen) if facts.links else ()
+            narrowed = dataclasses.replace(facts, policies=tuple(facts.policies[i] for i in chosen), links=links)
+            return narrowed.describe_policy(), dtype
+    return facts.describe_policy(), "float16/bfloat16"
 
 
 _BATCH_METHODS = ("batch", "padded_batch")

@@ -29,8 +29,9 @@ on: the sub-model's output layer produces the outer model's output.
 float32 first (``tf.cast``, a helper, ``map_structure``) and nothing compiles it.
 
 ``output_layers`` also follows outputs back through shape-preserving layers
-(Activation, Softmax, Dropout, a cast, a float32 ``Activation("linear")``): the
-``Dense(10)`` before ``Activation("softmax", dtype="float32")`` sets the class
+(Activation, Softmax, Dropout, a cast, a float32 ``Activation("linear")``, the
+layer a project function maps an activation's name to: ``get_activation("softmax")``):
+the ``Dense(10)`` before ``Activation("softmax", dtype="float32")`` sets the class
 count.
 """
 
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from mplint.analysis.activation_layers import activation_by_name
 from mplint.analysis.call_args import argument
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
@@ -311,7 +313,9 @@ class ModelOutputs:
         names = self.context.names
         if layer is not None:
             k = names.kname(layer.func)
-            if k is None or not k.is_keras or k.last not in SHAPE_PRESERVING:
+            if (k is None or not k.is_keras or k.last not in SHAPE_PRESERVING) and not activation_by_name(
+                self.context, layer
+            ):
                 return None
             return expr.args[0].value
         if isinstance(expr.func, cst.Call):
@@ -349,7 +353,9 @@ class ModelOutputs:
         for i in range(len(layers) - 2, -1, -1):
             after = layers[i + 1]
             k = names.kname(after.func) if isinstance(after, cst.Call) else None
-            if k is None or not k.is_keras or k.last not in SHAPE_PRESERVING:
+            if (k is None or not k.is_keras or k.last not in SHAPE_PRESERVING) and not activation_by_name(
+                self.context, after
+            ):
                 break
             found.append(layers[i])
         return found
@@ -751,6 +757,12 @@ def _output_layers(context: FileContext) -> set[int]:
         for layer in analysis.producing_layers(site):
             found.add(id(layer))
     return found
+
+
+def construction_role(context: FileContext, call: cst.Call) -> str:
+    """The role (see the module's docstring) of the model a call builds: ``build_resnet(...)`` of a project builder
+    as well as ``Sequential(...)``."""
+    return _Roles(output_analysis(context))._construction_role(call)[0]
 
 
 def reported_outputs(context: FileContext) -> tuple[OutputSite, ...]:

@@ -192,7 +192,7 @@ class _Collector(cst.CSTVisitor):
         self.assign_nodes: dict[int, cst.Assign] = {}  # id(value) -> its assignment
         self.self_attrs: dict[int, dict[str, list[cst.BaseExpression]]] = {}  # id(class) -> attr -> values
         self.calls: list[cst.Call] = []
-        self.tapes: dict[int, dict[str, cst.With]] = {}  # id(scope) -> tape name -> with
+        self.tapes: dict[int, dict[str, list[cst.With]]] = {}  # id(scope) -> tape name -> its withs, in order
         self.with_of: dict[int, cst.With] = {}  # id(stmt line) -> innermost enclosing with
         self.with_stack: list[cst.With] = []
 
@@ -230,7 +230,7 @@ class _Collector(cst.CSTVisitor):
         for item in node.items:
             if isinstance(item.item, cst.Call) and last_name(item.item.func) == "GradientTape" and item.asname:
                 if isinstance(item.asname.name, cst.Name):
-                    self.tapes[id(self.scope)][item.asname.name.value] = node
+                    self.tapes[id(self.scope)].setdefault(item.asname.name.value, []).append(node)
 
     def leave_With(self, node: cst.With) -> None:
         self.with_stack.pop()
@@ -279,14 +279,14 @@ class OptimizerFlow:
     @property
     def compile_wraps(self) -> bool:
         """compile() adds a LossScaleOptimizer: the model's (global) policy is mixed_float16, or, in library
-        code on Keras 3, may be for any user (where ``scale_loss`` is a no-op without the wrapper)."""
+        code of TF 2 (compile() wraps on every generation from TF 2.1), may be for any user."""
         if self.facts.global_policy_names & (FLOAT16_POLICIES | {UNKNOWN_POLICY}):
             return True
-        return self.facts.library_context and self.context.generation == 3
+        return self.facts.library_context and self.context.generation >= 1
 
     # --- sites ---------------------------------------------------------------------------
 
-    def _sites_in(self, scope_id: int, tapes: dict[str, cst.With]) -> None:
+    def _sites_in(self, scope_id: int, tapes: dict[str, list[cst.With]]) -> None:
         lines = self.c.lines[scope_id]
         scope = self.c.scope_of[id(lines[0])] if lines else None
         for index, line in enumerate(lines):
@@ -294,9 +294,16 @@ class OptimizerFlow:
                 receiver = call.func.value  # type: ignore[union-attr]
                 if not (isinstance(receiver, cst.Name) and receiver.value in tapes) or not call.args:
                     continue
-                site = self._site(scope, tapes[receiver.value], call, line, lines, index)
+                site = self._site(scope, self._tape_of(tapes[receiver.value], call), call, line, lines, index)
                 if site is not None:
                     self.sites.append(site)
+
+    def _tape_of(self, withs: list[cst.With], call: cst.Call) -> cst.With:
+        """The block that recorded what ``call`` differentiates: the last ``with ... as <name>`` before it (a
+        function may reuse the name for each of its tapes)."""
+        at = self.context.source_order(call)
+        before = [w for w in withs if self.context.source_order(w) < at]
+        return before[-1] if before else withs[0]
 
     def _site(self, scope, tape, call, line, lines, index) -> GradientSite | None:
         target = call.args[0].value
@@ -344,13 +351,18 @@ class OptimizerFlow:
                 continue
             value = _assign_value(stmt)
             reads = names_in(self.context, value) & flow
-            if not reads:
-                continue
             targets = _target_names(stmt)
+            if not reads:
+                if self._is_gradient_call(value):  # another tape's gradients take over the name
+                    flow -= set(targets)
+                continue
             kind, node = self.grad_op(value)
             if kind:
                 site.ops.append(GradOp(kind, node, stmt, targets, frozenset(reads)))
             flow |= set(targets)
+
+    def _is_gradient_call(self, value: cst.BaseExpression) -> bool:
+        return isinstance(value, cst.Call) and method_name(value) == "gradient"
 
     def _apply_in(self, stmt: cst.CSTNode, flow: set[str] | None) -> cst.Call | None:
         for call in self.context.findall(stmt, m.Call(func=m.Attribute()), (cst.Call,)):
@@ -936,11 +948,16 @@ def wrap_construction(
 # --- inserting the generation's scaling calls -----------------------------------------------------
 
 
-def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, unscale: bool) -> dict | None:
+def scaling_insertion(
+    context: FileContext, site: GradientSite, scale: bool, unscale: bool, guard: str | None = None
+) -> dict | None:
     """Replacements that scale the loss inside the tape and/or unscale the gradients after it.
 
     G3: ``scaled_loss = opt.scale_loss(loss)``; G1/G2: ``get_scaled_loss`` and
     ``grads = opt.get_unscaled_gradients(grads)`` (the newest generation of the site's range).
+    ``guard``: a test that the optimizer is a LossScaleOptimizer, for library code whose users may train without
+    one (Keras 2's methods exist on the wrapper only); each call then runs under it, as TF 2.2-2.3's
+    ``Model._minimize`` guarded them, and the loss goes to the tape unscaled otherwise.
     None when the code's shape does not allow it (the loss is not a name assigned in the tape's block).
     """
     code = context.module.code_for_node
@@ -958,6 +975,10 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
         newest = (site.keras or program_range(context.facts.generation)).newest
         method = scale_method(newest)
         added = cst.parse_statement(f"{scaled} = {code(opt)}.{method}({loss})")
+        if guard is not None:
+            added = cst.parse_statement(
+                f"if {guard}:\n    {scaled} = {code(opt)}.{method}({loss})\nelse:\n    {scaled} = {loss}\n"
+            )
         out[site.loss_stmt] = cst.FlattenSentinel([site.loss_stmt, added])
         new_call = site.call.with_changes(
             args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]]
@@ -971,6 +992,8 @@ def scaling_insertion(context: FileContext, site: GradientSite, scale: bool, uns
             return None
         grads = site.grad_names[0]
         added = cst.parse_statement(f"{grads} = {code(opt)}.get_unscaled_gradients({grads})")
+        if guard is not None:
+            added = cst.parse_statement(f"if {guard}:\n    {grads} = {code(opt)}.get_unscaled_gradients({grads})\n")
         out[grad_stmt] = cst.FlattenSentinel([new_grad_stmt, added])
     elif new_grad_stmt is not grad_stmt:
         out[grad_stmt] = new_grad_stmt

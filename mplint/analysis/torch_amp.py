@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from mplint.analysis.bindings import same_variable
 from mplint.analysis.call_args import argument, keyword_value
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
@@ -432,15 +433,24 @@ def _names_float16(context: FileContext, node: cst.BaseExpression) -> bool:
     )
 
 
-def names_bound_to(context: FileContext, apis: set[str]) -> set[str]:
-    """The names this file binds to a call of one of the torch ``apis`` (``criterion``, ``self.loss_fn`` for
-    ``{"nn.BCELoss"}``), as written."""
-    found: set[str] = set()
-    for assign in context.nodes(cst.Assign):
-        value = assign.value
-        if isinstance(value, cst.Call) and (api := context.names.torch_api(value.func, apis)) and api.ns == "torch":
-            found.update(t for t in (dotted(a.target) for a in assign.targets) if t)
-    return found
+class BoundNames:
+    """The names and attribute chains a file binds to a call of some torch APIs (``criterion``, ``self.loss_fn`` for
+    ``{"nn.BCELoss"}``), each read where it is bound: in its own function, ``self.x`` in its own class."""
+
+    def __init__(self, context: FileContext, apis: set[str]):
+        self.context = context
+        self.targets: dict[str, list[cst.BaseExpression]] = {}
+        for assign in context.nodes(cst.Assign):
+            value = assign.value
+            if isinstance(value, cst.Call) and (api := context.names.torch_api(value.func, apis)) and api.ns == "torch":
+                for target in assign.targets:
+                    if text := dotted(target.target):
+                        self.targets.setdefault(text, []).append(target.target)
+
+    def binds(self, node: cst.BaseExpression) -> bool:
+        """Whether ``node`` (a name or attribute chain as read) holds one of those calls' results."""
+        text = dotted(node)
+        return text is not None and any(same_variable(self.context, node, t) for t in self.targets.get(text, ()))
 
 
 def half_names(context: FileContext, amp: TorchAmp, scope: cst.CSTNode) -> dict[str, cst.CSTNode]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import ClassVar
 
 import libcst as cst
 
+from mplint.diagnostics import Related
 from mplint.engine.rule import Rule
 
 
@@ -32,3 +34,15 @@ class TorchRule(Rule):
 
     def code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node)
+
+    def related(
+        self, events: list[tuple[str, str, cst.CSTNode]], describe: Callable[[str, str], str | None]
+    ) -> tuple[Related, ...]:
+        """The other ends of a training-loop finding (``TrainingLoopFlow.related``): each event's code and what
+        ``describe(kind, role)`` says it does there (None leaves it out)."""
+        found = []
+        for kind, role, node in events:
+            what = describe(kind, role)
+            if what is not None:
+                found.append(Related("", self.context.position(node).start.line, f"`{self.code(node)}` {what}"))
+        return tuple(found)

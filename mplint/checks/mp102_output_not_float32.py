@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mplint.analysis.activation_layers import softmax_by_name
 from mplint.analysis.dtype_flow import FLOAT32 as DTYPE_FLOAT32
 from mplint.analysis.dtype_flow import DtypeFlow
 from mplint.analysis.model_outputs import OutputSite, builds_model, reported_outputs
@@ -47,7 +48,11 @@ class OutputNotFloat32(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         reported: set[int] = set()
         for site in reported_outputs(self.context):
-            if is_softmax_layer(self.context, site.layer) or softmax_function(self.context, site.expr):
+            if (
+                is_softmax_layer(self.context, site.layer)
+                or softmax_function(self.context, site.expr)
+                or softmax_by_name(self.context, site.layer)
+            ):
                 continue  # MP101
             if site.cast_before_loss:
                 continue  # every use of the outputs in this file casts them to float32 first

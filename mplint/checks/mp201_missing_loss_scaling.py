@@ -20,6 +20,7 @@ from mplint.knowledge.loss_scale_names import UNSCALE_METHOD, scale_method
 
 class MissingLossScaling(GradientSiteRule):
     id = "MP201"
+    program_choice = True
 
     def visit_Module(self, node: cst.Module) -> None:
         for site, g3 in self.running_sites():

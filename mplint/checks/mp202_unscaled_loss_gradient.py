@@ -18,15 +18,16 @@ class UnscaledLossGradient(GradientSiteRule):
 
     @classmethod
     def active_for(cls, facts) -> bool:
-        # Library code on Keras 3: a train_step override that never scales breaks every user who compiles under
-        # mixed_float16, and `optimizer.scale_loss` is a no-op for those who do not. Keras 3 must be pinned (or
-        # configured): a library without pins runs on whatever its users have, Keras 2 included, where nothing
-        # divides, and one test importing `keras` says nothing of what the library's users install.
+        # Library code: a train_step override that never scales breaks every user who compiles under
+        # mixed_float16 (compile() wraps the optimizer). Keras 3 must be pinned (or configured): a library without
+        # pins runs on whatever its users have, Keras 2 included, where the Keras 3 fix does not exist, and one
+        # test importing `keras` says nothing of what the library's users install. A range without Keras 3 (TF 2
+        # before 2.16, tf_keras) comes from evidence: pins, the config, or the code's own tf_keras.
+        generation = facts.generation
         return (
             facts.float16
             or facts.library_context
-            and facts.generation.value == 3
-            and facts.generation.origin in _PINNED
+            and (generation.value == 3 and generation.origin in _PINNED or generation.value in (1, 2))
         )
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -149,15 +150,29 @@ class UnscaledLossGradient(GradientSiteRule):
         self.report(node, message + (f" ({note})" if note else ""), fix, **kwargs)
 
     def _fix(self, site, scale: bool, unscale: bool) -> tuple[Fix, str | None] | None:
-        """The scaling calls of the newest generation the range admits; unsafe where an admitted one lacks them."""
+        """The scaling calls of the newest generation the range admits; unsafe where an admitted one lacks them.
+        In library code whose optimizer compile() wraps for some users only, Keras 2's calls run under a test of
+        the optimizer's type, ``hasattr(opt, "get_scaled_loss")``: a float32 user's optimizer has no such method
+        (Keras 3's ``scale_loss`` is a method of every optimizer, a no-op without loss scaling)."""
         if site.conditional:
             return None  # the scaling depends on flags: the message says which path to fix
-        insertion = scaling_insertion(self.context, site, scale, unscale)
-        if not insertion:
-            return None
         g3 = site.keras.newest == 3
         names = ({scale_method(3 if g3 else 2)} if scale else set()) | (
             {UNSCALE_METHOD} if unscale and not g3 else set()
         )
+        guard = None
+        if not g3 and self._users_pick(site):
+            # A test of what the optimizer can do, not of a class: the LossScaleOptimizer of tf.keras, of tf_keras
+            # and of TF 2.1-2.3 all have the method, whichever namespace this file reaches Keras through.
+            guard = f'hasattr({self.context.module.code_for_node(site.optimizer_expr)}, "{SCALE_METHOD[2]}")'
+        insertion = scaling_insertion(self.context, site, scale, unscale, guard)
+        if not insertion:
+            return None
         note = range_note(self.context, names, site.keras)
         return Fix(insertion, FixSafety.UNSAFE if note else FixSafety.SAFE), note
+
+    def _users_pick(self, site) -> bool:
+        """Library code whose optimizer is the one compile() wraps under its user's mixed_float16 only."""
+        return self.context.facts.library_context and any(
+            p.origin is not None and p.origin.wrap == "auto" for p in site.paths
+        )

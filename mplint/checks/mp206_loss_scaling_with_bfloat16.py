@@ -30,7 +30,9 @@ class LossScalingWithBfloat16(Rule):
 
     @classmethod
     def active_for(cls, facts):
-        return facts.bfloat16_only
+        # Library code keeps its loss scaling: its users may pick mixed_float16, which needs it, whatever policy
+        # the repository's own programs run it under.
+        return facts.bfloat16_only and not facts.library_context
 
     def report(self, node, message, fix=None, severity=None, related=()) -> None:
         if code_range(self.context, node) is not None:  # else a guarded arm that never runs on the target

@@ -8,6 +8,7 @@ import libcst as cst
 
 from mplint.analysis.layer_sizes import (
     hidden_sizes,
+    policy_on_gpu,
     reduced_precision_on_gpu,
     rounding_fix,
     rounding_hint,
@@ -22,6 +23,7 @@ LAYER_TRIGGER = re.compile(rb"\b" + _LAYERS + rb"\s*\(|\bimport\b[^\n]*\b" + _LA
 
 class TensorCoreAlignment(Rule):
     id = "MP301"
+    program_choice = True
     triggers = (LAYER_TRIGGER,)
 
     @classmethod
@@ -34,12 +36,13 @@ class TensorCoreAlignment(Rule):
         return reduced_precision_on_gpu(facts) and not facts.test_module
 
     def visit_Module(self, node: cst.Module) -> None:
+        policy, dtype = policy_on_gpu(self.context.facts)
         for size in hidden_sizes(self.context):
             if size.value % 8 == 0:
                 continue
             self.report(
                 size.expr,
-                f"{size.what} is {size.value}, not a multiple of 8: under {self.context.facts.describe_policy()} "
-                f"its float16/bfloat16 matmuls cannot use tensor cores fully; {rounding_hint(size, 8)}",
+                f"{size.what} is {size.value}, not a multiple of 8: under {policy} "
+                f"its {dtype} matmuls cannot use tensor cores fully; {rounding_hint(size, 8)}",
                 rounding_fix(self.context, size, 8, hidden_sizes),
             )

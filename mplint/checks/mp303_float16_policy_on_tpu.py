@@ -110,6 +110,7 @@ class _Sites(cst.CSTVisitor):
 
 class Float16PolicyOnTpu(Rule):
     id = "MP303"
+    program_choice = True
     triggers = (b"olicy",)
 
     @classmethod

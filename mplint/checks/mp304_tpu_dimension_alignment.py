@@ -12,6 +12,7 @@ TPU_TILE = 128
 
 class TpuDimensionAlignment(Rule):
     id = "MP304"
+    program_choice = True
     triggers = (b"Dense", b"Conv", b"LSTM", b"GRU", b"Embedding", b"MultiHeadAttention", b"batch")
 
     @classmethod

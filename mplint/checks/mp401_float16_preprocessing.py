@@ -7,6 +7,7 @@ import ast
 import libcst as cst
 
 from mplint.analysis.call_args import argument
+from mplint.analysis.constants import origin_of
 from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
 from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine.imports import callee_name
@@ -128,9 +129,11 @@ class Float16Preprocessing(Rule):
     def candidate(cls, code) -> bool:
         """A call ``_float16_conversion`` accepts: ``x.astype(<float16>)``, or a NumPy/TensorFlow
         ``float16(x)``, cast or conversion (through an import) with an argument that spells float16; or
-        another call given float16 (``_passed_dtype``)."""
+        another call given float16 (``_passed_dtype``); or, in a file that maps a dataset, a conversion whose
+        dtype is computed (``_float16_through``)."""
         if not (code.calls_any(*_CONVERTERS) or code.calls_summarized(CONVERSION_DTYPE)):
             return False
+        computed = code.mentions(*FLOAT16_SPELLINGS) and not code.attribute_calls.isdisjoint(_MAP_METHODS)
         for call in code.called:
             names = code.names_of(call)
             spells = any(
@@ -142,9 +145,11 @@ class Float16Preprocessing(Rule):
                     return True  # float16 handed to a project function that converts to it (``_passed_dtype``)
                 continue
             if type(call.func) is ast.Attribute and call.func.attr == "astype":
-                if spells:
+                if spells or computed and _computed_dtype(call):
                     return True
-            elif (spells or not names.isdisjoint(FLOAT16_NAMES)) and _numpy_or_tf(code, call):
+            elif (spells or not names.isdisjoint(FLOAT16_NAMES) or computed and _computed_dtype(call)) and _numpy_or_tf(
+                code, call
+            ):
                 return True
         return False
 
@@ -156,19 +161,75 @@ class Float16Preprocessing(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         self._passed_dtype(node)
-        dtype = self._float16_conversion(node)
+        dtype = self._conversion_argument(node)
         if dtype is None or self.context.analysis(DtypeFlow).in_layer_class(node):
             return
-        use = self._arithmetic_use(node)
+        if dtype_spelling(self.context, dtype) in FLOAT16_SPELLINGS or dtype is node.func:
+            use = self._arithmetic_use(node)
+            if use is not None:
+                self.report(
+                    node,
+                    f"data converted to float16 here is then processed ({self._code(use)}): {_HARM}; do the math in "
+                    "float32 (Keras casts model inputs to the compute dtype)",
+                    Fix({dtype: _as_float32(dtype)}, FixSafety.SAFE),
+                )
+            return
+        self._float16_through(node, dtype)
+
+    def _float16_through(self, call: cst.Call, dtype: cst.BaseExpression) -> None:
+        """A dataset map function that converts to a dtype which is float16 in the mixed-precision runs:
+        ``tf.float16 if fp16 else tf.float32`` written there, or a name or ``self`` attribute bound once to such
+        a value or to float16 (``dtype = tf.float16 if use_fp16 else tf.float32; image = tf.cast(image, dtype)``).
+        A parameter's default is left alone: callers may pass float32."""
+        origin = None
+        value = dtype
+        if isinstance(dtype, (cst.Name, cst.Attribute)):
+            origin = origin_of(self.context, dtype)
+            if origin is None or origin.parameter:
+                return
+            value = origin.value
+        arms = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        half = next((arm for arm in arms if dtype_spelling(self.context, arm) in FLOAT16_SPELLINGS), None)
+        if half is None or not self._in_dataset_map(call):
+            return
+        use = self._arithmetic_use(call)
         if use is None:
             return
+        other = next((arm for arm in arms if arm is not half), None)
+        when = f"`{self._code(value)[1:-1]}`" if other is not None else "float16"
+        if origin is None:
+            shown = f"data converted to {when} here"
+            fix = (
+                Fix({dtype: other}, FixSafety.SAFE)
+                if other is not None and dtype_spelling(self.context, other) == "float32"
+                else None
+            )
+            related = ()
+        else:
+            line = self.context.position(origin.binding).start.line
+            shown = f"data converted to `{self._code(dtype)[1:-1]}` here ({when}, {origin.where(self.context)})"
+            fix = None  # the name may serve other code: the message says where to change it
+            related = (Related("", line, f"`{self._code(dtype)[1:-1]}` is float16 here"),)
         self.report(
-            node,
-            f"data converted to float16 here is then processed ({self._code(use)}): float16 arithmetic is slow on "
-            "CPUs, where input pipelines run, and rounds integers above 2048; do the math in float32 (Keras casts "
-            "model inputs to the compute dtype)",
-            Fix({dtype: _as_float32(dtype)}, FixSafety.SAFE),
+            call,
+            f"{shown} is then processed in a dataset map function ({self._code(use)}): "
+            f"{'in the mixed-precision runs that is float16, and ' if other is not None else ''}{_HARM}; convert to "
+            "float32 (Keras casts model inputs to the compute dtype)",
+            fix,
+            related=related,
         )
+
+    def _in_dataset_map(self, node: cst.CSTNode) -> bool:
+        """Inside a function or lambda the file maps over a dataset (``ds.map(parse)``, ``ds.map(self.parse)``,
+        ``ds.map(partial(parse, ...))``, ``ds.map(lambda r: parse(r, fp16))``), or a function of the file such a
+        function calls."""
+        mapped_names, mapped_lambdas = self.context.analysis(_dataset_map_functions)
+        for ancestor in self.context.ancestors(node):
+            if isinstance(ancestor, cst.Lambda) and id(ancestor) in mapped_lambdas:
+                return True
+            if isinstance(ancestor, cst.FunctionDef):
+                return ancestor.name.value in mapped_names
+        return False
 
     def _passed_dtype(self, call: cst.Call) -> None:
         """``processor.normalize_image(image, dtype=tf.float16 if amp else tf.float32)`` where the project's
@@ -227,26 +288,28 @@ class Float16Preprocessing(Rule):
         return (func.attr.value, next(iter(distinct.values()))) if len(distinct) == 1 else None
 
     def _float16_conversion(self, call: cst.Call) -> cst.BaseExpression | None:
-        """The dtype argument of a conversion to float16, else None."""
+        """The dtype argument of a conversion to float16 (the callee for ``np.float16(x)``), else None."""
+        dtype = self._conversion_argument(call)
+        if dtype is not None and (dtype is call.func or dtype_spelling(self.context, dtype) in FLOAT16_SPELLINGS):
+            return dtype
+        return None
+
+    def _conversion_argument(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The dtype argument of a conversion (the callee for ``np.float16(x)``), else None."""
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "astype":
-            dtype = argument(call, 0, "dtype")
-        elif not self.context.names.could_be(func, _CONVERTERS):
+            return argument(call, 0, "dtype")
+        if not self.context.names.could_be(func, _CONVERTERS):
             return None  # textual reject before name resolution
-        else:
-            kname = self.context.names.kname(func)
-            if kname is None or kname.ns not in ("tf", "np"):
-                return None
-            if kname.ns == "np" and kname.path in FLOAT16_NAMES:
-                return func
-            if kname.path in CONVERSIONS:
-                dtype = argument(call, CONVERSIONS[kname.path], "dtype")
-            elif kname.path in DTYPE_KEYWORD_CONVERSIONS:
-                dtype = argument(call, None, "dtype")
-            else:
-                return None
-        if dtype is not None and dtype_spelling(self.context, dtype) in FLOAT16_SPELLINGS:
-            return dtype
+        kname = self.context.names.kname(func)
+        if kname is None or kname.ns not in ("tf", "np"):
+            return None
+        if kname.ns == "np" and kname.path in FLOAT16_NAMES:
+            return func
+        if kname.path in CONVERSIONS:
+            return argument(call, CONVERSIONS[kname.path], "dtype")
+        if kname.path in DTYPE_KEYWORD_CONVERSIONS:
+            return argument(call, None, "dtype")
         return None
 
     def _arithmetic_use(self, call: cst.Call) -> cst.CSTNode | None:
@@ -255,6 +318,8 @@ class Float16Preprocessing(Rule):
             return self._use_site(call)
         parent = self.context.parent(call)
         name = assigned_name(parent)
+        if name is None:
+            parent, name = self._unpacked_into(call)
         if name is None:
             return None
         scope = self._scope(parent)
@@ -266,6 +331,22 @@ class Float16Preprocessing(Rule):
             if self._is_arithmetic_operand(use):
                 return self._use_site(use)
         return None
+
+    def _unpacked_into(self, call: cst.Call) -> tuple[cst.CSTNode | None, str | None]:
+        """``x, y = tf.cast(x, tf.float16), label``: the assignment and the name at the call's place."""
+        element = self.context.parent(call)
+        values = self.context.parent(element) if isinstance(element, cst.Element) else None
+        assign = self.context.parent(values) if isinstance(values, cst.Tuple) else None
+        if not (isinstance(assign, cst.Assign) and assign.value is values and len(assign.targets) == 1):
+            return None, None
+        target = assign.targets[0].target
+        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(values.elements):
+            return None, None
+        index = next(i for i, e in enumerate(values.elements) if e is element)
+        bound = target.elements[index]
+        if isinstance(bound, cst.StarredElement) or not isinstance(bound.value, cst.Name):
+            return None, None
+        return assign, bound.value.value
 
     def _use_site(self, node: cst.CSTNode) -> cst.CSTNode:
         parent = self.context.parent(node)
@@ -296,6 +377,53 @@ class Float16Preprocessing(Rule):
     def _code(self, node: cst.CSTNode) -> str:
         text = " ".join(self.context.module.code_for_node(node).split())
         return f"`{text}`" if len(text) <= 50 else f"`{text[:47]}...`"
+
+
+_HARM = "float16 arithmetic is slow on CPUs, where input pipelines run, and rounds integers above 2048"
+_MAP_METHODS = frozenset({"map"})
+
+
+def _dataset_map_functions(context) -> tuple[frozenset[str], frozenset[int]]:
+    """The names of the file's functions handed to a dataset's ``map`` (directly, as ``self.<method>``, through
+    ``partial`` or called in a lambda), with the functions of the file those call, and the lambdas handed so."""
+    names: set[str] = set()
+    lambdas: set[int] = set()
+    for call in context.nodes(cst.Call):
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in _MAP_METHODS):
+            continue
+        mapped = argument(call, 0, "map_func")
+        if isinstance(mapped, cst.Call) and "functools.partial" in context.names.qualified(mapped.func) and mapped.args:
+            mapped = mapped.args[0].value
+        if isinstance(mapped, cst.Lambda):
+            lambdas.add(id(mapped))
+            names.update(_called_names(context, mapped))
+        elif mapped is not None and (own := _own_function(mapped)) is not None:
+            names.add(own)
+    functions = {f.name.value: f for f in context.nodes(cst.FunctionDef)}
+    for function in [functions[n] for n in names if n in functions]:  # ``parse`` normalises with ``_normalize``
+        names.update(_called_names(context, function))
+    return frozenset(names), frozenset(lambdas)
+
+
+def _called_names(context, node: cst.CSTNode) -> set[str]:
+    """Names called in ``node`` as ``f(...)`` or ``self.f(...)``."""
+    return {name for call in context.nodes_within(node, cst.Call) if (name := _own_function(call.func)) is not None}
+
+
+def _own_function(func: cst.BaseExpression) -> str | None:
+    """``f`` for ``f`` and for ``self.f``: a function or method of the file, by its name."""
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return func.attr.value
+    return None
+
+
+def _computed_dtype(call: ast.Call) -> bool:
+    """An argument that may be a dtype held by a name, an attribute or a conditional (``_float16_through``)."""
+    return any(
+        isinstance(arg, (ast.Name, ast.Attribute, ast.IfExp)) for arg in [*call.args, *(k.value for k in call.keywords)]
+    )
 
 
 def _numpy_or_tf(code, call) -> bool:

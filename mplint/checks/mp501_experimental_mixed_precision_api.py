@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
-from packaging.version import Version
 
 from mplint.analysis.call_args import keyword, keyword_arg
-from mplint.analysis.keras_guards import guarded_target
+from mplint.analysis.keras_guards import guarded_target, target_eras
 from mplint.analysis.loss_scale_api import (
     POLICY,
     loss_scale_class,
@@ -31,7 +30,7 @@ from mplint.diagnostics import Fix, FixSafety, ImportSpec, Severity
 from mplint.engine import matchers as m
 from mplint.engine.names import canonical, dotted
 from mplint.engine.rule import Rule
-from mplint.knowledge.api_versions import G1, K2, K3
+from mplint.knowledge.api_versions import G1, K2, K2_EARLY, K3
 
 # Experimental names and their non-experimental twins (present in Keras 2 and Keras 3).
 _TWINS = {
@@ -43,6 +42,10 @@ _TWINS = {
 _EXPERIMENTAL = "mixed_precision.experimental"
 _TF_LOSS_SCALE_MODULES = {_EXPERIMENTAL, "train.experimental"}
 _LOSS_SCALE_CLASSES = {"DynamicLossScale", "FixedLossScale", "LossScale"}
+# Where a message says what becomes of the experimental API: filled in once the range of the finding is known
+# (deprecated on TF 2.4-2.8, removed from TF 2.9), with the ImportError of an import where the range removes it.
+_REMOVED = "\x00removed\x00"
+_REMOVED_IMPORT = "\x00removed-import\x00"
 
 
 @dataclass
@@ -82,10 +85,7 @@ class ExperimentalMixedPrecisionApi(Rule):
         self.generation = gen = context.facts.generation
         self.gen = gen.value
         self.target = f"target {gen.label}, from {gen.source}"
-        # TF 2.4-2.8 still ship the experimental module (deprecated); 2.9 removed it.
-        self.deprecated_only = bool(gen.tf_newest) and Version("2.4") <= Version(gen.tf_newest) < Version("2.9")
-        if self.deprecated_only:
-            self.target += "; deprecated there, removed in TF 2.9"
+        self.eras = target_eras(gen)
         # The rewrite writes the TF >= 2.4 API; on TF 2.1-2.3 the experimental one is the only one.
         self.safety = FixSafety.UNSAFE if gen.low <= 1 else FixSafety.SAFE
         if gen.low <= 1:
@@ -113,7 +113,7 @@ class ExperimentalMixedPrecisionApi(Rule):
         blocker = None
         if alias.asname is not None:
             blocker = self._rename_module_uses(node, alias.asname.name.value, replacements)
-        message = f"`import {old}` is the TF 2.1-2.3 experimental API, removed in TF 2.9 (ImportError): import `{new}`"
+        message = f"`import {old}` is the TF 2.1-2.3 experimental API, {_REMOVED_IMPORT}: import `{new}`"
         self._namespace(node, message + _rename_note(replacements), None if blocker else replacements, blocker)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
@@ -154,15 +154,14 @@ class ExperimentalMixedPrecisionApi(Rule):
         else:
             blocker = self._rename_module_uses(node, bound, replacements)
         message = (
-            f"`from {module} import experimental` is the TF 2.1-2.3 experimental API, removed in TF 2.9 "
-            f"(ImportError): write `{new}`"
+            f"`from {module} import experimental` is the TF 2.1-2.3 experimental API, {_REMOVED_IMPORT}: write `{new}`"
         )
         self._namespace(node, message + _rename_note(replacements), None if blocker else replacements, blocker)
 
     def _from_experimental_import(self, node: cst.ImportFrom, module: str, star: bool) -> None:
         """``from tensorflow.keras.mixed_precision.experimental import Policy, set_policy``."""
         new_module = module.rsplit(".", 1)[0]
-        message = f"`{module}` is the TF 2.1-2.3 experimental API, removed in TF 2.9 (ImportError): import from `{new_module}`"
+        message = f"`{module}` is the TF 2.1-2.3 experimental API, {_REMOVED_IMPORT}: import from `{new_module}`"
         if star:
             self._namespace(node, message, None, "a star import hides which names are used")
             return
@@ -238,7 +237,7 @@ class ExperimentalMixedPrecisionApi(Rule):
         if isinstance(parent, cst.Attribute) and parent.value is node:
             name = parent.attr.value
             twin = _TWINS.get(name)
-            message = f"`{head}.experimental.{name}` is the TF 2.1-2.3 experimental API, removed in TF 2.9"
+            message = f"`{head}.experimental.{name}` is the TF 2.1-2.3 experimental API, {_REMOVED}"
             if twin is None:
                 self._namespace(parent, message, None, f"`{name}` has no non-experimental twin")
                 return
@@ -247,7 +246,7 @@ class ExperimentalMixedPrecisionApi(Rule):
         else:
             self._namespace(
                 node,
-                f"`{head}.experimental` is the TF 2.1-2.3 experimental API, removed in TF 2.9: use `{head}`",
+                f"`{head}.experimental` is the TF 2.1-2.3 experimental API, {_REMOVED}: use `{head}`",
                 {node: node.value},
             )
 
@@ -432,7 +431,7 @@ class ExperimentalMixedPrecisionApi(Rule):
         judged = [
             (item, guarded_target(self.context, item.node, self.generation, frozenset({K2, K3}))) for item in self.items
         ]
-        judged = [(item, guard) for item, guard in judged if guard is not False]
+        judged = [(item, guard) for item, guard in judged if guard is not False and not self._dead(item, guard)]
         waiting = any(item.replacements is None and item.blocks and not item.namespace for item, _ in judged)
         for item, guard in judged:
             fix = item.replacements
@@ -440,23 +439,56 @@ class ExperimentalMixedPrecisionApi(Rule):
             if item.namespace and waiting and fix is not None:
                 fix = None
                 message += "; fixed once the loss-scale findings in this file are settled by hand"
-            target, safety, deprecated = self._target(guard)
+            target, safety, eras = self._target(guard)
+            removed = bool(eras & {K2, K3})
+            fate = _fate(eras)
+            message = message.replace(_REMOVED_IMPORT, f"{fate} (ImportError there)" if removed else fate)
+            message = message.replace(_REMOVED, fate)
             self.report(
                 item.node,
                 f"{message} ({target})",
                 Fix(fix, safety, imports=item.imports) if fix else None,
-                Severity.WARNING if deprecated else None,
+                None if removed else Severity.WARNING,  # only deprecated where the code runs
             )
             self.findings[-1].guards_read = guard is not None
 
-    def _target(self, guard) -> tuple[str, FixSafety, bool]:
-        """The target a finding is for, its fix's safety, and whether the API is only deprecated there: the
-        program's, or inside a version guard the arm's own (the fix writes the TF >= 2.4 names)."""
+    def _dead(self, item: _Item, guard) -> bool:
+        """An import nothing reads, where the range only deprecates the module (TF 2.4-2.8): it neither raises
+        nor warns there (from TF 2.9 it raises ImportError, used or not, and is reported)."""
+        node = item.node
+        deprecated_only = K2_EARLY in self.eras and not self.eras & {K2, K3}
+        if guard is not None or not deprecated_only or not isinstance(node, (cst.Import, cst.ImportFrom)):
+            return False
+        if isinstance(node.names, cst.ImportStar):
+            return False
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname is not None else alias.name
+            while isinstance(bound, cst.Attribute):
+                bound = bound.value
+            if not isinstance(bound, cst.Name) or self._references(node, bound.value):
+                return False
+        return True
+
+    def _target(self, guard) -> tuple[str, FixSafety, frozenset[str]]:
+        """The target a finding is for, its fix's safety, and the eras it runs in: the program's, or inside a
+        version guard the arm's own (the fix writes the TF >= 2.4 names)."""
         if guard is None:
-            return self.target, self.safety, self.deprecated_only
+            return self.target, self.safety, self.eras
         if G1 in guard.eras:
-            return f"{guard.label}; the fix holds on Keras 2 or Keras 3 only", FixSafety.UNSAFE, False
-        return guard.label, FixSafety.SAFE, False
+            return f"{guard.label}; the fix holds on Keras 2 or Keras 3 only", FixSafety.UNSAFE, guard.eras
+        return guard.label, FixSafety.SAFE, guard.eras
+
+
+def _fate(eras: frozenset[str]) -> str:
+    """What the versions of a range do with the experimental API: TF 2.4-2.8 ship it deprecated, 2.9 removed it."""
+    removed = bool(eras & {K2, K3})
+    if K2_EARLY in eras:
+        return (
+            "deprecated on TF 2.4-2.8 and removed in TF 2.9"
+            if removed
+            else "deprecated on TF 2.4-2.8 (removed in TF 2.9)"
+        )
+    return "removed in TF 2.9"
 
 
 def _rename_note(replacements: dict) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.exclusive_guards import exclusive
+from mplint.analysis.exclusive_guards import together
 from mplint.analysis.policy_calls import policy_setter
-from mplint.diagnostics import Fix, FixSafety
+from mplint.diagnostics import Fix, FixSafety, Related
 from mplint.engine import matchers as m
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
@@ -16,6 +16,7 @@ REWRITE_FUNCTION = "enable_mixed_precision_graph_rewrite"
 AMP_OPTION = "auto_mixed_precision"
 AMP_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
 _DISABLED = frozenset({"0", "false", "False", ""})
+_SETS = "sets the mixed policy"
 
 
 class GraphRewriteWithPolicy(Rule):
@@ -47,22 +48,33 @@ class GraphRewriteWithPolicy(Rule):
         mixed policy another (``--fp16_implementation=graph_rewrite`` builds the model in float32)."""
         return self._float32_mode() and self.context.enclosing(node, (cst.If, cst.IfExp)) is not None
 
-    def _apart_from_policy(self, node: cst.CSTNode) -> bool:
-        """Every mixed policy of the program is set in this file under a guard that excludes the rewrite's
-        (``if FLAGS.fp16_implementation == "keras"`` / ``== "graph_rewrite"``): the two never run together."""
+    def _with_policy(self, node: cst.CSTNode) -> tuple[Related, ...] | None:
+        """Where a mixed policy of the program is set that surely runs with the switch at ``node`` (related
+        locations), or None when none does. A policy of this file runs with it when the run-time tests around one
+        are the other's too (``exclusive_guards.together``): ``if dtype == tf.float16: <policy>`` and ``if
+        FLAGS.fp16_implementation == "graph_rewrite": <rewrite>`` are two modes a flag may tie together, not one
+        run. A policy of another file, the configuration's, or one this file sets where no call shows it, runs with
+        every switch of the program."""
         mixed = [p for p in self.context.facts.policies if p.policy not in FLOAT32_POLICIES]
-        if not mixed or any(p.path != self.context.path or p.cell is not None for p in mixed):
-            return False
-        setters = [c for c in self.context.nodes(cst.Call) if policy_setter(self.context, c)]
+        if not mixed:
+            return ()
+        setters = None
+        related = []
         for site in mixed:
+            if site.path != self.context.path or site.cell is not None:
+                related.append(Related(site.path, site.cell_line or site.line, _SETS, site.cell))
+                continue
+            if setters is None:
+                setters = [c for c in self.context.nodes(cst.Call) if policy_setter(self.context, c)]
             at_line = [c for c in setters if self.context.position(c).start.line == site.line]
-            if not at_line or not all(exclusive(self.context, node, c) for c in at_line):
-                return False
-        return True
+            if not at_line or any(together(self.context, node, c) for c in at_line):
+                related.append(Related("", site.line, _SETS))
+        return tuple(related) or None
 
     def _report(self, node: cst.CSTNode, message: str, fix: Fix | None) -> None:
-        if not self._apart_from_policy(node):
-            self.report(node, message, fix)
+        related = self._with_policy(node)
+        if related is not None:
+            self.report(node, message, fix, related=related)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._mode_switch(node):

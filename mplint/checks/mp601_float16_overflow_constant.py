@@ -10,13 +10,23 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.constants import Origin, literal_number, number_literal, origin_of, signed, wide_dtype_limit
+from mplint.analysis.constants import (
+    Origin,
+    ast_folded,
+    folded,
+    literal_number,
+    number_literal,
+    origin_of,
+    signed,
+    wide_dtype_limit,
+)
 from mplint.analysis.dtype_flow import (
     Carrier,
     DtypeFlow,
     carrying_unit,
     dtype_spelling,
 )
+from mplint.analysis.output_dtype import module_bindings
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.code_summary import calls_in
 from mplint.engine.code_summary import literal_number as ast_literal_number
@@ -25,6 +35,7 @@ from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
 from mplint.engine.summaries import Summary, SummaryKind, declare, first_line_text, parameters, summary_at
 from mplint.engine.summaries import walk as walk_python
+from mplint.knowledge.apinames import canonical
 from mplint.knowledge.dtypes import FLOAT16_NAMES, WIDE_SPELLINGS
 from mplint.knowledge.float16_range import (
     FLOAT16_MAX,
@@ -63,6 +74,28 @@ _BOUNDING_CALLS = frozenset(
 
 
 _BOUNDING_NAMES = frozenset(path.rsplit(".", 1)[-1] for path in _BOUNDING_CALLS)
+# The operators as functions: `ops.add(probs, 1e-8)` is `probs + 1e-8`.
+_ARITHMETIC_CALLS: dict[str, type[cst.BaseBinaryOp]] = {
+    **{f"{prefix}add": cst.Add for prefix in ("", "math.", "ops.")},
+    **{f"{prefix}subtract": cst.Subtract for prefix in ("", "math.", "ops.")},
+    **{f"{prefix}multiply": cst.Multiply for prefix in ("", "math.", "ops.")},
+    **{f"{prefix}divide": cst.Divide for prefix in ("", "math.", "ops.")},
+    "truediv": cst.Divide,
+    "math.truediv": cst.Divide,
+    "ops.true_divide": cst.Divide,
+}
+# Calls that make a tensor of a given dtype from a value: (position, keyword) of the value. Given a constant and the
+# compute dtype (`ops.cast(tf.float32.min, scores.dtype)`, `ops.full_like(scores, -1e9)`), float16 cannot hold it.
+_MATERIALISING_CALLS = {
+    **{path: (0, "x") for path in ("cast", "dtypes.cast", "ops.cast", "backend.cast")},
+    "constant": (0, "value"),
+    "convert_to_tensor": (0, "value"),
+    "ops.convert_to_tensor": (0, "x"),
+    "ops.full": (1, "fill_value"),
+    "ops.full_like": (1, "fill_value"),
+}
+_CALL_NAMES = _BOUNDING_NAMES | {path.rsplit(".", 1)[-1] for path in (*_ARITHMETIC_CALLS, *_MATERIALISING_CALLS)}
+_LITERAL_POWER = re.compile(rb"\d\s*\*\*\s*\d")  # `-2 ** 32 + 1`: a constant that only its value shows
 # Keras' epsilon (``keras.config.epsilon()``, ``backend.epsilon()``) unless a program sets another.
 BACKEND_EPSILON = 1e-7
 _BACKEND_EPSILON_PATHS = frozenset({"config.epsilon", "backend.epsilon"})
@@ -150,6 +183,7 @@ class Float16OverflowConstant(Rule):
         re.compile(rb"\.0{7}"),  # 0.00000001
         _DTYPE_LIMIT,
         re.compile(rb"normalize\("),  # a framework normalization's own epsilon (``_NORMALIZATIONS``)
+        _LITERAL_POWER,
     )
     summary_triggers = (RANGE_CONSTANT,)  # `focal_loss(probs, labels)` of a function that adds 1e-8
 
@@ -160,9 +194,11 @@ class Float16OverflowConstant(Rule):
         limits = _DTYPE_LIMIT.search(code.source) is not None
         direct = (
             any(_beyond_float16(n) for n in code.operand_numbers)
-            or code.calls_any(*_BOUNDING_NAMES)
+            or code.calls_any(*_CALL_NAMES)
             and any(_beyond_float16(n) for n in code.argument_numbers)
             or limits
+            or "Pow" in code.operators
+            and _LITERAL_POWER.search(code.source) is not None
         )
         bound, bound_large = _names_bound_beyond(code, limits)
         passes = code.calls_summarized(RANGE_CONSTANT)
@@ -199,10 +235,24 @@ class Float16OverflowConstant(Rule):
         self._passed(node)
         if self.context.names.could_be(node.func, _NORMALIZATION_NAMES):
             self._normalization(node)
-        if not self.context.names.could_be(node.func, _BOUNDING_NAMES):
+        if not self.context.names.could_be(node.func, _CALL_NAMES):
             return  # textual reject before name resolution
         kname = self.context.names.kname(node.func)
-        if kname is None or kname.ns == "np" or kname.path not in _BOUNDING_CALLS:
+        if kname is None or kname.ns == "np" or not (kname.ns == "tf" or kname.is_keras):
+            return
+        if kname.path in _ARITHMETIC_CALLS:
+            operands = [a.value for a in node.args if a.keyword is None and a.star == ""]
+            if len(operands) == 2 and len(node.args) == 2:
+                operator = _ARITHMETIC_CALLS[kname.path]()
+                self._check(operands[1], [operands[0]], operator)
+                self._check(operands[0], [operands[1]], operator)
+            return
+        if kname.path in _MATERIALISING_CALLS:
+            value = argument(node, *_MATERIALISING_CALLS[kname.path])
+            if value is not None and self._known_compute_dtype(node, kname.path):
+                self._check(value, [node], None, made=node)
+            return
+        if kname.path not in _BOUNDING_CALLS:
             return
         positional = [a.value for a in node.args if a.keyword is None and a.star == ""]
         for i, constant in enumerate(positional):
@@ -384,8 +434,11 @@ class Float16OverflowConstant(Rule):
                 return BACKEND_EPSILON
         return None
 
-    def _check(self, constant: cst.BaseExpression, others, operator, clamp: bool = False) -> None:
-        """``clamp``: the constant bounds a clip/maximum/minimum."""
+    def _check(
+        self, constant: cst.BaseExpression, others, operator, clamp: bool = False, made: cst.Call | None = None
+    ) -> None:
+        """``clamp``: the constant bounds a clip/maximum/minimum; ``made``: the call that makes a tensor of the
+        constant (``others`` is that call)."""
         value, origin = self._value(constant), None
         if value is None and _bound_name(constant) in self._names_bound_beyond():
             # a constant that travels: `NEG_INF = -1e9`, `self.mask_value` set from a parameter's default
@@ -409,7 +462,7 @@ class Float16OverflowConstant(Rule):
             # input is ever float16 is the callers' business (a loss whose task casts outputs to float32 first)
             return
         other = others[0] if len(others) == 1 else None
-        message = self._message(constant, value, large, other, operator, origin)
+        message = self._message(constant, value, large, other, operator, origin, made)
         related = (
             (Related("", self.context.position(origin.binding).start.line, "the constant's value"),) if origin else ()
         )
@@ -506,10 +559,13 @@ class Float16OverflowConstant(Rule):
         return signed(node, self._atom)
 
     def _atom(self, node: cst.BaseExpression) -> float | None:
-        """A number literal, or a float32/float64 limit (``tf.float32.min``, ``np.finfo(np.float32).max``)."""
+        """A number literal, a float32/float64 limit (``tf.float32.min``, ``np.finfo(np.float32).max``), or
+        arithmetic of these (``-2 ** 32 + 1``)."""
         number = number_literal(node)
         if number is not None:
             return number
+        if isinstance(node, cst.BinaryOperation):
+            return folded(node, self._value)
         return wide_dtype_limit(node, self._finfo_dtype, lambda d: dtype_spelling(self.context, d) in WIDE_SPELLINGS)
 
     def _finfo_dtype(self, call: cst.Call) -> cst.BaseExpression | None:
@@ -519,25 +575,68 @@ class Float16OverflowConstant(Rule):
         text = self.context.module.code_for_node(node).strip()
         return text if len(text) <= 40 else text[:37] + "..."
 
-    def _message(self, constant, value, large, other, operator, origin: Origin | None) -> str:
+    def _message(self, constant, value, large, other, operator, origin: Origin | None, made=None) -> str:
         shown = f"`{self._code(constant)}`"
         if origin is not None:
             shown += f" ({origin.where(self.context)}: `{self._code(origin.value)}`)"
         with_what = f"the compute-dtype tensor `{self._code(other)}`" if other is not None else "a compute-dtype tensor"
+        if made is not None:
+            with_what = f"`{self._code(made)}`, which makes it a tensor of the compute dtype,"
         if large:
             becomes = "-inf" if value < 0 else "inf"
             effect = (
-                "0 * inf is NaN, so an additive mask turns every unmasked score into NaN"
+                "a padding of -inf is no finite minimum: a softmax over a fully padded row, or the difference of two "
+                "paddings, is NaN"
+                if isinstance(operator, (cst.Multiply, cst.MultiplyAssign)) and self._all_ones(other)
+                else "0 * inf is NaN, so an additive mask turns every unmasked score into NaN"
                 if isinstance(operator, (cst.Multiply, cst.MultiplyAssign))
                 else "the result is infinite"
             )
+            if made is not None:
+                return (
+                    f"{shown} {OUTSIDE_FLOAT16}: given to {with_what} it becomes {becomes} under a float16 policy, "
+                    f"and {effect}{self.context.facts.library_note()}"
+                )
             return (
                 f"{shown} {OUTSIDE_FLOAT16}: combined with {with_what} "
                 f"it becomes {becomes} under a float16 policy, and {effect}{self.context.facts.library_note()}"
             )
+        if made is not None:
+            return (
+                f"{shown} {FLUSHES_IN_FLOAT16}: given to {with_what} it is 0 under a float16 policy, so a log or "
+                f"division by it gives inf or NaN{self.context.facts.library_note()}"
+            )
         return (
             f"{shown} {FLUSHES_IN_FLOAT16}: combined with {with_what} under a "
             f"float16 policy the epsilon vanishes and a log or division by it gives inf or NaN{self.context.facts.library_note()}"
+        )
+
+    def _known_compute_dtype(self, call: cst.Call, path: str) -> bool:
+        """The tensor ``call`` makes has a dtype known to be the compute dtype: float16, ``self.compute_dtype``, the
+        dtype of a compute-dtype tensor (``ops.cast(c, scores.dtype)``, ``ops.full_like(scores, c)``), not the
+        dtype of a parameter nothing says more about (``ops.cast(1e-8, scale.dtype)`` in a plain function)."""
+        flow = self.context.analysis(DtypeFlow)
+        if path.endswith("full_like") and argument(call, 3, "dtype") is None:
+            like = argument(call, 0, "x")
+            return like is not None and isinstance(flow.classify(like), Carrier)
+        carrier = flow.classify(call)
+        if not isinstance(carrier, Carrier):
+            return False
+        if carrier.always_float16:
+            return True
+        dtype = carrier.dtype
+        if isinstance(dtype, cst.Attribute) and dtype.attr.value in ("compute_dtype", "_compute_dtype"):
+            return True
+        source = dtype.value if isinstance(dtype, cst.Attribute) and dtype.attr.value == "dtype" else None
+        return source is not None and isinstance(flow.classify(source), Carrier)
+
+    def _all_ones(self, node: cst.BaseExpression | None) -> bool:
+        """``tf.ones_like(x)``, ``ops.ones_like(x)``: never 0, so a product with it is no 0 * inf."""
+        if not isinstance(node, cst.Call):
+            return False
+        kname = self.context.names.kname(node.func)
+        return (
+            kname is not None and (kname.ns == "tf" or kname.is_keras) and kname.path in ("ones_like", "ops.ones_like")
         )
 
     def _fix(self, constant, value, large, carrier: Carrier, operator, origin: Origin | None) -> Fix | None:
@@ -561,9 +660,42 @@ class Float16OverflowConstant(Rule):
             if not self.context.analysis(DtypeFlow).in_layer_class(constant):
                 return None
             dtype = cst.parse_expression("self.compute_dtype")
-        test = self.context.module.code_for_node(dtype)
-        replacement = cst.parse_expression(f'({half_value} if {test} == "float16" else {original})')
-        return Fix({constant: replacement}, FixSafety.SAFE)
+        test, imports = self._is_float16(dtype)
+        replacement = cst.parse_expression(f"({half_value} if {test} else {original})")
+        return Fix({constant: replacement}, FixSafety.SAFE, imports=imports)
+
+    def _is_float16(self, dtype: cst.BaseExpression) -> tuple[str, tuple]:
+        """``<dtype> == "float16"``, true on every backend the code may run on. In Keras 3 code a tensor's dtype is
+        the backend's (``torch.float16`` equals no string, so the test would be always False on torch):
+        ``keras.backend.standardize_dtype(x.dtype) == "float16"``. A layer's ``compute_dtype`` is a string on every
+        backend, and TensorFlow's and Keras 2's dtypes equal their names."""
+        text = self.context.module.code_for_node(dtype)
+        if isinstance(dtype, cst.Attribute) and dtype.attr.value in ("compute_dtype", "_compute_dtype"):
+            return f'{text} == "float16"', ()
+        backend, imports = self._keras3_backend()
+        if backend is None:
+            return f'{text} == "float16"', ()
+        return f'{backend}.standardize_dtype({text}) == "float16"', imports
+
+    def _keras3_backend(self) -> tuple[str | None, tuple]:
+        """How this module spells Keras 3's ``backend`` (for ``standardize_dtype``), where it is Keras 3 code: it
+        imports the ``keras`` package, and only Keras 3 runs it (its target, or ``keras.ops``, which only Keras 3
+        has). ``keras.backend`` (adding ``import keras``), the module's own binding of it, or ``backend`` from
+        ``keras.src`` in Keras's own sources; None elsewhere."""
+        bindings = module_bindings(self.context)
+        found = {bound: canonical(full, self.context.facts.reexports) for bound, full in bindings.items()}
+        keras3 = [(bound, k) for bound, k in found.items() if k is not None and k.ns == "keras"]
+        if not keras3:
+            return None, ()
+        if self.context.facts.generation.low < 3 and not any(k.path.split(".")[0] == "ops" for _, k in keras3):
+            return None, ()
+        for bound, k in keras3:
+            if k.path == "backend":
+                return bound, ()
+        if any(bindings[bound].startswith("keras.src") for bound, _ in keras3):
+            return (None, ()) if "backend" in bindings else ("backend", (ImportSpec("keras.src", "backend"),))
+        root = next((bound for bound, k in keras3 if k.path == "" and "." not in bindings[bound]), None)
+        return (f"{root}.backend", ()) if root else ("keras.backend", (ImportSpec("keras"),))
 
 
 def _bound_name(node: cst.CSTNode) -> str | None:
@@ -603,8 +735,8 @@ def _has_constant(unit: list[ast.AST], code, limits: bool, bound: frozenset[str]
             operands = (node.left, node.right) if type(node.op) in _CHECKED_AST_OPS else ()
         elif kind is ast.AugAssign:
             operands = (node.value,) if type(node.op) in _CHECKED_AST_OPS else ()
-        elif kind is ast.Call and not code.names_of(node).isdisjoint(_BOUNDING_NAMES):
-            operands = node.args
+        elif kind is ast.Call and not code.names_of(node).isdisjoint(_CALL_NAMES):
+            operands = [*node.args, *(k.value for k in node.keywords)]
         else:
             continue
         if any(_beyond(operand, code, limits, bound) for operand in operands):
@@ -621,7 +753,7 @@ def _normalizes(unit: list[ast.AST], code) -> bool:
 
 
 def _beyond(node: ast.expr, code, limits: bool, bound: frozenset[str] = frozenset(), large_only: bool = False) -> bool:
-    value = ast_literal_number(node)
+    value = ast_folded(node)
     if value is not None:
         return abs(value) > FLOAT16_MAX if large_only else _beyond_float16(abs(value))
     while type(node) is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
@@ -633,7 +765,15 @@ def _beyond(node: ast.expr, code, limits: bool, bound: frozenset[str] = frozense
         return True
     if kind is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self" and node.attr in bound:
         return True
+    if kind is ast.BinOp and type(node.op) in _FOLDED_AST_OPS:  # `np.finfo(np.float32).max / 100.0` (a superset)
+        return limits and (
+            _beyond(node.left, code, limits, large_only=large_only)
+            or _beyond(node.right, code, limits, large_only=large_only)
+        )
     return limits and _wide_limit(node, code)
+
+
+_FOLDED_AST_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)
 
 
 def _names_bound_beyond(code, limits: bool) -> tuple[frozenset[str], frozenset[str]]:

@@ -152,6 +152,7 @@ def _bound_name(context: FileContext, call: cst.Call) -> str | None:
 
 class PolicyAfterModelBuild(Rule):
     id = "MP701"
+    program_choice = True
     triggers = (b"olicy",)
 
     @classmethod

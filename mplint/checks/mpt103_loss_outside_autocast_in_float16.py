@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.constants import reaching_assignment
-from mplint.analysis.torch_amp import TorchAmp, is_half_cast, names_bound_to
+from mplint.analysis.torch_amp import BoundNames, TorchAmp, is_half_cast
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
@@ -74,7 +74,7 @@ class LossOutsideAutocastInFloat16(TorchRule):
 
     def visit_Module(self, node: cst.Module) -> None:
         amp = self.context.analysis(TorchAmp.of)
-        criteria = names_bound_to(self.context, {f"nn.{m}" for m in _LOSS_MODULES})
+        criteria = BoundNames(self.context, {f"nn.{m}" for m in _LOSS_MODULES})
         for call in self.context.nodes(cst.Call):
             name = self._float32_op(call, criteria)
             if (
@@ -104,13 +104,13 @@ class LossOutsideAutocastInFloat16(TorchRule):
                         ),
                     )
 
-    def _float32_op(self, call: cst.Call, criteria: set[str]) -> str | None:
+    def _float32_op(self, call: cst.Call, criteria: BoundNames) -> str | None:
         func = call.func
         found = self.context.names.torch_api(func, _FLOAT32_OPS)
         if found is not None and found.ns == "torch":
             return f"torch.{found.path}"
         text = dotted(func)
-        return text if text in criteria else None
+        return text if criteria.binds(func) else None
 
     def _reaching_half(self, amp: TorchAmp, value: cst.BaseExpression, call: cst.Call) -> bool:
         """Whether the last assignment of the name ``value`` that surely runs before ``call`` binds a float16 cast."""

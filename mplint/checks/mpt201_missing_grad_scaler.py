@@ -7,7 +7,7 @@ import libcst as cst
 from mplint.analysis.torch_amp import FLOAT16, TorchAmp
 from mplint.analysis.torch_loop import MISSING_SCALER, TrainingLoopFlow
 from mplint.checks._torch_rule import TorchRule
-from mplint.diagnostics import Fix, FixSafety, ImportSpec
+from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
 
 
@@ -33,6 +33,7 @@ class MissingGradScaler(TorchRule):
                     "step run without a GradScaler: small gradients underflow to zero in float16; scale "
                     f"the loss with {self._advice()}",
                     self._fix(backward, steps),
+                    related=self._steps(steps),
                 )
             else:  # the dtype is chosen at run time (bfloat16 where the GPU has it, else float16): no one fix
                 self.report(
@@ -42,7 +43,11 @@ class MissingGradScaler(TorchRule):
                     "GradScaler: where it is float16 (GPUs without bfloat16) small gradients underflow "
                     f"to zero; scale the loss with {self._enabled_where_float16(computed[0])}; no "
                     "automatic fix",
+                    related=self._steps(steps),
                 )
+
+    def _steps(self, steps: list[cst.Call]) -> tuple[Related, ...]:
+        return self.related([("optimizer-step", "", s) for s in steps], lambda kind, role: "steps without a scaler")
 
     def _devices(self) -> set[str]:
         return {r.device for r in self.context.analysis(TorchAmp.of).regions if r.dtype == FLOAT16 and r.device}

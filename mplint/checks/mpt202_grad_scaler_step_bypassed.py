@@ -33,6 +33,7 @@ class GradScalerStepBypassed(TorchRule):
                 f"`{optimizer}.step()` after `{scaler}.scale(loss).backward()` applies gradients still multiplied by "
                 f"the loss scale and never skips a step with inf/NaN gradients: call `{scaler}.step({optimizer})`",
                 self._route_through_scaler(flow, amp, step, scalers),
+                related=self.related(flow.related(step), _bypassed),
             )
         for update in flow.findings(UPDATE_BETWEEN_STEPS):
             self.report(
@@ -40,6 +41,7 @@ class GradScalerStepBypassed(TorchRule):
                 f"`{self.code(update)}` runs between two optimizer steps of one backward: the next step unscales "
                 "with a scale its gradients were not made with; call `update()` once, after every optimizer stepped",
                 self._remove_or_move(update),
+                related=self.related(flow.related(update), _around_update),
             )
         self._missing_updates(amp)
 
@@ -223,3 +225,15 @@ class GradScalerStepBypassed(TorchRule):
             if dotted(name.value) == scaler:
                 return True
         return False
+
+
+def _bypassed(kind: str, role: str) -> str | None:
+    return "scales the loss whose gradients the step applies" if kind == "scaled-backward" else None
+
+
+def _around_update(kind: str, role: str) -> str | None:
+    if role == "before":
+        return "steps before the update"
+    if role == "before and after":
+        return "steps one optimizer before the update and the next after it"
+    return "steps after it, on gradients of the same backward" if role == "after" else None

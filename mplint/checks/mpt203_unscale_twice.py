@@ -26,6 +26,7 @@ class UnscaleTwice(TorchRule):
                 f"`{self.code(call)}` unscales gradients already unscaled (or stepped) since the last `update()`: "
                 "PyTorch raises RuntimeError (unscale_() has already been called on this optimizer)",
                 fix,
+                related=self.related(flow.related(call), _first),
             )
         for manual in flow.findings(MANUAL_UNSCALE):
             self.report(
@@ -34,6 +35,7 @@ class UnscaleTwice(TorchRule):
                 "updates 65536x too small; drop the division (call `scaler.unscale_(optimizer)` if they "
                 "must be unscaled before the step)",
                 self._remove(manual),
+                related=self.related(flow.related(manual), _again),
             )
 
     def _remove(self, node: cst.CSTNode) -> Fix | None:
@@ -48,3 +50,11 @@ class UnscaleTwice(TorchRule):
         if isinstance(loop, cst.For) and loop.orelse is None and len(self.context.parent(loop).body) > 1:
             return Fix({loop: cst.RemovalSentinel.REMOVE}, FixSafety.SAFE)
         return None
+
+
+def _first(kind: str, role: str) -> str | None:
+    return {"unscale": "unscales them first", "scaler-step": "steps (and unscales) them first"}.get(kind)
+
+
+def _again(kind: str, role: str) -> str | None:
+    return "unscales them again" if kind == "scaler-step" else None

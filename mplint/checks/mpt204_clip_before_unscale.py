@@ -32,6 +32,7 @@ class TorchClipBeforeUnscale(TorchRule):
                 f"gradients are clipped while still multiplied by the loss scale (no `{scaler}.unscale_(optimizer)` "
                 f"since `{scaler}.scale(loss).backward()`): the threshold is in effect 65536x too tight",
                 self._fix(flow, clip, scalers),
+                related=self.related(flow.related(clip), _scaled),
             )
 
     def _fix(self, flow: TrainingLoopFlow, clip: cst.Call, scalers: list[str]) -> Fix | None:
@@ -64,3 +65,7 @@ class TorchClipBeforeUnscale(TorchRule):
         unscale = cst.parse_statement(f"{scalers[0]}.unscale_({steps.pop()})\n")
         unscale = unscale.with_changes(leading_lines=line.leading_lines)
         return Fix({line: cst.FlattenSentinel([unscale, line.with_changes(leading_lines=())])}, FixSafety.SAFE)
+
+
+def _scaled(kind: str, role: str) -> str | None:
+    return "scales the loss whose gradients are clipped" if kind == "scaled-backward" else None

@@ -8,6 +8,7 @@ import libcst as cst
 
 from mplint.analysis.call_args import argument
 from mplint.analysis.constants import evaluate_int, only_used_where
+from mplint.analysis.reshapes import split_by_a_reshape
 from mplint.analysis.torch_amp import TorchAmp, is_half_cast
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety
@@ -78,6 +79,7 @@ _OUTPUT_NAME = re.compile(r"class|label|vocab|target|out(put)?s?$|^n_?out|head|c
 
 class TorchTensorCoreAlignment(TorchRule):
     id = "MPT301"
+    program_choice = True
     triggers = (b"nn.", b"Linear", b"Conv", b"Embedding")
 
     @classmethod
@@ -108,7 +110,10 @@ class TorchTensorCoreAlignment(TorchRule):
         halves = any(is_half_cast(self.context, amp, c) for c in self.context.nodes(cst.Call))
         if not reduced and not halves:
             return
-        precision = "float16/bfloat16 autocast" if reduced else "float16"
+        dtypes = {r.dtype for r in reduced}
+        precision = f"{dtypes.pop() if len(dtypes) == 1 and None not in dtypes else 'float16/bfloat16'} autocast"
+        if not reduced:
+            precision = "float16"
         for call in self.context.nodes(cst.Call):
             found = self.context.names.torch_api(call.func, _SIZES)
             if found is None or found.ns != "torch" or self._is_output(call):
@@ -118,12 +123,14 @@ class TorchTensorCoreAlignment(TorchRule):
             value = evaluate_int(self.context, size) if size is not None else None
             if value is None or value.value % 8 == 0 or value.value < 8 or _OUTPUT_NAME.search(dotted(size) or ""):
                 continue  # sizes below 8 are heads (a regression output, 3D coordinates), not widths to pad
+            if split_by_a_reshape(self.context, size):
+                continue  # a product of factors a view splits again: rounding it breaks the view
             rounded = -(-value.value // 8) * 8
             fix = self._fix(call, size, value, rounded)
             self.report(
                 size,
                 f"`{keyword}={value.value}` of `{found.path}` is not a multiple of 8: under {precision} its "
-                f"matmuls miss tensor cores (use {rounded})",
+                f"matmuls cannot use tensor cores fully (use {rounded})",
                 fix,
             )
 

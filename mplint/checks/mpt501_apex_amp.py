@@ -15,7 +15,16 @@ fix for the whole file, attached to that finding, written as the migration guide
 
 Only O1 and O2 migrate (unsafe: O2 kept float16 master weights' model copy, and old checkpoints' ``amp``
 state does not load into a GradScaler); O0 (float32) and O3 (pure float16), a computed ``opt_level``,
-several ``initialize`` calls and ``FP16_Optimizer`` are reported with what to write instead.
+several ``initialize`` calls and ``FP16_Optimizer`` are reported with what to write instead. The native API is
+spelled for the target's torch (``torch.autocast`` from 1.10, ``torch.amp.GradScaler`` from 2.3, ``torch.cuda.amp``'s
+before them), and a module without a ``backward()`` uses apex's AMP for inference: autocast alone replaces it.
+
+An import nothing in the module uses is dead code, not a finding: apex deprecates its AMP where it runs
+(``amp.initialize``), not on import. Where the module uses the imported name only in ways the migration does
+not know (``amp.register_half_function(...)``, ``network_to_half(model)`` through ``from apex.fp16_utils import
+*``), the finding is at the first such use. Where the code runs in an environment dated before apex deprecated its
+AMP (an NGC image of 2020 bundles that apex), or on a torch without ``torch.cuda.amp``, apex's AMP is the
+documented API and nothing is reported.
 """
 
 from __future__ import annotations
@@ -27,11 +36,41 @@ from mplint.analysis.torch_loop import CLIP_APIS
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
+from mplint.knowledge.api_versions import torch_since
 from mplint.knowledge.releases import APEX_AMP_DEPRECATED
 
 _AMP_CALLS = {"amp.initialize", "amp.scale_loss", "amp.master_params", "amp.state_dict", "amp.load_state_dict"}
+# Words of a message spelled once the whole module is read (whether it trains, see ``_spelled``).
+_DEPRECATED, _USE, _LEGACY_ADVICE = "\x00deprecated\x00", "\x00use\x00", "\x00legacy\x00"
+# What apex did with its AMP and fp16_utils: NVIDIA/apex 48bf0df5 (2022-10-10) made them warn, cb65b8ed (2025-05-08)
+# removed them. An older apex, such as an NGC image's before late 2022, runs them without a warning.
+_APEX_STATUS = "deprecated (apex warns since October 2022 and removed it in May 2025)"
 _FP16_UTILS = ("fp16_utils", "FP16_Optimizer")
 _STOPS = ("zero_grad", "step", "backward")  # statements that end the forward pass wrapped in autocast
+# What ``from apex.fp16_utils import *`` binds: apex/fp16_utils/__init__.py (and its fp16util, fp16_optimizer and
+# loss_scaler modules), the names of apex releases from 0.1 to its removal, read at NVIDIA/apex 0d91a65 and d44ce75.
+_FP16_UTILS_NAMES = frozenset(
+    {
+        "BN_convert_float",
+        "network_to_half",
+        "prep_param_lists",
+        "model_grads_to_master_grads",
+        "master_params_to_model_params",
+        "tofp16",
+        "to_python_float",
+        "clip_grad_norm",
+        "convert_module",
+        "convert_network",
+        "FP16Model",
+        "Fused_Weight_Norm",
+        "fp32_to_fp16",
+        "fp16_to_fp32",
+        "FP16_Module",
+        "FP16_Optimizer",
+        "LossScaler",
+        "DynamicLossScaler",
+    }
+)
 
 
 class ApexAmp(TorchRule):
@@ -49,7 +88,39 @@ class ApexAmp(TorchRule):
         self.legacy: list[tuple[cst.CSTNode, str]] = []
         self.calls: dict[str, list[cst.Call]] = {}
         self.imports: list[cst.CSTNode] = []
+        self.legacy_imports: list[tuple[cst.CSTNode, str]] = []
         self.blocker: str | None = None
+        # What replaces apex on every torch of the target: torch.autocast from 1.10, torch.amp.GradScaler from 2.3,
+        # torch.cuda.amp's before them.
+        target = context.facts.torch_target
+        self.target = target
+        self.autocast = (
+            'torch.autocast("cuda")'
+            if target.at_least(torch_since("torch.autocast"))
+            else ("torch.cuda.amp.autocast()")
+        )
+        self.scaler = (
+            'torch.amp.GradScaler("cuda")'
+            if target.at_least(torch_since("torch.amp.GradScaler"))
+            else ("torch.cuda.amp.GradScaler()")
+        )
+        # Whether the module trains what apex handles: a backward() in it, an optimizer handed to `amp.initialize`
+        # (the backward may live in a trainer module it calls), or an FP16_Optimizer. Else apex only casts, for
+        # inference, and no GradScaler replaces anything.
+        self.backward = self.trains = True
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.backward = self.trains = any(
+            isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+            for call in self.context.nodes(cst.Call)
+        )
+
+    def _initialize_trains(self, call: cst.Call) -> bool:
+        return self.backward or argument(call, 1, "optimizers") is not None
+
+    def _replacement(self) -> str:
+        """The native API to use instead: autocast alone where the module never trains."""
+        return f"`{self.autocast}` and `{self.scaler}`" if self.trains else f"`{self.autocast}`"
 
     def _apex_amp_current(self) -> bool:
         """Whether apex's AMP is still the documented API where the code runs: an environment dated before apex
@@ -65,25 +136,17 @@ class ApexAmp(TorchRule):
             return
         names = [] if isinstance(node.names, cst.ImportStar) else [dotted(a.name) for a in node.names]
         if module.startswith("apex.fp16_utils") or "fp16_utils" in names:
-            self._legacy(node, "`apex.fp16_utils` (FP16_Optimizer, network_to_half) is removed from apex")
+            self.legacy_imports.append((node, f"`apex.fp16_utils` (FP16_Optimizer, network_to_half) is {_DEPRECATED}"))
         elif module.startswith("apex.amp") or "amp" in names:
             self.imports.append(node)
-            self.items.append(
-                (
-                    node,
-                    "apex's AMP is deprecated (NVIDIA points to torch.amp): use `torch.autocast` and "
-                    "`torch.amp.GradScaler`",
-                )
-            )
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             name = dotted(alias.name) or ""
             if name == "apex.amp" or name.startswith("apex.amp."):
                 self.imports.append(node)
-                self.items.append((node, "apex's AMP is deprecated: use `torch.autocast` and `torch.amp.GradScaler`"))
             elif name.startswith("apex.fp16_utils"):
-                self._legacy(node, "`apex.fp16_utils` is removed from apex")
+                self.legacy_imports.append((node, f"`apex.fp16_utils` is {_DEPRECATED}"))
 
     def visit_Call(self, node: cst.Call) -> None:
         found = self.context.names.torch_api(node.func, _AMP_CALLS)
@@ -91,17 +154,12 @@ class ApexAmp(TorchRule):
             self.calls.setdefault(found.path, []).append(node)
             self.items.append((node, self._message(found.path, node)))
         elif any(k.ns == "apex" and k.last == "FP16_Optimizer" for k in self.context.names.torch_names(node.func)):
-            self._legacy(node, "apex's `FP16_Optimizer` is removed")
+            self.trains = True
+            self._legacy(node, f"apex's `FP16_Optimizer` is {_DEPRECATED}")
 
     def _legacy(self, node, what: str) -> None:
         self.blocker = "the file uses apex.fp16_utils"
-        self.legacy.append(
-            (
-                node,
-                f"{what}: keep the model float32, run the forward and loss under `torch.autocast` and "
-                "step through `torch.amp.GradScaler`",
-            )
-        )
+        self.legacy.append((node, f"{what}: {_LEGACY_ADVICE}"))
 
     def _message(self, path: str, call: cst.Call) -> str:
         if path == "amp.initialize":
@@ -113,15 +171,22 @@ class ApexAmp(TorchRule):
                     '`amp.initialize(model, opt_level="O3")` without an optimizer casts the model to float16 for '
                     "inference: write `model.half()`, which needs no apex"
                 )
+            shown = f'"{level}"' if level else "?"
+            if not self._initialize_trains(call):
+                half = " (or `model.half()`, as it casts the model)" if level in ("O2", "O3") else ""
+                return (
+                    f"`amp.initialize(..., opt_level={shown})` is apex's deprecated AMP, and this module never trains "
+                    f"the model (no optimizer, no `backward()`): drop it and run the forward under `{self.autocast}`{half}, which "
+                    "needs no GradScaler"
+                )
             if level == "O3":
                 return (
                     '`amp.initialize(..., opt_level="O3")` trains in pure float16: no torch.amp equivalent; keep the model '
-                    "float32 and use `torch.autocast` with `torch.amp.GradScaler` (or `.half()` for inference only)"
+                    f"float32 and use `{self.autocast}` with `{self.scaler}`"
                 )
-            shown = f'"{level}"' if level else "?"
             return (
                 f"`amp.initialize(..., opt_level={shown})` is apex's deprecated AMP: keep model and optimizer, create "
-                '`scaler = torch.amp.GradScaler("cuda")`, run the forward and loss under `torch.autocast("cuda")`'
+                f"`scaler = {self.scaler}`, run the forward and loss under `{self.autocast}`"
             )
         if path == "amp.scale_loss":
             return "`with amp.scale_loss(loss, optimizer) as scaled_loss: scaled_loss.backward()` -> `scaler.scale(loss).backward()`"
@@ -144,18 +209,102 @@ class ApexAmp(TorchRule):
     def leave_Module(self, original_node: cst.Module) -> None:
         if self._apex_amp_current():
             return
+        self._imports_in_use()
+        self.trains |= any(self._initialize_trains(call) for call in self.calls.get("amp.initialize", []))
         fix, why = self._migration()
         initialize = self.calls.get("amp.initialize", [])
         sites = initialize or self._first_use(self.items)
+        target = f" (target {self.target.described})"
         for i, site in enumerate(sites):
-            message = dict((id(n), m) for n, m in self.items)[id(site)]
+            message = self._spelled(dict((id(n), m) for n, m in self.items)[id(site)]) + target
             if fix is None and why:
                 message += f"; no automatic fix: {why}"
             others = [item for item in self.items if item[0] not in sites] if i == 0 else []
             self.report(site, message, fix, related=self._related(others))
         for site in self._first_use(self.legacy):
             others = [item for item in self.legacy if item[0] is not site]
-            self.report(site, dict((id(n), m) for n, m in self.legacy)[id(site)], related=self._related(others))
+            message = self._spelled(dict((id(n), m) for n, m in self.legacy)[id(site)]) + target
+            self.report(site, message, related=self._related(others))
+
+    def _spelled(self, message: str) -> str:
+        """A message with the native API spelled for the target, once the module is known to train or not."""
+        return (
+            message.replace(_DEPRECATED, _APEX_STATUS)
+            .replace(_USE, self._replacement())
+            .replace(
+                _LEGACY_ADVICE,
+                f"keep the model float32, run the forward and loss under `{self.autocast}` and step through "
+                f"`{self.scaler}`"
+                if self.trains
+                else f"keep the model float32 and run the forward under `{self.autocast}` (or `model.half()`)",
+            )
+        )
+
+    def _imports_in_use(self) -> None:
+        """The apex imports the module uses join the findings; one whose names nothing reads is dead code. A use
+        no finding covers (a call the migration does not know) becomes one."""
+        for node in dict.fromkeys(self.imports):
+            uses = self._uses(node, "amp")
+            if _star(node):  # which of its names the module reads, nothing tells: reported as before
+                self.items.append((node, f"apex's AMP is {_DEPRECATED}: use {_USE}"))
+            elif uses:
+                self.items.append((node, f"apex's AMP is {_DEPRECATED}: use {_USE}"))
+                if not any(isinstance(n, cst.Call) for n, _ in self.items):
+                    site = self._use_site(uses[0])
+                    self.items.append(
+                        (site, f"`{self.code(_callee(site))}` is part of apex's AMP, {_DEPRECATED}: use {_USE}")
+                    )
+        for node, message in self.legacy_imports:
+            uses = self._uses(node, "fp16_utils")
+            if uses:
+                self._legacy(node, message)
+                if not any(isinstance(n, cst.Call) for n, _ in self.legacy):
+                    site = self._use_site(uses[0])
+                    self._legacy(site, f"`{self.code(_callee(site))}` of `apex.fp16_utils` is {_DEPRECATED}")
+
+    def _uses(self, statement: cst.Import | cst.ImportFrom, module: str) -> list[cst.CSTNode]:
+        """The reads of what ``statement`` binds of apex's ``module`` (``amp``, ``fp16_utils``), in source order:
+        of the names it binds (``apex.amp`` of ``import apex.amp``), and for a star import the names apex.fp16_utils
+        exports that nothing in the module binds."""
+        scope = self.context.names.scopes.get(statement)
+        if scope is None:
+            return []
+        if _star(statement):
+            free = (
+                n
+                for n in self.context.nodes(cst.Name)
+                if n.value in _FP16_UTILS_NAMES
+                and (inner := self.context.names.scopes.get(n)) is not None
+                and n in inner.accesses
+                and not inner[n.value]
+            )
+            return list(free) if module == "fp16_utils" else []
+        reads = []
+        source = dotted(statement.module) if isinstance(statement, cst.ImportFrom) and statement.module else ""
+        for alias in statement.names:
+            name = dotted(alias.name) or ""
+            full = f"{source}.{name}" if source else name
+            if not (full == f"apex.{module}" or full.startswith(f"apex.{module}.")):
+                continue  # another name of the same statement (``from apex import amp, optimizers``)
+            # libcst binds ``import apex.amp`` as ``apex.amp``, read as that attribute chain
+            bound = alias.asname.name.value if isinstance(alias.asname, cst.AsName) else name
+            for assignment in scope.assignments[bound]:
+                if getattr(assignment, "node", None) is statement:
+                    reads += [reference.node for reference in assignment.references]
+        return sorted(reads, key=self.context.source_order)
+
+    def _chain(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The attribute chain ``node`` starts (``amp`` -> ``amp.register_half_function``)."""
+        parent = self.context.parent(node)
+        while isinstance(parent, cst.Attribute) and parent.value is node:
+            node, parent = parent, self.context.parent(parent)
+        return node
+
+    def _use_site(self, read: cst.CSTNode) -> cst.CSTNode:
+        """Where a use is reported: the call of the chain a read starts, else the chain."""
+        chain = self._chain(read)
+        parent = self.context.parent(chain)
+        return parent if isinstance(parent, cst.Call) and parent.func is chain else chain
 
     def _first_use(self, items: list[tuple[cst.CSTNode, str]]) -> list[cst.CSTNode]:
         """The site of a file's apex uses: its first call, else its first import."""
@@ -165,7 +314,7 @@ class ApexAmp(TorchRule):
 
     def _related(self, items: list[tuple[cst.CSTNode, str]]) -> tuple[Related, ...]:
         ordered = sorted(items, key=lambda item: self.context.source_order(item[0]))
-        return tuple(Related("", self.context.position(n).start.line, m) for n, m in ordered)
+        return tuple(Related("", self.context.position(n).start.line, self._spelled(m)) for n, m in ordered)
 
     def _migration(self) -> tuple[Fix | None, str]:
         initialize = self.calls.get("amp.initialize", [])
@@ -197,12 +346,7 @@ class ApexAmp(TorchRule):
         if not isinstance(assign, cst.Assign) or len(args) != 2 or not all(isinstance(a, cst.Name) for a in args):
             raise _NoFix("`amp.initialize` is not `model, optimizer = amp.initialize(model, optimizer, ...)`")
         targets = self.code(assign.targets[0].target)
-        scaler = (
-            'torch.amp.GradScaler("cuda")'
-            if self.context.facts.torch_target.at_least("2.3")
-            else "torch.cuda.amp.GradScaler()"
-        )
-        new = [cst.parse_statement(f"scaler = {scaler}\n")]
+        new = [cst.parse_statement(f"scaler = {self.scaler}\n")]
         if targets.replace(" ", "").strip("()") != f"{args[0].value},{args[1].value}":
             new.insert(0, cst.parse_statement(f"{targets} = {args[0].value}, {args[1].value}\n"))
         new[0] = new[0].with_changes(leading_lines=line.leading_lines)
@@ -254,7 +398,7 @@ class ApexAmp(TorchRule):
             raise _NoFix(
                 f"the forward pass (`{model}(...)` up to `{loss} = ...`) is not a run of statements before the backward"
             )
-        region = cst.parse_statement('with torch.autocast("cuda"):\n    pass\n')
+        region = cst.parse_statement(f"with {self.autocast}:\n    pass\n")
         region = region.with_changes(
             body=region.body.with_changes(body=[forward[0].with_changes(leading_lines=()), *forward[1:]]),
             leading_lines=forward[0].leading_lines,
@@ -332,6 +476,14 @@ class ApexAmp(TorchRule):
         ):
             raise _NoFix("an apex statement shares its line or is the only statement of its block")
         return line
+
+
+def _star(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.ImportFrom) and isinstance(statement.names, cst.ImportStar)
+
+
+def _callee(site: cst.CSTNode) -> cst.CSTNode:
+    return site.func if isinstance(site, cst.Call) else site
 
 
 class _NoFix(Exception):

@@ -24,6 +24,41 @@ from mplint.knowledge.float16_range import (
 
 _MASK_METHODS = ("masked_fill", "masked_fill_")
 _MODULE_BASES = re.compile(r"Module$|Layer$|Attention$|Block$")
+# What CUDA autocast runs in float16 (its lower-precision list): their results are float16 whatever the inputs.
+_AUTOCAST_FLOAT16_OPS = frozenset(
+    {
+        "matmul",
+        "mm",
+        "bmm",
+        "baddbmm",
+        "addmm",
+        "addbmm",
+        "einsum",
+        "nn.functional.linear",
+        *(f"nn.functional.conv{n}d" for n in (1, 2, 3)),
+        *(f"nn.functional.conv_transpose{n}d" for n in (1, 2, 3)),
+    }
+)
+_AUTOCAST_FLOAT16_MODULES = frozenset(
+    {"nn.Linear", "nn.Bilinear", *(f"nn.{conv}{n}d" for conv in ("Conv", "ConvTranspose") for n in (1, 2, 3))}
+)
+# Functions and methods that keep a float16 input float16 under CUDA autocast (in no autocast list).
+_KEEPING_FUNCTIONS = frozenset(
+    {
+        "sigmoid",
+        "tanh",
+        "relu",
+        "abs",
+        "clamp",
+        "sqrt",
+        *(f"nn.functional.{f}" for f in ("sigmoid", "tanh", "relu", "gelu", "silu", "elu", "leaky_relu", "hardtanh")),
+    }
+)
+_KEEPING_METHODS = frozenset({"sigmoid", "tanh", "relu", "abs", "clamp", "sqrt", "mean"})
+# Where a flushed epsilon does its harm: a log, a root or a division of the sum.
+_LOG_OR_DIVISION = frozenset({"log", "log2", "log10", "sqrt", "rsqrt", "reciprocal"})
+_DIVISIONS = frozenset({"div", "true_divide"})
+_MAX_DEPTH = 8
 
 
 class TorchFloat16OverflowConstant(TorchRule):
@@ -62,6 +97,8 @@ class TorchFloat16OverflowConstant(TorchRule):
         if value is None or not (abs(value) > FLOAT16_MAX or 0 < abs(value) < FLOAT16_TINY):
             return
         why = self._float16(tensor, library, library and abs(value) > FLOAT16_MAX)
+        if why is None and not library and 0 < value < FLOAT16_TINY:
+            why = self._epsilon_under_autocast(constant, tensor)
         if why is None:
             return
         shown = self.code(constant)
@@ -118,6 +155,126 @@ class TorchFloat16OverflowConstant(TorchRule):
             return "whenever the module runs under float16 autocast or `.half()`"
         return None
 
+    def _epsilon_under_autocast(self, constant: cst.BaseExpression, tensor: cst.BaseExpression) -> str | None:
+        """``torch.log(torch.sigmoid(self.fc(x)) + 1e-8)``, ``x / (h.mean() + 1e-8)``: an epsilon added to the
+        result of an op that float16 autocast runs in float16 (a Linear or conv module of the class, matmul,
+        ``@``, F.linear), through functions that keep its dtype, where the sum is then logged, rooted or divided
+        by; inside a float16 autocast region, or in a module's method (run under whatever precision its users
+        choose). Why the tensor is float16, or None."""
+        total = self.context.parent(constant)
+        if not (
+            isinstance(total, cst.BinaryOperation) and isinstance(total.operator, cst.Add) and self._harmful_use(total)
+        ):
+            return None
+        scope = self.context.enclosing(tensor, cst.FunctionDef)
+        if scope is None or self._float32_name(tensor, scope) or not self._autocast_float16(tensor, scope, 0):
+            return None
+        regions = [r for r in self.context.analysis(TorchAmp.of).enclosing_regions(tensor) if r.enabled is not False]
+        if regions:
+            return (
+                "under autocast (the result of an op float16 autocast runs in float16)" if regions[-1].float16 else None
+            )
+        if self._in_module_method(tensor):
+            return "whenever the module runs under float16 autocast (the result of an op autocast runs in float16)"
+        return None
+
+    def _autocast_float16(self, expr: cst.BaseExpression, scope: cst.FunctionDef, depth: int) -> bool:
+        """``expr`` is float16 under float16 autocast: see ``_epsilon_under_autocast``."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(expr, cst.Name):
+            value = self._bound_before(expr, scope)
+            return value is not None and self._autocast_float16(value, scope, depth + 1)
+        if isinstance(expr, cst.Subscript):
+            return self._autocast_float16(expr.value, scope, depth + 1)
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, cst.MatrixMultiply):
+                return True
+            if not isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply)):
+                return False
+            sides = [
+                _literal_value(side) is not None or self._autocast_float16(side, scope, depth + 1)
+                for side in (expr.left, expr.right)
+            ]
+            return all(sides) and not (_literal_value(expr.left) is not None and _literal_value(expr.right) is not None)
+        if not isinstance(expr, cst.Call):
+            return False
+        func = expr.func
+        names = self.context.names
+        if names.torch_api(func, _AUTOCAST_FLOAT16_OPS) is not None:
+            return True
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            return self._float16_module(func.attr.value, expr)
+        if names.torch_api(func, _KEEPING_FUNCTIONS) is not None:
+            return bool(expr.args) and self._autocast_float16(expr.args[0].value, scope, depth + 1)
+        if isinstance(func, cst.Attribute) and func.attr.value in _KEEPING_METHODS:
+            return self._autocast_float16(func.value, scope, depth + 1)
+        return False
+
+    def _float16_module(self, attribute: str, call: cst.Call) -> bool:
+        """``self.<attribute>`` is assigned once in the class, a Linear or convolution module."""
+        owner = self.context.enclosing(call, cst.ClassDef)
+        if owner is None:
+            return False
+        values = [
+            a.value
+            for a in self.context.nodes_within(owner, cst.Assign)
+            for t in a.targets
+            if dotted(t.target) == f"self.{attribute}"
+        ]
+        return (
+            len(values) == 1
+            and isinstance(values[0], cst.Call)
+            and self.context.names.torch_api(values[0].func, _AUTOCAST_FLOAT16_MODULES) is not None
+        )
+
+    def _bound_before(self, name: cst.Name, scope: cst.FunctionDef) -> cst.BaseExpression | None:
+        """The value of the one assignment to ``name`` in ``scope``, when it comes before the use."""
+        found = [
+            a
+            for a in self.context.nodes_within(scope, cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.With)
+            if any(
+                isinstance(n, cst.Name) and n.value == name.value
+                for t in _targets(a)
+                for n in self.context.nodes_within(t, cst.Name)
+            )
+        ]
+        if len(found) != 1 or not isinstance(found[0], cst.Assign) or len(found[0].targets) != 1:
+            return None
+        assign = found[0]
+        if not isinstance(assign.targets[0].target, cst.Name) or not self.context.ends_before(assign, name):
+            return None
+        return assign.value
+
+    def _harmful_use(self, total: cst.BaseExpression, hop: bool = True) -> bool:
+        """The sum is logged, rooted or divided by (``torch.log(p + eps)``, ``(p + eps).log()``, ``x / (n + eps)``),
+        directly or through the one name it is assigned to."""
+        parent = self.context.parent(total)
+        if isinstance(parent, cst.BinaryOperation):
+            return isinstance(parent.operator, cst.Divide) and parent.right is total
+        if isinstance(parent, cst.AugAssign):
+            return isinstance(parent.operator, cst.DivideAssign) and parent.value is total
+        if isinstance(parent, cst.Attribute):
+            return parent.attr.value in _LOG_OR_DIVISION and isinstance(self.context.parent(parent), cst.Call)
+        if isinstance(parent, cst.Arg):
+            call = self.context.parent(parent)
+            if not isinstance(call, cst.Call):
+                return False
+            found = self.context.names.torch_api(call.func, _LOG_OR_DIVISION | _DIVISIONS)
+            if found is None:
+                return False
+            return found.path not in _DIVISIONS or (len(call.args) > 1 and call.args[1] is parent)
+        if hop and isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            scope = self.context.enclosing(parent, cst.FunctionDef)
+            if not isinstance(target, cst.Name) or scope is None:
+                return False
+            for use in self.context.nodes_within(scope, cst.Name):
+                if use.value == target.value and use is not target and self.context.ends_before(parent, use):
+                    if self._bound_before(use, scope) is total and self._harmful_use(use, hop=False):
+                        return True
+        return False
+
     def _float32_name(self, tensor: cst.BaseExpression, scope) -> bool:
         text = dotted(tensor)
         return text is not None and any(
@@ -154,6 +311,17 @@ class TorchFloat16OverflowConstant(TorchRule):
                 return None
             new = f"(6.104e-05 if {dtype} == torch.float16 else {self.code(constant)})"
         return Fix({constant: cst.parse_expression(new)}, FixSafety.SAFE, imports=[ImportSpec("torch")])
+
+
+def _targets(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """What a binding statement binds (the names within them)."""
+    if isinstance(node, cst.Assign):
+        return [t.target for t in node.targets]
+    if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
+        return [node.target]
+    if isinstance(node, cst.With):
+        return [item.asname.name for item in node.items if item.asname is not None]
+    return []
 
 
 def _literal_value(node: cst.BaseExpression) -> float | None:

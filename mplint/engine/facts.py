@@ -23,6 +23,7 @@ class Facts(Protocol):
     generation: Generation
     #: The module's functions and methods nothing in the project names (``f``, ``Class.method``).
     uncalled: frozenset[str]
+    distribution: str  # the distribution that publishes the module ("" where the project publishes none of it)
 
     @property
     def reexported_names(self) -> dict[str, frozenset[str]]:

@@ -59,6 +59,10 @@ class Rule:
     #: Version rules: silent in functions nothing in the project calls (``Facts.uncalled``): dead code breaks on no
     #: version.
     silent_in_uncalled_code: ClassVar[bool] = False
+    #: Rules about a program's own choices (layer and batch sizes, where and which policy is set, a loop's missing
+    #: LossScaleOptimizer): silent in a published package's modules, whose users make those choices, whatever
+    #: policy the repository's own scripts run them under.
+    program_choice: ClassVar[bool] = False
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
@@ -82,6 +86,12 @@ class Rule:
     def active_for(cls, facts: Facts) -> bool:
         """Whether the rule can fire at all in this project (inactive rules cost nothing)."""
         return True
+
+    @classmethod
+    def applies_to(cls, facts: Facts) -> bool:
+        """Whether the rule runs on a module with these facts: ``active_for``, and a program-choice rule never in
+        a published package's module."""
+        return not (cls.program_choice and facts.distribution) and cls.active_for(facts)
 
     @classmethod
     def candidate(cls, code: CodeSummary) -> bool:

@@ -721,10 +721,10 @@ def _metadata_files(folder: Path) -> list[Path]:
 _DOCKER_FOLDERS = ("docker", "Docker", "dockerfiles", ".devcontainer", "container")
 
 
-def _dockerfiles(folder: Path) -> list[Path]:
-    """The folder's Dockerfiles, then those of its ``docker/``-like subfolders."""
+def _dockerfiles(folder: Path, subfolders: bool = False) -> list[Path]:
+    """The folder's Dockerfiles, or (``subfolders``) those of its ``docker/``-like subfolders."""
     found = []
-    for place in (folder, *(folder / sub for sub in _DOCKER_FOLDERS)):
+    for place in (folder / sub for sub in _DOCKER_FOLDERS) if subfolders else (folder,):
         try:
             found += sorted(p for p in place.iterdir() if p.is_file() and _DOCKERFILE.match(p.name))
         except OSError:
@@ -785,9 +785,16 @@ def _repository_top(folder: Path) -> Path | None:
 
 
 def documented_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str, list[Requirement]]]:
-    """("<what> in README.md", requirements) of what the folder's README documents (``_documented``): evidence
-    for a framework that no pin source of the folder names."""
+    """Evidence for a framework that no pin source of the folder names: the images of the Dockerfiles in its
+    ``docker/``-like subfolders (an application folder's container; not where the folder packages a distribution,
+    whose users install it anywhere the package admits: there it is a development image), then what the folder's
+    README documents (``_documented``: "<what> in README.md")."""
     parsed = {} if parsed is None else parsed
+    if not _packages_a_distribution(folder):
+        for path in _dockerfiles(folder, subfolders=True):
+            image, requirements = _read_once(parsed, path, _dockerfile)
+            if image or requirements:
+                yield f"{image or 'its image'} in {path.relative_to(folder).as_posix()}", requirements
     for path in _readmes(folder):
         for what, requirements in _read_once(parsed, path, _documented):
             yield f"{what} in {path.name}", requirements
@@ -801,6 +808,16 @@ def _read_once(parsed: dict, path: Path, reader):
     return parsed[key]
 
 
+def _packages_a_distribution(folder: Path) -> bool:
+    """A packaging script or a ``pyproject.toml`` with a ``[project]`` or ``[tool.poetry]`` table."""
+    from mplint.project.config import is_packaging_script
+
+    if is_packaging_script(folder / "setup.py"):
+        return True
+    data = _toml(folder / "pyproject.toml") if (folder / "pyproject.toml").is_file() else {}
+    return "project" in data or "poetry" in data.get("tool", {})
+
+
 def pin_files(folders: Iterable[Path]) -> set[Path]:
     """Every file the pin finder may read for ``folders``: their pin sources and the files those include
     (``-r``/``-c``, at any depth). Found by name and a textual scan, so that a cache key needs no parser."""
@@ -808,6 +825,7 @@ def pin_files(folders: Iterable[Path]) -> set[Path]:
     todo: list[Path] = []
     for folder in folders:
         todo += _requirement_files(folder) + _metadata_files(folder) + _dockerfiles(folder) + _readmes(folder)
+        todo += _dockerfiles(folder, subfolders=True)
         todo += [folder / name for name, _ in _READERS if (folder / name).is_file()]
     while todo:
         path = todo.pop()

@@ -6,8 +6,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mplint.knowledge.policies import MIXED_POLICIES, POLICY_NAMES
-from mplint.runtime.install_hints import RUNTIME_EXTRA, require
-from mplint.runtime.keras_generation import generation_in_use, keras_module, package
+from mplint.runtime.keras_generation import backend_of, keras_module
 
 log = logging.getLogger("mplint.runtime")
 
@@ -36,9 +35,20 @@ class PolicyChoice:
     keras: int
     alternatives: tuple[str, ...] = ()
     findings: tuple = field(default_factory=tuple)  # RuntimeFinding, e.g. MP801
+    backend: str = "tensorflow"  # Keras 3's backend (jax, torch, tensorflow); Keras 2's is always TensorFlow
 
 
-def detect_hardware(strategy=None) -> Hardware:
+def detect_hardware(strategy=None, backend: str = "tensorflow") -> Hardware:
+    """The accelerator this process trains on, as the Keras backend sees it (TensorFlow's devices, ``jax.devices()``
+    or ``torch.cuda``): only the backend in use is imported."""
+    if backend == "jax":
+        return _jax_hardware()
+    if backend == "torch":
+        return _torch_hardware()
+    return _tensorflow_hardware(strategy)
+
+
+def _tensorflow_hardware(strategy) -> Hardware:
     import tensorflow as tf
 
     if strategy is None and tf.distribute.has_strategy():
@@ -50,6 +60,36 @@ def detect_hardware(strategy=None) -> Hardware:
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
         return Hardware("GPU", details.get("device_name", gpus[0].name), details.get("compute_capability"))
+    return Hardware("CPU", "CPU")
+
+
+def _jax_hardware() -> Hardware:
+    import jax
+
+    device = jax.devices()[0]  # the default backend's: TPU, else GPU, else CPU
+    kind = getattr(device, "device_kind", "") or device.platform
+    if device.platform == "tpu":
+        return Hardware("TPU", kind)
+    if device.platform in ("gpu", "cuda", "rocm"):
+        return Hardware("GPU", kind, _capability(getattr(device, "compute_capability", None)))
+    return Hardware("CPU", "CPU")
+
+
+def _capability(value) -> tuple[int, int] | None:
+    """``"8.6"`` (jax's CUDA devices) as (8, 6); None where the device does not say."""
+    try:
+        major, minor = str(value).split(".")[:2]
+        return int(major), int(minor)
+    except (TypeError, ValueError):
+        return None
+
+
+def _torch_hardware() -> Hardware:
+    import torch
+
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(0)
+        return Hardware("GPU", torch.cuda.get_device_name(0), (int(major), int(minor)))
     return Hardware("CPU", "CPU")
 
 
@@ -73,17 +113,16 @@ def enable(policy: str = "auto", *, keras: int | None = None, strategy=None) -> 
     offered from 8.0), mixed_bfloat16 on TPUs and float32 elsewhere. An explicit policy is set as
     asked, with MP801 when it is float16 on hardware without Tensor Cores. ``keras`` (2 or 3)
     defaults to the Keras this process uses. Call it before building models (also inside
-    ``strategy.scope()``: the policy is global).
+    ``strategy.scope()``: the policy is global). The hardware is the Keras backend's: TensorFlow's devices,
+    ``jax.devices()`` or ``torch.cuda``; TensorFlow is not imported on the jax and torch backends.
     """
     from mplint.runtime.model_checks import RuntimeFinding
 
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    generation = generation_in_use(keras)
-    needs = "TensorFlow and Keras 2 (tf_keras)" if generation == 2 else "TensorFlow and Keras 3"
-    require("mplint.runtime.enable()", needs, ("tensorflow", package(generation)), RUNTIME_EXTRA)
-    module = keras_module(generation)
-    hw = detect_hardware(strategy)
+    module = keras_module(keras)
+    backend = backend_of(module)
+    hw = detect_hardware(strategy, backend)
     findings: tuple = ()
     if policy == "auto":
         chosen, reason, alternatives = _auto(hw)
@@ -100,4 +139,4 @@ def enable(policy: str = "auto", *, keras: int | None = None, strategy=None) -> 
         log.warning("%s %s", finding.rule_id, finding.message)
     log.info("mplint.runtime: policy %s (%s)", chosen, reason)
     generation = 2 if module.__name__ == "tf_keras" else 3
-    return PolicyChoice(chosen, reason, hw, generation, alternatives, findings)
+    return PolicyChoice(chosen, reason, hw, generation, alternatives, findings, backend)

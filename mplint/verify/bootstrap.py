@@ -12,21 +12,33 @@ import re
 import sys
 import traceback
 
-from mplint.verify import datasets, hooks, loops, recorder, sandbox, torch_hooks
+from mplint.verify import failures, loops, patching, recorder, sandbox, torch_hooks
 
 
 def install_tensorflow(tf) -> None:
+    from mplint.verify import hooks
+
     tf.random.set_seed(recorder.RECORDER.config["seed"])
-    hooks.patch_method(type(tf.GradientTape()), "gradient", hooks.wrap_gradient)
-    hooks.patch_method(type(tf.function(lambda: None)), "__call__", hooks.wrap_traced_call)  # a step, seen from Python
+    patching.patch_method(type(tf.GradientTape()), "gradient", hooks.wrap_gradient)
+    patching.patch_method(
+        type(tf.function(lambda: None)), "__call__", hooks.wrap_traced_call
+    )  # a step, seen from Python
     tf.function = hooks.wrap_function(tf.function)
     tf.saved_model.save = hooks.wrap_path_arg(1)(tf.saved_model.save)
     tf.summary.create_file_writer = hooks.wrap_path_arg(0)(tf.summary.create_file_writer)
     for name in ("save", "write"):
-        hooks.patch_method(tf.train.Checkpoint, name, hooks.wrap_path_arg(1))
+        patching.patch_method(tf.train.Checkpoint, name, hooks.wrap_path_arg(1))
+
+
+def install_jax(jax) -> None:
+    from mplint.verify import jax_hooks  # imports NumPy, as JAX does: not on a machine with only torch
+
+    jax_hooks.install_jax(jax)
 
 
 def _install_models(model_cls, generation: int) -> None:
+    from mplint.verify import hooks
+
     for name, make in (
         ("__call__", hooks.wrap_call(generation)),
         ("fit", hooks.wrap_fit),
@@ -43,7 +55,7 @@ def _install_models(model_cls, generation: int) -> None:
 def _install_optimizers(classes, methods) -> None:
     for cls in classes:
         for name, make in methods:
-            hooks.patch_method(cls, name, make)
+            patching.patch_method(cls, name, make)
 
 
 def install_keras3(keras) -> None:
@@ -51,17 +63,21 @@ def install_keras3(keras) -> None:
     from keras.src.optimizers import base_optimizer, loss_scale_optimizer
     from keras.src.saving import saving_api
 
+    from mplint.verify import datasets, hooks
+
     keras.utils.set_random_seed(recorder.RECORDER.config["seed"])
-    hooks.patch_function(dtype_policy.__name__, "set_dtype_policy", hooks.wrap_policy_setter, "keras")
+    patching.patch_function(dtype_policy.__name__, "set_dtype_policy", hooks.wrap_policy_setter, "keras")
     for name in datasets.DATASETS:
-        hooks.patch_function(f"keras.src.datasets.{name}", "load_data", hooks.fake_load_data(name), "keras")
-    hooks.patch_function("keras.src.utils.file_utils", "get_file", hooks.blocked_get_file, "keras")
-    hooks.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "keras")
-    hooks.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "keras")
+        patching.patch_function(f"keras.src.datasets.{name}", "load_data", hooks.fake_load_data(name), "keras")
+    patching.patch_function("keras.src.utils.file_utils", "get_file", hooks.blocked_get_file, "keras")
+    patching.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "keras")
+    patching.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "keras")
     _install_models(keras.Model, 3)
+    keras.Model.stateless_call = hooks.wrap_stateless_call(keras.Model.stateless_call)
     methods = (
         ("apply_gradients", hooks.wrap_apply_gradients),
         ("apply", hooks.wrap_apply),
+        ("stateless_apply", hooks.wrap_stateless_apply),
         ("scale_loss", hooks.wrap_scale_loss),
     )
     optimizers = {base_optimizer.BaseOptimizer, loss_scale_optimizer.LossScaleOptimizer}
@@ -75,15 +91,19 @@ def install_keras2(tf_keras) -> None:
     from tf_keras.src.optimizers.legacy import optimizer_v2
     from tf_keras.src.saving import saving_api
 
+    from mplint.verify import datasets, hooks
+
     tf_keras.utils.set_random_seed(recorder.RECORDER.config["seed"])
-    hooks.patch_function(policy.__name__, "set_global_policy", hooks.wrap_policy_setter, "tf_keras")
-    hooks.patch_function(policy.__name__, "set_policy", hooks.wrap_policy_setter, "tf_keras")
+    patching.patch_function(policy.__name__, "set_global_policy", hooks.wrap_policy_setter, "tf_keras")
+    patching.patch_function(policy.__name__, "set_policy", hooks.wrap_policy_setter, "tf_keras")
     for name in datasets.DATASETS:
         if f"tf_keras.src.datasets.{name}" in sys.modules or name != "california_housing":
-            hooks.patch_function(f"tf_keras.src.datasets.{name}", "load_data", hooks.fake_load_data(name), "tf_keras")
-    hooks.patch_function("tf_keras.src.utils.data_utils", "get_file", hooks.blocked_get_file, "tf_keras")
-    hooks.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "tf_keras")
-    hooks.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "tf_keras")
+            patching.patch_function(
+                f"tf_keras.src.datasets.{name}", "load_data", hooks.fake_load_data(name), "tf_keras"
+            )
+    patching.patch_function("tf_keras.src.utils.data_utils", "get_file", hooks.blocked_get_file, "tf_keras")
+    patching.patch_function(saving_api.__name__, "save_model", hooks.wrap_path_arg(1), "tf_keras")
+    patching.patch_function(saving_api.__name__, "load_model", hooks.wrap_path_arg(0, writing=False), "tf_keras")
     _install_models(tf_keras.Model, 2)
     classes = [
         optimizer._BaseOptimizer,
@@ -155,19 +175,27 @@ def main(config_path: str) -> None:
     recorder.RECORDER = rec = recorder.Recorder(config)
     rec.policy_reader = _global_policy
     random.seed(config["seed"])
-    import numpy as np
-
-    np.random.seed(config["seed"])
+    try:
+        import numpy as np
+    except ImportError:  # a machine with only torch
+        pass
+    else:
+        np.random.seed(config["seed"])
     sandbox.install()
     installers = {  # in the order a fresh import runs them: TensorFlow's import imports Keras
-        "keras": install_keras3,
-        "tf_keras": install_keras2,
-        "tensorflow": install_tensorflow,
-        "torch": torch_hooks.install_torch,
-        "torchvision": torch_hooks.install_torchvision,
+        name: failures.guarded(install)  # an installer that fails is mplint's error, not the script's import's
+        for name, install in (
+            ("keras", install_keras3),
+            ("tf_keras", install_keras2),
+            ("tensorflow", install_tensorflow),
+            ("torch", torch_hooks.install_torch),
+            ("torchvision", torch_hooks.install_torchvision),
+            ("jax", install_jax),
+        )
     }
-    sys.meta_path.insert(0, hooks.PostImportHook(installers))
-    for name in [name for name in installers if name in sys.modules]:  # imported before the run (warm.py)
+    sys.meta_path.insert(0, patching.PostImportHook(installers))
+    # imported before the run (warm.py); None where a module is blocked from importing
+    for name in [name for name in installers if sys.modules.get(name) is not None]:
         installers.pop(name)(sys.modules[name])
     script = config["script"]
     sys.argv = [script, *config["argv"]]

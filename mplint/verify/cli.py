@@ -8,8 +8,8 @@ Exit codes:
      (or where the original crashed) and without MP802/MP803/MP804; without --fix, the run shows none
   1  problems: the run (with --fix: the fixed copy) shows MP802/MP803/MP804
   2  could not verify: the script runs neither before nor after the fixes (crash, bad arguments,
-     timeout, out of memory, nothing recorded), mplint --fix failed, or the script cannot be given a
-     private view of the file system here (see --no-isolation)
+     timeout, out of memory, nothing recorded), mplint --fix failed, mplint's own instrumentation
+     failed, or the script cannot be given a private view of the file system here (see --no-isolation)
   3  worse: the original ran and the fixed copy crashes or has more NaN/Inf, skipped steps or underflow
   4  nothing fixed: --fix changed nothing and the run is clean, so nothing was verified
 """
@@ -17,16 +17,45 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 
-from mplint.verify import report
-from mplint.verify.runner import RunOptions, RunResult, detect_keras, fix_copy, isolation_problem, run_script
+from mplint.knowledge.keras_backends import BACKENDS, DEFAULT_BACKEND, install_command
+from mplint.verify import failures, report, runner
+from mplint.verify.runner import RunOptions, RunResult, detect_keras, fix_copy, isolation_problem
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNVERIFIED, EXIT_WORSE, EXIT_NOTHING_FIXED = 0, 1, 2, 3, 4
+
+
+class InstrumentationFailed(Exception):
+    """A run ended because mplint's own code raised (failures.py): nothing about the script can be said."""
+
+    def __init__(self, run: RunResult):
+        super().__init__(run.detail)
+        self.run = run
+
+
+def run_script(label: str, script: Path, argv: list[str], options: RunOptions, text: Path | None = None) -> RunResult:
+    run = runner.run_script(label, script, argv, options, text)
+    if run.status == failures.STATUS:
+        raise InstrumentationFailed(run)
+    return run
+
+
+def _instrumentation_error(run: RunResult, script: Path) -> dict:
+    return {
+        "run": run.label,
+        "status": run.status,
+        "detail": run.detail,
+        "stderr_tail": run.stderr_tail,
+        "message": f"could not verify {script.name}: mplint's instrumentation failed in the {run.label} run: "
+        f"{run.detail}; this is an error in mplint, not in {script.name}",
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,8 +98,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def detect_framework(script: Path) -> str:
     """ "torch" for a script that imports torch and neither TensorFlow nor Keras, else "keras"."""
-    import ast
-
     try:
         tree = ast.parse(script.read_text(encoding="utf-8", errors="replace"))
     except SyntaxError:
@@ -84,7 +111,68 @@ def detect_framework(script: Path) -> str:
     return "torch" if "torch" in names and not names & {"tensorflow", "keras", "tf_keras"} else "keras"
 
 
-def missing_runtime(keras: int, framework: str = "keras") -> str | None:
+def detect_backend(script: Path, environ=None) -> tuple[str, str]:
+    """Keras 3's backend for the script, and where it came from: the script's own ``os.environ["KERAS_BACKEND"] =``
+    (or ``setdefault``, where the environment has none), the environment's KERAS_BACKEND, the ``backend`` of
+    ``keras.json`` (in KERAS_HOME, else ~/.keras), else Keras's default, TensorFlow. The run gets it as its
+    KERAS_BACKEND (its own KERAS_HOME is a scratch folder)."""
+    environ = os.environ if environ is None else environ
+    chosen = environ.get("KERAS_BACKEND", "").strip()
+    assigned, default = _script_backend(script)
+    if assigned:
+        return assigned, "set by the script"
+    if chosen:
+        return chosen, f"KERAS_BACKEND={chosen}"
+    if default:
+        return default, "set by the script"
+    home = Path(environ.get("KERAS_HOME") or Path(environ.get("HOME") or Path.home(), ".keras"))
+    try:
+        configured = json.loads((home / "keras.json").read_text(encoding="utf-8")).get("backend")
+    except (OSError, ValueError, AttributeError):
+        configured = None
+    if isinstance(configured, str) and configured:
+        return configured, f"{home / 'keras.json'}"
+    return DEFAULT_BACKEND, "Keras's default"
+
+
+def _script_backend(script: Path) -> tuple[str | None, str | None]:
+    """The backend the script assigns to ``os.environ["KERAS_BACKEND"]``, and the one it sets by default."""
+    try:
+        tree = ast.parse(script.read_text(encoding="utf-8", errors="replace"))
+    except (SyntaxError, ValueError):
+        return None, None
+    assigned = default = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and _is_backend_key(target.slice) and _is_environ(target.value):
+                    assigned = node.value.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "setdefault"
+            and _is_environ(node.func.value)
+            and len(node.args) == 2
+            and _is_backend_key(node.args[0])
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            default = node.args[1].value
+    return assigned, default
+
+
+def _is_environ(node) -> bool:
+    """``os.environ`` or ``environ``."""
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
+
+
+def _is_backend_key(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "KERAS_BACKEND"
+
+
+def missing_runtime(keras: int, framework: str = "keras", backend: tuple[str, str] | None = None) -> str | None:
     """What the instrumented run would fail to import here, as one line saying what to install."""
     from mplint.runtime.install_hints import RUNTIME_EXTRA, TORCH, missing
 
@@ -92,6 +180,18 @@ def missing_runtime(keras: int, framework: str = "keras") -> str | None:
         if not missing(("torch",)):
             return None
         return f"mplint verify runs this script with PyTorch, and torch is not installed in this environment: {TORCH}"
+    name, source = backend or (DEFAULT_BACKEND, "Keras's default")
+    if keras == 3 and name != DEFAULT_BACKEND:
+        if name not in BACKENDS:
+            return f"Keras 3 has no backend {name!r} ({source}): choose one of {', '.join(BACKENDS)}"
+        absent = missing(("keras", name))
+        if not absent:
+            return None
+        return (
+            f"mplint verify runs the script with Keras 3 on the {name} backend ({source}), and {', '.join(absent)} "
+            f"{'is' if len(absent) == 1 else 'are'} not installed in this environment: install "
+            f"{'it' if len(absent) == 1 else 'them'}: {install_command(absent)}"
+        )
     absent = missing(("numpy", "tensorflow", "tf_keras" if keras == 2 else "keras"))
     if not absent:
         return None
@@ -194,6 +294,7 @@ def _document(
         "script": str(script),
         "keras": options.keras,
         "framework": options.framework,
+        "backend": options.backend if options.framework == "keras" else None,
         "steps": options.steps,
         "seed": options.seed,
         "runs": {
@@ -289,7 +390,7 @@ def _verify(args, script: Path, script_args: list[str], options: RunOptions) -> 
 
 
 def _benchmark(args, script: Path, script_args: list[str], options: RunOptions) -> tuple[dict, list]:
-    timed = dataclasses.replace(options, capture_grads=False)
+    timed = dataclasses.replace(options, capture_grads=False, timing=True)
     mixed = run_script("mixed", script, script_args, timed)
     if not mixed.ok:
         return {"error": _failure(mixed, script), "exit_code": EXIT_UNVERIFIED}, []
@@ -319,6 +420,7 @@ def _benchmark(args, script: Path, script_args: list[str], options: RunOptions) 
     doc = {
         "script": str(script),
         "keras": options.keras,
+        "backend": options.backend if options.framework == "keras" else None,
         "steps": options.steps,
         "seed": options.seed,
         "benchmark": {
@@ -368,7 +470,8 @@ def main(argv: list[str]) -> int:
         return EXIT_UNVERIFIED
     framework = detect_framework(script)
     keras = args.keras or (3 if framework == "torch" else detect_keras(script))
-    missing = missing_runtime(keras, framework)
+    backend = detect_backend(script) if framework == "keras" and keras == 3 else (DEFAULT_BACKEND, "")
+    missing = missing_runtime(keras, framework, backend)
     if missing:
         print(f"mplint verify: error: {missing}", file=sys.stderr)
         return EXIT_UNVERIFIED
@@ -384,9 +487,13 @@ def main(argv: list[str]) -> int:
         source_dir=str(script.resolve().parent),
         memory_limit_mb=args.memory_limit,
         framework=framework,
+        backend=backend[0],
         isolated=not args.no_isolation,
         warm=not args.cold_start,
     )
-    doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
+    try:
+        doc, renderables = (_benchmark if args.benchmark else _verify)(args, script, script_args, options)
+    except InstrumentationFailed as failure:
+        doc, renderables = {"error": _instrumentation_error(failure.run, script), "exit_code": EXIT_UNVERIFIED}, []
     _emit(doc, args.format, renderables)
     return doc["exit_code"]

@@ -1,21 +1,18 @@
 """Patches applied to TensorFlow and Keras as the script imports them (nothing is imported early).
 
-Every optimizer application is recorded (eagerly, or through ``tf.py_function`` inside
-``tf.function`` and graph loops); training is capped; datasets, saving and downloads are
-redirected."""
+Every optimizer application is recorded: eagerly, through ``tf.py_function`` inside ``tf.function`` and graph
+loops, or through ``jax.debug.callback`` inside ``jax.jit`` (Keras 3 on JAX; on torch every step is eager);
+training is capped; datasets, saving and downloads are redirected."""
 
 from __future__ import annotations
 
-import functools
-import importlib.abc
-import importlib.util
 import inspect
 import sys
 import threading
 
 import numpy as np
 
-from mplint.verify import datasets, recorder, sandbox
+from mplint.verify import datasets, keras_tensors, recorder, sandbox
 
 _local = threading.local()
 _scaled_losses: dict = {}  # id(scaled loss) -> (scaled, loss): report the loss the user wrote
@@ -23,61 +20,6 @@ _scaled_losses: dict = {}  # id(scaled loss) -> (scaled, loss): report the loss 
 
 def R() -> recorder.Recorder:
     return recorder.RECORDER
-
-
-class PostImportHook(importlib.abc.MetaPathFinder):
-    """Runs ``callbacks[name](module)`` right after the top-level module ``name`` is imported."""
-
-    def __init__(self, callbacks):
-        self.callbacks = callbacks
-
-    def find_spec(self, name, path=None, target=None):
-        callback = self.callbacks.get(name)
-        if callback is None:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return None
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            self.callbacks.pop(name, None)
-            callback(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-def rebind(prefix: str, original, replacement) -> None:
-    """Replace ``original`` by ``replacement`` wherever a loaded module under ``prefix`` holds it."""
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == prefix or name.startswith(prefix + ".")):
-            continue
-        try:
-            items = list(vars(module).items())
-        except TypeError:
-            continue
-        for attr, value in items:
-            if value is original:
-                setattr(module, attr, replacement)
-
-
-def patch_function(module_name: str, attr: str, make, prefix: str) -> None:
-    module = sys.modules.get(module_name) or importlib.import_module(module_name)
-    original = getattr(module, attr, None)
-    if original is not None:
-        rebind(prefix, original, make(original))
-
-
-def patch_method(cls, attr: str, make) -> None:
-    if attr in vars(cls):
-        original = vars(cls)[attr]
-        setattr(cls, attr, functools.wraps(original)(make(original)))
 
 
 # --- optimizer applications -------------------------------------------------------------
@@ -94,10 +36,11 @@ def _outermost(method):
 
 
 def before_step() -> None:
-    """Before a training step the script takes outside fit(): an eager ``apply_gradients``/``apply``, or a call of
-    a ``tf.function`` (whose optimizer steps run inside, out of Python's reach). The script's loop around it becomes
-    the current loop, and once every optimizer of that loop has made its capped steps the loop is ended there
-    (LoopCapped) and the script goes on to its next loop, as a PyTorch loop is."""
+    """Before a training step the script takes outside fit(): an eager ``apply_gradients``/``apply``/
+    ``stateless_apply``, or a call of a ``tf.function`` or ``jax.jit`` function (whose optimizer steps run inside,
+    out of Python's reach). The script's loop around it becomes the current loop, and once every optimizer of that
+    loop has made its capped steps the loop is ended there (LoopCapped) and the script goes on to its next loop, as
+    a PyTorch loop is."""
     rec = R()
     tf = sys.modules.get("tensorflow")
     if rec.in_fit or rec.finished or getattr(_local, "depth", 0) or tf is not None and tf.inside_function():
@@ -107,7 +50,7 @@ def before_step() -> None:
     site = loops.current(rec.config["script"])
     if site.frame is None:
         return  # no loop of the script around it: the step cap of record_step applies
-    loop = rec.enter_loop(site.key, loop_caps.loop_label(site, rec.loop_keys))
+    loop = rec.enter_loop(site.key, lambda: loop_caps.loop_label(site, rec.loop_keys))
     units = [unit for unit, known in rec.units.items() if known["loop"] == loop]
     if units and all(rec.steps_of(unit) >= rec.cap for unit in units):
         loop_caps.end_loop(site, loop)
@@ -123,8 +66,9 @@ def wrap_traced_call(original):
 
 def wrap_apply_gradients(original):
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
-        before_step()
         pairs = list(grads_and_vars)
+        if not keras_tensors.traced([g for g, _ in pairs]):
+            before_step()
         result, outer = _outermost(lambda: original(self, pairs, *args, **kwargs))
         if outer:
             after_apply(self, [g for g, _ in pairs], [v for _, v in pairs])
@@ -135,8 +79,9 @@ def wrap_apply_gradients(original):
 
 def wrap_apply(original):
     def apply(self, grads, trainable_variables=None, *args, **kwargs):
-        before_step()
         grads = list(grads)
+        if not keras_tensors.traced(grads):
+            before_step()
         result, outer = _outermost(lambda: original(self, grads, trainable_variables, *args, **kwargs))
         if outer:
             variables = (
@@ -150,15 +95,70 @@ def wrap_apply(original):
     return apply
 
 
+def wrap_stateless_apply(original):
+    """Keras 3's step of a JAX loop (its own ``fit()`` too): the scale is the optimizer variable it returns."""
+
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables, *args, **kwargs):
+        grads = list(grads)
+        if not keras_tensors.traced(grads):
+            before_step()
+        result, outer = _outermost(
+            lambda: original(self, optimizer_variables, grads, trainable_variables, *args, **kwargs)
+        )
+        if outer:
+            after_apply(self, grads, list(trainable_variables), scale=_stateless_scale(self, result[1]))
+        return result
+
+    return stateless_apply
+
+
+def _stateless_scale(opt, optimizer_variables):
+    """The dynamic scale among the optimizer variables a stateless step returned (None without one)."""
+    scale = getattr(opt, "dynamic_scale", None)
+    if scale is None or not hasattr(opt, "inner_optimizer"):
+        return None
+    return next((value for v, value in zip(opt.variables, optimizer_variables) if v is scale), None)
+
+
 def wrap_scale_loss(original):
     def scale_loss(self, loss, *args, **kwargs):
         scaled = original(self, loss, *args, **kwargs)
         if len(_scaled_losses) > 64:
             _scaled_losses.clear()
         _scaled_losses[id(scaled)] = (scaled, loss)
+        if getattr(_local, "differentiating", 0):  # jax.value_and_grad returns the scaled value: divide it back
+            _local.scale_factor = original(self, 1.0)
         return scaled
 
     return scale_loss
+
+
+def differentiate(call, sources, has_aux: bool):
+    """``call()`` of a function ``jax.value_and_grad`` made, returning its ``(value, grads)``; the loss (the value,
+    less the scale ``scale_loss`` multiplied it by) is remembered as that of ``sources``, as ``tape.gradient``
+    remembers its target."""
+    _local.differentiating = getattr(_local, "differentiating", 0) + 1
+    _local.scale_factor = None
+    try:
+        value, grads = call()
+        loss, factor = value[0] if has_aux else value, _local.scale_factor
+    finally:
+        _local.differentiating -= 1
+        _local.scale_factor = None
+    remember_loss(sources, loss if factor is None else loss / factor)
+    return value, grads
+
+
+def remember_loss(sources, loss) -> None:
+    """``loss`` was differentiated with respect to ``sources`` (None: whatever the next step applies, as
+    ``loss.backward()`` on torch fills every parameter's gradient)."""
+    targets = getattr(_local, "targets", [])[-15:]  # the losses differentiated lately, by their variables
+    _local.targets = [*targets, (None if sources is None else {id(v) for v in _leaves(sources)}, loss)]
+
+
+def unscaled(loss):
+    """The loss the user wrote, behind the one ``scale_loss`` returned."""
+    return _scaled_losses.get(id(loss), (None, loss))[1]
 
 
 def _leaves(x) -> list:
@@ -171,9 +171,7 @@ def _leaves(x) -> list:
 
 def wrap_gradient(original):
     def gradient(self, target, sources, *args, **kwargs):
-        loss = _scaled_losses.get(id(target), (None, target))[1]
-        targets = getattr(_local, "targets", [])[-15:]  # the losses differentiated lately, by their variables
-        _local.targets = [*targets, ({id(v) for v in _leaves(sources)}, loss)]
+        remember_loss(sources, unscaled(target))
         return original(self, target, sources, *args, **kwargs)
 
     return gradient
@@ -184,7 +182,7 @@ def _loss_for(variables) -> object:
     with respect to these variables (one tape per model in a GAN, or one persistent tape)."""
     ids = {id(v) for v in variables}
     for sources, loss in reversed(getattr(_local, "targets", [])):
-        if sources & ids:
+        if sources is None or sources & ids:
             return loss
     return None
 
@@ -206,25 +204,37 @@ def _dense(tf, g):
     return g.values if isinstance(g, tf.IndexedSlices) else g
 
 
-def after_apply(opt, grads, variables) -> None:
-    tf = sys.modules["tensorflow"]
-    pairs = [(_dense(tf, g), v) for g, v in zip(grads, variables or [None] * len(grads)) if g is not None]
+def after_apply(opt, grads, variables, scale=None) -> None:
+    """Record one optimizer application: its loss, whether its gradients are finite, the loss scale after it
+    (``scale``, else the optimizer's) and, for the first, its gradients."""
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        grads = [_dense(tf, g) for g in grads]
+    pairs = [(g, v) for g, v in zip(grads, variables or [None] * len(grads)) if g is not None]
     grads = [g for g, _ in pairs]
-    loss = _loss_for([v for _, v in pairs if v is not None])
-    model = R().model_of([v for _, v in pairs if v is not None])
-    scale = _loss_scale(opt)
+    variables = [v for _, v in pairs if v is not None]
+    loss = _loss_for(variables)
+    # a JAX step's variables are arrays: the model is the one whose variables the optimizer was built for
+    model = R().model_of(variables) or R().model_of(list(getattr(opt, "_trainable_variables", None) or []))
+    scale = _loss_scale(opt) if scale is None else scale
     opt_id, label = id(opt), _optimizer_label(opt)
-    capture = R().config.get("capture_grads") and opt_id not in R().grads_taken
-    if not tf.inside_function():
-        finite = all(bool(np.all(np.isfinite(np.asarray(g)))) for g in grads)
+    capture = bool(R().config.get("capture_grads")) and opt_id not in R().grads_taken
+    if tf is not None and tf.inside_function():
+        _record_in_graph(tf, opt_id, label, model, grads, loss, scale, capture)
+    elif keras_tensors.traced([grads, loss, scale]):
+        _record_in_jit(opt_id, label, model, grads, loss, scale, capture)
+    else:
+        finite = all(bool(np.all(np.isfinite(keras_tensors.to_numpy(g)))) for g in grads)
         try:
-            value = float(np.mean(np.asarray(loss))) if loss is not None else None
-        except (TypeError, ValueError, NotImplementedError):  # a symbolic loss from another graph
+            value = float(np.mean(keras_tensors.to_numpy(loss))) if loss is not None else None
+        except (TypeError, ValueError, NotImplementedError, AttributeError):  # a symbolic loss from another graph
             value = None
-        scale_value = float(np.asarray(scale)) if scale is not None else None
-        captured = [np.asarray(tf.cast(g, tf.float32)) for g in grads] if capture else None
+        scale_value = float(keras_tensors.to_numpy(scale)) if scale is not None else None
+        captured = [keras_tensors.to_numpy(g) for g in grads] if capture else None
         R().record_step(opt_id, label, model, value, finite, scale_value, captured)
-        return
+
+
+def _record_in_graph(tf, opt_id, label, model, grads, loss, scale, capture) -> None:
     graph = tf.compat.v1.get_default_graph()
     has_loss = loss is not None and getattr(loss, "graph", None) is graph
     finite = (
@@ -254,6 +264,33 @@ def after_apply(opt, grads, variables) -> None:
     tf.py_function(record, inputs, Tout=[])
 
 
+def _record_in_jit(opt_id, label, model, grads, loss, scale, capture) -> None:
+    """Inside ``jax.jit``: the step's values reach the recorder through ``jax.debug.callback`` when it runs."""
+    import jax
+    import jax.numpy as jnp
+
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(jnp.asarray(g, jnp.float32))) for g in grads])) if grads else True
+    values = [
+        finite,
+        jnp.asarray(scale, jnp.float32) if scale is not None else -1.0,
+        jnp.mean(jnp.asarray(loss, jnp.float32)) if loss is not None else 0.0,
+        *([jnp.asarray(g, jnp.float32) for g in grads] if capture else []),
+    ]
+
+    def record(finite_value, scale_value, loss_value, *captured):
+        R().record_step(
+            opt_id,
+            label,
+            model,
+            float(np.asarray(loss_value)) if loss is not None else None,
+            bool(np.asarray(finite_value)),
+            float(np.asarray(scale_value)) if scale is not None else None,
+            [np.asarray(c) for c in captured] if captured else None,
+        )
+
+    jax.debug.callback(record, *values)
+
+
 # --- models ------------------------------------------------------------------------------
 
 
@@ -262,17 +299,32 @@ def wrap_call(generation: int):
         def __call__(self, *args, **kwargs):
             outputs, outer = _outermost(lambda: original(self, *args, **kwargs))
             if outer:
-                tf = sys.modules["tensorflow"]
-                flat = tf.nest.flatten(outputs)
-                if not any(type(t).__name__ == "KerasTensor" for t in flat):
-                    R().see_model(
-                        self, generation, {getattr(t.dtype, "name", str(t.dtype)) for t in flat if hasattr(t, "dtype")}
-                    )
+                _see_outputs(self, generation, outputs)
             return outputs
 
         return __call__
 
     return make
+
+
+def _see_outputs(model, generation: int, outputs) -> None:
+    flat = _leaves(outputs)
+    # symbolic calls are not runs: Keras tensors, and torch's "meta" tensors of Keras's shape inference on torch
+    if not any(type(t).__name__ == "KerasTensor" or str(getattr(t, "device", "")) == "meta" for t in flat):
+        R().see_model(model, generation, {getattr(t.dtype, "name", str(t.dtype)) for t in flat if hasattr(t, "dtype")})
+
+
+def wrap_stateless_call(original):
+    """``model.stateless_call`` (Keras 3 on JAX: ``fit()`` and stateless loops call the model this way, not through
+    ``__call__``): its outputs are the first of what it returns."""
+
+    def stateless_call(self, *args, **kwargs):
+        result, outer = _outermost(lambda: original(self, *args, **kwargs))
+        if outer:
+            _see_outputs(self, 3, result[0])
+        return result
+
+    return stateless_call
 
 
 def _is_arrays(x) -> bool:
@@ -354,8 +406,10 @@ def wrap_compile(original):
     def compile(self, *args, **kwargs):
         bound, arguments = _bind(original, self, args, kwargs)
         params = inspect.signature(original).parameters
-        if "jit_compile" in params:
-            arguments["jit_compile"] = False  # recording uses tf.py_function, which XLA cannot hold
+        if "jit_compile" in params and keras_tensors.backend(self) != "jax":
+            # recording uses tf.py_function, which XLA cannot hold, and Python hooks, which torch.compile breaks
+            # at; a JAX step records through jax.debug.callback, inside jit
+            arguments["jit_compile"] = False
         if "steps_per_execution" in params:
             arguments["steps_per_execution"] = 1
         return original(*bound.args, **bound.kwargs)

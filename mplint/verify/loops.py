@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import types
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from mplint.engine.imports import dotted_name as _dotted
 
@@ -171,12 +171,11 @@ def run(script: str) -> None:
     exec(code, module.__dict__)
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(NamedTuple):
     """Where a step is taken: the outermost loop of the script's files running (``frame``, ``file``
     and ``line``; None when none runs around it: a library's loop), the lines of the script's files
     calling into that loop (``calls``, (file, line) pairs, outermost first), and the line of the
-    script itself that took the step (or called what took it)."""
+    script itself that took the step (or called what took it). A tuple: one is made at every step."""
 
     frame: object
     file: str | None
@@ -190,29 +189,48 @@ class Site:
 
 
 def current(script: str) -> Site:
-    frames = []
+    """The Site of the step being taken (called from a hook, at every step: one walk up the stack)."""
+    first: dict = {}  # id(frame) -> the line of its outermost loop running (the first entered)
+    for frame, line in _active():
+        first.setdefault(id(frame), line)
+    within = _files_within(os.path.dirname(script) + os.sep)
+    ours: list = []  # the frames of the script's files, innermost first
+    loop, outside = None, 0  # the outermost running loop's frame; ours[outside:] are the frames calling into it
+    step_line = None
     frame = sys._getframe(1)
     while frame is not None:
-        frames.append(frame)
+        filename = frame.f_code.co_filename
+        if within(filename):
+            if step_line is None and filename == script:
+                step_line = frame.f_lineno
+            ours.append(frame)
+        if id(frame) in first:
+            loop, outside = frame, len(ours)
         frame = frame.f_back
-    frames.reverse()  # outermost first
-    depth = {id(f): i for i, f in enumerate(frames)}
-    running = [(depth[id(f)], k, f, line) for k, (f, line) in enumerate(_active()) if id(f) in depth]
-    folder = os.path.dirname(script) + os.sep
-    ours = [f for f in frames if _within(f.f_code.co_filename, folder)]
-    in_script = [f for f in ours if f.f_code.co_filename == script]
-    step_line = in_script[-1].f_lineno if in_script else None
-    if not running:
-        return Site(None, None, None, tuple(_place(f) for f in ours[:1]), step_line)
-    at, _, loop_frame, line = min(running, key=lambda r: r[:2])
-    calls = tuple(_place(f) for f in ours if depth[id(f)] < at)
-    return Site(loop_frame, os.path.basename(loop_frame.f_code.co_filename), line, calls, step_line)
+    if loop is None:
+        return Site(None, None, None, tuple(_place(f) for f in ours[-1:]), step_line)
+    calls = tuple(_place(f) for f in reversed(ours[outside:]))
+    return Site(loop, os.path.basename(loop.f_code.co_filename), first[id(loop)], calls, step_line)
 
 
-@functools.lru_cache(maxsize=4096)  # asked for every frame of every step
 def _within(filename: str, folder: str) -> bool:
     """A file of the script's folder (not ``<frozen runpy>``, which is relative)."""
     return os.path.isabs(filename) and os.path.normpath(filename).startswith(folder)
+
+
+@functools.lru_cache(maxsize=8)
+def _files_within(folder: str):
+    """``_within(filename, folder)`` as a function of the file name alone, remembered (asked for every frame of every
+    step)."""
+    known: dict[str, bool] = {}
+
+    def within(filename: str) -> bool:
+        found = known.get(filename)
+        if found is None:
+            found = known[filename] = _within(filename, folder)
+        return found
+
+    return within
 
 
 def _place(frame) -> tuple[str, int]:

@@ -62,12 +62,15 @@ class Recorder:
     capped_loops: set = field(default_factory=set)  # PyTorch loops ended at their cap
     last_capped: str | None = None
     step_lines: set = field(default_factory=set)  # script lines whose optimizer steps ran (PyTorch)
+    step_counts: dict = field(default_factory=dict)  # unit -> its steps recorded (asked at every step)
     loop_aliases: dict = field(default_factory=dict)  # a loop's label -> the fuller one it is reported by
     crash: dict | None = None
     grads_taken: set = field(default_factory=set)  # ids of optimizers whose first gradients are kept
     policy_set: str | None = None
     policy_reader: object = None  # () -> the global policy's name, set by the bootstrap
     autocast_regions: dict = field(default_factory=dict)  # ((op, dtype, count), ...) -> regions that ran exactly these
+    device: str | None = None  # where the first recorded step's parameters live ("cuda:0 (NVIDIA H200)", "cpu")
+    instrumentation_error: dict | None = None  # failures.py: mplint's own code raised
 
     def autocast_region(self, counts) -> None:
         """The ops one torch autocast region ran, by output dtype (regions alike are counted once)."""
@@ -129,16 +132,17 @@ class Recorder:
             self.loops.append(self.loop)
             return self.loop
 
-    def enter_loop(self, key, label: str) -> str:
-        """Make the loop known by ``key`` the current one, started on its first step."""
+    def enter_loop(self, key, label) -> str:
+        """Make the loop known by ``key`` the current one, started on its first step and named then by ``label()``
+        (asked at every step: naming a loop costs more than the lookup)."""
         with self.lock:
             if key not in self.loop_keys:
-                self.loop_keys[key] = self.start_loop("", label)
+                self.loop_keys[key] = self.start_loop("", label())
             self.loop = self.loop_keys[key]
             return self.loop
 
     def steps_of(self, unit: str) -> int:
-        return sum(1 for s in self.steps if s.unit == unit)
+        return self.step_counts.get(unit, 0)
 
     def unit_of(self, optimizer_id: int, optimizer_label: str) -> str:
         loop = self.loop or self.start_loop("custom loop")
@@ -163,18 +167,27 @@ class Recorder:
         scale,
         grads=None,
         update: float | None = None,
+        at: float | None = None,
     ) -> None:
-        """One optimizer application. Outside fit(), an optimizer's step past the cap stops the script
-        for good: every optimizer of the loop has then made its capped steps."""
+        """One optimizer application, ended at ``at`` (``time.perf_counter()``; now by default). Outside fit(), an
+        optimizer's step past the cap stops the script for good: every optimizer of the loop has then made its
+        capped steps."""
         with self.lock:
             if self.finished:
                 return
             unit = self.unit_of(optimizer_id, optimizer_label)
-            done = sum(1 for s in self.steps if s.unit == unit)
-            if not self.in_fit and done >= self.cap:
+            if not self.in_fit and self.steps_of(unit) >= self.cap:
                 self.finish("step-cap")
+            self.step_counts[unit] = self.steps_of(unit) + 1
             self.steps.append(
-                Step(loss, bool(finite_grads), scale, time.perf_counter(), model or self.current_model, unit)
+                Step(
+                    loss,
+                    bool(finite_grads),
+                    scale,
+                    time.perf_counter() if at is None else at,
+                    model or self.current_model,
+                    unit,
+                )
             )
             if grads is not None and self.units[unit]["first_grads"] is None:
                 self.units[unit]["first_grads"] = grads
@@ -247,6 +260,8 @@ class Recorder:
             "units": units,
             "loops": [self.loop_aliases.get(loop, loop) for loop in self.loops],
             "crash": self.crash,
+            "instrumentation_error": self.instrumentation_error,
+            "device": self.device,
             "events": self.events,
             "autocast_regions": [
                 {"regions": n, "ops": [list(op) for op in key]} for key, n in self.autocast_regions.items()
@@ -270,15 +285,26 @@ class Recorder:
             for i, g in enumerate(info["first_grads"] or [])
         }
         if arrays:
-            import numpy as np
-
-            np.savez(self.config["records"] + ".grads.npz", **arrays)
+            save_grads(self.config["records"], arrays)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:
                 pass
         os._exit(exit_code)
+
+
+def save_grads(records: str, arrays: dict) -> None:
+    """The first steps' gradients (NumPy arrays, or CPU tensors of PyTorch) beside the records: ``.grads.npz``, or
+    ``.grads.pt`` where NumPy is not installed (a machine with only torch), which the parent reads with torch."""
+    try:
+        import numpy as np
+    except ImportError:
+        import torch
+
+        torch.save(arrays, records + ".grads.pt")
+        return
+    np.savez(records + ".grads.npz", **{name: np.asarray(g) for name, g in arrays.items()})
 
 
 RECORDER: Recorder | None = None

@@ -27,10 +27,12 @@ class RunOptions:
     timeout: float = 300.0
     force_policy: str | None = None
     capture_grads: bool = True
+    timing: bool = False  # --benchmark: the step timer alone (torch_hooks.py), nothing else that costs time
     keras: int = 3
     source_dir: str | None = None  # the original script's folder, for sibling imports of a copy
     memory_limit_mb: int | None = None  # address-space cap (RLIMIT_AS) of the instrumented process
     framework: str = "keras"  # or "torch"
+    backend: str = "tensorflow"  # Keras 3's: "jax", "torch" (set as KERAS_BACKEND for the run) or "tensorflow"
     isolated: bool = True  # in a private view of the file system (isolate.py); else Python-level redirection
     warm: bool = True  # a fork of an interpreter that imported the framework once, where faithful (warm.py)
 
@@ -38,7 +40,9 @@ class RunOptions:
 @dataclass
 class RunResult:
     label: str
-    status: str  # completed, step-cap, exited, crashed, out-of-memory, timeout, nothing-recorded, not-isolated
+    # completed, step-cap, exited, crashed, out-of-memory, timeout, nothing-recorded, not-isolated,
+    # instrumentation-failed (mplint's own code raised: failures.py)
+    status: str
     detail: str = ""
     records: dict = field(default_factory=dict)
     first_grads: dict = field(default_factory=dict)  # unit index -> its first step's gradients
@@ -183,9 +187,11 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
         "records": str(records),
         "force_policy": options.force_policy,
         "capture_grads": options.capture_grads,
+        "timing": options.timing,
         "source_dir": options.source_dir,
         "isolated": options.isolated,
         "framework": options.framework,
+        "backend": options.backend,
         "line_map": original_lines(original, text) if text is not None else {},
     }
     (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -200,6 +206,8 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(mplint.__file__).parent.parent), env.get("PYTHONPATH")]))
     if options.keras == 2:
         env["TF_USE_LEGACY_KERAS"] = "1"
+    elif options.framework == "keras":
+        env["KERAS_BACKEND"] = options.backend  # as the script or the user chose it (cli.detect_backend)
     limit = options.memory_limit_mb
     launched = _launch_warm(options, env, work, base, scratch) if options.warm else None
     if launched is None:
@@ -235,19 +243,32 @@ def _run_in(base: Path, label: str, script: Path, argv: list[str], options: RunO
     if options.isolated:
         data.setdefault("events", {})["writes_redirected"] = isolate.writes_outside(base)
     result = RunResult(label, data["status"], data.get("detail", ""), data, stderr_tail=_tail(stderr))
-    grads = Path(str(records) + ".grads.npz")
-    if grads.exists():
-        import numpy as np
-
-        with np.load(grads) as npz:
-            for name in npz.files:  # u<unit>_<index>
-                unit, index = map(int, name[1:].split("_"))
-                result.first_grads.setdefault(unit, {})[index] = npz[name]
-        result.first_grads = {u: [g[i] for i in sorted(g)] for u, g in result.first_grads.items()}
+    result.first_grads = _first_grads(records)
     if result.ok and not any(m.get("output_dtypes") for m in data.get("models", [])) and not data.get("steps"):
         result.status = "nothing-recorded"
         result.detail = "the script ran but no Keras model or torch module was called and no optimizer step ran"
     return result
+
+
+def _first_grads(records: Path) -> dict:
+    """Each unit's first-step gradients as the run saved them (recorder.save_grads): NumPy arrays, or CPU tensors
+    where the run had no NumPy."""
+    arrays: dict = {}
+    npz, pt = Path(str(records) + ".grads.npz"), Path(str(records) + ".grads.pt")
+    if npz.exists():
+        import numpy as np
+
+        with np.load(npz) as saved:
+            arrays = {name: saved[name] for name in saved.files}
+    elif pt.exists():
+        import torch
+
+        arrays = torch.load(pt, weights_only=True)
+    grads: dict = {}
+    for name, array in arrays.items():  # u<unit>_<index>
+        unit, index = map(int, name[1:].split("_"))
+        grads.setdefault(unit, {})[index] = array
+    return {u: [g[i] for i in sorted(g)] for u, g in grads.items()}
 
 
 @functools.cache
@@ -351,7 +372,7 @@ def _launch_warm(
         "stdout": str(out_path),
         "stderr": str(err_path),
     }
-    module = warm.IMPORTS[options.framework]
+    module = warm.IMPORTS[warm.setting(options.framework, options.backend)]
     try:
         returncode, timed_out = warm.warm_for(module, env).run(request, options.timeout)
     except warm.WarmStartFailed:  # nothing ran: start it fresh

@@ -2,21 +2,29 @@
 step hooks, ``GradScaler`` steps with their scale and skipped (inf/NaN) steps, the loss of each
 ``backward()``, top-level modules' output dtypes by forward hooks, the dtype each op ran in inside
 an autocast region (a ``TorchDispatchMode`` entered with the region), autocast/GradScaler turned
-off for the float32 reference, and dataset/hub downloads blocked."""
+off for the float32 reference, and dataset/hub downloads blocked.
+
+What a step's hooks learn stays a tensor on the script's device until the step is recorded, where
+``torch_reads.host`` reads it all at once; nothing of it is kept after. A timed run (``--benchmark``,
+``timing`` in the config) installs only the step timer: no dispatch mode, no forward hooks, no loss,
+gradient or update reads, and the timer waits for the GPU before each reading. mplint's code in the
+hooks runs under ``failures.own_code``: an exception there is reported as mplint's."""
 
 from __future__ import annotations
 
 import functools
-import math
 import os
+import sys
 import threading
+import time
 from collections import Counter
 
-from mplint.verify import loop_caps, loops, recorder, sandbox
-from mplint.verify.hooks import patch_function
+from mplint.verify import loop_caps, loops, recorder, sandbox, torch_reads
+from mplint.verify.failures import failed, guarded, own_code
+from mplint.verify.patching import patch_function
 
 _local = threading.local()
-_scaled: dict = {}  # id(scaled loss) -> loss: report the loss the user wrote
+UNSCALED = "_mplint_unscaled"  # on the tensor GradScaler.scale returns: the loss the user wrote (detached)
 
 
 def R() -> recorder.Recorder:
@@ -27,15 +35,30 @@ def _params(optimizer) -> list:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-def _finite(torch, tensors) -> bool:
-    return all(bool(torch.isfinite(t).all()) for t in tensors)
+def _timing() -> bool:
+    return bool(R().config.get("timing"))
 
 
-def _loss_value(loss) -> float | None:
+def _pending() -> dict:
+    """What the step now running has learnt, as tensors on its device (read when it is recorded)."""
+    if not hasattr(_local, "pending"):
+        _local.pending = {}
+    return _local.pending
+
+
+def _loss_tensor(loss):
     try:
-        return float(loss.detach().float().mean())
+        return loss.detach().float().mean()
     except Exception:  # noqa: BLE001 - a loss of an odd type is not recorded
         return None
+
+
+def _clock() -> float:
+    """Now, once the GPU has finished what the step queued (else the time is that of queueing it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 def _before_step(optimizer) -> None:
@@ -44,12 +67,13 @@ def _before_step(optimizer) -> None:
     script runs no loop around the step, or caught the stop, the run ends here."""
     rec = R()
     site = loops.current(rec.config["script"])
-    loop = rec.enter_loop(site.key, loop_caps.loop_label(site, rec.loop_keys))
+    loop = rec.enter_loop(site.key, lambda: loop_caps.loop_label(site, rec.loop_keys))
     unit = rec.unit_of(id(optimizer), type(optimizer).__name__)
     if site.step_line is not None:
         rec.step_lines.add(site.step_line)
     if rec.steps_of(unit) < rec.cap:
         return
+    _local.loss, _local.pending = None, {}  # the backward of a step that is not taken
     loop_caps.end_loop(site, loop)
 
 
@@ -81,58 +105,89 @@ def stopped_after_cap(exc: BaseException, crash: dict) -> bool:
     return True
 
 
+@guarded
 def _pre_step(optimizer, args, kwargs) -> None:
-    """Before the update: the first step's gradients (underflow) and weights (update size)."""
-    import torch
-
+    """Before the update: whether the gradients are finite, and on an optimizer's first step its gradients
+    (underflow) and weights (update size)."""
     if not getattr(_local, "scaler_depth", 0):  # else GradScaler.step did it
         _before_step(optimizer)
+    if _timing():
+        return
+    import torch
+
     params = [p for p in _params(optimizer) if p.grad is not None]
-    _local.grads_finite = _finite(torch, [p.grad for p in params])
-    first = id(optimizer) not in R().grads_taken
-    _local.before = [p.detach().float().clone() for p in params] if first else None
-    _local.grads = (
-        [p.grad.detach().float().numpy().copy() for p in params] if first and R().config.get("capture_grads") else None
+    pending = _pending()
+    if params:
+        pending["finite"] = torch.stack([torch.isfinite(p.grad).all() for p in params]).all()
+    if id(optimizer) not in R().grads_taken:
+        pending["before"] = [p.detach().clone() for p in params]
+        if R().config.get("capture_grads"):
+            pending["grads"] = [p.grad.detach().clone() for p in params]
+
+
+@guarded
+def _post_step(optimizer, args, kwargs) -> None:
+    pending = _pending()
+    before = pending.pop("before", None)
+    if before:
+        import torch
+
+        params = [p for p in _params(optimizer) if p.grad is not None]
+        squares = [(p.detach().float() - b.float()).square().sum() for p, b in zip(params, before)]
+        pending["update"] = torch.stack(squares).sum().sqrt()
+    if not getattr(_local, "scaler_depth", 0):  # else recorded by GradScaler.step, which knows the scale
+        _record(optimizer)
+
+
+def _record(optimizer, scale=None, found_inf=()) -> None:
+    """The step ends here: what it learnt read once (torch_reads.host) and recorded; no tensor of it is kept."""
+    rec = R()
+    if rec.device is None:
+        rec.device = next((_device_name(p.device) for p in _params(optimizer)), None)
+    if _timing():
+        rec.record_step(id(optimizer), type(optimizer).__name__, None, None, True, None, at=_clock())
+        return
+    params = _params(optimizer)
+    pending, _local.pending = _pending(), {}
+    loss, _local.loss = getattr(_local, "loss", None), None
+    found = {f"found_inf {i}": t for i, t in enumerate(found_inf)}
+    read = torch_reads.host({"loss": loss, "scale": scale, **found, **pending})
+    finite = not any(read[name] for name in found) if found else read.get("finite") in (None, 1.0)
+    model = rec.model_of(params)
+    grads, update = read.get("grads"), read.get("update")
+    _local.loss = read["loss"]  # a number: the loss of a second optimizer stepped after the same backward
+    rec.record_step(
+        id(optimizer), type(optimizer).__name__, model, read["loss"], finite, read["scale"], grads, update, _clock()
     )
 
 
-def _post_step(optimizer, args, kwargs) -> None:
+def _device_name(device) -> str:
+    import torch
 
-    before = getattr(_local, "before", None)
-    update = None
-    if before is not None:
-        params = [p for p in _params(optimizer) if p.grad is not None]
-        update = math.sqrt(sum(float(((p.detach().float() - b) ** 2).sum()) for p, b in zip(params, before)))
-    _local.before = None
-    if getattr(_local, "scaler_depth", 0):  # recorded by GradScaler.step, which knows the scale
-        _local.update = update
-        return
-    _record(optimizer, getattr(_local, "grads_finite", True), None, update)
-
-
-def _record(optimizer, finite: bool, scale, update) -> None:
-    rec = R()
-    model = rec.model_of(_params(optimizer))
-    loss = getattr(_local, "loss", None)
-    grads, _local.grads = getattr(_local, "grads", None), None
-    rec.record_step(id(optimizer), type(optimizer).__name__, model, loss, finite, scale, grads, update=update)
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
 
 
 def wrap_scaler_step(original):
     def step(self, optimizer, *args, **kwargs):
-        _before_step(optimizer)
-        _local.scaler_depth = getattr(_local, "scaler_depth", 0) + 1
-        _local.update = None
-        _local.grads_finite = True
+        with own_code():
+            _before_step(optimizer)
+            _local.scaler_depth = getattr(_local, "scaler_depth", 0) + 1
         try:
             result = original(self, optimizer, *args, **kwargs)
         finally:
             _local.scaler_depth -= 1
-        if not self.is_enabled():
-            _record(optimizer, _local.grads_finite, None, _local.update)
-            return result
-        found_inf = sum(float(v) for v in self._found_inf_per_device(optimizer).values())
-        _record(optimizer, found_inf == 0, float(self.get_scale()), _local.update)
+        with own_code():
+            if _timing() or not self.is_enabled():
+                _record(optimizer)
+            else:
+                scale = getattr(self, "_scale", None)
+                _record(
+                    optimizer,
+                    self.get_scale() if scale is None else scale,
+                    self._found_inf_per_device(optimizer).values(),
+                )
         return result
 
     return step
@@ -141,9 +196,9 @@ def wrap_scaler_step(original):
 def wrap_scaler_scale(original):
     def scale(self, outputs):
         scaled = original(self, outputs)
-        if len(_scaled) > 64:
-            _scaled.clear()
-        _scaled[id(scaled)] = outputs
+        with own_code():
+            if hasattr(outputs, "detach") and hasattr(scaled, "backward"):
+                setattr(scaled, UNSCALED, outputs.detach())
         return scaled
 
     return scale
@@ -151,17 +206,34 @@ def wrap_scaler_scale(original):
 
 def wrap_backward(original):
     def backward(self, *args, **kwargs):
-        _local.loss = _loss_value(_scaled.get(id(self), self))
+        with own_code():
+            _local.loss = _loss_tensor(getattr(self, UNSCALED, self))
+            if "keras" in sys.modules:  # Keras 3 on torch: the loss of its next apply()
+                from mplint.verify import hooks
+
+                hooks.remember_loss(None, hooks.unscaled(self))
         return original(self, *args, **kwargs)
 
     return backward
 
 
+def _keras_layer(module) -> bool:
+    """A Keras 3 layer or model on the torch backend (also a torch module): recorded by the Keras hooks."""
+    layer = getattr(sys.modules.get("keras.src.layers.layer"), "Layer", None)
+    return layer is not None and isinstance(module, layer)
+
+
+@guarded
 def _forward_pre(module, args) -> None:
+    if _keras_layer(module):
+        return
     _local.depth = getattr(_local, "depth", 0) + 1
 
 
+@guarded
 def _forward_post(module, args, output) -> None:
+    if _keras_layer(module):
+        return
     _local.depth = getattr(_local, "depth", 1) - 1
     if _local.depth or not any(True for _ in module.parameters()):  # nested layers and loss modules
         return
@@ -190,21 +262,22 @@ def _turned_off(what: str, device: str) -> None:
 def wrap_autocast_init(original):
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        if (
-            R().config.get("force_policy") != "float32"
-            and not self._enabled
-            and _requested(original, self, args, kwargs)
-        ):
-            _turned_off(f"autocast(device_type={self.device!r})", self.device)
-        if R().config.get("force_policy") == "float32":
-            R().policy_set = "float32"
-            if self._enabled:
-                R().note("notes", "autocast turned off for the float32 reference")
-            self._enabled = False
-        elif self._enabled:
-            R().policy_set = f"autocast {str(self.fast_dtype).replace('torch.', '')}"
+        with own_code():
+            _autocast_made(original, self, args, kwargs)
 
     return __init__
+
+
+def _autocast_made(original, self, args, kwargs) -> None:
+    if R().config.get("force_policy") != "float32" and not self._enabled and _requested(original, self, args, kwargs):
+        _turned_off(f"autocast(device_type={self.device!r})", self.device)
+    if R().config.get("force_policy") == "float32":
+        R().policy_set = "float32"
+        if self._enabled:
+            R().note("notes", "autocast turned off for the float32 reference")
+        self._enabled = False
+    elif self._enabled:
+        R().policy_set = f"autocast {str(self.fast_dtype).replace('torch.', '')}"
 
 
 _op_modes: dict = {}  # the dispatch mode class, made once torch is imported
@@ -225,7 +298,14 @@ def _op_mode_class():
                 self.counts: Counter = Counter()
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
+                out = func(*args, **(kwargs or {}))  # the script's op: its errors are the script's
+                try:
+                    self.count(func, args, kwargs, out)
+                except Exception as exc:  # noqa: BLE001 - mplint's bookkeeping
+                    failed(exc)
+                return out
+
+            def count(self, func, args, kwargs, out) -> None:
                 name = func.overloadpacket.__name__
                 first = out[0] if isinstance(out, (tuple, list)) and out else out
                 dtype = getattr(first, "dtype", None)
@@ -235,7 +315,6 @@ def _op_mode_class():
                 # factories (randn, zeros) take no tensor: autocast does not apply to them
                 if computed and any(isinstance(a, torch.Tensor) for a in tree_leaves((args, kwargs))):
                     self.counts[(name, str(dtype).replace("torch.", ""))] += 1
-                return out
 
         _op_modes["cls"] = AutocastOps
     return _op_modes["cls"]
@@ -244,10 +323,11 @@ def _op_mode_class():
 def wrap_autocast_enter(original):
     def __enter__(self):
         result = original(self)
-        if self._enabled and R().config.get("force_policy") != "float32":
-            mode = _op_mode_class()()
-            mode.__enter__()
-            self.__dict__.setdefault("_mplint_op_modes", []).append(mode)
+        with own_code():
+            if self._enabled and R().config.get("force_policy") != "float32":
+                mode = _op_mode_class()()
+                mode.__enter__()
+                self.__dict__.setdefault("_mplint_op_modes", []).append(mode)
         return result
 
     return __enter__
@@ -255,11 +335,12 @@ def wrap_autocast_enter(original):
 
 def wrap_autocast_exit(original):
     def __exit__(self, *exc):
-        modes = self.__dict__.get("_mplint_op_modes")
-        if modes:
-            mode = modes.pop()
-            mode.__exit__(None, None, None)
-            R().autocast_region(mode.counts)
+        with own_code():
+            modes = self.__dict__.get("_mplint_op_modes")
+            if modes:
+                mode = modes.pop()
+                mode.__exit__(None, None, None)
+                R().autocast_region(mode.counts)
         return original(self, *exc)
 
     return __exit__
@@ -270,9 +351,10 @@ def wrap_scaler_init(original):
         if R().config.get("force_policy") == "float32":
             kwargs["enabled"] = False
         original(self, *args, **kwargs)
-        if not self._enabled and _requested(original, self, args, kwargs):
-            device = getattr(self, "_device", "cuda")
-            _turned_off(f"GradScaler({device!r})", device)
+        with own_code():
+            if not self._enabled and _requested(original, self, args, kwargs):
+                device = getattr(self, "_device", "cuda")
+                _turned_off(f"GradScaler({device!r})", device)
 
     return __init__
 
@@ -294,21 +376,24 @@ def blocked_download(what: str):
 
 
 def install_torch(torch) -> None:
+    """The hooks; for a timed run only those that count steps, end loops, time steps, turn reduced precision off
+    for the float32 reference and block downloads."""
     from torch.optim import optimizer
 
     torch.manual_seed(R().config["seed"])
     optimizer.register_optimizer_step_pre_hook(_pre_step)
     optimizer.register_optimizer_step_post_hook(_post_step)
-    torch.nn.modules.module.register_module_forward_pre_hook(_forward_pre)
-    torch.nn.modules.module.register_module_forward_hook(_forward_post)
-    torch.Tensor.backward = wrap_backward(torch.Tensor.backward)
     scaler_cls = torch.amp.GradScaler
     scaler_cls.step = wrap_scaler_step(scaler_cls.step)
-    scaler_cls.scale = wrap_scaler_scale(scaler_cls.scale)
     scaler_cls.__init__ = wrap_scaler_init(scaler_cls.__init__)
     torch.autocast.__init__ = wrap_autocast_init(torch.autocast.__init__)
-    torch.autocast.__enter__ = wrap_autocast_enter(torch.autocast.__enter__)
-    torch.autocast.__exit__ = wrap_autocast_exit(torch.autocast.__exit__)
+    if not _timing():
+        torch.nn.modules.module.register_module_forward_pre_hook(_forward_pre)
+        torch.nn.modules.module.register_module_forward_hook(_forward_post)
+        torch.Tensor.backward = wrap_backward(torch.Tensor.backward)
+        scaler_cls.scale = wrap_scaler_scale(scaler_cls.scale)
+        torch.autocast.__enter__ = wrap_autocast_enter(torch.autocast.__enter__)
+        torch.autocast.__exit__ = wrap_autocast_exit(torch.autocast.__exit__)
     for name in ("load", "load_state_dict_from_url", "download_url_to_file"):
         patch_function("torch.hub", name, blocked_download(f"torch.hub.{name}"), "torch")
 

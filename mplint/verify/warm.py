@@ -1,9 +1,9 @@
 """Warm starts: one interpreter imports the framework once, and each run of the script is a fork of it.
 
 Importing TensorFlow takes 3-4 s, more than a capped run trains, and ``mplint verify --fix`` runs the script
-three times. A *warm* interpreter, started with the runs' environment, imports the framework (TensorFlow or
-torch, nothing of the script) and waits; each run is a child forked from it that does what a fresh
-``isolate`` + ``bootstrap`` process pair does: a new session, its own output files and environment, the private
+three times. A *warm* interpreter, started with the runs' environment, imports the framework (TensorFlow, torch, or
+Keras 3 on its JAX or torch backend; nothing of the script) and waits; each run is a child forked from it that does
+what a fresh ``isolate`` + ``bootstrap`` process pair does: a new session, its own output files and environment, the private
 view of the file system (``isolate.enter``: a fork has one thread, as ``unshare(CLONE_NEWUSER)`` requires),
 every privilege that view gave it dropped (no exec follows to drop them), then the bootstrap, whose hooks are
 installed on the modules already imported. The child ends with ``os._exit``: nothing of the warm interpreter's
@@ -33,8 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-# What a warm interpreter imports for each framework setting of RunOptions.
-IMPORTS = {"keras": "tensorflow", "torch": "torch"}
+# What a warm interpreter imports for each framework setting of RunOptions (``setting``): Keras 3 on JAX or torch
+# imports its backend itself (KERAS_BACKEND is in the runs' environment), and never TensorFlow.
+IMPORTS = {"keras": "tensorflow", "torch": "torch", "keras-jax": "keras", "keras-torch": "keras"}
 # Device files of accelerators whose runtimes do not survive a fork (NVIDIA, AMD ROCm, WSL's GPU, TPU/VFIO).
 DEVICE_PATTERNS = ("/dev/nvidia*", "/dev/kfd", "/dev/dxg", "/dev/accel*", "/dev/vfio/*")
 # Per run, not per warm interpreter: the run's scratch folders (below, a warm interpreter's own).
@@ -72,6 +73,11 @@ def run_python(
                 text = [p.read_text(encoding="utf-8", errors="replace") if p.exists() else "" for p in (out, err)]
                 return subprocess.CompletedProcess(command, -1 if status is None else status, *text)
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def setting(framework: str, backend: str) -> str:
+    """The key of ``IMPORTS`` for a run of ``framework`` ("keras" or "torch") on Keras 3's ``backend``."""
+    return framework if framework == "torch" or backend == "tensorflow" else f"keras-{backend}"
 
 
 def kill_group(pid: int) -> None:
