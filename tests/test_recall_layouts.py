@@ -367,12 +367,19 @@ def test_mp601_masks_and_epsilons_in_a_published_package_whose_tool_script_sets_
     ]  # the second epsilon meets a float32 value
     fixed = lint_code(PACKAGE_LAYERS, path="recsys/layers.py", files=files, select=["MP601"], fix=True)
     assert fixed.fixed_code == (
-        PACKAGE_LAYERS.replace("(-2 ** 32 + 1)", '(-3e4 if outputs.dtype == "float16" else (-2 ** 32 + 1))')
+        PACKAGE_LAYERS.replace(
+            "(-2 ** 32 + 1)",
+            '(-3e4 if keras.backend.standardize_dtype(outputs.dtype) == "float16" else (-2 ** 32 + 1))',
+        )
         .replace(
             "ops.cast(tf.float32.min, scores.dtype)",
-            'ops.cast((-3e4 if scores.dtype == "float16" else tf.float32.min), scores.dtype)',
+            'ops.cast((-3e4 if keras.backend.standardize_dtype(scores.dtype) == "float16" else tf.float32.min), '
+            "scores.dtype)",
         )
-        .replace("ops.add(p, 1e-8)", 'ops.add(p, (6.104e-05 if p.dtype == "float16" else 1e-8))')
+        .replace(
+            "ops.add(p, 1e-8)",
+            'ops.add(p, (6.104e-05 if keras.backend.standardize_dtype(p.dtype) == "float16" else 1e-8))',
+        )
     )
 
 

@@ -66,3 +66,73 @@ def test_an_entry_points_and_a_library_modules_functions_are_not_dead(tmp_path, 
     assert facts["script.py"].uncalled == facts["lib/amp.py"].uncalled == frozenset()
     code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
     assert code == 1 and len(found) == 10
+
+
+GENERAL = """\
+import torch
+from torch import nn
+
+
+class AutoShape(nn.Module):
+    def forward(self, x):
+        with torch.cuda.amp.autocast():
+            return x
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        with torch.cuda.amp.autocast():
+            return x
+
+
+def check_amp(model):
+    return AutoShape()(model)
+
+
+def self_test():
+    return check_amp(None)
+
+
+def build():
+    return Net()
+"""
+
+
+def test_what_only_uncalled_code_names_is_uncalled_too(tmp_path, capsys):
+    # self_test is named by nothing; check_amp only by self_test; AutoShape only by check_amp. Net's forward runs
+    # through nn.Module.__call__ though no code names it: a derived class's methods run once the class is named.
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "requirements.txt": "torch>=2.4\n",
+            "general.py": GENERAL,
+            "train.py": "from general import build\n\nbuild()(1)\n",
+        },
+    )
+    assert project_facts(tmp_path)["general.py"].uncalled == frozenset({"AutoShape.forward", "check_amp", "self_test"})
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert (code, [(rule, line) for rule, line, _, _ in found]) == (1, [("MPT502", 13)])
+
+
+def test_a_module_nothing_imports_beside_a_script_is_dead_a_lone_one_is_not(tmp_path, capsys):
+    # a stale copy beside the folder's scripts never runs; a module in a folder without scripts may be its users'
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "requirements.txt": "torch>=2.4\n",
+            "run/infer.py": "import torch\n\nprint(torch.ones(1))\n",
+            "run/model.py": HELPERS,
+            "lib/model.py": HELPERS,
+        },
+    )
+    facts = project_facts(tmp_path)
+    assert facts["run/model.py"].uncalled == frozenset(
+        {"autocast_context", "legacy_scaler", "Trainer.step", "Trainer.old_step", "Trainer.__enter__"}
+    )
+    assert facts["lib/model.py"].uncalled == frozenset()
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path / "run")) == (0, [])
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path / "lib"))
+    assert (code, [line for _, line, _, _ in found]) == (1, [5, 9, 14, 18, 22])

@@ -102,9 +102,14 @@ class FileFacts:
     # The code's own version evidence (``mplint.knowledge.code_versions``): (package, specifier, what, line) of each
     # name whose unconditional use bounds the versions it runs on (``from torch._six import inf``: torch < 2.0).
     version_bounds: list[tuple[str, str, str, int]] = field(default_factory=list)
-    # Module-level functions and methods without a decorator (``f``, ``Class.method``): a function nothing in the
-    # project names is never called, and version rules do not report its code.
-    functions: list[str] = field(default_factory=list)
+    # Module-level functions and methods without a decorator (``f``, ``Class.method``), each with the names its body
+    # reads; and the names the rest of the module reads. A function that only uncalled functions name is never called
+    # either, and version rules do not report its code (``programs.uncalled_functions``).
+    functions: dict[str, list[str]] = field(default_factory=dict)
+    outside_uses: list[str] = field(default_factory=list)
+    # Top-level classes deriving from another class: a framework calls their methods by its own names (``forward``
+    # through ``__call__``, Keras' ``call``), so any method of one that is instantiated may run.
+    subclasses: list[str] = field(default_factory=list)
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
     # Summaries of functions and classes that callers in other modules need: name -> kind -> summary. The kinds,
     # and what each summary's fields say, are declared by the rules that read them (``mplint.engine.summaries``).
@@ -594,18 +599,32 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
     return {name: value for name, value in found.items() if bound[name] == 1}
 
 
-def _plain_functions(tree: ast.Module) -> list[str]:
-    """Top-level functions and the methods of top-level classes that no decorator registers."""
-    out = []
+def _used_names_skipping(tree: ast.AST, skip: set[int]) -> set[str]:
+    uses: set[str] = set()
+    stack: list = [tree]
+    while stack:
+        node = stack.pop()
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Name):
+            uses.add(node.id)
+            continue
+        if isinstance(node, ast.Attribute):
+            uses.add(node.attr)
+        stack.extend(ast.iter_child_nodes(node))
+    return uses
+
+
+def _plain_functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Top-level functions and the methods of top-level classes that no decorator registers, by qualified name."""
+    out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.decorator_list:
-            out.append(stmt.name)
+            out.setdefault(stmt.name, stmt)
         elif isinstance(stmt, ast.ClassDef) and not stmt.decorator_list:
-            out += [
-                f"{stmt.name}.{item.name}"
-                for item in stmt.body
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.decorator_list
-            ]
+            for item in stmt.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.decorator_list:
+                    out.setdefault(f"{stmt.name}.{item.name}", item)
     return out
 
 
@@ -678,13 +697,16 @@ def _reexports(records: list[ImportRecord], module_name: str, conditional: dict[
     return out
 
 
-def _used_names(tree: ast.Module) -> set[str]:
+def _used_names(tree: ast.AST, skip: set[int] | None = None, body_only: bool = False) -> set[str]:
     """Names read and attributes accessed anywhere (what an import of this module may lead to): the files
     that get no full visit (``_FACT_TOKENS``) walk for these alone, so the loop is as tight as it gets (no
-    list of every node; a name ends its branch, constants and other leaves are never opened)."""
+    list of every node; a name ends its branch, constants and other leaves are never opened). ``skip``: nodes
+    (by id) left out with everything below them; ``body_only``: a function's body alone (not its signature)."""
+    if skip:
+        return _used_names_skipping(tree, skip)
     uses: set[str] = set()
     add = uses.add
-    stack: list = [tree]
+    stack: list = list(tree.body) if body_only else [tree]
     pop, push, extend = stack.pop, stack.append, stack.extend
     name, attribute, fields_of = ast.Name, ast.Attribute, _USE_FIELDS
     while stack:
@@ -780,6 +802,14 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
     facts.uses = sorted(uses)
     _summaries(tree, source, facts)
     facts.defines = _defined_names(tree)
-    facts.functions = _plain_functions(tree)
+    plain = _plain_functions(tree)
+    facts.functions = {name: sorted(_used_names(node, body_only=True)) for name, node in plain.items()}
+    facts.outside_uses = sorted(_used_names(tree, skip={id(node) for node in plain.values()}))
+    facts.subclasses = [
+        stmt.name
+        for stmt in tree.body
+        if isinstance(stmt, ast.ClassDef)
+        and any(not (isinstance(b, ast.Name) and b.id == "object") for b in stmt.bases)
+    ]
     facts.aliases = _aliases(tree)
     return facts

@@ -554,7 +554,7 @@ def module_facts(
         imports, legacy = package_imports.get(_package_of(m), (frozenset(), False))
         package_imports[_package_of(m)] = (imports | m.facts.keras_imports, legacy or m.facts.legacy_keras_env)
     program_generation: dict[Program, Generation] = {}
-    named = frozenset().union(*(m.uses for m in model.modules)) if model.modules else frozenset()
+    uncalled = uncalled_functions(model, distribution)
     out: dict[str, ProjectFacts] = {}
     for module in model.modules:
         defines = frozenset(module.facts.defines)
@@ -611,9 +611,7 @@ def module_facts(
             trained_names=defines & frozenset().union(*(p.trains for p in programs)),
             # only in the project's own helper modules: an entry point's or a library module's functions may be
             # called from outside (an interactive session, the library's users)
-            uncalled=_uncalled(module, named)
-            if module in model.imported and not published and not testing
-            else frozenset(),
+            uncalled=uncalled.get(module, frozenset()),
         )
     return out
 
@@ -657,15 +655,72 @@ def _generation(
     return min(found, key=lambda g: g.value)
 
 
-def _uncalled(module: Module, named: frozenset[str]) -> frozenset[str]:
-    """The module's plain functions and methods whose name no module of the project reads or calls (``named``: every
-    name and attribute the project's code reads). Dunder methods run implicitly, and ``main`` is often named only in a
-    packaging entry point."""
-    return frozenset(
-        f
-        for f in module.facts.functions
-        if (last := f.rsplit(".", 1)[-1]) not in named and not last.startswith("__") and last != "main"
-    )
+def uncalled_functions(model: ProjectModel, distribution: Distribution | None) -> dict[Module, frozenset[str]]:
+    """The plain functions and methods of the project's helper modules that never run: those no live code names.
+
+    Helper modules are the unpublished, non-test modules the project imports, and the orphans beside an entry point
+    that imports a framework (a module nothing imports in a folder of training scripts: a stale copy). Their top-level code runs on import; every other
+    module's code may be called from outside (a script's functions from a notebook, a library's by its users), so
+    all of it counts as live. Liveness then follows names: a live function's body makes the names it reads live, so
+    a function that only an uncalled function calls is uncalled too. A method runs only if its class is named by
+    live code, and, for a class deriving from none, if its name is; dunder methods and ``main`` (often named only
+    by a packaging entry point) always run."""
+    entry_folders = {m.folder for m in model.modules if m.entry and _runs_a_framework(m)}
+    helpers = {
+        m
+        for m in model.modules
+        if not _is_test_module(m.path)
+        and not (distribution is not None and distribution.ships(m.path))
+        and not m.entry
+        and (m in model.imported or m.folder in entry_folders and m.path.name != "__init__.py")
+    }
+    live: set[str] = set()
+    # each helper function that may be dead -> the names that must all be live for it to run
+    keys: dict[tuple[Module, str], set[str]] = {}
+    for module in model.modules:
+        if module not in helpers:
+            live.update(module.uses)
+            continue
+        live.update(module.facts.outside_uses)
+        derived = set(module.facts.subclasses)
+        for qualified in module.facts.functions:
+            owner, _, name = qualified.rpartition(".")
+            implicit = name.startswith("__") or not owner and name == "main"
+            needed = {owner} if owner else set()
+            if not implicit and owner not in derived:
+                needed.add(name)
+            keys[module, qualified] = needed
+    waiting: dict[str, list[tuple[Module, str]]] = {}
+    remaining = {function: len(needed) for function, needed in keys.items()}
+    pending = list(live)
+    for function, needed in keys.items():
+        for key in needed:
+            waiting.setdefault(key, []).append(function)
+        if not needed:
+            pending.extend(function[0].facts.functions[function[1]])
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for function in waiting.get(name, ()):
+            remaining[function] -= 1
+            if remaining[function] == 0:  # every key live: it runs, and so does what it names
+                pending.extend(function[0].facts.functions[function[1]])
+    out: dict[Module, set[str]] = {}
+    for (module, qualified), left in remaining.items():
+        if left:
+            out.setdefault(module, set()).add(qualified)
+    return {module: frozenset(names) for module, names in out.items()}
+
+
+_FRAMEWORKS = frozenset({"torch", "tensorflow", "keras", "tf_keras", "jax"})
+
+
+def _runs_a_framework(module: Module) -> bool:
+    """Imports a training framework itself (a training or inference script, not ``setup.py`` or a docs build)."""
+    return any(not r.level and r.module.split(".")[0] in _FRAMEWORKS for r in module.facts.imports)
 
 
 def _package_of(module: Module) -> str:
