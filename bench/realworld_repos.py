@@ -57,20 +57,28 @@ REPOSITORIES = [
     # monorepos: many programs, each folder with its own container or requirements
     Repository("mlcommons/training", "aa344c7fb900e82ed19fb94aebfed50c63ab2204", "monorepo"),
     Repository("microsoft/DeepSpeedExamples", "83757d9c937daabd1089a08051061706cb73900d", "monorepo"),
+    # container monorepos: per-submitter folders, each run in an NGC (or vendor) image its Dockerfile names
+    Repository("mlcommons/training_results_v0.7", "0a8a85a209c8e45b661596c382cc20f4e32fd2fe", "container monorepo"),
+    Repository("mlcommons/training_results_v0.6", "f312518c2d6107eec983750eed23950f1f0c8a0e", "container monorepo"),
+    Repository("IntelAI/models", "02a1c5317a74782ff23d39473e31f6bd2024bf81", "container monorepo"),
     # example collections: every file its own program
     Repository("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8", "examples"),
     Repository("google-research/bert", "eedf5716ce1268e56f0a50264a88cafad334ac61", "examples"),
     Repository("google-research/albert", "b772393d3dae115b493258ce8e37c17b2cc62100", "examples"),
+    Repository("fchollet/deep-learning-with-python-notebooks", "dea84a4e12cc3bb3cb61ce952a0168bca113d315", "notebooks"),
     # libraries with tools, benchmarks and conversion scripts beside them
     Repository("keras-team/keras", "3422977a5e38fb2f7709aaa9a08e47f0c43d0f60", "library"),
     Repository("keras-team/keras-rs", "812d35bf0cb2452e66433e52880eb892a99bb8c9", "library"),
     Repository("keras-team/tf-keras", "dd0a7237b9b24132dba3f491f3c84b0094ab796e", "library"),
     Repository("NVIDIA/OpenSeq2Seq", "8681d381ed404fde516e2c1b823de5a213c59aba", "library"),
     Repository("tensorflow/tensor2tensor", "bafdc1b67730430d38d6ab802cbd51f9d053ba2e", "library"),
+    Repository("NVIDIA-Merlin/models", "eb1e54196a64a70950b2a7e7744d2150e052d53e", "library"),
     # PyTorch training code with apex, torch.cuda.amp, GradScaler, gradient accumulation
     Repository("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291", "training"),
     Repository("facebookresearch/detectron2", "02b5c4e295e990042a714712c21dc79b731e8833", "training"),
     Repository("NVIDIA/apex", "6424da3b4faa6c8f062da4a48c424fff3f02d42d", "training"),
+    Repository("facebookresearch/ConvNeXt", "048efcea897d999aed302f2639b6270aedf8d4c8", "training"),
+    Repository("ultralytics/yolov5", "5081342f04fb287fc2e5f2b5a4e06752b7937b1c", "training"),
 ]
 
 

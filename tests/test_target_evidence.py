@@ -7,7 +7,7 @@ from conftest import KERAS_LOOP, PER_LAYER, lint_json, target_lines, write_files
 
 from mplint.cli import main
 from mplint.knowledge import ngc_images
-from mplint.project.pins import dockerfile_image
+from mplint.project.images import dockerfile_image
 
 KERAS2_LOOP = """\
 import tensorflow as tf

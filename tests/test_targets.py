@@ -430,7 +430,7 @@ def test_a_pin_line_reads_as_packaging_reads_it(line):
     whichever way a line is read, its name, specifier and text are packaging's."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    from mplint.project.pins import _parsed_requirement
+    from mplint.project.manifests import _parsed_requirement
 
     try:
         parsed = Requirement(line)

@@ -24,14 +24,13 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from mplint.project.config import is_marked
+from mplint.project.manifests import Requirement, torch_samples
 from mplint.project.pins import (
-    Requirement,
     consistent,
     documented_sources,
     is_code_evidence,
     is_image,
     pin_sources,
-    torch_samples,
     with_code_bounds,
 )
 
@@ -147,7 +146,7 @@ def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
 
 def _image_month(where: str) -> tuple[int, int] | None:
     """The month of the image of ``where`` ("nvcr.io/nvidia/pytorch:20.06-py3 in Dockerfile")."""
-    from mplint.project.pins import dated_image_month
+    from mplint.project.images import dated_image_month
 
     image = where.rsplit(" in ", 1)[0].split(" (installing", 1)[0].rsplit(" over ", 1)[-1]
     return dated_image_month(image)

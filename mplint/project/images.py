@@ -1,0 +1,365 @@
+"""The environments images and documents describe: the image of the stage a Dockerfile runs (``ARG``/``ENV``
+substituted, ``RUN pip install`` over the image, the folders it installs), NGC ``YY.MM`` tags bounded by the verified
+releases of ``mplint.knowledge.ngc_images`` and every dated image by the frameworks released by its month, official
+``tensorflow/tensorflow:X.Y`` and ``pytorch/pytorch:X.Y.Z-...`` tags, and what a README or INSTALL file documents (the
+versioned images it names, its install commands). Parsing only, as ``mplint.project.manifests``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mplint.project.manifests import (
+    TF_PACKAGES,
+    Requirement,
+    allowed_versions,
+    conda_spec,
+    family_of,
+    parse_requirement,
+    read_text,
+    requirements_file,
+    sample_versions,
+)
+
+_DOCKERFILE = re.compile(r"^(?:Dockerfile(?:[.-].*)?|.*\.[Dd]ockerfile)$")
+
+
+def _bounded(package: str, bounds, major: str = "") -> str:
+    """``torch==2.10.0a0`` for a verified release, ``torch>=1.4.0a0,<=2.10.0a0`` between two, the major version
+    (``tensorflow>=1,<2``) or nothing (``torch``) without a bound."""
+    if bounds.exact:
+        return f"{package}=={bounds.oldest}"
+    parts = [
+        f">={bounds.oldest}" if bounds.oldest else f">={major}" if major else "",
+        f"<={bounds.newest}" if bounds.newest else f"<{int(major) + 1}" if major else "",
+    ]
+    return package + ",".join(p for p in parts if p)
+
+
+def _image_requirements(image: str) -> list[Requirement]:
+    """What a container image ships, as requirements (``torch==2.10.0a0``, ``torch>=1.4.0a0,<=2.10.0a0``,
+    ``tensorflow>=2,<3``): NGC tags through the verified table ``mplint.knowledge.ngc_images``, and every dated image
+    (``YY.MM``: NGC, NVIDIA's Merlin) bounded by the releases of its month (``mplint.knowledge.releases``)."""
+    from mplint.knowledge import ngc_images, releases
+
+    name, _, tag = image.partition(":")
+    last = name.rsplit("/", 1)[-1].lower()
+    month = releases.image_month(tag)
+    nvidia = bool(re.search(r"(?:^|/)nvidia[n]?/", name.lower()))
+    specs: list[str] = []
+    ngc = re.match(r"(\d{2})\.(\d{2})(?:-(tf[12]))?-py[23]", tag)
+    if nvidia and last == "tensorflow" and ngc:
+        release = (int(ngc.group(1)), int(ngc.group(2)))
+        if ngc.group(3) == "tf1" or (ngc.group(3) is None and release < ngc_images.FIRST_FLAVOURED_TENSORFLOW):
+            specs.append(_bounded("tensorflow", ngc_images.between(ngc_images.TENSORFLOW1, release), "1"))
+        elif ngc.group(3) == "tf2":  # no verified row: the flavour says TensorFlow 2, the month bounds it
+            specs.append("tensorflow>=2,<3" + _released_by("tensorflow", month))
+        elif month:  # an unflavoured tag after the split: only the month says something
+            specs.append("tensorflow" + _released_by("tensorflow", month).lstrip(","))
+    elif nvidia and last == "pytorch" and ngc:
+        bounds = ngc_images.between(ngc_images.PYTORCH, (int(ngc.group(1)), int(ngc.group(2))))
+        specs.append(_bounded("torch", bounds) + _released_by("torch", month, bool(bounds.newest or bounds.oldest)))
+    elif name in ("tensorflow/tensorflow", "docker.io/tensorflow/tensorflow"):
+        m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
+        specs.append(
+            f"tensorflow=={m.group(1)}"
+            if m and m.group(1).count(".") == 2
+            else f"tensorflow=={m.group(1)}.*"
+            if m
+            else "tensorflow"
+        )
+    elif name in ("pytorch/pytorch", "docker.io/pytorch/pytorch", "ghcr.io/pytorch/pytorch"):
+        m = re.match(r"(\d+\.\d+(?:\.\d+)?)", tag)
+        specs += [f"torch=={m.group(1)}" if m.group(1).count(".") == 2 else f"torch=={m.group(1)}.*"] if m else []
+    elif month and "tensorflow" in last:  # merlin-tensorflow:22.12, merlin-tensorflow-training:21.09
+        specs.append("tensorflow>=2" + _released_by("tensorflow", month))
+    elif month and ("pytorch" in last or "torch" in last):  # merlin-pytorch:23.02
+        specs.append("torch" + _released_by("torch", month).lstrip(","))
+    else:
+        m = re.search(r"tf2?-(?:gpu|cpu)\.(\d+)-(\d+)", image)
+        if m:  # Google's deep-learning containers: tf2-gpu.2-8, tf-gpu.1-15
+            specs.append(f"tensorflow=={m.group(1)}.{m.group(2)}.*")
+        m = re.search(r"pytorch-(?:gpu|cpu)\.(\d+)-(\d+)", image)
+        if m:
+            specs.append(f"torch=={m.group(1)}.{m.group(2)}.*")
+    return [r for r in map(parse_requirement, specs) if r is not None]
+
+
+def dated_image_month(image: str) -> tuple[int, int] | None:
+    """The month of a dated framework image (``nvcr.io/nvidia/pytorch:20.06-py3``, ``merlin-tensorflow:22.12``): an
+    NVIDIA image or one named after its framework, with a ``YY.MM`` tag. None for any other (``ubuntu:18.04``)."""
+    from mplint.knowledge import releases
+
+    name, _, tag = image.partition(":")
+    last = name.rsplit("/", 1)[-1].lower()
+    if not (re.search(r"(?:^|/)nvidia[n]?/", name.lower()) or "tensorflow" in last or "torch" in last):
+        return None
+    return releases.image_month(tag)
+
+
+def _released_by(framework: str, month: tuple[int, int] | None, comma: bool = True) -> str:
+    """``,<2.12`` (TensorFlow) or ``,<=2.10.0a0`` (NVIDIA's torch): the newest version an image of ``month`` may
+    hold; empty without a month. ``comma``: whether a clause comes before it."""
+    from mplint.knowledge import releases
+
+    newest = releases.newest_in_image(framework, month) if month else None
+    if newest is None:
+        return ""
+    if framework == "torch":
+        clause = f"<={newest}"
+    else:
+        major, minor = newest.split(".")[:2]
+        clause = f"<{major}.{int(minor) + 1}"
+    return f",{clause}" if comma else clause
+
+
+def _substitute(text: str, values: dict[str, str]) -> str:
+    """Variables expanded as a Dockerfile expands them: ``$NAME``, ``${NAME}``, ``${NAME:-default}`` and
+    ``${NAME:+word}`` (the word where NAME is set), nested; an unknown one is left as written."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "$":
+            out.append(text[i])
+            i += 1
+            continue
+        if text.startswith("${", i):
+            depth, j = 1, i + 2
+            while j < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+            body = text[i + 2 : j - 1] if not depth else None
+            m = re.fullmatch(r"(\w+)(?::?([-+])(.*))?", body or "", re.S)
+            if m is None:
+                out.append(text[i:j])
+            else:
+                value = values.get(m.group(1))
+                if m.group(2) == "+":
+                    out.append(_substitute(m.group(3), values) if value else "")
+                elif value:
+                    out.append(value)
+                elif m.group(2) == "-":
+                    out.append(_substitute(m.group(3), values))
+                else:
+                    out.append(text[i:j])
+            i = j
+            continue
+        m = re.match(r"\$(\w+)", text[i:])
+        if m and values.get(m.group(1)):
+            out.append(values[m.group(1)])
+        else:
+            out.append(m.group(0) if m else "$")
+        i += len(m.group(0)) if m else 1
+    return "".join(out)
+
+
+@dataclass
+class DockerStage:
+    """What the stage of a Dockerfile that runs starts from and does: its image, the words of each ``pip install``
+    / ``conda install`` its ``RUN`` lines make (variables substituted), and its ``COPY`` sources by destination."""
+
+    image: str | None = None
+    installs: list[tuple[str, list[str]]] = field(default_factory=list)  # (installer, argument words)
+    copies: dict[str, str] = field(default_factory=dict)  # destination -> source (relative to the build context)
+
+
+def dockerfile_stage(text: str) -> DockerStage:
+    """The Dockerfile's last stage (the one that runs), with ``ARG``/``ENV`` values substituted and ``FROM <earlier
+    stage>`` followed back to that stage's image, installs and copies."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    values: dict[str, str] = {}
+    stages: dict[str, DockerStage] = {}
+    stage = DockerStage()
+    for raw in text.splitlines():
+        line = raw.strip()
+        word = line.split(None, 1)[0].upper() if line and not line.startswith("#") else ""
+        rest = line.split(None, 1)[1] if " " in line else ""
+        if word in ("ARG", "ENV"):
+            for m in re.finditer(r"(\w+)(?:=(\"[^\"]*\"|'[^']*'|\S*))?", rest):
+                if m.group(2) is not None:
+                    values[m.group(1)] = _substitute(m.group(2).strip("\"'"), values)
+                elif word == "ENV" and " " in rest and "=" not in rest:  # legacy `ENV NAME value`
+                    name, value = rest.split(None, 1)
+                    values[name] = _substitute(value.strip(), values)
+                    break
+        elif word == "FROM":
+            parts = [p for p in rest.split() if not p.startswith("--")]
+            if not parts:
+                continue
+            image = _substitute(parts[0], values)
+            earlier = stages.get(image.lower())
+            stage = (
+                DockerStage(earlier.image, list(earlier.installs), dict(earlier.copies))
+                if earlier
+                else DockerStage(image)
+            )
+            if len(parts) >= 3 and parts[1].lower() == "as":
+                stages[parts[2].lower()] = stage
+        elif word == "RUN":
+            command = _substitute(_exec_form(rest), values)
+            for m in _INSTALL.finditer(command):
+                stage.installs.append((m.group(1), m.group(2).split()))
+        elif word in ("COPY", "ADD"):
+            parts = [_substitute(p, values) for p in _exec_form(rest).split() if not p.startswith("--")]
+            for source in parts[:-1]:
+                stage.copies[parts[-1].rstrip("/") or "/"] = source
+    return stage
+
+
+def _exec_form(rest: str) -> str:
+    """``["/bin/bash", "-c", "pip install x"]`` as the command line it runs; a shell-form line as written."""
+    if rest.startswith("["):
+        import json
+
+        try:
+            words = json.loads(rest)
+        except ValueError:
+            return rest
+        if isinstance(words, list):
+            return " ".join(str(w) for w in words)
+    return rest
+
+
+def dockerfile_image(text: str) -> str | None:
+    """The image the Dockerfile's last stage starts from (``dockerfile_stage``)."""
+    return dockerfile_stage(text).image
+
+
+def dockerfile_requirements(path: Path) -> tuple[str | None, list[Requirement]]:
+    """What the Dockerfile's image runs, and how to name it: the image's frameworks, each replaced by what a ``RUN
+    pip install`` of the stage installs over it (a requirement it names, or the requirements file it installs with
+    ``-r``): ``pip install tf-nightly-gpu==2.3.0.dev20200620 over ubuntu:18.04``."""
+    stage = dockerfile_stage(read_text(path))
+    installed = _installed(stage, path.parent)
+    families = {family_of(r.name) for r in installed}
+    from_image = _image_requirements(stage.image) if stage.image else []
+    label = stage.image
+    if installed:
+        label = f"pip install {' '.join(str(r) for r in installed)}" + (f" over {stage.image}" if stage.image else "")
+    return label, [r for r in from_image if family_of(r.name) not in families] + installed
+
+
+def _installed(stage: DockerStage, context: Path) -> list[Requirement]:
+    found: list[Requirement] = []
+    for installer, words in stage.installs:
+        conda = installer in ("conda", "mamba")
+        remaining = iter(words)
+        for word in remaining:
+            word = word.strip("\"'")
+            if word in ("-r", "--requirement"):
+                found += requirements_file(_in_context(next(remaining, ""), stage, context))
+            elif not word.startswith("-"):
+                req = parse_requirement(conda_spec(word) if conda else word)
+                if req is not None and req.specifier and req.name.lower() in _FRAMEWORKS:
+                    found.append(req)
+    return found
+
+
+def installed_folders(path: Path) -> list[Path]:
+    """The local folders a Dockerfile's stage ``pip install``s (``pip install sub/``, ``pip install -e
+    /workspace/sub`` after ``COPY sub /workspace/sub``): their code runs in this Dockerfile's image."""
+    stage = dockerfile_stage(read_text(path))
+    folders = []
+    for installer, words in stage.installs:
+        if installer in ("conda", "mamba"):
+            continue
+        for word in words:
+            word = word.strip("\"'")
+            if word.startswith("-") or not re.match(r"[./\w]", word) or "==" in word or "://" in word:
+                continue
+            folder = _in_context(word, stage, path.parent)
+            if folder.is_dir() and folder != path.parent:
+                folders.append(folder.resolve())
+    return folders
+
+
+def _in_context(word: str, stage: DockerStage, context: Path) -> Path:
+    """A path a ``RUN`` line names, as a path of the build context (taken to be the Dockerfile's folder):
+    destinations of ``COPY`` mapped back to their sources."""
+    word = word.rstrip("/")
+    for destination, source in sorted(stage.copies.items(), key=lambda c: -len(c[0])):
+        if word == destination or word.startswith(destination + "/"):
+            word = source.rstrip("/") + word[len(destination) :]
+            break
+    if word.startswith("/"):
+        return context / "\0"  # a path of the image, not of the context
+    try:
+        return (context / word).resolve()
+    except (OSError, RuntimeError):
+        return context / "\0"
+
+
+# --- the environment a README documents: the images it names and its install commands ---------------------
+
+_README = re.compile(r"^(?:readme|install)(?:\.(?:md|markdown|rst|txt))?$", re.I)  # INSTALL.md: install steps
+_DOCUMENTED_IMAGE = re.compile(
+    r"(?<![\w./-])((?:nvcr\.io/nvidia/(?:tensorflow|pytorch))|(?:(?:docker\.io|ghcr\.io)/)?"
+    r"(?:tensorflow/tensorflow|pytorch/pytorch)):(\w[\w.-]*)"
+)
+_INSTALL = re.compile(r"\b(pip3?|python3?\s+-m\s+pip|uv\s+pip|conda|mamba)\s+install\b([^\n`|;&]*)")
+_FRAMEWORKS = {"torch", "keras", "tf-keras", *TF_PACKAGES}
+
+
+def readmes(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if _README.match(p.name) and p.is_file())
+    except OSError:
+        return []
+
+
+def readme_requirements(path: Path) -> list[tuple[str, list[Requirement]]]:
+    """What a README says the code runs on, one entry per framework: the versioned container images it names
+    (``docker image tensorflow/tensorflow:2.4.0-gpu``), the versioned framework requirements of its install
+    commands (``pip install tensorflow==2.4.0``, ``conda install pytorch=1.10``). Several for one framework are
+    alternatives: the range spans them all. Unversioned mentions (``pip install torch``, ``:latest``) say nothing, and
+    neither does an optional source build (``git clone -b v2.1.0 .../pytorch``: "for better performance")."""
+    text = read_text(path)
+    found: list[tuple[str, Requirement]] = []
+    for m in _DOCUMENTED_IMAGE.finditer(text):
+        image = f"{m.group(1)}:{m.group(2)}"
+        found += [(image, r) for r in _image_requirements(image) if r.specifier]
+    for m in _INSTALL.finditer(text):
+        conda = m.group(1) in ("conda", "mamba")
+        for word in m.group(2).split():
+            word = word.strip("\"'")
+            req = None if word.startswith("-") else parse_requirement(conda_spec(word) if conda else word)
+            if req is not None and req.specifier and req.name.lower() in _FRAMEWORKS:
+                found.append((f"{m.group(1)} install {word}", req))
+    families: dict[str, list[tuple[str, Requirement]]] = {}
+    for what, req in found:
+        name = req.name.lower()
+        families.setdefault(family_of(name), []).append((what, req))
+    return [
+        (" and ".join(dict.fromkeys(w for w, _ in items)), [_either(family, [r for _, r in items])])
+        for family, items in families.items()
+    ]
+
+
+def _either(family: str, requirements: list[Requirement]) -> Requirement:
+    """One requirement admitting every version any of ``requirements`` admits (documented alternatives)."""
+    if len(requirements) == 1:
+        return requirements[0]
+    samples = sample_versions("keras" if family == "keras" else "tensorflow")
+    allowed = [v for req in requirements for v in allowed_versions(req, samples)]
+    open_above = any(
+        not any(s.operator in ("<", "<=", "==", "~=", "===") for s in req.specifier) for req in requirements
+    )
+    low, high = min(allowed), max(allowed)
+    name = requirements[0].name
+    either = f"{name}>={low}" if open_above else f"{name}=={low}" if low == high else f"{name}>={low},<={high}"
+    return parse_requirement(either) or requirements[0]
+
+
+# Subfolders whose Dockerfiles describe the folder's environment (``impl/docker/Dockerfile`` builds ``impl/``).
+_DOCKER_FOLDERS = ("docker", "Docker", "dockerfiles", ".devcontainer", "container")
+
+
+def dockerfiles(folder: Path, subfolders: bool = False) -> list[Path]:
+    """The folder's Dockerfiles, or (``subfolders``) those of its ``docker/``-like subfolders."""
+    found = []
+    for place in (folder / sub for sub in _DOCKER_FOLDERS) if subfolders else (folder,):
+        try:
+            found += sorted(p for p in place.iterdir() if p.is_file() and _DOCKERFILE.match(p.name))
+        except OSError:
+            continue
+    return found
