@@ -255,3 +255,43 @@ def test_apex_amp_in_an_image_dated_before_apex_deprecated_it_is_its_documented_
     (tmp_path / "Dockerfile").write_text("FROM nvcr.io/nvidia/pytorch:23.05-py3\n")  # after October 2022
     code, found = lint_json(capsys, "--no-cache", "--select", "MPT501", str(tmp_path))
     assert (code, rules(found)) == (1, [("MPT501", 6)])
+
+
+CPU_AMP = """\
+import torch
+
+model = torch.nn.Linear(8, 8)
+with torch.cpu.amp.autocast():
+    print(model(torch.randn(4, 8)))
+"""
+
+LAUNCHER = """\
+#!/bin/bash
+MODEL_SCRIPT=${MODEL_DIR}/models/recommendation/pytorch/memrec/product/memrec.py
+python -u ${MODEL_SCRIPT} --ipex "$@"
+"""
+
+
+def test_code_with_no_pins_runs_where_the_script_that_launches_it_installs(tmp_path, capsys):
+    # The code's tree states nothing; quickstart/'s run.sh runs it, beside the requirements its README installs.
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "models/recommendation/pytorch/memrec/product/memrec.py": CPU_AMP,
+            "quickstart/recommendation/pytorch/memrec/requirements.txt": "torch==2.0.1\n",
+            "quickstart/recommendation/pytorch/memrec/inference/cpu/run.sh": LAUNCHER,
+            "models/vision/pytorch/resnet/train.py": CPU_AMP,  # launched by nothing: every torch
+            "quickstart/vision/pytorch/resnet/requirements.txt": "torch==2.0.1\n",
+            "quickstart/vision/pytorch/resnet/run.sh": "python train.py\n",  # a bare name: its own folder
+        },
+    )
+    torch_lines = [line for line in target_lines(capsys, tmp_path) if line.startswith("torch:")]
+    assert torch_lines == [
+        "torch: torch 2.0 (quickstart/recommendation/pytorch/memrec/requirements.txt pins torch==2.0.1)",
+        "torch: any torch >= 1.6 (no torch pin)",
+    ]
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    # torch 2.0 does not deprecate torch.cpu.amp.autocast: only resnet/train.py, which may run on torch >= 2.4
+    assert (code, [(rule, line) for rule, line, _, _ in found]) == (1, [("MPT502", 4)])
+    assert "(target any torch >= 1.6: no torch pin)" in found[0][2]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from mplint.project.generation import Generation
 from mplint.project.images import dockerfile_requirements, dockerfiles, installed_folders, readme_requirements, readmes
+from mplint.project.launchers import launcher_folders
 from mplint.project.manifests import (
     READERS,
     TF_PACKAGES,
@@ -74,7 +75,7 @@ def _installing_dockerfiles(folder: Path, root: Path, read) -> Iterable[tuple[st
     """The Dockerfiles above ``folder`` that install it: up to the project's root, or, for a project nested in a
     repository (a sub-package with its own packaging script), up to the repository's top."""
     folder = folder.resolve()
-    top = _repository_top(root) or root
+    top = repository_top(root) or root
     above = folder.parent
     while above.is_relative_to(top) and above != above.parent:
         for path in dockerfiles(above):
@@ -87,7 +88,7 @@ def _installing_dockerfiles(folder: Path, root: Path, read) -> Iterable[tuple[st
         above = above.parent
 
 
-def _repository_top(folder: Path) -> Path | None:
+def repository_top(folder: Path) -> Path | None:
     for above in (folder, *folder.parents):
         if (above / ".git").exists():
             return above
@@ -324,9 +325,10 @@ class PinFinder:
         self._folders: dict[Path, list[tuple[Requirement, str]]] = {}
         self.parsed: dict[Path, object] = {}  # each pin file's requirements, shared with the torch targets of the run
 
-    def requirements_for(self, folder: Path) -> list[tuple[Requirement, str]]:
-        """The TensorFlow/Keras requirements of the nearest folder at or above ``folder`` that states any."""
-        folder = Path(folder).resolve()
+    def requirements_for(self, folder: Path, launched: bool = True) -> list[tuple[Requirement, str]]:
+        """The TensorFlow/Keras requirements of the nearest folder at or above ``folder`` that states any; where none
+        does, those of a shell script's folder that runs its code (``launched``: ``mplint.project.launchers``)."""
+        folder = start = Path(folder).resolve()
         chain = []
         while True:
             if folder in self._folders:
@@ -339,6 +341,12 @@ class PinFinder:
             folder = folder.parent
         for seen in chain:
             self._folders[seen] = found
+        if not found and launched:  # the code's folders state nothing: the folders of the scripts that run it
+            top = repository_top(self.root) or self.root
+            for place in launcher_folders(start, top, self.parsed):
+                found = self.requirements_for(place, launched=False)
+                if found:
+                    break
         return found
 
     def target_for(self, folder: Path, code: Iterable[tuple[str, str, str]] = ()) -> Generation | None:

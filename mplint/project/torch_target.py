@@ -24,6 +24,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from mplint.project.config import is_marked
+from mplint.project.launchers import launcher_folders
 from mplint.project.manifests import Requirement, torch_samples
 from mplint.project.pins import (
     consistent,
@@ -31,6 +32,7 @@ from mplint.project.pins import (
     is_code_evidence,
     is_image,
     pin_sources,
+    repository_top,
     with_code_bounds,
 )
 
@@ -109,7 +111,13 @@ class TorchTargets:
             folder = Path(path).resolve().parent
         except (OSError, RuntimeError):
             return UNPINNED
-        found = with_code_bounds(self._requirements_of(folder), [b for b in code if b[0] == "torch"])
+        pinned = self._requirements_of(folder)
+        if not pinned and self._root is not None:  # nothing above the code: the folders of the scripts that run it
+            top = repository_top(self._root) or self._root
+            for place in launcher_folders(folder, top, self._parsed):
+                if pinned := self._requirements_of(place):
+                    break
+        found = with_code_bounds(pinned, [b for b in code if b[0] == "torch"])
         return _target(found) if found else UNPINNED
 
     def _requirements_of(self, folder: Path) -> list[tuple[Requirement, str]]:
