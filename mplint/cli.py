@@ -458,51 +458,6 @@ def _diff_label(side: str, path: str) -> str:
     return path if os.path.isabs(path) else f"{side}/{path}"
 
 
-def rules_markdown() -> str:
-    """The rule table as Markdown (the README's table is this text)."""
-    from mplint.catalog import load_catalog
-
-    rows = ["| ID | name | fix | summary |", "|---|---|---|---|"]
-    for meta in load_catalog().values():
-        note = "" if meta.default_enabled else " (off by default)"
-        rows.append(f"| {meta.id} | `{meta.name}` | {meta.fix_safety.value} | {meta.summary}{note} |")
-    return "\n".join(rows) + "\n"
-
-
-def readme_section(readme: str, name: str) -> str:
-    """The generated text between the README's ``<!-- name:start -->`` and ``<!-- name:end -->`` markers."""
-    return readme.split(f"<!-- {name}:start -->\n", 1)[1].split(f"<!-- {name}:end -->", 1)[0]
-
-
-def _write_readme(path: Path) -> int:
-    """Rewrite the README's generated sections: the rule table and the proofs of the safe fixes."""
-    text = path.read_text(encoding="utf-8")
-    new = text
-    for name, generate in (("rules-table", rules_markdown), ("proofs", proofs_markdown)):
-        start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
-        if start not in new or end not in new.split(start, 1)[1]:
-            print(f"mplint rules: {path}: no `{start.strip()}` ... `{end}` markers", file=sys.stderr)
-            return EXIT_ERROR
-        head, rest = new.split(start, 1)
-        new = head + start + generate() + end + rest.split(end, 1)[1]
-    if new != text:
-        path.write_text(new, encoding="utf-8")
-    print(f"{'Rewrote' if new != text else 'Kept'} the rule table and proofs of {path.as_posix()}.")
-    return EXIT_OK
-
-
-def proofs_markdown() -> str:
-    """Each safe fix and the executed tests that prove it (the README's list is this text)."""
-    from mplint.catalog import load_catalog
-    from mplint.diagnostics import FixSafety
-
-    rows = []
-    for meta in load_catalog().values():
-        if meta.fix_safety is FixSafety.SAFE and meta.proof:  # one lacking a proof: tests/test_rule_proofs.py
-            rows.append(f"- {meta.id}: " + ", ".join(f"`{proof}`" for proof in meta.proof))
-    return "\n".join(rows) + "\n"
-
-
 def _run_rules(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -525,7 +480,14 @@ def _run_rules(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.readme:
-        return _write_readme(args.readme)
+        from mplint.rule_docs import write_readme
+
+        try:
+            print(write_readme(args.readme))
+        except ValueError as error:
+            print(f"mplint rules: {error}", file=sys.stderr)
+            return EXIT_ERROR
+        return EXIT_OK
     if args.pages:
         from mplint.rule_docs import write_pages
 
@@ -533,6 +495,8 @@ def _run_rules(argv: list[str]) -> int:
         print(f"Wrote {len(written)} page{'s' if len(written) != 1 else ''} in {args.pages.as_posix()}.")
         return EXIT_OK
     if args.format == "markdown":
+        from mplint.rule_docs import rules_markdown
+
         sys.stdout.write(rules_markdown())
         return EXIT_OK
     table = Table(title="mplint rules")

@@ -144,3 +144,50 @@ def write_pages(folder: Path, metas) -> list[Path]:
             path.write_text(text, encoding="utf-8")
             written.append(path)
     return written
+
+
+# --- the README's generated sections ---------------------------------------------------------------------------
+
+
+def rules_markdown() -> str:
+    """The rule table as Markdown (the README's table is this text)."""
+    from mplint.catalog import load_catalog
+
+    rows = ["| ID | name | fix | summary |", "|---|---|---|---|"]
+    for meta in load_catalog().values():
+        note = "" if meta.default_enabled else " (off by default)"
+        rows.append(f"| {meta.id} | `{meta.name}` | {meta.fix_safety.value} | {meta.summary}{note} |")
+    return "\n".join(rows) + "\n"
+
+
+def readme_section(readme: str, name: str) -> str:
+    """The generated text between the README's ``<!-- name:start -->`` and ``<!-- name:end -->`` markers."""
+    return readme.split(f"<!-- {name}:start -->\n", 1)[1].split(f"<!-- {name}:end -->", 1)[0]
+
+
+def write_readme(path: Path) -> str:
+    """Rewrite the README's generated sections (the rule table and the proofs of the safe fixes) and say what was
+    done; ValueError where the README lacks a section's markers."""
+    text = path.read_text(encoding="utf-8")
+    new = text
+    for name, generate in (("rules-table", rules_markdown), ("proofs", proofs_markdown)):
+        start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
+        if start not in new or end not in new.split(start, 1)[1]:
+            raise ValueError(f"{path}: no `{start.strip()}` ... `{end}` markers")
+        head, rest = new.split(start, 1)
+        new = head + start + generate() + end + rest.split(end, 1)[1]
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return f"{'Rewrote' if new != text else 'Kept'} the rule table and proofs of {path.as_posix()}."
+
+
+def proofs_markdown() -> str:
+    """Each safe fix and the executed tests that prove it (the README's list is this text)."""
+    from mplint.catalog import load_catalog
+    from mplint.diagnostics import FixSafety
+
+    rows = []
+    for meta in load_catalog().values():
+        if meta.fix_safety is FixSafety.SAFE and meta.proof:  # one lacking a proof: tests/test_rule_proofs.py
+            rows.append(f"- {meta.id}: " + ", ".join(f"`{proof}`" for proof in meta.proof))
+    return "\n".join(rows) + "\n"

@@ -9,7 +9,8 @@ import pytest
 from conftest import REPO
 from markdown_it import MarkdownIt
 
-from mplint.cli import main, proofs_markdown, readme_section, rules_markdown
+from mplint.cli import main
+from mplint.rule_docs import proofs_markdown, readme_section, rules_markdown
 
 pytestmark = pytest.mark.quick  # the one-minute subset: python3 -m pytest -m quick
 
