@@ -3,9 +3,10 @@
     python bench/first_sight.py --mirror DIR --out DIR owner/name@COMMIT [owner/name@COMMIT ...]
 
 Per repository, from its root as a maintainer would (``../shared/first-sight.md`` is the procedure): ``mplint .
---format json --no-cache`` and ``mplint . --fix --unsafe-fixes`` on a copy. ``OUT/<owner+name>.md`` lists every
-finding with its source lines and every fix hunk, numbered, with nothing of the rules' code: the packet a reviewer
-reads beside the catalog and the repository. ``OUT/<owner+name>.json`` keeps the raw findings and fixes;
+--format json --no-cache``, ``mplint . --fix --unsafe-fixes`` on a copy, and ``mplint . --unsafe-fixes --diff``.
+``OUT/<owner+name>.md`` lists every finding with its source lines and, per file, its fixes, numbered, with the
+unified diff of the whole fixed file against the original (what ``--fix --unsafe-fixes`` writes, every fix round
+included), with nothing of the rules' code: the packet a reviewer reads beside the catalog and the repository. ``OUT/<owner+name>.json`` keeps the raw findings and fixes;
 ``OUT/verdicts.yaml`` (written once, then kept) is where the reviewers' verdicts go, and ``--table`` turns it into the
 AFTER.md table (per rule TP/FP/UNSURE, FP causes, fixes right/wrong per safety).
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -48,7 +51,41 @@ def excerpt(tree: Path, finding: dict) -> str:
     return "\n".join(f"{mark(n)}{n:5} | {lines[n - 1]}" for n in range(first, last + 1))
 
 
-def packet(repo: repos.Repository, tree: Path, findings: list[dict], fixes: list[dict]) -> str:
+def fixed_diff(tree: Path) -> str:
+    """What ``mplint . --fix --unsafe-fixes --diff`` prints from the tree's root: every file's fixed text against its
+    original, after all fix rounds; nothing is written."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        MPLINT_NO_PROGRESS="1",
+    )
+    command = [sys.executable, "-m", "mplint", ".", "--fix", "--unsafe-fixes", "--diff", "--no-cache", "--exit-zero"]
+    proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise repos.RepoError(f"mplint --diff exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return proc.stdout
+
+
+def diffs_by_file(diff: str) -> dict[str, str]:
+    """The unified diff split per file (a notebook's cells together, under the notebook's path), without the
+    summary line that follows the hunks."""
+    files: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    lines = diff.splitlines()
+    for index, line in enumerate(lines):
+        following = lines[index + 1] if index + 1 < len(lines) else ""
+        if line.startswith("--- ") and following.startswith("+++ "):
+            label = line[4:].split("\t", 1)[0]
+            path = label[2:] if label.startswith("a/") else label
+            current = files.setdefault(path.split(":cell ", 1)[0], [])
+        elif not line.startswith(("@@", " ", "+", "-", "\\")):
+            current = None  # the summary after the hunks ("Would fix ...")
+        if current is not None:
+            current.append(line)
+    return {path: "\n".join(text) for path, text in files.items()}
+
+
+def packet(repo: repos.Repository, tree: Path, findings: list[dict], fixes: list[dict], diff: str) -> str:
     out = [f"# {repo.name} @ {repo.commit}", "", f"{len(findings)} findings, {len(fixes)} fixes.", ""]
     for number, finding in enumerate(findings, 1):
         out += [
@@ -61,17 +98,17 @@ def packet(repo: repos.Repository, tree: Path, findings: list[dict], fixes: list
             "```",
             "",
         ]
+    per_file = diffs_by_file(diff)
+    numbered: dict[str, list[tuple[int, dict]]] = defaultdict(list)
     for number, fix in enumerate(fixes, 1):
-        out += [
-            f"## X{number}: {fix['rule']} fix ({fix['safety']}, {'applied' if fix['applied'] else 'not applied'})"
-            f" {fix['path']}:{fix['line']}",
-            "",
-        ]
-        for edit in fix["edits"]:
-            out += [f"line {edit['line']}:", "```diff"]
-            out += [f"-{line}" for line in edit["before"].splitlines() or [""]]
-            out += [f"+{line}" for line in edit["after"].splitlines() or [""]]
-            out += ["```", ""]
+        numbered[fix["path"].split(":cell ", 1)[0]].append((number, fix))
+    for path in sorted(numbered.keys() | per_file.keys()):
+        out += [f"## {path}", ""]
+        for number, fix in numbered.get(path, []):
+            state = "applied" if fix["applied"] else "not applied"
+            out.append(f"- X{number}: {fix['rule']} fix ({fix['safety']}, {state}) {fix['path']}:{fix['line']}")
+        text = per_file.get(path)
+        out += ["", "```diff", text, "```", ""] if text else ["", "(the fixed copy of this file is unchanged)", ""]
     return "\n".join(out)
 
 
@@ -87,10 +124,11 @@ def lint(args: argparse.Namespace) -> int:
         report = repos.mplint(tree, ".", repo_root=REPO_ROOT)
         findings = [repos.finding_of(d, repo.name) for d in report["diagnostics"]]
         fixes = repos.applied_fixes(repo.name, tree, REPO_ROOT)
+        diff = fixed_diff(tree)
         record = {"repository": repo.name, "commit": repo.commit, "files": report["summary"]["files"]}
         record |= {"skipped": skipped, "findings": findings, "fixes": fixes}
         (args.out / f"{repo.slug}.json").write_text(json.dumps(record, indent=1))
-        (args.out / f"{repo.slug}.md").write_text(packet(repo, tree, findings, fixes))
+        (args.out / f"{repo.slug}.md").write_text(packet(repo, tree, findings, fixes, diff))
         verdicts["repositories"][repo.name] = {"commit": repo.commit, "tree": str(tree)}
         print(f"  {len(findings)} findings, {len(fixes)} fixes -> {args.out / repo.slug}.md", file=sys.stderr)
     verdicts_path.write_text(yaml.safe_dump(verdicts, sort_keys=False))

@@ -18,7 +18,7 @@
     float16 autocast computes, bit for bit, and the exp no longer overflows.
 (i) MPT201: float16 autocast without a GradScaler flushes small gradients to zero; after ``--fix`` they are the
     float32 ones (a CPU region; on CUDA a CUDA region), and without CUDA a CUDA region's scaler disables itself
-    with the same weights.
+    with the same weights; a step function nested in main() sees the scaler the fix creates.
 (k) MPT104: binary cross-entropy of a sigmoid bound on an earlier line of a CUDA autocast region raises on CUDA;
     after ``--fix --unsafe-fixes`` the logits form trains, to within float16's rounding of float32 (on the CPU,
     where the region does not apply, it computes what the original computed).
@@ -422,6 +422,60 @@ def test_i_a_cuda_regions_scaler_turns_itself_off_without_cuda_and_changes_nothi
         assert fixed == _with_scaler(cuda, construction)
         assert not _run(fixed)["scaler"].is_enabled()
         assert all(map(torch.equal, _run(fixed)["weights"], _run(cuda)["weights"]))
+
+
+# The optimizer built in a helper, one arm of whose `if` constructs it; the step a function nested in main(), which
+# reads the optimizer main() unpacked from the helper's result.
+_NESTED_STEP = """import torch
+
+torch.manual_seed(0)
+
+
+def prepare_model_and_optimizer(device, name):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
+    if name == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    else:
+        optimizer = getattr(torch.optim, name)(model.parameters(), lr=0.1)
+    return model, optimizer
+
+
+def main(device):
+    model, optimizer = prepare_model_and_optimizer(device, "sgd")
+    x = torch.randn(64, 16).to(device)
+    y = torch.randn(64, 4).to(device)
+
+    def step_training():
+        optimizer.zero_grad()
+        with {region}:
+            loss = 1e-6 * torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+    step_training()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+grads = main("{device}")
+"""
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_i_b_the_scaler_is_created_where_the_nested_step_function_sees_it(device):
+    """The scaler goes after main()'s `model, optimizer = prepare_model_and_optimizer(...)`, which the nested step
+    function reads, not beside the construction in the helper's `if` arm (a local of the helper there: NameError
+    at the first step). Fixed, the step runs and its gradients are the float32 ones."""
+    region = f'torch.autocast("{device}", dtype=torch.float16)'
+    source = _NESTED_STEP.replace("{region}", region).replace("{device}", device)
+    fixed = _fixed(source, "MPT201", files={"requirements.txt": "torch>=2.3\n"})
+    assert fixed == source.replace('"sgd")\n', f'"sgd")\n    scaler = torch.amp.GradScaler("{device}")\n').replace(
+        "        loss.backward()\n        optimizer.step()\n",
+        "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n",
+    )
+    float32 = _run(source.replace(region, f'torch.autocast("{device}", enabled=False)'))["grads"]
+    assert not _run(source)["grads"][0].any()  # underflowed in the float16 backward
+    for right, recovered in zip(float32, _run(fixed)["grads"]):
+        assert ((recovered - right).norm() / right.norm()).item() < 1e-2
 
 
 def _run_recording(code: str) -> tuple[dict, list[str]]:

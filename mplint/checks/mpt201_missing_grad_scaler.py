@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import ClassScope, GlobalScope
 
+from mplint.analysis.bindings import scope_referents
 from mplint.analysis.torch_amp import FLOAT16, TorchAmp
 from mplint.analysis.torch_loop import MISSING_SCALER, TrainingLoopFlow
 from mplint.checks._torch_rule import TorchRule
@@ -77,9 +79,11 @@ class MissingGradScaler(TorchRule):
         return f"a GradScaler (`torch.amp.GradScaler(device)` from torch 2.3; target {self.context.facts.torch_target.described})"
 
     def _fix(self, backward: cst.Call, steps: list[cst.Call]) -> Fix | None:
-        """``scaler = GradScaler(device)`` after the optimizer's construction, ``scaler.scale(loss).backward()``,
+        """``scaler = GradScaler(device)`` after the optimizer's construction (or, where the steps cannot see that
+        one, after the one assignment of the optimizer they read), ``scaler.scale(loss).backward()``,
         ``scaler.step(opt)`` + ``scaler.update()``: when the loss is a name, every step a statement of its own,
-        one optimizer constructed in this file and ``scaler`` a free name."""
+        one optimizer, ``scaler`` a free name, and the assignment one that has run, in a scope the backward and the
+        steps see, wherever they run."""
         amp = self.context.analysis(TorchAmp.of)
         if (
             "scaler" in self.context.text
@@ -93,7 +97,7 @@ class MissingGradScaler(TorchRule):
         if not steps or None in step_lines or len(optimizers) != 1:
             return None
         optimizer = optimizers.pop()
-        construction = self._construction(amp, optimizer)
+        construction = self._anchor(amp, optimizer, [backward, *steps])
         devices = self._devices()
         if construction is None or len(devices) > 1:
             return None
@@ -115,6 +119,49 @@ class MissingGradScaler(TorchRule):
             )
         return Fix(replacements, FixSafety.SAFE, imports=[ImportSpec("torch")])
 
+    def _anchor(self, amp: TorchAmp, optimizer: str, uses: list[cst.Call]) -> cst.SimpleStatementLine | None:
+        """The statement after which ``scaler = ...`` is seen by every use: the optimizer's construction, else the
+        one assignment of the name the steps read (``model, optimizer = prepare(...)`` in the function whose
+        nested step function trains)."""
+        construction = self._construction(amp, optimizer)
+        if construction is not None and self._seen_by(construction, uses):
+            return construction
+        bound: dict[int, cst.CSTNode] = {}
+        for step in uses[1:]:
+            name = step.func.value if isinstance(step.func, cst.Attribute) else None
+            found = scope_referents(self.context, name) if isinstance(name, cst.Name) else None
+            if not found or None in found:
+                return None
+            bound.update((id(n), n) for n in found)
+        if len(bound) != 1:
+            return None
+        line = self._assignment_line(next(iter(bound.values())))
+        return line if line is not None and self._seen_by(line, uses) else None
+
+    def _assignment_line(self, target: cst.CSTNode) -> cst.SimpleStatementLine | None:
+        """The line ``target`` is a target of a plain assignment on (``model, optimizer = ...``)."""
+        for ancestor in self.context.ancestors(target):
+            if isinstance(ancestor, cst.Assign):
+                line = self.context.parent(ancestor)
+                return line if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+            if not isinstance(ancestor, (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget)):
+                return None
+        return None
+
+    def _seen_by(self, line: cst.SimpleStatementLine, uses: list[cst.Call]) -> bool:
+        """Whether ``scaler`` assigned right after ``line`` has been assigned wherever each use runs: the line's
+        block holds every use (not one arm of an ``if`` the uses are outside of), and by libcst's scopes the
+        line's scope is the use's own or one a function sees (an enclosing function, the module; no class body)."""
+        block = self.context.parent(line)
+        scopes = self.context.names.scopes
+        scope = scopes.get(line)
+        for use in uses:
+            if block not in self.context.ancestors(use):
+                return False
+            if scope is None or scope not in _visible_scopes(scopes.get(use)):
+                return False
+        return True
+
     def _construction(self, amp: TorchAmp, optimizer: str) -> cst.SimpleStatementLine | None:
         found = [
             self.statement_of(call)
@@ -124,3 +171,14 @@ class MissingGradScaler(TorchRule):
             and [dotted(t.target) for t in self.context.parent(call).targets] == [optimizer]
         ]
         return found[0] if len(found) == 1 else None
+
+
+def _visible_scopes(scope) -> list:
+    """The scopes whose names code in ``scope`` reads: its own, then the enclosing functions' and the module's
+    (Python skips class bodies)."""
+    found = [scope] if scope is not None else []
+    while scope is not None and not isinstance(scope, GlobalScope):
+        scope = scope.parent
+        if not isinstance(scope, ClassScope):
+            found.append(scope)
+    return found

@@ -7,12 +7,14 @@ import re
 import libcst as cst
 from packaging.version import Version
 
-from mplint.analysis.call_args import keyword_arg
+from mplint.analysis.call_args import argument, keyword_arg
+from mplint.analysis.torch_amp import BFLOAT16, TorchAmp
 from mplint.analysis.version_guards import branch_admits
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.knowledge.api_versions import torch_since
+from mplint.knowledge.torch_patches import TorchPatch, patches_of
 
 # deprecated path -> (device, new name)
 _DEPRECATED = {
@@ -102,7 +104,19 @@ class DeprecatedCudaAmpApi(TorchRule):
         if self._in_compatibility_branch(node) or admits is False or self._bound_to_new_api_too(func):
             return  # code for older torch, a branch that never runs on torch >= 2.4, or a shim's name
         path, device, name = found
+        if name == "GradScaler" and self._replaced(device, name):
+            return  # a package the program imports binds its own, undeprecated GradScaler there
         new = self._new_spelling(call, device, name)
+        patch = self._float16_autocast_patch(call, device, name)
+        if patch is not None:  # the new spelling would turn this region's float16 off where the package patches
+            self.report(
+                node,
+                f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning) (target {self.target.described}); "
+                f"no automatic fix: this program imports {patch.package}, whose releases for torch before "
+                f"{patch.torch_until} replace it with {patch.effect}, and this call's dtype may be float16 (pin "
+                f"torch >= {patch.torch_until}, or set `torch` in the config, for the fix)",
+            )
+            return
         message = (
             f"`torch.{path}` is deprecated since torch 2.4 (FutureWarning): write "
             f"`{self.code(new) if new is not None else _REPLACEMENT[name]}` (target "
@@ -127,10 +141,31 @@ class DeprecatedCudaAmpApi(TorchRule):
             )
         self.report(node, message, fix)
 
+    def _replaced(self, device: str, name: str) -> list[TorchPatch]:
+        """The replacements of ``torch.<device>.amp.<name>`` by packages the program imports, on torch the target
+        admits."""
+        found = patches_of(f"torch.{device}.amp.{name}", self.context.facts.patching_imports)
+        return [p for p in found if self.target.admits_span(p.torch_from, p.torch_until)]
+
+    def _float16_autocast_patch(self, call: cst.Call | None, device: str, name: str) -> TorchPatch | None:
+        """The package that replaces ``torch.cpu.amp.autocast`` with one that takes float16 where torch's own CPU
+        autocast does not, when this call's dtype may be float16 (given and not bfloat16/float32)."""
+        if name != "autocast" or device != "cpu" or call is None:
+            return None
+        dtype = argument(call, 1, "dtype")
+        if dtype is None or self.context.analysis(TorchAmp.of).dtype_of(dtype) in (BFLOAT16, "float32"):
+            return None  # the CPU default is bfloat16, which both spellings take
+        patches = [p for p in self._replaced(device, name) if p.torch_until is not None]
+        return patches[0] if patches else None
+
     def _call_needs(self, call: cst.Call | None, device: str, name: str) -> tuple[Version, str] | None:
         """The torch the deprecated call itself needs, whatever the pins say: ``torch.cpu.amp.autocast`` came with
         torch 1.10, and so did the ``dtype``/``cache_enabled`` parameters of ``torch.cuda.amp.autocast`` (1.6-1.9
-        take ``enabled`` alone), so where the line runs ``torch.autocast`` exists."""
+        take ``enabled`` alone), so where the line runs ``torch.autocast`` exists; ``torch.cpu.amp.GradScaler``
+        came with ``torch.amp.GradScaler`` in 2.3."""
+        if name == "GradScaler" and device == "cpu":
+            since = torch_since("torch.cpu.amp.GradScaler")
+            return Version(since), f"`torch.cpu.amp.GradScaler` itself needs torch >= {since}"
         if name != "autocast":
             return None
         if device == "cpu":
@@ -204,7 +239,10 @@ class DeprecatedCudaAmpApi(TorchRule):
         if isinstance(parent, cst.Decorator):
             return True
         if isinstance(parent, cst.Call) and parent.func is reference:
-            return self._new_spelling(parent, found[1], found[2]) is not None
+            return (
+                self._new_spelling(parent, found[1], found[2]) is not None
+                and self._float16_autocast_patch(parent, found[1], found[2]) is None
+            )
         return False
 
     def _import_removal(self, name: cst.Name) -> dict | None:

@@ -95,6 +95,11 @@ TORCH = {
     "torch.cpu.amp.autocast": TorchName(
         "1.10", f"torch/cpu/amp/autocast_mode.py in 1.10.0, no torch/cpu in 1.9.0, {_WHEELS}"
     ),
+    "torch.cpu.amp.GradScaler": TorchName(
+        "2.3",
+        "torch/cpu/amp/grad_scaler.py subclasses torch.amp.GradScaler (torch/amp/grad_scaler.py, first in 2.3.0); "
+        "both came with the CPU GradScaler of https://github.com/pytorch/pytorch/issues/111559",
+    ),
     # the dtype/cache_enabled parameters: torch.cuda.amp.autocast(enabled=True) alone in 1.6-1.9
     "torch.cuda.amp.autocast(dtype=)": TorchName(
         "1.10", f"torch/cuda/amp/autocast_mode.py in 1.10.0 and 1.9.0, {_WHEELS}"

@@ -213,6 +213,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "trained_names": sorted(facts.trained_names),
         "torch_pin": None if facts.torch_pin is None else _torch_pin_to_json(facts.torch_pin),
         "uncalled": sorted(facts.uncalled),
+        "patching_imports": sorted(facts.patching_imports),
     }
 
 
@@ -233,6 +234,7 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
         trained_names=frozenset(raw["trained_names"]),
         torch_pin=None if raw.get("torch_pin") is None else _torch_pin_from_json(raw["torch_pin"]),
         uncalled=frozenset(raw.get("uncalled", ())),
+        patching_imports=frozenset(raw.get("patching_imports", ())),
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from mplint.engine.summaries import FunctionSummary
 from mplint.knowledge.apinames import canonical
 from mplint.knowledge.policies import FLOAT32_POLICIES, is_floatx_setter, is_policy_setter
+from mplint.knowledge.torch_patches import PATCHING_PACKAGES
 from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts
 from mplint.project.generation import DEFAULT, Generation, from_imports
@@ -58,6 +59,7 @@ class Program:
     tpu_sites: frozenset[tuple[str, int]] = frozenset()
     # The code's own version evidence in the modules it reaches: (package, specifier, "path:line what"), one per bound
     version_bounds: tuple[tuple[str, str, str], ...] = ()
+    patching_imports: frozenset[str] = frozenset()  # packages it imports that replace torch names (anywhere)
 
     def link_to(self, module: Module) -> ProgramLink:
         chain: list[str] = []
@@ -397,6 +399,7 @@ class ProjectModel:
         program.trains = frozenset(name for m in program.parents for name in m.facts.trains)
         program.tpu_sites = frozenset((m.display, line) for m in program.parents for line in m.facts.tpu_lines)
         program.version_bounds = code_bounds(program.parents, self.root)
+        program.patching_imports = frozenset().union(*(patching_imports(m.facts) for m in program.parents))
         for module in program.parents:
             for site in module.facts.policies:
                 if not self._applies(site):
@@ -504,6 +507,11 @@ class ProjectModel:
         return is_floatx_setter(k) if site.how == "floatx" else is_policy_setter(k)
 
 
+def patching_imports(facts: FileFacts) -> frozenset[str]:
+    """The packages a module imports, at module level or inside a function, that replace torch names on import."""
+    return frozenset(r.module.split(".", 1)[0] for r in facts.imports if not r.level) & PATCHING_PACKAGES
+
+
 def code_bounds(modules, root: Path) -> tuple[tuple[str, str, str], ...]:
     """The version evidence of ``modules``' code, one entry per (package, specifier), cited by its first module
     (by its path in the project at ``root``, as pin files are)."""
@@ -584,6 +592,9 @@ def module_facts(
         else:
             namespaces = frozenset(module.facts.keras_imports)
             tpu = [(module.display, line) for line in module.facts.tpu_lines]
+        patching = (
+            frozenset().union(*(p.patching_imports for p in programs)) if programs else patching_imports(module.facts)
+        )
         out[module.display] = ProjectFacts(
             policies=policies,
             generation=_generation(module, programs, program_generation, pins, configured, package_imports),
@@ -609,9 +620,8 @@ def module_facts(
             path=module.display,
             test_module=testing,
             trained_names=defines & frozenset().union(*(p.trains for p in programs)),
-            # only in the project's own helper modules: an entry point's or a library module's functions may be
-            # called from outside (an interactive session, the library's users)
             uncalled=uncalled.get(module, frozenset()),
+            patching_imports=patching,
         )
     return out
 

@@ -62,6 +62,14 @@ class TorchTarget:
         """Whether the pin admits some torch >= ``version`` (true when unpinned)."""
         return not self.pinned or self.newest is None or self.newest >= Version(version)
 
+    def admits_before(self, version: str) -> bool:
+        """Whether the pin admits some torch older than ``version`` (true when unpinned)."""
+        return not self.pinned or self.minimum is None or self.minimum < Version(version)
+
+    def admits_span(self, first: str, until: str | None) -> bool:
+        """Whether the pin admits some torch from ``first`` up to ``until`` (exclusive; None: no upper end)."""
+        return self.admits_from(first) and (until is None or self.admits_before(until))
+
     @property
     def label(self) -> str:
         """The range: "torch 1.9.0a0", "torch >= 1.7", "torch 1.8-2.3", "any torch >= 1.6" (unpinned)."""
