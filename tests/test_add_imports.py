@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -22,7 +23,24 @@ SPECS = [
 ]
 
 
+def made_at_top_level(source: str, spec: ImportSpec) -> bool:
+    """Whether the module's body already has the import (CPython's reading, not the engine's)."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import) and spec.obj is None:
+            if any(a.name == spec.module and a.asname == spec.asname for a in node.names):
+                return True
+        if isinstance(node, ast.ImportFrom) and spec.obj is not None and not node.level and node.module == spec.module:
+            if any(a.name == spec.obj and a.asname == spec.asname for a in node.names):
+                return True
+    return False
+
+
 def whole_module(module: cst.Module, imports) -> str:
+    """The visitor over the whole module, given the imports the module does not make already (which the visitor,
+    reading only up to the first statement that is no import, would add twice)."""
+    imports = [spec for spec in imports if not made_at_top_level(module.code, spec)]
+    if not imports:
+        return module.code
     context = CodemodContext()
     for spec in imports:
         AddImportsVisitor.add_needed_import(context, spec.module, spec.obj, spec.asname)
@@ -75,3 +93,15 @@ def test_a_diagnostic_carries_its_fixes_imports_through_the_results_cache():
     [d] = result.diagnostics
     assert (d.rule_id, d.imports, d.edits[0].text) == ("TEST5", (ImportSpec("math"),), "math.ceil(2.5)")
     assert _diagnostic_from_json(json.loads(json.dumps(_diagnostic_to_json(d)))) == d
+
+
+def test_an_import_the_module_makes_below_its_head_is_not_added_again():
+    # a license string and a docstring, then the imports: the visitor reads only the first string's head
+    source = '"""License."""\n"""Docstring."""\nimport os\nimport torch\n\n\ndef f():\n    return torch.ones(1)\n'
+    module = cst.parse_module(source)
+    assert add_imports(module, [ImportSpec("torch")]).code == source
+    assert add_imports(module, [ImportSpec("torch", None, "th")]).code == source.replace(
+        '"""License."""\n', '"""License."""\nimport torch as th\n\n'
+    )  # another binding is added
+    kept = "import sys\nsys.path.insert(0, '.')\nfrom torch import amp\n"
+    assert add_imports(cst.parse_module(kept), [ImportSpec("torch", "amp")]).code == kept

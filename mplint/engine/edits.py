@@ -49,17 +49,58 @@ def apply_fixes(module: cst.Module, findings: Iterable[Finding]) -> cst.Module:
 def add_imports(module: cst.Module, imports: Iterable[ImportSpec]) -> cst.Module:
     """``module`` with ``imports`` added as libcst's ``AddImportsVisitor`` adds them, visiting only the
     statements it reads or changes: the docstring, the leading imports and the statement after them (it may
-    get a blank line above). Over a whole module of a few hundred lines its matchers take a second."""
+    get a blank line above). Over a whole module of a few hundred lines its matchers take a second. An import the
+    module already makes further down at its top level (after a second string, a ``sys.path`` line) is not added
+    twice: the visitor never reads that far."""
     # Imported here: libcst.codemod pulls in libcst.matchers, a large import that checks without fixes skip.
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import AddImportsVisitor
 
+    imports = [spec for spec in imports if not _imported_at_top_level(module.body, spec)]
+    if not imports:
+        return module
     context = CodemodContext()
     for spec in imports:
         AddImportsVisitor.add_needed_import(context, spec.module, spec.obj, spec.asname)
     head = _head_length(module.body)
     added = AddImportsVisitor(context).transform_module(module.with_changes(body=module.body[:head]))
     return module.with_changes(body=(*added.body, *module.body[head:]))
+
+
+def _imported_at_top_level(body: Sequence[cst.BaseStatement], spec: ImportSpec) -> bool:
+    """``import module [as asname]`` or ``from module import obj [as asname]`` as a statement of the module's body."""
+    for statement in body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Import) and spec.obj is None:
+                for alias in small.names:
+                    bound = (
+                        alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
+                    )
+                    if _dotted(alias.name) == spec.module and bound == spec.asname:
+                        return True
+            elif (
+                isinstance(small, cst.ImportFrom)
+                and spec.obj is not None
+                and not small.relative
+                and small.module is not None
+                and _dotted(small.module) == spec.module
+                and not isinstance(small.names, cst.ImportStar)
+            ):
+                for alias in small.names:
+                    bound = (
+                        alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
+                    )
+                    if _dotted(alias.name) == spec.obj and bound == spec.asname:
+                        return True
+    return False
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return node.value if isinstance(node, cst.Name) else ""
 
 
 def _head_length(body: Sequence[cst.BaseStatement]) -> int:
