@@ -1008,7 +1008,9 @@ def _free_name(context: FileContext, scope: cst.CSTNode, wanted: str) -> str:
     return name
 
 
-def statement_of(context: FileContext, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+def simple_line_of(context: FileContext, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+    """The simple statement line holding ``node``; None where a compound statement comes first (a lambda's
+    body is still its line, an ``if``'s test is not)."""
     for parent in context.ancestors(node):
         if isinstance(parent, cst.SimpleStatementLine):
             return parent

@@ -23,7 +23,7 @@ class TorchRule(Rule):
     def candidate(cls, code) -> bool:
         return code.imports_torch
 
-    def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+    def whole_line_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
         """The line ``node`` is the whole of (``x.step()``, ``y = x.step()``), else None."""
         line = self.context.enclosing(node, cst.SimpleStatementLine)
         if line is None or len(line.body) != 1:

@@ -12,7 +12,7 @@ from mplint.analysis.optimizer_flow import (
     is_lso_call,
     lso_inner,
     method_name,
-    statement_of,
+    simple_line_of,
 )
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
@@ -51,7 +51,7 @@ class LossScalingWithBfloat16(Rule):
         """The call becomes its argument; ``x = f(x)`` goes away entirely."""
         if inner is None:
             return None
-        stmt = statement_of(self.context, call)
+        stmt = simple_line_of(self.context, call)
         if stmt is not None and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             assign = stmt.body[0]
             if assign.value is call and len(assign.targets) == 1 and inner.deep_equals(assign.targets[0].target):

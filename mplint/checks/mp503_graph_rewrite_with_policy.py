@@ -87,7 +87,7 @@ class GraphRewriteWithPolicy(Rule):
         elif name.endswith("environ.setdefault") and len(node.args) == 2:
             key, value = node.args[0].value, node.args[1].value
             if m.matches(key, m.SimpleString()) and key.evaluated_value == AMP_ENV and _enabled(value):
-                statement = self._statement_of(node)
+                statement = self._lone_call_line(node)
                 fix = self._delete(statement) if statement is not None and statement.body[0].value is node else None
                 self._report(node, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", fix)
 
@@ -106,7 +106,7 @@ class GraphRewriteWithPolicy(Rule):
         self._report(target, f"{AMP_ENV} turns on TensorFlow's graph rewrite: {self._why()}", self._delete(node))
 
     def _report_rewrite(self, call: cst.Call) -> None:
-        statement = self._statement_of(call)
+        statement = self._lone_call_line(call)
         fix = None
         if statement is not None:
             small = statement.body[0]
@@ -132,13 +132,14 @@ class GraphRewriteWithPolicy(Rule):
         if not amp or not _enabled(amp[0].value):
             return
         if len(options.elements) == 1:
-            statement = self._statement_of(call)
+            statement = self._lone_call_line(call)
             fix = self._delete(statement) if statement is not None and statement.body[0].value is call else None
         else:
             fix = self._fix(options, options.with_changes(elements=_without(options.elements, amp[0])))
         self._report(amp[0], f'`"{AMP_OPTION}": True` turns on TensorFlow\'s graph rewrite: {self._why()}', fix)
 
-    def _statement_of(self, call: cst.Call) -> cst.SimpleStatementLine | None:
+    def _lone_call_line(self, call: cst.Call) -> cst.SimpleStatementLine | None:
+        """The line ``call`` makes alone (``tf.config.optimizer.set_experimental_options(...)``), which a fix may delete."""
         parent = self.context.parent(call)
         statement = self.context.parent(parent) if parent is not None else None
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:

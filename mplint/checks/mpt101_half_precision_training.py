@@ -86,7 +86,7 @@ class HalfPrecisionTraining(TorchRule):
         parent = self.context.parent(call)
         if isinstance(parent, cst.Assign):
             return Fix({call: call.func.value}, FixSafety.UNSAFE)
-        line = self.statement_of(call)
+        line = self.whole_line_of(call)
         if line is None or len(self.context.parent(line).body) < 2:
             return None
         return Fix({line: cst.RemovalSentinel.REMOVE}, FixSafety.UNSAFE)

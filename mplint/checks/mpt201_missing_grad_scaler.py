@@ -89,10 +89,10 @@ class MissingGradScaler(TorchRule):
             "scaler" in self.context.text
             or not isinstance(backward.func, cst.Attribute)
             or not isinstance(backward.func.value, cst.Name)
-            or self.statement_of(backward) is None
+            or self.whole_line_of(backward) is None
         ):
             return None
-        step_lines = [self.statement_of(step) for step in steps]
+        step_lines = [self.whole_line_of(step) for step in steps]
         optimizers = {dotted(step.func.value) for step in steps}
         if not steps or None in step_lines or len(optimizers) != 1:
             return None
@@ -164,7 +164,7 @@ class MissingGradScaler(TorchRule):
 
     def _construction(self, amp: TorchAmp, optimizer: str) -> cst.SimpleStatementLine | None:
         found = [
-            self.statement_of(call)
+            self.whole_line_of(call)
             for call in self.context.nodes(cst.Call)
             if amp.is_optimizer_construction(call)
             and isinstance(self.context.parent(call), cst.Assign)

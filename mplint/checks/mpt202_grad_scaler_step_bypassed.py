@@ -50,7 +50,7 @@ class GradScalerStepBypassed(TorchRule):
     def _route_through_scaler(self, flow, amp: TorchAmp, step: cst.Call, scalers: list[str]) -> Fix | None:
         """``optimizer.step()`` -> ``scaler.step(optimizer)``, plus one ``scaler.update()`` after every step of
         that scaler in the function when the function has none."""
-        line = self.statement_of(step)
+        line = self.whole_line_of(step)
         if line is None or len(scalers) != 1 or not flow.on_every_path(step) or step.args:
             return None
         scaler, optimizer = scalers[0], self.code(step.func.value)
@@ -73,7 +73,7 @@ class GradScalerStepBypassed(TorchRule):
         """Drop the ``update()`` when a later one of the same scaler follows it in the same block on every path;
         move it after a ``for opt in optimizers:`` loop whose body steps each optimizer. Otherwise no fix: the
         only ``update()`` of a path is never deleted."""
-        line = self.statement_of(update)
+        line = self.whole_line_of(update)
         block = self.context.parent(line) if line is not None else None
         if block is None:
             return None

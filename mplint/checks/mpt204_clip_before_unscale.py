@@ -38,7 +38,7 @@ class TorchClipBeforeUnscale(TorchRule):
     def _fix(self, flow: TrainingLoopFlow, clip: cst.Call, scalers: list[str]) -> Fix | None:
         """``scaler.unscale_(optimizer)`` on the line before the clip, when every path to the clip has a scaled
         backward pending, one optimizer is stepped through that scaler in the function, and none is unscaled later."""
-        line = self.statement_of(clip)
+        line = self.whole_line_of(clip)
         if line is None or len(scalers) != 1 or not flow.on_every_path(clip):
             return None
         scope = self.context.enclosing(clip, cst.FunctionDef) or self.context.module

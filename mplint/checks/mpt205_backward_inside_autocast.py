@@ -41,7 +41,7 @@ class BackwardInsideAutocast(TorchRule):
     def _move_out(self, region, call: cst.Call) -> Fix | None:
         """Move the backward statement and everything after it in the block out of the ``with``."""
         with_node = region.node
-        line = self.statement_of(call)
+        line = self.whole_line_of(call)
         body = with_node.body
         if (
             line is None

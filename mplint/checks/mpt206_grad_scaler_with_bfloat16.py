@@ -55,8 +55,8 @@ class GradScalerWithBfloat16(TorchRule):
                 replacements[call] = call.args[0].value
             elif method == "step" and len(call.args) == 1:
                 replacements[call] = cst.Call(cst.Attribute(call.args[0].value, cst.Name("step")))
-            elif method in ("update", "unscale_") and self.statement_of(call) is not None:
-                statement = self.statement_of(call)
+            elif method in ("update", "unscale_") and self.whole_line_of(call) is not None:
+                statement = self.whole_line_of(call)
                 replacements[statement] = cst.RemovalSentinel.REMOVE
                 block = id(self.context.parent(statement))
                 removed_from[block] = removed_from.get(block, 0) + 1

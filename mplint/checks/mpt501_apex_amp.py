@@ -419,7 +419,7 @@ class ApexAmp(TorchRule):
         if not steps:
             raise _NoFix("no `optimizer.step()` to route through the scaler")
         for step in steps:
-            line = self.statement_of(step)
+            line = self.whole_line_of(step)
             if line is None:
                 raise _NoFix("an `optimizer.step()` is part of a larger statement")
             replacements[line] = cst.FlattenSentinel(
