@@ -35,6 +35,7 @@ _OPS_PREFIXES = ("nn.", "math.", "ops.", "activations.")
 
 class OutputNotFloat32(Rule):
     id = "MP102"
+    governed_by_policy = True
     triggers = (b"Sequential", b"Model")  # model outputs exist only where a model is built or subclassed
 
     @classmethod

@@ -299,6 +299,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
         sorted(facts.trained_names),
         facts.torch_pin,
         sorted(facts.uncalled),
+        facts.run_lines,
     )
 
 

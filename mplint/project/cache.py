@@ -212,6 +212,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "trained_names": sorted(facts.trained_names),
         "torch_pin": None if facts.torch_pin is None else _torch_pin_to_json(facts.torch_pin),
         "uncalled": sorted(facts.uncalled),
+        "run_lines": [list(pair) for pair in facts.run_lines],
     }
 
 
@@ -232,6 +233,7 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
         trained_names=frozenset(raw["trained_names"]),
         torch_pin=None if raw.get("torch_pin") is None else _torch_pin_from_json(raw["torch_pin"]),
         uncalled=frozenset(raw.get("uncalled", ())),
+        run_lines=tuple((name, line) for name, line in raw.get("run_lines", ())),
     )
 
 

@@ -614,8 +614,19 @@ def module_facts(
             uncalled=_uncalled(module, named)
             if module in model.imported and not published and not testing
             else frozenset(),
+            run_lines=_run_lines(module, model.modules),
         )
     return out
+
+
+def _run_lines(module: Module, modules: list[Module]) -> tuple[tuple[str, int], ...]:
+    """Where the module's own top-level code runs its functions, less those another module names (it may call
+    them at any time)."""
+    lines = module.facts.run_lines
+    if not lines:
+        return ()
+    named = frozenset().union(*(m.uses for m in modules if m is not module))
+    return tuple(sorted((name, line) for name, line in lines.items() if name not in named))
 
 
 def _generation(
