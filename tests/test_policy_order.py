@@ -114,3 +114,28 @@ def test_mp701_notebook_use_in_a_later_cell():
     cells = (BUILDER, "model = build_model(None)\n", "from tensorflow import keras\n" + SETTER, "model.fit(x, y)\n")
     outcome = lint_code(_notebook(*cells), path="guide.ipynb", select=["MP701"])
     assert _found(outcome) == [("MP701", 3, 2, 1, STALE.format(line=13))]  # the line of the joined cells
+
+
+def test_helper_module_called_before_the_setter_is_not_governed():
+    script = (
+        "from tensorflow import keras\nfrom models import build_model\n\nmodel = build_model(None)\nmodel.fit(x, y)\n"
+    )
+    outcome = lint_code(script + SETTER, path="train.py", files={"models.py": BUILDER}, select=["MP101", "MP701"])
+    assert _found(outcome) == []
+    report = lint_code(BUILDER, path="models.py", files={"train.py": script + SETTER}, select=["MP101"])
+    assert _found(report) == []  # the helper's own findings: its builder runs before the setter
+
+
+def test_helper_module_called_after_the_setter_is_governed():
+    script = "from tensorflow import keras\nfrom models import build_model\n\n" + SETTER + "model = build_model(None)\n"
+    outcome = lint_code(BUILDER, path="models.py", files={"train.py": script}, select=["MP101"])
+    assert _found(outcome) == [("MP101", None, 6, 68, SOFTMAX.format(where="train.py:4, which imports this module"))]
+
+
+def test_helper_module_imported_in_a_function_keeps_every_site():
+    script = (
+        "from tensorflow import keras\n\n\ndef run():\n    from models import build_model\n\n"
+        "    return build_model(None)\n\n\nrun()\n" + SETTER
+    )
+    outcome = lint_code(BUILDER, path="models.py", files={"train.py": script}, select=["MP101"])
+    assert _found(outcome) == [("MP101", None, 6, 68, SOFTMAX.format(where="train.py:11, which imports this module"))]

@@ -158,12 +158,15 @@ def _solve(found: _Contributions, functions: set[str], pick, start: float, anywh
 
 
 def run_lines(tree: ast.Module) -> tuple[dict[str, int], dict[str, int]]:
-    """For each top-level function whose runs top-level code tells: the line of the last top-level statement
-    that may run it, and of the first."""
+    """For each top-level function, and each name a top-level import binds, whose runs top-level code tells: the
+    line of the last top-level statement that may run it (-1 for an import nothing names), and of the first."""
     found = _Contributions()
     functions: set[str] = set()
+    imported: set[str] = set()
     for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).partition(".")[0] for a in stmt.names if a.name != "*")
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             _read_function(stmt, found)
             if _plain(stmt):
                 functions.add(stmt.name)
@@ -171,10 +174,13 @@ def run_lines(tree: ast.Module) -> tuple[dict[str, int], dict[str, int]]:
             found.anywhere(stmt)
         else:
             _read_statement(stmt, found)
+    functions |= imported  # an imported function or module runs where it is called, as the file's own do
     last = _solve(found, functions, max, -1.0, _ANYWHERE)
     first = _solve(found, functions, min, _ANYWHERE, -_ANYWHERE)
-    known = [f for f in functions if f in found.by_name and last[f] < _ANYWHERE]
-    return {f: int(last[f]) for f in known}, {f: int(first[f]) for f in known if -_ANYWHERE < first[f] < _ANYWHERE}
+    known = [f for f in functions if (f in found.by_name or f in imported) and last.get(f, -1) < _ANYWHERE]
+    return {f: int(last.get(f, -1)) for f in known}, {
+        f: int(first[f]) for f in known if -_ANYWHERE < first.get(f, _ANYWHERE) < _ANYWHERE
+    }
 
 
 def setter_line(tree: ast.Module, line: int, first: dict[str, int]) -> int | None:
