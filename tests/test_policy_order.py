@@ -139,3 +139,62 @@ def test_helper_module_imported_in_a_function_keeps_every_site():
     )
     outcome = lint_code(BUILDER, path="models.py", files={"train.py": script}, select=["MP101"])
     assert _found(outcome) == [("MP101", None, 6, 68, SOFTMAX.format(where="train.py:11, which imports this module"))]
+
+
+def _run_lines(code: bytes) -> tuple[dict, dict]:
+    from mplint.engine.python_tree import parse_python
+    from mplint.project.run_order import run_lines
+
+    return run_lines(parse_python(code))
+
+
+def test_run_lines_follow_calls_and_the_objects_a_function_is_handed_to():
+    code = b"""\
+import helpers
+
+
+def build():
+    return helpers.layer()
+
+
+def train():
+    return build()
+
+
+tuner = Tuner(build)
+train()
+tuner.search()
+unused = 1
+"""
+    last, first = _run_lines(code)
+    assert last == {"helpers": 14, "build": 14, "train": 13}
+    assert first == {"helpers": 12, "build": 12, "train": 13}
+
+
+def test_run_lines_leave_out_what_may_run_anywhere():
+    code = b"""\
+def build():
+    return 1
+
+
+def in_generator():
+    yield build()
+
+
+def in_class():
+    return 2
+
+
+def stored():
+    return 3
+
+
+class Holder:
+    def make(self):
+        return in_class()
+
+
+callbacks.append(stored)
+"""
+    # build: called by a generator; in_class: by a class; stored: kept where no name says when it runs
+    assert _run_lines(code) == ({}, {})
