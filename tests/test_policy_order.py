@@ -198,3 +198,18 @@ callbacks.append(stored)
 """
     # build: called by a generator; in_class: by a class; stored: kept where no name says when it runs
     assert _run_lines(code) == ({}, {})
+
+
+def test_another_notebook_naming_the_builder_changes_nothing():
+    cells = (BUILDER, "model = build_model(None)\nmodel.fit(x, y)\n", "from tensorflow import keras\n" + SETTER)
+    other = _notebook(BUILDER, "build_model(None)\n")
+    outcome = lint_code(_notebook(*cells), path="guide.ipynb", files={"other.ipynb": other}, select=["MP101"])
+    assert _found(outcome) == []
+
+
+def test_a_module_that_imports_the_script_may_call_its_builder_at_any_time():
+    script = BUILDER + "model = build_model(None)\nmodel.fit(x, y)\n" + SETTER
+    importer = "from train import build_model\n\nbuild_model(None)\n"
+    outcome = lint_code(script, path="train.py", files={"tune.py": importer}, select=["MP101"])
+    where = "train.py:13 in the program of tune.py, which imports this module"
+    assert _found(outcome) == [("MP101", None, 6, 68, SOFTMAX.format(where=where))]

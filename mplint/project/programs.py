@@ -640,12 +640,16 @@ def _runs_before(model: ProjectModel, entry: Module, site: PolicySite) -> bool:
 
 
 def _run_lines(module: Module, modules: list[Module]) -> tuple[tuple[str, int], ...]:
-    """Where the module's own top-level code runs its functions, less those another module names (it may call
-    them at any time)."""
+    """Where the module's own top-level code runs its functions, less those a module that may import it names (it
+    may call them at any time). Nothing imports a notebook."""
     lines = module.facts.run_lines
-    if not lines:
-        return ()
-    named = frozenset().union(*(m.uses for m in modules if m is not module))
+    if not lines or module.notebook:
+        return tuple(sorted(lines.items()))
+    stem = module.name.rpartition(".")[2]
+    importers = [
+        m for m in modules if m is not module and any(stem in (*r.module.split("."), r.name) for r in m.facts.imports)
+    ]
+    named = frozenset().union(*(m.uses for m in importers))
     return tuple(sorted((name, line) for name, line in lines.items() if name not in named))
 
 
