@@ -213,3 +213,8 @@ def test_a_module_that_imports_the_script_may_call_its_builder_at_any_time():
     outcome = lint_code(script, path="train.py", files={"tune.py": importer}, select=["MP101"])
     where = "train.py:13 in the program of tune.py, which imports this module"
     assert _found(outcome) == [("MP101", None, 6, 68, SOFTMAX.format(where=where))]
+
+
+def test_run_lines_follow_calls_through_a_module_attribute():
+    last, first = _run_lines(b"import pkg\n\npkg.layers.Dense()\nunused = 1\n")
+    assert (last, first) == ({"pkg": 3}, {"pkg": 3})

@@ -26,7 +26,6 @@ from mplint.analysis.output_dtype import (
     with_float32_dtype,
 )
 from mplint.diagnostics import Fix
-from mplint.engine.names import last_name
 from mplint.engine.rule import Rule
 from mplint.knowledge.dtypes import REDUCED_DTYPES
 
@@ -111,9 +110,12 @@ class OutputNotFloat32(Rule):
         return compiles > 0
 
     def _in_tape(self, call: cst.Call) -> bool:
+        names = self.context.names
         return any(
             isinstance(a, cst.With)
-            and any(last_name(i.item.func) == "GradientTape" for i in a.items if isinstance(i.item, cst.Call))
+            and any(
+                isinstance(i.item, cst.Call) and names.matches(i.item.func, ["GradientTape"], ["tf"]) for i in a.items
+            )
             for a in self.context.ancestors(call)
         )
 

@@ -52,11 +52,14 @@ def _nested_names(node: ast.AST) -> Iterator[str]:
             yield inner.id
 
 
-def _called_now(name: ast.Name, parent: ast.AST | None, grand: ast.AST | None) -> bool:
-    """``f(...)`` or ``obj.method(...)``: the reference runs the function (or the object's method) right here."""
-    if isinstance(parent, ast.Call) and parent.func is name:
-        return True
-    return isinstance(parent, ast.Attribute) and isinstance(grand, ast.Call) and grand.func is parent
+def _called_now(name: ast.Name, parents: dict[int, ast.AST | None]) -> bool:
+    """``f(...)``, ``obj.method(...)`` or ``pkg.mod.f(...)``: the reference runs the function (or the object's
+    method) right here."""
+    node: ast.AST = name
+    parent = parents.get(id(node))
+    while isinstance(parent, ast.Attribute) and parent.value is node:
+        node, parent = parent, parents.get(id(parent))
+    return isinstance(parent, ast.Call) and parent.func is node
 
 
 def _assigned_names(stmt: ast.AST) -> list[str] | None:
@@ -103,9 +106,8 @@ def _read_statement(stmt: ast.stmt, found: _Contributions) -> None:
             statements[id(node)] = statements.get(id(parent), stmt)
         if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
             continue
-        grand = parents.get(id(parent)) if parent is not None else None
         found.add(node.id, line)
-        if _called_now(node, parent, grand):
+        if _called_now(node, parents):
             continue
         bound = _assigned_names(statements.get(id(node), stmt))
         if bound is None:
@@ -120,16 +122,14 @@ def _read_function(function: ast.FunctionDef | ast.AsyncFunctionDef, found: _Con
             for name in _nested_names(extra):
                 found.add(name, function.lineno)
     plain = _plain(function)
-    parents: dict[int, ast.AST] = {}
+    parents: dict[int, ast.AST | None] = {}
     for node in own_nodes(function):  # type: ignore[arg-type]  # async bodies read the same way
         for child in ast.iter_child_nodes(node):
             parents[id(child)] = node
         if isinstance(node, _NESTED):
             found.anywhere(node)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            parent = parents.get(id(node))
-            grand = parents.get(id(parent)) if parent is not None else None
-            now = plain and _called_now(node, parent, grand)
+            now = plain and _called_now(node, parents)
             found.add(node.id, ("in", function.name) if now else _ANYWHERE)
 
 
