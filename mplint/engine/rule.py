@@ -63,8 +63,8 @@ class Rule:
     #: LossScaleOptimizer): silent in a published package's modules, whose users make those choices, whatever
     #: policy the repository's own scripts run them under.
     program_choice: ClassVar[bool] = False
-    # Findings about code the policy governs (layers, outputs, losses on them): dropped where the code runs before
-    # the setter of its script or notebook, which the policy then does not govern (``FileContext.facts_at``).
+    #: Findings about code the policy governs (layers, outputs, losses on them): dropped where the code runs before
+    #: the setter of its script or notebook, which the policy then does not govern (``FileContext.facts_at``).
     governed_by_policy: ClassVar[bool] = False
 
     def __init__(self, context: FileContext) -> None:
