@@ -179,6 +179,7 @@ def test_mp701_fix_keeps_the_late_import_order():
         "model = keras.Sequential([keras.layers.Dense(8)])\n"
         "policy = 'mixed_float16'\n"
         "keras.mixed_precision.set_global_policy(policy)\n"
+        "model.fit(x, y)\n"
     )
     found = lint_code(code, select=["MP701"], fix=True, unsafe_fixes=True)
     assert [(d.rule_id, d.line, d.column) for d in found.diagnostics] == [("MP701", 4, 1)]

@@ -119,7 +119,7 @@ def test_mp401_finds_a_converting_function_imported_under_another_name():
 def test_mp701_knows_load_model_by_its_resolved_name_not_a_local_function_so_named():
     aliased = (
         'import keras\nfrom keras.models import load_model as restore\n\nbase = restore("base.keras")\n'
-        'keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        'keras.mixed_precision.set_global_policy("mixed_float16")\nbase.fit(x, y)\n'
     )
     found = lint_code(aliased, select=["MP701"]).diagnostics
     assert [(d.rule_id, d.line, d.column) for d in found] == [("MP701", 5, 1)]
@@ -127,5 +127,6 @@ def test_mp701_knows_load_model_by_its_resolved_name_not_a_local_function_so_nam
     local = (
         "import json\nimport keras\n\n\ndef load_model(path):\n    with open(path) as f:\n        return json.load(f)\n\n\n"
         'settings = load_model("settings.json")\nkeras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "configure(settings)\n"
     )
     assert lint_code(local, select=["MP701"]).diagnostics == []

@@ -591,7 +591,7 @@ def _reached_by(root: Path, entry: str) -> set[str]:
     ],
 )
 def test_every_form_of_public_import_reaches_the_defining_module(tmp_path, how, api, program, reaches):
-    script = f"import keras\n{program}keras.mixed_precision.set_global_policy('mixed_float16')\n"
+    script = f"import keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n{program}"
     root = _api_project(tmp_path, PATH_LINES[how], api, {"train.py": script})
     other = {"pkg/src/layers/dense.py", "pkg/src/ops/math.py"} - {reaches}
     reached = _reached_by(root, "train.py")
@@ -603,8 +603,8 @@ def test_without_the_path_line_the_public_names_are_not_found(tmp_path):
         tmp_path,
         "",
         extra={
-            "train.py": "import keras\nfrom pkg.layers import Dense\nDense()\n"
-            "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+            "train.py": "import keras\nfrom pkg.layers import Dense\n"
+            "keras.mixed_precision.set_global_policy('mixed_float16')\nDense()\n"
         },
     )
     assert "pkg/src/layers/dense.py" not in _reached_by(root, "train.py")
@@ -618,7 +618,7 @@ def test_the_package_path_order_decides_which_module_a_name_is(tmp_path, how, fo
         PATH_LINES[how],
         extra={
             "pkg/layers.py": "class Dense:\n    pass\n",
-            "train.py": "import keras\nfrom pkg.layers import Dense\nDense()\nkeras.mixed_precision.set_global_policy('mixed_float16')\n",
+            "train.py": "import keras\nfrom pkg.layers import Dense\nkeras.mixed_precision.set_global_policy('mixed_float16')\nDense()\n",
         },
     )
     assert _reached_by(root, "train.py") & {"pkg/layers.py", "pkg/src/layers/dense.py"} == {found}

@@ -13,6 +13,7 @@ class GradientSiteRule(Rule):
     they can fire (a file that takes a ``GradientTape``'s gradient) and when (under float16 policies)."""
 
     triggers = (b"GradientTape",)
+    governed_by_policy = True
 
     @classmethod
     def candidate(cls, code) -> bool:

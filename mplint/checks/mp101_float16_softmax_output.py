@@ -299,6 +299,7 @@ OUTPUT_DTYPE = declare(SummaryKind("output_dtype", (b"dtype", b"oftmax"), True, 
 
 class Float16SoftmaxOutput(Rule):
     id = "MP101"
+    governed_by_policy = True
     triggers = (b"softmax", b"Softmax")
     # `build_model(10)` of a builder whose softmax takes its dtype parameter, or whose activation defaults to
     # "softmax"; `get_activation("softmax")` of a function that maps a name to a layer

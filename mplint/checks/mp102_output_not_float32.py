@@ -30,11 +30,14 @@ from mplint.engine.rule import Rule
 from mplint.knowledge.dtypes import REDUCED_DTYPES
 
 _MODELS = ("Sequential", "Model")
+# Uses of a model that train it outside compile's loss.
+_CUSTOM_TRAINING = frozenset({"trainable_variables", "trainable_weights", "train_step", "compute_loss"})
 _OPS_PREFIXES = ("nn.", "math.", "ops.", "activations.")
 
 
 class OutputNotFloat32(Rule):
     id = "MP102"
+    governed_by_policy = True
     triggers = (b"Sequential", b"Model")  # model outputs exist only where a model is built or subclassed
 
     @classmethod
@@ -56,6 +59,8 @@ class OutputNotFloat32(Rule):
                 continue  # MP101
             if site.cast_before_loss:
                 continue  # every use of the outputs in this file casts them to float32 first
+            if self._keras3_compiled_loss(site):
+                continue
             if site.role != "trained" and not self._policy_chosen_here() and not self._trained_by_a_program(site):
                 # A model that leaves a module its program reaches from elsewhere (a library class, a builder's
                 # result) may have its outputs cast where it is trained: unlike a float16 softmax (MP101), no
@@ -68,6 +73,79 @@ class OutputNotFloat32(Rule):
                 if id(target) not in reported:
                     reported.add(id(target))
                     self._other(site, target)
+
+    def _keras3_compiled_loss(self, site: OutputSite) -> bool:
+        """Keras 3 only, and the model is trained only through ``compile`` with a built-in loss and accuracy
+        metrics: Keras 3's ``Loss.__call__`` converts the predictions to the loss's dtype (floatx, float32) before
+        computing, since 3.0 (``keras/src/losses/loss.py``; compile wraps every loss in one), and an accuracy
+        compares. Other metrics take the predictions as they are; so does a custom loop."""
+        if self.context.facts.generation.low != 3 or not isinstance(site.model, cst.Call):
+            return False
+        assign = self.context.parent(site.model)
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return False
+        target = assign.targets[0].target
+        if not isinstance(target, cst.Name):
+            return False
+        scope = next(
+            (a for a in self.context.ancestors(assign) if isinstance(a, (cst.FunctionDef, cst.Module))),
+            self.context.module,
+        )
+        compiles = 0
+        for use in self.context.nodes_within(scope, cst.Name):
+            if use.value != target.value or self.context.source_order(use) <= self.context.end_order(assign):
+                continue
+            parent = self.context.parent(use)
+            if isinstance(parent, cst.Call) and parent.func is use and self._in_tape(parent):
+                return False  # a custom loop: its loss may be any code
+            if not isinstance(parent, cst.Attribute) or parent.value is not use:
+                continue
+            if parent.attr.value in _CUSTOM_TRAINING:
+                return False
+            call = self.context.parent(parent)
+            if parent.attr.value == "compile" and isinstance(call, cst.Call) and call.func is parent:
+                if not self._builtin_loss(call):
+                    return False
+                compiles += 1
+        return compiles > 0
+
+    def _in_tape(self, call: cst.Call) -> bool:
+        names = self.context.names
+        return any(
+            isinstance(a, cst.With)
+            and any(
+                isinstance(i.item, cst.Call) and names.matches(i.item.func, ["GradientTape"], ["tf"]) for i in a.items
+            )
+            for a in self.context.ancestors(call)
+        )
+
+    def _builtin_loss(self, compile_call: cst.Call) -> bool:
+        """``compile(loss=...)`` with one Keras loss (a name or ``keras.losses.*``) and accuracy metrics only."""
+        loss = next((a.value for a in compile_call.args if a.keyword and a.keyword.value == "loss"), None)
+        if loss is None and len(compile_call.args) > 1 and compile_call.args[1].keyword is None:
+            loss = compile_call.args[1].value
+        metrics = next((a.value for a in compile_call.args if a.keyword and a.keyword.value == "metrics"), None)
+        if loss is None or not self._keras_loss(loss):
+            return False
+        if metrics is None:
+            return True
+        if not isinstance(metrics, (cst.List, cst.Tuple)):
+            return False
+        return all(self._accuracy(e.value) for e in metrics.elements)
+
+    def _keras_loss(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.SimpleString):
+            return True  # a name compile resolves among Keras' own losses
+        func = node.func if isinstance(node, cst.Call) else node
+        k = self.context.names.kname(func)
+        return k is not None and k.is_keras and k.path.startswith("losses.")
+
+    def _accuracy(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.SimpleString):
+            return "acc" in node.evaluated_value.lower()
+        func = node.func if isinstance(node, cst.Call) else node
+        k = self.context.names.kname(func)
+        return k is not None and k.is_keras and k.path.startswith("metrics.") and "Accuracy" in k.last
 
     def _trained_by_a_program(self, site: OutputSite) -> bool:
         """A program that reaches this module compiles or fits what this class or builder function makes."""

@@ -107,6 +107,7 @@ LOSS_REDUCTION = declare(SummaryKind("loss_reduction", (b"loss",), True, _loss_r
 
 class LossInFloat16(Rule):
     id = "MP103"
+    governed_by_policy = True
     triggers = (re.compile(rb"reduce_mean|reduce_sum|\bmean\(|\bsum\(|losses"),)
     summary_triggers = (LOSS_REDUCTION,)  # `reconstruction_loss(x, x_hat)` of a project loss that squares
 

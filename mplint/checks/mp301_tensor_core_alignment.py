@@ -23,6 +23,7 @@ LAYER_TRIGGER = re.compile(rb"\b" + _LAYERS + rb"\s*\(|\bimport\b[^\n]*\b" + _LA
 
 class TensorCoreAlignment(Rule):
     id = "MP301"
+    governed_by_policy = True
     program_choice = True
     triggers = (LAYER_TRIGGER,)
 

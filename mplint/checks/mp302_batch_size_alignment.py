@@ -19,6 +19,7 @@ from mplint.engine.rule import Rule
 
 class BatchSizeAlignment(Rule):
     id = "MP302"
+    governed_by_policy = True
     program_choice = True
     triggers = (re.compile(rb"batch_size\s*=|\.(?:padded_)?batch\s*\("),)
 

@@ -174,6 +174,7 @@ _DTYPE_LIMIT = re.compile(rb"(?:float32|float64|double|single)\)?\.m(?:in|ax)\b|
 
 class Float16OverflowConstant(Rule):
     id = "MP601"
+    governed_by_policy = True
     _bound_beyond: frozenset[str] | None = None
     # Literals beyond float16's range or below its smallest subnormal, and float32/float64 limits.
     triggers = (

@@ -28,6 +28,29 @@ _NOT_MODEL_LAYERS = frozenset(
         "CategoryEncoding",
     }
 )
+# Calls on a model that run its layers or keep them.
+_MODEL_USES = frozenset(
+    {
+        "compile",
+        "fit",
+        "fit_generator",
+        "train_on_batch",
+        "evaluate",
+        "evaluate_generator",
+        "test_on_batch",
+        "predict",
+        "predict_generator",
+        "predict_on_batch",
+        "predict_step",
+        "train_step",
+        "test_step",
+        "call",
+        "__call__",
+        "save",
+        "save_weights",
+        "export",
+    }
+)
 _KERAS_LOADERS = frozenset({"load_model", "model_from_json", "model_from_config", "clone_model"})
 _BUILDER = re.compile(
     r"^(build|create|make|get|load|construct|init)_?\w*?(model|net|network|encoder|decoder|classifier|backbone)s?$",
@@ -176,13 +199,17 @@ class PolicyAfterModelBuild(Rule):
         for scope, found in zip(built.scopes[: last + 1], setters):
             made = [(c, what) for c in scope.calls if (what := built.describe(c))]
             for call in found:
-                self._check(call, made)
+                self._check(call, made, scope.node)
 
-    def _check(self, setter: cst.Call, made: list[tuple[cst.Call, str]]) -> None:
+    def _check(self, setter: cst.Call, made: list[tuple[cst.Call, str]], scope: cst.CSTNode) -> None:
         start = self._start(setter)
         before = [(c, what) for c, what in made if self._start(c) < start]
         after = {_bound_name(self.context, c) for c, _ in made if self._start(c) > start}
         stale = [(c, what) for c, what in before if _bound_name(self.context, c) not in after - {None}]
+        # Only a model the program goes on to use keeps float32 where it meant mixed precision: one built and
+        # trained before the setter (a float32 run, then a one-line demo of the setter) is what it was meant to be.
+        used = self._used_after(scope, start)
+        stale = [(c, what) for c, what in stale if _bound_name(self.context, c) in used]
         if not stale:
             return  # nothing built, or every early model is rebuilt under the new policy (a float32 baseline)
         first, what = stale[0]
@@ -197,6 +224,31 @@ class PolicyAfterModelBuild(Rule):
 
     def _start(self, node: cst.CSTNode) -> int:
         return self.context.source_order(node)
+
+    def _used_after(self, scope: cst.CSTNode, start: int) -> set[str]:
+        """Names the scope uses after ``start`` as a model: trained, evaluated, saved or called, handed to a call,
+        returned or yielded."""
+        used: set[str] = set()
+        for name in self.context.nodes_within(scope, cst.Name):
+            if self._start(name) <= start or name.value in used:
+                continue
+            parent = self.context.parent(name)
+            if isinstance(parent, cst.Attribute) and parent.value is name:
+                holder = self.context.parent(parent)
+                if isinstance(holder, cst.Call) and holder.func is parent and parent.attr.value in _MODEL_USES:
+                    used.add(name.value)
+                continue
+            if isinstance(parent, cst.Call) and parent.func is name:
+                used.add(name.value)
+                continue
+            for ancestor in self.context.ancestors(name):
+                if isinstance(ancestor, (cst.Arg, cst.Return, cst.Yield)):
+                    used.add(name.value)
+                if isinstance(
+                    ancestor, (cst.Arg, cst.Return, cst.Yield, cst.BaseSmallStatement, cst.BaseCompoundStatement)
+                ):
+                    break
+        return used
 
     def _move_fix(self, setter: cst.Call, first: cst.Call) -> Fix | None:
         """Move the setter's statement before the statement of the first construction, in the same block."""

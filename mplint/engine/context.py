@@ -54,6 +54,20 @@ class FileContext:
     def generation(self) -> int:
         return self.facts.generation.value
 
+    def facts_at(self, node: cst.CSTNode) -> Facts:
+        """The facts in force where ``node`` runs (``Facts.at``): in a top-level function, or at top level in its
+        statement, named by its first line. Code of classes, lambdas and nested functions may run anywhere."""
+        chain = [node, *self.ancestors(node)][:-1]  # up to the module's statement, the module left out
+        if not chain or not self.facts.orders_policies:
+            return self.facts
+        scopes = [n for n in chain if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda))]
+        top = chain[-1]
+        if not scopes:
+            return self.facts.at("", self.position(top).start.line)
+        if scopes == [top] and isinstance(top, cst.FunctionDef):
+            return self.facts.at(top.name.value, None)
+        return self.facts
+
     def summary(self, func: cst.BaseExpression, kind: SummaryKind) -> FunctionSummary | None:
         """The project's summary of ``kind`` (``ProjectFacts.summaries_of``) of the function ``func`` names, through
         this file's imports, or None. Names no such function can have are

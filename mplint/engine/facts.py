@@ -36,6 +36,14 @@ class Facts(Protocol):
     def summaries_of(self, kind: SummaryKind) -> dict[str, FunctionSummary]:
         """Qualified function name -> its summary of ``kind``."""
 
+    @property
+    def orders_policies(self) -> bool:
+        """A policy set by this module's own top-level code runs at a known statement (see ``at``)."""
+
+    def at(self, function: str, line: int | None) -> Facts:
+        """The facts in force for code that runs in ``function`` (a top-level function of the module), or at top
+        level (``function`` "") in the statement starting on ``line``: a setter that runs after it drops out."""
+
     def context_record(self) -> dict:
         """The module's mixed-precision context and target, for JSON and SARIF."""
 

@@ -63,6 +63,9 @@ class Rule:
     #: LossScaleOptimizer): silent in a published package's modules, whose users make those choices, whatever
     #: policy the repository's own scripts run them under.
     program_choice: ClassVar[bool] = False
+    #: Findings about code the policy governs (layers, outputs, losses on them): dropped where the code runs before
+    #: the setter of its script or notebook, which the policy then does not govern (``FileContext.facts_at``).
+    governed_by_policy: ClassVar[bool] = False
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
@@ -112,6 +115,8 @@ class Rule:
         related: tuple[Related, ...] = (),
     ) -> None:
         """``related``: the other end of a finding that crosses a boundary (path "" for this file)."""
+        if self.governed_by_policy and not self.active_for(self.context.facts_at(node)):
+            return
         if fix is not None:
             ceiling = self.key.fix_safety  # the catalog's: a rule's code may only lower it, site by site
             if ceiling is FixSafety.NONE:

@@ -300,6 +300,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
         facts.torch_pin,
         sorted(facts.uncalled),
         sorted(facts.patching_imports),
+        facts.run_lines,
     )
 
 

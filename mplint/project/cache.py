@@ -214,6 +214,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "torch_pin": None if facts.torch_pin is None else _torch_pin_to_json(facts.torch_pin),
         "uncalled": sorted(facts.uncalled),
         "patching_imports": sorted(facts.patching_imports),
+        "run_lines": [list(pair) for pair in facts.run_lines],
     }
 
 
@@ -235,6 +236,7 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
         torch_pin=None if raw.get("torch_pin") is None else _torch_pin_from_json(raw["torch_pin"]),
         uncalled=frozenset(raw.get("uncalled", ())),
         patching_imports=frozenset(raw.get("patching_imports", ())),
+        run_lines=tuple((name, line) for name, line in raw.get("run_lines", ())),
     )
 
 

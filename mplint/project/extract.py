@@ -11,7 +11,7 @@ import ast
 import bisect
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mplint.engine.imports import callee_name, import_bindings
 from mplint.engine.imports import dotted_name as _dotted
@@ -21,6 +21,7 @@ from mplint.knowledge.apinames import canonical, keras_namespace
 from mplint.knowledge.code_versions import bound_of
 from mplint.knowledge.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
 from mplint.project.generation import legacy_keras_value
+from mplint.project.run_order import run_lines, setter_line
 
 MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
 _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}
@@ -60,6 +61,9 @@ class PolicySite:
     function: str = ""  # the enclosing top-level function or Class.method; "" at module level
     cell: int | None = None  # in a notebook: the cell, and the line in that cell (``line`` is the joined cells')
     cell_line: int = 0
+    # The line of the top-level statement at which a setter first runs (``run_order``): it governs only layers
+    # built by later statements of its file. None where that cannot be told, and for layer dtypes.
+    runs_at: int | None = None
 
     def where(self) -> str:
         """``path:line`` as users find it: ``guide.ipynb:cell 3:2`` in a notebook."""
@@ -111,6 +115,9 @@ class FileFacts:
     # through ``__call__``, Keras' ``call``), so any method of one that is instantiated may run.
     subclasses: list[str] = field(default_factory=list)
     trains: list[str] = field(default_factory=list)  # callables whose result this file compiles or fits (`Net`)
+    # Top-level functions -> the line of the last top-level statement that may run them (``run_order``); a
+    # function without an entry may run anywhere.
+    run_lines: dict[str, int] = field(default_factory=dict)
     # Summaries of functions and classes that callers in other modules need: name -> kind -> summary. The kinds,
     # and what each summary's fields say, are declared by the rules that read them (``mplint.engine.summaries``).
     summaries: dict[str, dict[str, Summary]] = field(default_factory=dict)
@@ -812,4 +819,9 @@ def extract_file_facts(source: bytes, path: str, module_name: str) -> FileFacts:
         and any(not (isinstance(b, ast.Name) and b.id == "object") for b in stmt.bases)
     ]
     facts.aliases = _aliases(tree)
+    if any(p.how != "layer" for p in facts.policies):
+        facts.run_lines, first = run_lines(tree)
+        facts.policies = [
+            p if p.how == "layer" else replace(p, runs_at=setter_line(tree, p.line, first)) for p in facts.policies
+        ]
     return facts

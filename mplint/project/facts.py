@@ -8,7 +8,7 @@ versions the pins nearest the module admit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,6 +67,30 @@ class ProjectFacts:
     # Packages that replace torch names on import (``mplint.knowledge.torch_patches``) which a program that reaches
     # the module imports anywhere, a conditional import in a function included: there the name may be theirs.
     patching_imports: frozenset[str] = frozenset()
+    # The module's top-level functions -> the last top-level line that runs them (``run_order``): with a setter's
+    # ``runs_at`` in the same file, whether the policy governs the layers they build.
+    run_lines: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def orders_policies(self) -> bool:
+        return any(site.runs_at is not None and site.path == self.path for site in self.policies)
+
+    def at(self, function: str, line: int | None) -> ProjectFacts:
+        """The facts in force for code of this module that runs in ``function`` (a top-level function; "" at top
+        level, ``line`` naming its top-level statement): a setter of this file that runs only after that code
+        does not govern it. ``line`` None: code whose runs cannot be told (a class, a lambda), under every site."""
+        last = dict(self.run_lines).get(function) if function else line
+        if last is None:
+            return self
+        kept = [
+            i
+            for i, site in enumerate(self.policies)
+            if site.runs_at is None or site.path != self.path or not last < site.runs_at
+        ]
+        if len(kept) == len(self.policies):
+            return self
+        links = tuple(self.links[i] for i in kept) if self.links else ()
+        return replace(self, policies=tuple(self.policies[i] for i in kept), links=links)
 
     @property
     def torch_target(self) -> TorchTarget:

@@ -574,6 +574,8 @@ def module_facts(
         sites: dict[PolicySite, ProgramLink] = {}
         for program in programs:
             for site in program.sites:
+                if module is not program.entry and _runs_before(model, program.entry, site):
+                    continue  # the entry point runs this module's code only before the setter: float32
                 sites.setdefault(site, program.link_to(module))
         testing = _is_test_module(module.path)
         published = distribution is not None and distribution.ships(module.path)
@@ -622,8 +624,41 @@ def module_facts(
             trained_names=defines & frozenset().union(*(p.trains for p in programs)),
             uncalled=uncalled.get(module, frozenset()),
             patching_imports=patching,
+            run_lines=_run_lines(module, model.modules),
         )
     return out
+
+
+def _runs_before(model: ProjectModel, entry: Module, site: PolicySite) -> bool:
+    """Whether all project code an entry point imports runs before the top-level statement that sets ``site``:
+    its imports of project modules and every later use of the names they bind come before it. Project code runs
+    only where the entry point's own code calls it, directly or through objects it handed that code to."""
+    if site.runs_at is None or site.path != entry.display:
+        return False
+    lines = entry.facts.run_lines
+    latest = -1
+    for index, record in enumerate(entry.facts.imports):
+        if not model._resolve(entry, entry, index):
+            continue  # a package from outside the project
+        last = lines.get(record.bound.partition(".")[0])
+        if last is None:
+            return False  # bound in a function, a star import, or a name used where its runs cannot be told
+        latest = max(latest, record.line, last)
+    return latest < site.runs_at
+
+
+def _run_lines(module: Module, modules: list[Module]) -> tuple[tuple[str, int], ...]:
+    """Where the module's own top-level code runs its functions, less those a module that may import it names (it
+    may call them at any time). Nothing imports a notebook."""
+    lines = module.facts.run_lines
+    if not lines or module.notebook:
+        return tuple(sorted(lines.items()))
+    stem = module.name.rpartition(".")[2]
+    importers = [
+        m for m in modules if m is not module and any(stem in (*r.module.split("."), r.name) for r in m.facts.imports)
+    ]
+    named = frozenset().union(*(m.uses for m in importers))
+    return tuple(sorted((name, line) for name, line in lines.items() if name not in named))
 
 
 def _generation(
