@@ -295,3 +295,21 @@ def test_code_with_no_pins_runs_where_the_script_that_launches_it_installs(tmp_p
     # torch 2.0 does not deprecate torch.cpu.amp.autocast: only resnet/train.py, which may run on torch >= 2.4
     assert (code, [(rule, line) for rule, line, _, _ in found]) == (1, [("MPT502", 4)])
     assert "(target any torch >= 1.6: no torch pin)" in found[0][2]
+
+
+def test_an_ngc_tag_on_a_registry_with_a_port_is_that_ngc_release(tmp_path, capsys):
+    # An internal mirror of NGC (registry with a port, a `-stage` suffix): still the 21.05 release, torch 1.9.
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "bert/Dockerfile": "FROM gitlab-master.nvidia.com:5005/dl/dgx/pytorch:21.05-py3-stage\nWORKDIR /workspace\n",
+            "bert/train.py": CUDA_AMP,
+        },
+    )
+    torch_lines = [line for line in target_lines(capsys, tmp_path) if line.startswith("torch:")]
+    assert torch_lines == [
+        "torch: torch 1.8.0a0-1.9.0a0 (gitlab-master.nvidia.com:5005/dl/dgx/pytorch:21.05-py3-stage in bert/Dockerfile: "
+        "torch 1.8.0a0-1.9.0a0)"
+    ]
+    assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path)) == (0, [])

@@ -136,3 +136,61 @@ def test_a_module_nothing_imports_beside_a_script_is_dead_a_lone_one_is_not(tmp_
     assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path / "run")) == (0, [])
     code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path / "lib"))
     assert (code, [line for _, line, _, _ in found]) == (1, [5, 9, 14, 18, 22])
+
+
+UNREACHABLE = """\
+import torch
+from apex import amp
+
+
+def setup(model, optimizer, graphs):
+    if graphs:
+        assert False, "code path not tested with cuda graphs"
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+    else:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return model, optimizer
+
+
+def old(model):
+    raise NotImplementedError
+    with torch.cuda.amp.autocast():
+        return model(1)
+
+
+setup(torch.nn.Linear(2, 2).cuda(), None, False)
+old(None)
+"""
+
+
+def test_version_rules_are_silent_after_a_statement_that_always_leaves_its_block(tmp_path, capsys):
+    # after `assert False, "..."` and `raise`, nothing in the block runs; the other arm's initialize does
+    write_files(tmp_path, {".git/HEAD": "", "requirements.txt": "torch>=2.4\n", "train.py": UNREACHABLE})
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT501,MPT502", str(tmp_path))
+    assert (code, [(rule, line) for rule, line, _, _ in found]) == (1, [("MPT501", 10)])
+
+
+def test_modules_no_program_reaches_in_a_tree_whose_programs_run_are_dead(tmp_path, capsys):
+    # vendor/bert's run_pretraining.py imports modeling.py; common/utils.py and common/old.py (which only utils
+    # imports) are reached by nothing. lib/ has no program: a module there may be its users'.
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "requirements.txt": "torch>=2.4\n",
+            "vendor/bert/run_pretraining.py": "import torch\nfrom modeling import step\n\nstep(torch.ones(1))\n",
+            "vendor/bert/modeling.py": "import torch\n\n\ndef step(x):\n    with torch.cuda.amp.autocast():\n        return x\n",
+            "vendor/common/utils.py": "from old import legacy\n\n\ndef helper():\n    return legacy()\n",
+            "vendor/common/old.py": HELPERS,
+            "lib/amp.py": HELPERS,
+        },
+    )
+    facts = project_facts(tmp_path)
+    assert facts["vendor/common/utils.py"].uncalled == frozenset({"helper"})
+    assert facts["vendor/common/old.py"].uncalled == frozenset(
+        {"autocast_context", "legacy_scaler", "Trainer.step", "Trainer.old_step", "Trainer.__enter__"}
+    )
+    assert facts["lib/amp.py"].uncalled == frozenset()
+    assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path / "vendor" / "common")) == (0, [])
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path / "vendor" / "bert"))
+    assert (code, [line for _, line, _, _ in found]) == (1, [5])

@@ -362,10 +362,26 @@ class _Run:
                     and in_compatibility_branch(self.context, finding.node)
                 ):
                     continue
-                if visitor.silent_in_uncalled_code and self.in_uncalled_function(finding.node):
+                if visitor.silent_in_uncalled_code and (
+                    self.in_uncalled_function(finding.node) or self.unreachable(finding.node)
+                ):
                     continue
                 self.findings.append(finding)
         self.findings.sort(key=lambda f: self.span(f.node))
+
+    def unreachable(self, node: cst.CSTNode) -> bool:
+        """After a statement that always leaves its block (``raise``, ``return``, ``assert False, "untested"``,
+        ``continue``, ``break``) in a block that holds ``node``: code that never runs."""
+        child: cst.CSTNode = node
+        for parent in self.context.ancestors(node):
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)) and child in parent.body:
+                for statement in parent.body[: parent.body.index(child)]:
+                    if isinstance(statement, cst.SimpleStatementLine) and any(map(_leaves_block, statement.body)):
+                        return True
+            if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return False  # a definition's body runs when it is called, not where it stands
+            child = parent
+        return False
 
     def in_uncalled_function(self, node: cst.CSTNode) -> bool:
         """Inside a function or method the project's facts name as never called (or a function nested in one)."""
@@ -582,3 +598,14 @@ def _reverted(first: _Run, result: FileResult, why: str) -> FileResult:
     result.diagnostics.append(engine_diagnostic(first.path, FIX_REVERTED, why))
     result.repeatable = False
     return result
+
+
+def _leaves_block(statement: cst.BaseSmallStatement) -> bool:
+    if isinstance(statement, (cst.Raise, cst.Return, cst.Continue, cst.Break)):
+        return True
+    if isinstance(statement, cst.Assert):  # ``assert False`` / ``assert 0``: fails whenever it runs (not under -O)
+        test = statement.test
+        return (
+            isinstance(test, cst.Name) and test.value == "False" or isinstance(test, cst.Integer) and test.value == "0"
+        )
+    return False

@@ -43,10 +43,10 @@ def _image_requirements(image: str) -> list[Requirement]:
     (``YY.MM``: NGC, NVIDIA's Merlin) bounded by the releases of its month (``mplint.knowledge.releases``)."""
     from mplint.knowledge import ngc_images, releases
 
-    name, _, tag = image.partition(":")
+    name, tag = split_image(image)
     last = name.rsplit("/", 1)[-1].lower()
     month = releases.image_month(tag)
-    nvidia = bool(re.search(r"(?:^|/)nvidia[n]?/", name.lower()))
+    nvidia = _nvidia(name)
     specs: list[str] = []
     ngc = re.match(r"(\d{2})\.(\d{2})(?:-(tf[12]))?-py[23]", tag)
     if nvidia and last == "tensorflow" and ngc:
@@ -86,14 +86,30 @@ def _image_requirements(image: str) -> list[Requirement]:
     return [r for r in map(parse_requirement, specs) if r is not None]
 
 
+def split_image(image: str) -> tuple[str, str]:
+    """An image reference's name and tag: ``gitlab-master.nvidia.com:5005/dl/dgx/pytorch:21.05-py3-stage`` is
+    ``pytorch`` of a registry with a port, tagged ``21.05-py3-stage``; a digest (``@sha256:...``) is no tag."""
+    image = image.split("@", 1)[0]
+    head, slash, last = image.rpartition("/")
+    name, _, tag = last.partition(":")
+    return head + slash + name, tag
+
+
+def _nvidia(name: str) -> bool:
+    """NVIDIA's registries and namespaces (``nvcr.io/nvidia/``, ``nvcr.io/nvidian/``, an internal
+    ``gitlab-master.nvidia.com`` mirror), where ``YY.MM-py3`` tags are NGC releases."""
+    name = name.lower()
+    return bool(re.search(r"(?:^|/)nvidian?/", name) or re.match(r"[\w.-]*nvidia\.com(?::\d+)?/", name))
+
+
 def dated_image_month(image: str) -> tuple[int, int] | None:
     """The month of a dated framework image (``nvcr.io/nvidia/pytorch:20.06-py3``, ``merlin-tensorflow:22.12``): an
     NVIDIA image or one named after its framework, with a ``YY.MM`` tag. None for any other (``ubuntu:18.04``)."""
     from mplint.knowledge import releases
 
-    name, _, tag = image.partition(":")
+    name, tag = split_image(image)
     last = name.rsplit("/", 1)[-1].lower()
-    if not (re.search(r"(?:^|/)nvidia[n]?/", name.lower()) or "tensorflow" in last or "torch" in last):
+    if not (_nvidia(name) or "tensorflow" in last or "torch" in last):
         return None
     return releases.image_month(tag)
 

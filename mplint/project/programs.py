@@ -703,22 +703,27 @@ def _generation(
 def uncalled_functions(model: ProjectModel, distribution: Distribution | None) -> dict[Module, frozenset[str]]:
     """The plain functions and methods of the project's helper modules that never run: those no live code names.
 
-    Helper modules are the unpublished, non-test modules the project imports, and the orphans beside an entry point
-    that imports a framework (a module nothing imports in a folder of training scripts: a stale copy). Their top-level code runs on import; every other
+    Helper modules are the unpublished, non-test modules the project imports, the orphans beside an entry point that
+    imports a framework (a module nothing imports in a folder of training scripts: a stale copy), and the modules no
+    program reaches in a top-level folder whose programs train or infer (a monorepo's unused copies), whose top-level
+    code never runs either. An imported helper's top-level code runs on import; every other
     module's code may be called from outside (a script's functions from a notebook, a library's by its users), so
     all of it counts as live. Liveness then follows names: a live function's body makes the names it reads live, so
     a function that only an uncalled function calls is uncalled too. A method runs only if its class is named by
     live code, and, for a class deriving from none, if its name is; dunder methods and ``main`` (often named only
     by a packaging entry point) always run."""
     entry_folders = {m.folder for m in model.modules if m.entry and _runs_a_framework(m)}
-    helpers = {
+    own = [
         m
         for m in model.modules
-        if not _is_test_module(m.path)
-        and not (distribution is not None and distribution.ships(m.path))
-        and not m.entry
-        and (m in model.imported or m.folder in entry_folders and m.path.name != "__init__.py")
-    }
+        if not _is_test_module(m.path) and not (distribution is not None and distribution.ships(m.path)) and not m.entry
+    ]
+    helpers = {m for m in own if m in model.imported or m.folder in entry_folders and m.path.name != "__init__.py"}
+    # Modules no program reaches, in a tree whose programs run: their top-level code never runs either.
+    reached = {m for p in model.programs for m in (p.entry, *p.parents)}
+    running_trees = {_tree_of(p.entry, model.root) for p in model.programs if _runs_a_framework(p.entry)}
+    unreached = {m for m in own if m not in reached and _tree_of(m, model.root) in running_trees}
+    helpers |= unreached
     live: set[str] = set()
     # each helper function that may be dead -> the names that must all be live for it to run
     keys: dict[tuple[Module, str], set[str]] = {}
@@ -726,7 +731,8 @@ def uncalled_functions(model: ProjectModel, distribution: Distribution | None) -
         if module not in helpers:
             live.update(module.uses)
             continue
-        live.update(module.facts.outside_uses)
+        if module not in unreached:
+            live.update(module.facts.outside_uses)
         derived = set(module.facts.subclasses)
         for qualified in module.facts.functions:
             owner, _, name = qualified.rpartition(".")
@@ -761,6 +767,15 @@ def uncalled_functions(model: ProjectModel, distribution: Distribution | None) -
 
 
 _FRAMEWORKS = frozenset({"torch", "tensorflow", "keras", "tf_keras", "jax"})
+
+
+def _tree_of(module: Module, root: Path) -> str:
+    """The top-level folder of the project that holds the module (a monorepo's submitter or product tree)."""
+    try:
+        parts = module.path.relative_to(root).parts
+    except ValueError:
+        return ""
+    return parts[0] if len(parts) > 1 else ""
 
 
 def _runs_a_framework(module: Module) -> bool:
