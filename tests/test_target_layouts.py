@@ -313,3 +313,40 @@ def test_an_ngc_tag_on_a_registry_with_a_port_is_that_ngc_release(tmp_path, caps
         "torch 1.8.0a0-1.9.0a0)"
     ]
     assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path)) == (0, [])
+
+
+MLPERF_TF = """\
+import tensorflow as tf
+
+
+def wrap(optimizer):
+    return tf.keras.mixed_precision.experimental.LossScaleOptimizer(optimizer, "dynamic")
+
+
+wrap(tf.keras.optimizers.SGD())
+"""
+
+
+def test_a_benchmark_submissions_system_descriptions_name_its_framework(tmp_path, capsys):
+    # MLCommons' layout: <submitter>/systems/*.json says what each system ran; the code's folders say nothing.
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "Acme/systems/node-a.json": '{"submitter": "Acme", "framework": "TensorFlow 2.2.2"}',
+            "Acme/systems/node-b.json": '{"framework": "TensorFlow 2.2.0, Acme SDK 0.14"}',
+            "Acme/benchmarks/resnet/implementations/tf/train.py": MLPERF_TF,
+            "Other/systems/dgx.json": '{"framework": "PyTorch NVIDIA Release 21.05"}',
+            "Other/benchmarks/bert/implementations/pytorch/train.py": CUDA_AMP,
+        },
+    )
+    lines = target_lines(capsys, tmp_path)
+    assert lines[0] == (
+        'target: G1 (TF 2.1-2.3) (TF 2.2) ("TensorFlow 2.2.2" and "TensorFlow 2.2.0, Acme SDK 0.14" in '
+        "Acme/systems/*.json: TF 2.2)"
+    )
+    assert lines[-1] == (
+        'torch: torch 1.8.0a0-1.9.0a0 ("PyTorch NVIDIA Release 21.05" in Other/systems/*.json: torch 1.8.0a0-1.9.0a0)'
+    )
+    # TF 2.2: the experimental API is the right one; torch 1.9: torch.cuda.amp is not deprecated
+    assert lint_json(capsys, "--no-cache", "--select", "MP501,MPT502", str(tmp_path)) == (0, [])

@@ -379,3 +379,60 @@ def dockerfiles(folder: Path, subfolders: bool = False) -> list[Path]:
         except OSError:
             continue
     return found
+
+
+# --- the systems a benchmark submission describes -------------------------------------------------------------------
+
+# MLCommons' submission layout: ``<submitter>/systems/<system>.json`` names the framework its code ran on, as
+# "TensorFlow 2.2.2", "tensorflow-1.15.0", "tf2.0", "PyTorch v1.5" or "PyTorch NVIDIA Release 21.05" (an NGC image).
+_SYSTEM_VERSION = re.compile(r"(?i)\b(tensorflow|tf|pytorch|torch)[\s_-]*v?(\d+\.\d+(?:\.\d+)?)")
+_SYSTEM_RELEASE = re.compile(r"(?i)\b(tensorflow|pytorch)\b.*?\brelease\s+(\d{2}\.\d{2})\b")
+
+
+def system_files(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in (folder / "systems").glob("*.json") if p.is_file())
+    except OSError:
+        return []
+
+
+def system_requirements(path: Path) -> list[tuple[str, list[Requirement]]]:
+    """What a submission's system description says its code ran on: the versioned framework of its ``framework``
+    field, or the NGC image of its "NVIDIA Release YY.MM". Nothing for a framework named without a version."""
+    import json
+
+    try:
+        described = json.loads(read_text(path))
+    except ValueError:
+        return []
+    framework = next((v for k, v in described.items() if k.strip().lower() == "framework"), None)
+    if not isinstance(framework, str):
+        return []
+    release = _SYSTEM_RELEASE.search(framework)
+    if release:
+        image = f"nvcr.io/nvidia/{release.group(1).lower()}:{release.group(2)}-py3"
+        requirements = [r for r in _image_requirements(image) if r.specifier]
+        return [(f'"{framework.strip()}"', requirements)] if requirements else []
+    version = _SYSTEM_VERSION.search(framework)
+    if not version:
+        return []
+    name = "torch" if version.group(1).lower() in ("pytorch", "torch") else "tensorflow"
+    requirement = parse_requirement(f"{name}=={version.group(2)}.*")
+    return [(f'"{framework.strip()}"', [requirement])] if requirement else []
+
+
+def systems_requirements(folder: Path, read) -> list[tuple[str, list[Requirement]]]:
+    """Every system description of ``folder/systems/`` together, one entry per framework: the systems a
+    submission ran on are alternatives, and the range spans them all."""
+    found: dict[str, list[tuple[str, Requirement]]] = {}
+    for path in system_files(folder):
+        for what, requirements in read(path, system_requirements):
+            for req in requirements:
+                found.setdefault(family_of(req.name), []).append((what, req))
+    return [
+        (
+            f"{' and '.join(dict.fromkeys(w for w, _ in items))} in systems/*.json",
+            [_either(family, [r for _, r in items])],
+        )
+        for family, items in found.items()
+    ]

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mplint.project.generation import Generation
-from mplint.project.images import dockerfile_requirements, dockerfiles, installed_folders, readme_requirements, readmes
+from mplint.project.images import (
+    dockerfile_requirements,
+    dockerfiles,
+    installed_folders,
+    readme_requirements,
+    readmes,
+    system_files,
+    systems_requirements,
+)
 from mplint.project.launchers import launcher_folders
 from mplint.project.manifests import (
     READERS,
@@ -99,7 +107,8 @@ def documented_sources(folder: Path, parsed: dict | None = None) -> Iterable[tup
     """Evidence for a framework that no pin source of the folder names: the images of the Dockerfiles in its
     ``docker/``-like subfolders (an application folder's container; not where the folder packages a distribution,
     whose users install it anywhere the package admits: there it is a development image), then what the folder's
-    README documents (``readme_requirements``: "<what> in README.md")."""
+    README documents (``readme_requirements``: "<what> in README.md"), then the systems a benchmark submission
+    describes (``systems/*.json``: the framework each ran)."""
     parsed = {} if parsed is None else parsed
     if not _packages_a_distribution(folder):
         for path in dockerfiles(folder, subfolders=True):
@@ -109,6 +118,7 @@ def documented_sources(folder: Path, parsed: dict | None = None) -> Iterable[tup
     for path in readmes(folder):
         for what, requirements in _read_once(parsed, path, readme_requirements):
             yield f"{what} in {path.name}", requirements
+    yield from systems_requirements(folder, lambda path, reader: _read_once(parsed, path, reader))
 
 
 def _read_once(parsed: dict, path: Path, reader):
@@ -136,7 +146,7 @@ def pin_files(folders: Iterable[Path]) -> set[Path]:
     todo: list[Path] = []
     for folder in folders:
         todo += requirement_files(folder) + metadata_files(folder) + dockerfiles(folder) + readmes(folder)
-        todo += dockerfiles(folder, subfolders=True)
+        todo += dockerfiles(folder, subfolders=True) + system_files(folder)
         todo += [folder / name for name, _ in READERS if (folder / name).is_file()]
     while todo:
         path = todo.pop()
