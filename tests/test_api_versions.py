@@ -96,10 +96,13 @@ def _written(text: str) -> set[str]:
 
 
 @pytest.mark.parametrize("rule, code", [("MP201", KERAS_LOOP), ("MP207", PER_LAYER)])
-@pytest.mark.parametrize("keras, generations", [(2, [2]), (3, [3]), (None, [1, 2, 3])])
-def test_a_safe_keras_fix_writes_only_names_the_whole_range_has(rule, code, keras, generations):
-    (diagnostic,) = lint_code(code, keras=keras, select=[rule]).diagnostics
-    fixed = lint_code(code, keras=keras, select=[rule], fix=True, unsafe_fixes=True).fixed_code
+@pytest.mark.parametrize(
+    "keras, pin, generations", [(2, None, [2]), (3, None, [3]), (None, "tensorflow>=2.3", [1, 2, 3])]
+)
+def test_a_safe_keras_fix_writes_only_names_the_whole_range_has(rule, code, keras, pin, generations):
+    files = {"requirements.txt": f"{pin}\n"} if pin else None
+    (diagnostic,) = lint_code(code, files=files, keras=keras, select=[rule]).diagnostics
+    fixed = lint_code(code, files=files, keras=keras, select=[rule], fix=True, unsafe_fixes=True).fixed_code
     written = _written(fixed) - _written(code)
     assert written
     assert (diagnostic.fix_safety.value == "safe") is keras_holds(written, generations), (written, diagnostic.message)

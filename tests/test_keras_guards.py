@@ -129,6 +129,42 @@ def test_guard_true_on_keras3_too_is_a_finding_with_an_unsafe_fix(tmp_path, caps
     assert (tmp_path / "train.py").read_text() == GUARDED_LSO_FIXED
 
 
+UNPINNED_PROGRAM = (
+    "G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.1) from no pin, config or Keras import: any supported TensorFlow "
+    "(set `target` or pin tensorflow)"
+)
+
+
+def test_guarded_arm_keeps_its_unsafe_fix_where_nothing_pins_tensorflow(tmp_path, capsys):
+    """Without evidence an unguarded rewrite has no fix; inside a guard the arm's own range decides, as before."""
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": GUARDED_LSO})
+    message = (
+        "`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use `scale_loss` (target "
+        'Keras 2 or Keras 3: the arm of `hasattr(tf.keras.mixed_precision, "LossScaleOptimizer")` (line 7), within '
+        f"{UNPINNED_PROGRAM}; the fix holds on Keras 3 only)"
+    )
+    assert _run(capsys, "--select", "MP502", str(tmp_path)) == (1, [("MP502", 8, message, "unsafe")])
+    main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MP502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == GUARDED_LSO_FIXED
+
+
+def test_guarded_experimental_api_keeps_its_safe_fix_where_nothing_pins_tensorflow(tmp_path, capsys):
+    source = (
+        "import tensorflow as tf\n\n"
+        'if hasattr(tf.keras.mixed_precision, "LossScaleOptimizer"):\n'
+        '    policy = tf.keras.mixed_precision.experimental.Policy("mixed_float16")\n'
+    )
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": source})
+    message = (
+        "`tf.keras.mixed_precision.experimental.Policy` is the TF 2.1-2.3 experimental API, deprecated on TF 2.4-2.8 "
+        "and removed in TF 2.9: use `tf.keras.mixed_precision.Policy` (target Keras 2 or Keras 3: the arm of "
+        f'`hasattr(tf.keras.mixed_precision, "LossScaleOptimizer")` (line 3), within {UNPINNED_PROGRAM})'
+    )
+    assert _run(capsys, "--select", "MP501", str(tmp_path)) == (1, [("MP501", 4, message, "safe")])
+    main(["--no-cache", "--fix", "--select", "MP501", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == source.replace(".experimental.Policy", ".Policy")
+
+
 def test_guarded_fix_is_safe_where_the_arm_runs_on_keras3_alone(tmp_path, capsys):
     write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "tensorflow>=2.16\n", "train.py": GUARDED_LSO})
     message = NOT_GUARDED_ENOUGH.format(arm="Keras 3", program="Keras 3 (TF >= 2.16)", pin="tensorflow>=2.16", note="")

@@ -118,7 +118,8 @@ def test_keras3_image_in_the_stage_that_runs_makes_mp502_fix_safe(tmp_path, caps
     assert _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path)) == (1, [("MP502", 7, message, "safe")])
 
 
-def test_unpinned_keras_loop_gets_an_unsafe_mp502_fix_naming_the_range(tmp_path, capsys):
+def test_unpinned_keras_loop_gets_no_mp502_fix_and_says_why(tmp_path, capsys):
+    # Nothing says which TensorFlow runs the code: on Keras 2 `scale_loss` does not exist, so the rewrite is a guess.
     write_files(tmp_path, {".mplint.yaml": "{}\n", "train.py": KERAS2_LOOP})
     code, found = _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path))
     assert (code, found) == (
@@ -130,8 +131,31 @@ def test_unpinned_keras_loop_gets_an_unsafe_mp502_fix_naming_the_range(tmp_path,
                 (
                     "`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use `scale_loss` (target "
                     "G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.1), from no pin, config or Keras import: any supported "
-                    "TensorFlow (set `target` or pin tensorflow); the fix holds on Keras 3 only: set the target or pin TensorFlow "
-                    ">= 2.16 to make it safe)"
+                    "TensorFlow (set `target` or pin tensorflow); no fix: nothing says which TensorFlow runs this (set "
+                    "`target` or pin tensorflow for one))"
+                ),
+                None,
+            )
+        ],
+    )
+    main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MP502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == KERAS2_LOOP
+
+
+def test_pin_spanning_keras2_and_keras3_keeps_the_unsafe_mp502_fix(tmp_path, capsys):
+    # A pin is evidence of a range: a fix right on part of it is offered, as unsafe, and says where it holds.
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "requirements.txt": "tensorflow>=2.6\n", "train.py": KERAS2_LOOP})
+    code, found = _run(capsys, "--no-cache", "--select", "MP502", str(tmp_path))
+    assert (code, found) == (
+        1,
+        [
+            (
+                "MP502",
+                7,
+                (
+                    "`get_scaled_loss` does not exist on Keras 3's LossScaleOptimizer (AttributeError): use `scale_loss` (target "
+                    "Keras 2 or Keras 3 (TF >= 2.6), from requirements.txt pins tensorflow>=2.6; the fix holds on Keras 3 "
+                    "only: set the target or pin TensorFlow >= 2.16 to make it safe)"
                 ),
                 "unsafe",
             )
@@ -139,6 +163,8 @@ def test_unpinned_keras_loop_gets_an_unsafe_mp502_fix_naming_the_range(tmp_path,
     )
     main(["--no-cache", "--fix", "--select", "MP502", str(tmp_path)])
     assert (tmp_path / "train.py").read_text() == KERAS2_LOOP  # not applied without --unsafe-fixes
+    main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MP502", str(tmp_path)])
+    assert (tmp_path / "train.py").read_text() == KERAS2_LOOP.replace("get_scaled_loss", "scale_loss")
 
 
 @pytest.mark.parametrize(
@@ -547,7 +573,23 @@ UNPINNED = (
                 "optimizer=tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.Adam())",
             ),
         ),
-        # ... but not TF 2.1-2.3, which every supported TensorFlow includes
+        # ... but not TF 2.1-2.3, which a pin such as tensorflow>=2.3 admits: unsafe there
+        (
+            {"requirements.txt": "tensorflow>=2.3\n"},
+            PER_LAYER,
+            [
+                (
+                    "MP207",
+                    4,
+                    f"{MP207_HEAD} (target G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.3), from requirements.txt "
+                    "pins tensorflow>=2.3; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow "
+                    "to make it safe)",
+                    "unsafe",
+                )
+            ],
+            None,
+        ),
+        # ... and where nothing says which TensorFlow runs the code, no fix
         (
             {},
             PER_LAYER,
@@ -555,9 +597,9 @@ UNPINNED = (
                 (
                     "MP207",
                     4,
-                    f"{MP207_HEAD} ({UNPINNED}; the fix holds on Keras 2 or Keras 3 only: set the "
-                    "target or pin TensorFlow to make it safe)",
-                    "unsafe",
+                    f"{MP207_HEAD} ({UNPINNED}; no fix: nothing says which TensorFlow runs this (set `target` or pin "
+                    "tensorflow for one))",
+                    None,
                 )
             ],
             None,
@@ -733,7 +775,14 @@ MP501_FIX = "write `from tensorflow.keras import mixed_precision`; `set_policy` 
         (
             {},
             "deprecated on TF 2.4-2.8 and removed in TF 2.9 (ImportError there)",
-            f"{UNPINNED}; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe",
+            f"{UNPINNED}; no fix: nothing says which TensorFlow runs this (set `target` or pin tensorflow for one)",
+            None,
+        ),
+        (
+            {"requirements.txt": "tensorflow>=2.3\n"},
+            "deprecated on TF 2.4-2.8 and removed in TF 2.9 (ImportError there)",
+            "target G1 (TF 2.1-2.3) or Keras 2 or Keras 3 (TF >= 2.3), from requirements.txt pins tensorflow>=2.3; "
+            "the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe",
             "unsafe",
         ),
         (
@@ -761,12 +810,11 @@ def test_mp501_fix_is_safe_only_where_tf_2_1_to_2_3_is_out_of_the_range(
         1,
         [("MP501", 1, f"{MP501_HEAD.format(fate=fate)}{MP501_FIX} ({target})", safety)],
     )
+    fixed = 'from tensorflow.keras import mixed_precision\n\nmixed_precision.set_global_policy("mixed_float16")\n'
     main(["--no-cache", "--fix", "--select", "MP501", "."])
-    assert (tmp_path / "train.py").read_text() == (
-        G1_POLICY
-        if safety == "unsafe"
-        else 'from tensorflow.keras import mixed_precision\n\nmixed_precision.set_global_policy("mixed_float16")\n'
-    )
+    assert (tmp_path / "train.py").read_text() == (fixed if safety == "safe" else G1_POLICY)
+    main(["--no-cache", "--fix", "--unsafe-fixes", "--select", "MP501", "."])
+    assert (tmp_path / "train.py").read_text() == (G1_POLICY if safety is None else fixed)
 
 
 UNSCALED_TAPE = """\

@@ -10,6 +10,7 @@ from conftest import write_files
 
 from mplint.cli import main
 from mplint.project.build import project_facts
+from mplint.project.generation import from_imports, from_setting
 from mplint.project.pins import PinFinder, generation_from_pins
 from mplint.testing import copy_tree
 
@@ -78,6 +79,14 @@ def test_container_images_name_their_tensorflow(tmp_path, image, value, tf):
 def test_pin_sources(tmp_path, files, expected):
     found = generation_from_pins(write_files(tmp_path, files))
     assert ((found.value, found.source) if found else None) == expected
+
+
+def test_only_the_default_range_is_unevidenced(tmp_path):
+    write_files(tmp_path, {"train.py": "import tensorflow as tf\n", ".mplint.yaml": "{}\n"})
+    assert not project_facts(tmp_path)["train.py"].generation.evidenced  # any supported TensorFlow
+    assert generation_from_pins(write_files(tmp_path, {"requirements.txt": "tensorflow>=2.6\n"})).evidenced
+    assert from_setting(2, "--target keras2").evidenced
+    assert from_imports({"keras"}, legacy_env=False).evidenced
 
 
 def test_the_nearest_pins_above_a_program_win(tmp_path):

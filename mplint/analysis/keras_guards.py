@@ -230,6 +230,10 @@ def guarded_target(context, node: cst.CSTNode, generation, wrong: frozenset[str]
     )
 
 
+# What a finding says in place of a fix that would hold on part of a range nothing evidences (``evidenced``).
+NO_FIX = "no fix: nothing says which TensorFlow runs this (set `target` or pin tensorflow for one)"
+
+
 @dataclass(frozen=True)
 class KerasRange:
     """The Keras versions a piece of code runs on: the program's target, narrowed by the version guards around it."""
@@ -238,6 +242,7 @@ class KerasRange:
     tf_newest: str | None  # the newest TF the range admits, where known
     text: str  # "target Keras 2 or Keras 3 (TF >= 2.6), from requirements.txt pins tensorflow>=2.6"
     guarded: bool = False  # narrowed by a guard: ``text`` names the arm
+    evidenced: bool = True  # something says which part of it runs: config, pins, imports or a guard's arm
 
     @property
     def generations(self) -> frozenset[int]:
@@ -260,7 +265,12 @@ def target_eras(generation) -> frozenset[str]:
 
 def program_range(generation) -> KerasRange:
     eras = target_eras(generation)
-    return KerasRange(eras, generation.tf_newest or None, f"target {generation.label}, from {generation.source}")
+    return KerasRange(
+        eras,
+        generation.tf_newest or None,
+        f"target {generation.label}, from {generation.source}",
+        evidenced=generation.evidenced,
+    )
 
 
 def code_range(context, node: cst.CSTNode) -> KerasRange | None:

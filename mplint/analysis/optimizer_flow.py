@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from mplint.analysis.keras_guards import KerasRange, code_range, program_range, test_arms
+from mplint.analysis.keras_guards import NO_FIX, KerasRange, code_range, program_range, test_arms
 from mplint.analysis.optimizer_summaries import LOSS_SCALING, OPTIMIZER
-from mplint.diagnostics import ImportSpec, Related
+from mplint.diagnostics import FixSafety, ImportSpec, Related
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
@@ -909,9 +909,20 @@ def generations_note(context: FileContext, holds: set[int], keras: KerasRange | 
     if keras.generations <= holds:
         return None
     where = " or ".join(_GENERATION_NAMES[g] for g in sorted(holds)) or "no version of it"
+    if not keras.evidenced:
+        return f"{keras.text}; {NO_FIX}"
     if keras.guarded:
         return f"{keras.text}; the fix holds on {where} only"
     return f"{keras.text}; the fix holds on {where} only: set the target or pin TensorFlow to make it safe"
+
+
+def note_safety(note: str | None) -> FixSafety:
+    """The safety of a fix whose range note (``range_note``, ``generations_note``) is ``note``: safe without one,
+    none where nothing says which part of the range runs (``NO_FIX``), unsafe where evidence spans versions the fix
+    does not hold on."""
+    if note is None:
+        return FixSafety.SAFE
+    return FixSafety.NONE if note.endswith(NO_FIX) else FixSafety.UNSAFE
 
 
 _GENERATION_NAMES = {0: "TF1", 1: "TF 2.1-2.3", 2: "Keras 2", 3: "Keras 3"}

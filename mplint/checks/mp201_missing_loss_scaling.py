@@ -8,6 +8,7 @@ from mplint.analysis.keras_guards import code_range
 from mplint.analysis.optimizer_flow import (
     describe_when,
     lso_spelling,
+    note_safety,
     range_note,
     scaling_insertion,
     wrap_construction,
@@ -39,7 +40,7 @@ class MissingLossScaling(GradientSiteRule):
             if dead:
                 message += f" (the `{dead[0]}` branch never runs: this optimizer is never wrapped)"
             fix = None if site.conditional else self._fix(site, site.origin, g3)
-            if fix is not None and fix.safety is FixSafety.UNSAFE:
+            if fix is not None and fix.safety is not FixSafety.SAFE:
                 message += f" ({self._note})"
             self.report(site.apply_call, message, fix, related=hits[0].origin.related)
 
@@ -61,6 +62,4 @@ class MissingLossScaling(GradientSiteRule):
             self.context, written_names(lso_spelling(self.context, made_on)[0]), made_on
         )
         new, imports = wrapped
-        return Fix(
-            {origin.construction: new, **insertion}, FixSafety.UNSAFE if self._note else FixSafety.SAFE, imports=imports
-        )
+        return Fix({origin.construction: new, **insertion}, note_safety(self._note), imports=imports)

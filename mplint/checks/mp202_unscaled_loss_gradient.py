@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import describe_when, method_name, range_note, scaling_insertion
+from mplint.analysis.optimizer_flow import describe_when, method_name, note_safety, range_note, scaling_insertion
 from mplint.checks._gradient_site_rule import GradientSiteRule
-from mplint.diagnostics import Fix, FixSafety
+from mplint.diagnostics import Fix
 from mplint.knowledge.loss_scale_names import SCALE_METHOD, UNSCALE_METHOD, scale_method
 
 # Where a generation is known rather than guessed (``Generation.origin``).
@@ -169,7 +169,7 @@ class UnscaledLossGradient(GradientSiteRule):
         if not insertion:
             return None
         note = range_note(self.context, names, site.keras)
-        return Fix(insertion, FixSafety.UNSAFE if note else FixSafety.SAFE), note
+        return Fix(insertion, note_safety(note)), note
 
     def _users_pick(self, site) -> bool:
         """Library code whose optimizer is the one compile() wraps under its user's mixed_float16 only."""

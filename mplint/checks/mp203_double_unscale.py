@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import describe_when, generations_note
+from mplint.analysis.optimizer_flow import describe_when, generations_note, note_safety
 from mplint.checks._gradient_site_rule import GradientSiteRule
-from mplint.diagnostics import Fix, FixSafety
+from mplint.diagnostics import Fix
 
 
 class DoubleUnscale(GradientSiteRule):
@@ -44,4 +44,4 @@ class DoubleUnscale(GradientSiteRule):
         # Only a reassignment of the same name can go without renaming its uses.
         if op.stmt is None or len(op.targets) != 1 or op.inputs != frozenset(op.targets):
             return None
-        return Fix({op.stmt: cst.RemovalSentinel.REMOVE}, FixSafety.UNSAFE if note else FixSafety.SAFE)
+        return Fix({op.stmt: cst.RemovalSentinel.REMOVE}, note_safety(note))

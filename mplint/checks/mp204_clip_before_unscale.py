@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.keras_guards import code_range
-from mplint.analysis.optimizer_flow import describe_when, generations_note
+from mplint.analysis.optimizer_flow import describe_when, generations_note, note_safety
 from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 
@@ -44,7 +44,7 @@ class ClipBeforeUnscale(GradientSiteRule):
                     fix = None if site.conditional else self._keras3_fix(site, op)
                     note = self._keras3_note(site) if fix else None
                     if note:
-                        fix = Fix(fix.replacements, FixSafety.UNSAFE, imports=fix.imports)
+                        fix = Fix(fix.replacements, note_safety(note), imports=fix.imports)
                     message = self._message("apply_gradients unscales them only afterwards", when)
                     self.report(op.node, message + (f" ({note})" if note else ""), fix)
                 else:

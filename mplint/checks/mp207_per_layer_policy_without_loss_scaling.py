@@ -9,11 +9,12 @@ from mplint.analysis.optimizer_flow import (
     compile_optimizer,
     lso_spelling,
     method_name,
+    note_safety,
     range_note,
     wrap_construction,
     written_names,
 )
-from mplint.diagnostics import Fix, FixSafety
+from mplint.diagnostics import Fix
 from mplint.engine.rule import Rule
 from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY
 
@@ -54,8 +55,6 @@ class PerLayerPolicyWithoutLossScaling(Rule):
             wrapped = wrap_construction(self.context, origin.construction)
             if wrapped is not None:
                 note = range_note(self.context, written_names(lso_spelling(self.context)[0]))
-                fix = Fix(
-                    {origin.construction: wrapped[0]}, FixSafety.UNSAFE if note else FixSafety.SAFE, imports=wrapped[1]
-                )
+                fix = Fix({origin.construction: wrapped[0]}, note_safety(note), imports=wrapped[1])
                 message += f" ({note})" if note else ""
         self.report(arg.value, message, fix)

@@ -17,7 +17,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from mplint.analysis.call_args import keyword, keyword_arg
-from mplint.analysis.keras_guards import guarded_target, target_eras
+from mplint.analysis.keras_guards import NO_FIX, guarded_target, target_eras
 from mplint.analysis.loss_scale_api import (
     POLICY,
     loss_scale_class,
@@ -86,9 +86,14 @@ class ExperimentalMixedPrecisionApi(Rule):
         self.gen = gen.value
         self.target = f"target {gen.label}, from {gen.source}"
         self.eras = target_eras(gen)
-        # The rewrite writes the TF >= 2.4 API; on TF 2.1-2.3 the experimental one is the only one.
-        self.safety = FixSafety.UNSAFE if gen.low <= 1 else FixSafety.SAFE
-        if gen.low <= 1:
+        # The rewrite writes the TF >= 2.4 API; on TF 2.1-2.3 the experimental one is the only one: a guess where
+        # nothing says which part of the range runs.
+        self.safety = FixSafety.SAFE
+        if gen.low <= 1 and not gen.evidenced:
+            self.safety = FixSafety.NONE
+            self.target += f"; {NO_FIX}"
+        elif gen.low <= 1:
+            self.safety = FixSafety.UNSAFE
             self.target += (
                 "; the fix holds on Keras 2 or Keras 3 only: set the target or pin TensorFlow to make it safe"
             )
@@ -436,10 +441,10 @@ class ExperimentalMixedPrecisionApi(Rule):
         for item, guard in judged:
             fix = item.replacements
             message = item.message
-            if item.namespace and waiting and fix is not None:
+            target, safety, eras = self._target(guard)
+            if item.namespace and waiting and fix is not None and safety is not FixSafety.NONE:
                 fix = None
                 message += "; fixed once the loss-scale findings in this file are settled by hand"
-            target, safety, eras = self._target(guard)
             removed = bool(eras & {K2, K3})
             fate = _fate(eras)
             message = message.replace(_REMOVED_IMPORT, f"{fate} (ImportError there)" if removed else fate)

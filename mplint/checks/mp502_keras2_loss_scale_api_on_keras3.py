@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.call_args import keyword
-from mplint.analysis.keras_guards import guarded_target
+from mplint.analysis.keras_guards import NO_FIX, guarded_target
 from mplint.analysis.loss_scale_api import (
     LossScaleOptimizerNames,
     loss_scale_optimizer_call,
@@ -51,9 +51,14 @@ class Keras2LossScaleApiOnKeras3(Rule):
         super().__init__(context)
         self.gen = gen = context.facts.generation
         self.target = f"target {gen.label}, from {gen.source}"
-        # Where the range admits Keras 2 too, the Keras 2 API is right there: the Keras 3 rewrite holds on part of it.
-        self.safety = FixSafety.SAFE if gen.low == 3 else FixSafety.UNSAFE
-        if gen.low < 3:
+        # Where the range admits Keras 2 too, the Keras 2 API is right there: the Keras 3 rewrite holds on part of it,
+        # a guess where nothing says which part runs.
+        self.safety = FixSafety.SAFE
+        if gen.low < 3 and not gen.evidenced:
+            self.safety = FixSafety.NONE
+            self.target += f"; {NO_FIX}"
+        elif gen.low < 3:
+            self.safety = FixSafety.UNSAFE
             self.target += "; the fix holds on Keras 3 only: set the target or pin TensorFlow >= 2.16 to make it safe"
         self._own_methods: set[str] | None = None
         self.experimental = False  # the module uses the TF 2.1-2.3 experimental API (``_experimental_api``)

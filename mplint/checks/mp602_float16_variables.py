@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
-from mplint.analysis.optimizer_flow import generations_note
+from mplint.analysis.optimizer_flow import generations_note, note_safety
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
@@ -91,7 +91,7 @@ class Float16Variables(Rule):
             node,
             '`set_floatx("float16")` makes every variable float16: small updates round away and training stalls; '
             "use the `mixed_float16` policy, which keeps float32 variables" + (f" ({note})" if note else ""),
-            self._floatx_fix(node, kname.ns if kname else "keras", FixSafety.UNSAFE if note else FixSafety.SAFE),
+            self._floatx_fix(node, kname.ns if kname else "keras", note_safety(note)),
         )
 
     def _floatx_fix(self, node: cst.Call, ns: str, safety: FixSafety) -> Fix:
@@ -117,7 +117,7 @@ class Float16Variables(Rule):
             '`dtype="float16"` on a layer stores its weights in float16: small updates round away and training '
             'stalls; `dtype="mixed_float16"` computes in float16 and keeps float32 weights'
             + (f" ({note})" if note else ""),
-            Fix({dtype.value: cst.SimpleString(_MIXED)}, FixSafety.UNSAFE if note else FixSafety.SAFE),
+            Fix({dtype.value: cst.SimpleString(_MIXED)}, note_safety(note)),
         )
 
     def _is_layer(self, node: cst.Call) -> bool:

@@ -119,7 +119,7 @@ class Rule:
             return
         if fix is not None:
             ceiling = self.key.fix_safety  # the catalog's: a rule's code may only lower it, site by site
-            if ceiling is FixSafety.NONE:
+            if ceiling is FixSafety.NONE or fix.safety is FixSafety.NONE:
                 fix = None
             elif ceiling is FixSafety.UNSAFE and fix.safety is FixSafety.SAFE:
                 fix.safety = FixSafety.UNSAFE

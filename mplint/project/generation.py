@@ -28,6 +28,12 @@ class Generation:
         return self.low <= generation <= self.value
 
     @property
+    def evidenced(self) -> bool:
+        """Whether something (config, a pin, the code's imports) says which TensorFlow runs the code. An unknown
+        range says nothing about which part of it the user runs: a rewrite that holds on part of it is a guess."""
+        return self.origin != "default"
+
+    @property
     def label(self) -> str:
         """The range: "Keras 2", "Keras 2 or Keras 3 (TF >= 2.6)"."""
         names = " or ".join(_NAMES[g] for g in range(self.low, self.value + 1))
@@ -37,7 +43,7 @@ class Generation:
 _NAMES = {0: "G0 (TF1)", 1: "G1 (TF 2.1-2.3)", 2: "Keras 2", 3: "Keras 3"}
 
 # Nothing says which TensorFlow runs the code: every supported one may. ``value`` stays the newest, which decides
-# what a rule looks for; fixes that hold on part of the range only are unsafe.
+# what a rule looks for; a fix that holds on part of the range only is not offered.
 DEFAULT = Generation(
     3,
     "no pin, config or Keras import: any supported TensorFlow (set `target` or pin tensorflow)",
@@ -45,7 +51,6 @@ DEFAULT = Generation(
     oldest=1,
     tf_range="TF >= 2.1",
 )
-
 
 # TF_USE_LEGACY_KERAS values that select Keras 2, for code read statically and for the running process alike.
 LEGACY_KERAS_VALUES = frozenset({"1", "true", "yes"})
