@@ -194,3 +194,22 @@ def test_modules_no_program_reaches_in_a_tree_whose_programs_run_are_dead(tmp_pa
     assert lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path / "vendor" / "common")) == (0, [])
     code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path / "vendor" / "bert"))
     assert (code, [line for _, line, _, _ in found]) == (1, [5])
+
+
+def test_an_unpacked_wheels_modules_are_its_users_not_dead(tmp_path, capsys):
+    # timm's layout: a wheel's RECORD ships the package; a module of it with a __main__ block runs torch, but the
+    # rest is there for the package's users, whatever no program of the tree reaches.
+    write_files(
+        tmp_path,
+        {
+            "requirements.txt": "torch>=2.4\n",
+            "ampkit-1.0.dist-info/RECORD": "ampkit/__init__.py,,\nampkit/cuda.py,,\nampkit/bench.py,,\n",
+            "ampkit/__init__.py": "",
+            "ampkit/cuda.py": HELPERS,
+            "ampkit/bench.py": "import torch\n\nif __name__ == '__main__':\n    print(torch.ones(1))\n",
+        },
+    )
+    facts = project_facts(tmp_path)
+    assert (facts["ampkit/cuda.py"].distribution, facts["ampkit/cuda.py"].uncalled) == ("ampkit", frozenset())
+    code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
+    assert (code, [line for _, line, _, _ in found]) == (1, [5, 9, 14, 18, 22])

@@ -78,6 +78,22 @@ def published(root: Path) -> Distribution | None:
             found = reader(path, root)
             if found is not None and (found.folders or found.modules):
                 return found
+    return _unpacked_wheel(root)
+
+
+def _unpacked_wheel(root: Path) -> Distribution | None:
+    """An unpacked wheel at ``root``: its ``*.dist-info/RECORD`` lists every file it ships."""
+    for record in sorted(root.glob("*.dist-info/RECORD")):
+        folders, modules = set(), set()
+        for line in record.read_text(encoding="utf-8", errors="replace").splitlines():
+            file = line.split(",", 1)[0]
+            if not file.endswith(".py") or ".dist-info/" in file or file.startswith(".."):
+                continue
+            path = os.path.normpath(root / file)
+            (folders.add(os.path.dirname(path)) if "/" in file else modules.add(path))
+        if folders or modules:
+            name = record.parent.name.removesuffix(".dist-info").rsplit("-", 1)[0]
+            return Distribution(name, record.relative_to(root).as_posix(), frozenset(folders), frozenset(modules))
     return None
 
 
