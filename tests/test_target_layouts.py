@@ -350,3 +350,23 @@ def test_a_benchmark_submissions_system_descriptions_name_its_framework(tmp_path
     )
     # TF 2.2: the experimental API is the right one; torch 1.9: torch.cuda.amp is not deprecated
     assert lint_json(capsys, "--no-cache", "--select", "MP501,MPT502", str(tmp_path)) == (0, [])
+
+
+TF1_SESSION = """\
+import tensorflow as tf
+
+policy = tf.keras.mixed_precision.experimental.Policy("mixed_float16")
+tf.keras.mixed_precision.experimental.set_policy(policy)
+x = tf.placeholder(tf.float32, [None, 4])
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+"""
+
+
+def test_a_program_that_builds_a_tf1_session_runs_on_tf1(tmp_path, capsys):
+    # no pin: tf.placeholder and tf.Session exist only in TF 1, where the experimental API is the only one
+    write_files(tmp_path, {".git/HEAD": "", "tutorials/amp_tf1.py": TF1_SESSION})
+    assert target_lines(capsys, tmp_path) == [
+        "target: G0 (TF1) (TF 1.0-1.15) (tutorials/amp_tf1.py:5 uses tf.placeholder, which TF 2.0 removed: TF 1.0-1.15)"
+    ]
+    assert lint_json(capsys, "--no-cache", "--select", "MP501", str(tmp_path)) == (0, [])

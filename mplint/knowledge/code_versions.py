@@ -22,11 +22,21 @@ class CodeBound(NamedTuple):
 
 _SIX = "pytorch/pytorch#94709 (Remove torch._six), first released in torch 2.0.0"
 _CONTRIB = "TensorFlow 2.0.0 release notes: tf.contrib has been deprecated, and functionality moved or removed"
+_TF1_ONLY = (
+    "TensorFlow 2.0.0 API (tensorflow.org/versions/r2.0/api_docs/python/tf): no tf.Session, tf.InteractiveSession or "
+    "tf.placeholder, which remain as tf.compat.v1.*"
+)
 
 # Qualified names (a module or an attribute path) -> the bound their use puts on the range.
 BY_NAME: dict[str, CodeBound] = {
     "torch._six": CodeBound("torch", "<2.0", "uses torch._six, which torch 2.0 removed", _SIX),
     "tensorflow.contrib": CodeBound("tensorflow", "<2", "uses tf.contrib, which TF 2.0 removed", _CONTRIB),
+    # TF 1's graph-mode entry points, which TF 2 keeps only under tf.compat.v1: a program that builds a Session
+    # or a placeholder through the top-level namespace runs on TF 1.
+    **{
+        f"tensorflow.{name}": CodeBound("tensorflow", "<2", f"uses tf.{name}, which TF 2.0 removed", _TF1_ONLY)
+        for name in ("Session", "InteractiveSession", "placeholder")
+    },
     "torch.compile": CodeBound(
         "torch", ">=2.0", "calls torch.compile, which torch 2.0 added", "torch 2.0.0 torch/__init__.py: def compile"
     ),
