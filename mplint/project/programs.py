@@ -24,7 +24,7 @@ from mplint.project.extract import HERE, FileFacts, ImportRecord, PolicySite
 from mplint.project.facts import ProgramLink, ProjectFacts
 from mplint.project.generation import DEFAULT, Generation, from_imports
 from mplint.project.pins import PinFinder
-from mplint.project.published import Distribution
+from mplint.project.published import Distribution, unpacked_wheel
 
 
 @dataclass(eq=False)
@@ -713,10 +713,11 @@ def uncalled_functions(model: ProjectModel, distribution: Distribution | None) -
     live code, and, for a class deriving from none, if its name is; dunder methods and ``main`` (often named only
     by a packaging entry point) always run."""
     entry_folders = {m.folder for m in model.modules if m.entry and _runs_a_framework(m)}
+    shipped = [d for d in (distribution, unpacked_wheel(model.root)) if d is not None]
     own = [
         m
         for m in model.modules
-        if not _is_test_module(m.path) and not (distribution is not None and distribution.ships(m.path)) and not m.entry
+        if not _is_test_module(m.path) and not any(d.ships(m.path) for d in shipped) and not m.entry
     ]
     helpers = {m for m in own if m in model.imported or m.folder in entry_folders and m.path.name != "__init__.py"}
     # Modules no program reaches, in a tree whose programs run: their top-level code never runs either.

@@ -78,11 +78,12 @@ def published(root: Path) -> Distribution | None:
             found = reader(path, root)
             if found is not None and (found.folders or found.modules):
                 return found
-    return _unpacked_wheel(root)
+    return None
 
 
-def _unpacked_wheel(root: Path) -> Distribution | None:
-    """An unpacked wheel at ``root``: its ``*.dist-info/RECORD`` lists every file it ships."""
+def unpacked_wheel(root: Path) -> Distribution | None:
+    """An unpacked wheel at ``root``: its ``*.dist-info/RECORD`` lists every file it ships. Its modules are there for
+    the package's users (none is dead code); which policy they run under stays the library-context reading's."""
     for record in sorted(root.glob("*.dist-info/RECORD")):
         folders, modules = set(), set()
         for line in record.read_text(encoding="utf-8", errors="replace").splitlines():
