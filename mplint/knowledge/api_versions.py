@@ -38,10 +38,6 @@ _K2_TF = (
     + _K2
 )
 _K3 = "keras-team/keras v3.0.0-v3.15.1, keras/src/optimizers/loss_scale_optimizer.py"
-_G1_LSO = (
-    "tensorflow.org/versions/r2.1/api_docs/python/tf/keras/mixed_precision/experimental/LossScaleOptimizer "
-    "(TF 2.1-2.3, tensorflow/python/keras/mixed_precision/experimental/loss_scale_optimizer.py)"
-)
 
 KERAS = {
     # LossScaleOptimizer(opt): positional inner optimizer in both generations; Keras 2's second parameter is `dynamic`,
@@ -63,11 +59,8 @@ KERAS = {
         frozenset({1, 2}), "2.8", "keras-team/keras v2.6.0-v2.8.0; absent from v2.9.0"
     ),
     # LossScaleOptimizer members
-    # TF 2.1-2.3's experimental LossScaleOptimizer has both methods too ("the loss and gradients must be scaled
-    # manually ... LossScaleOptimizer.get_scaled_loss ... get_unscaled_gradients"): the manual scaling of a custom
-    # loop is the same there.
-    "get_scaled_loss": KerasName(frozenset({1, 2}), None, f"{_G1_LSO}; {_K2_TF}"),
-    "get_unscaled_gradients": KerasName(frozenset({1, 2}), None, f"{_G1_LSO}; {_K2_TF}"),
+    "get_scaled_loss": KerasName(frozenset({2}), None, _K2_TF),
+    "get_unscaled_gradients": KerasName(frozenset({2}), None, _K2_TF),
     "loss_scale": KerasName(frozenset({2}), None, _K2_TF),
     "dynamic_counter": KerasName(frozenset({2}), None, _K2_TF),
     "scale_loss": KerasName(frozenset({3}), None, _K3),
