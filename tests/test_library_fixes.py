@@ -114,3 +114,19 @@ def test_a_library_without_pins_is_not_guessed_keras_2():
     """Without evidence of its generation a library may run on Keras 2 or 3, whose fixes differ: no finding."""
     code = EXTRAGRADIENT.replace("import tf_keras as keras\n", "from tensorflow import keras\n")
     assert lint_code(code, path="extrag/models.py", files=PACKAGE, select=["MP202"]).diagnostics == []
+
+
+def test_no_fix_where_the_range_is_tf_2_1_to_2_3_alone():
+    """The inserted methods are written and proven for Keras 2 and 3: on TF 2.2 alone the finding has no fix."""
+    code = EXTRAGRADIENT.replace("import tf_keras as keras\n", "from tensorflow import keras\n")
+    files = {**PACKAGE, **_pyproject("tensorflow==2.2.2")}
+    found = lint_code(code, path="extrag/models.py", files=files, select=["MP202"]).diagnostics
+    note = (
+        " (target G1 (TF 2.1-2.3) (TF 2.2), from pyproject.toml pins tensorflow==2.2.2; no fix: its names are written "
+        "and proven for Keras 2 and Keras 3 only)"
+    )
+    assert [(d.line, d.message, d.fix_safety.value) for d in found] == [
+        (10, USERS_WRAP + note, "none"),
+        (14, USERS_WRAP + note, "none"),
+        (24, OWN + note, "none"),
+    ]

@@ -232,6 +232,8 @@ def guarded_target(context, node: cst.CSTNode, generation, wrong: frozenset[str]
 
 # What a finding says in place of a fix that would hold on part of a range nothing evidences (``evidenced``).
 NO_FIX = "no fix: nothing says which TensorFlow runs this (set `target` or pin tensorflow for one)"
+# A range none of whose generations has the names a fix writes (and has executed proof for): TF 1, TF 2.1-2.3.
+NO_FIX_OUTSIDE = "no fix: its names are written and proven for Keras 2 and Keras 3 only"
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from mplint.analysis.keras_guards import NO_FIX, KerasRange, code_range, program_range, test_arms
+from mplint.analysis.keras_guards import NO_FIX, NO_FIX_OUTSIDE, KerasRange, code_range, program_range, test_arms
 from mplint.analysis.optimizer_summaries import LOSS_SCALING, OPTIMIZER
 from mplint.diagnostics import FixSafety, ImportSpec, Related
 from mplint.engine import matchers as m
@@ -908,9 +908,11 @@ def generations_note(context: FileContext, holds: set[int], keras: KerasRange | 
     keras = keras or program_range(context.facts.generation)
     if keras.generations <= holds:
         return None
-    where = " or ".join(_GENERATION_NAMES[g] for g in sorted(holds)) or "no version of it"
     if not keras.evidenced:
         return f"{keras.text}; {NO_FIX}"
+    if not holds & keras.generations:  # TF 1 or TF 2.1-2.3 alone: the names the fix writes are not proven there
+        return f"{keras.text}; {NO_FIX_OUTSIDE}"
+    where = " or ".join(_GENERATION_NAMES[g] for g in sorted(holds))
     if keras.guarded:
         return f"{keras.text}; the fix holds on {where} only"
     return f"{keras.text}; the fix holds on {where} only: set the target or pin TensorFlow to make it safe"
@@ -922,7 +924,7 @@ def note_safety(note: str | None) -> FixSafety:
     does not hold on."""
     if note is None:
         return FixSafety.SAFE
-    return FixSafety.NONE if note.endswith(NO_FIX) else FixSafety.UNSAFE
+    return FixSafety.NONE if note.endswith((NO_FIX, NO_FIX_OUTSIDE)) else FixSafety.UNSAFE
 
 
 _GENERATION_NAMES = {0: "TF1", 1: "TF 2.1-2.3", 2: "Keras 2", 3: "Keras 3"}
