@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 import libcst as cst
 
 from mplint.diagnostics import Finding, ImportSpec
+from mplint.engine.names import dotted
 
 
 class _ReplaceNodes(cst.CSTTransformer):
@@ -74,33 +75,27 @@ def _imported_at_top_level(body: Sequence[cst.BaseStatement], spec: ImportSpec) 
             continue
         for small in statement.body:
             if isinstance(small, cst.Import) and spec.obj is None:
-                for alias in small.names:
-                    bound = (
-                        alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
-                    )
-                    if _dotted(alias.name) == spec.module and bound == spec.asname:
-                        return True
+                if (spec.module, spec.asname) in _bindings(small.names):
+                    return True
             elif (
                 isinstance(small, cst.ImportFrom)
                 and spec.obj is not None
                 and not small.relative
                 and small.module is not None
-                and _dotted(small.module) == spec.module
+                and dotted(small.module) == spec.module
                 and not isinstance(small.names, cst.ImportStar)
+                and (spec.obj, spec.asname) in _bindings(small.names)
             ):
-                for alias in small.names:
-                    bound = (
-                        alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
-                    )
-                    if _dotted(alias.name) == spec.obj and bound == spec.asname:
-                        return True
+                return True
     return False
 
 
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return node.value if isinstance(node, cst.Name) else ""
+def _bindings(aliases: Sequence[cst.ImportAlias]) -> set[tuple[str | None, str | None]]:
+    """(the imported name, its ``as`` name or None) of each alias."""
+    return {
+        (dotted(a.name), a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else None)
+        for a in aliases
+    }
 
 
 def _head_length(body: Sequence[cst.BaseStatement]) -> int:

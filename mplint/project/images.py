@@ -341,12 +341,17 @@ def readme_requirements(path: Path) -> list[tuple[str, list[Requirement]]]:
             req = None if word.startswith("-") else parse_requirement(conda_spec(word) if conda else word)
             if req is not None and req.specifier and req.name.lower() in _FRAMEWORKS:
                 found.append((f"{m.group(1)} install {word}", req))
+    return _alternatives(found)
+
+
+def _alternatives(found: list[tuple[str, Requirement]], where: str = "") -> list[tuple[str, list[Requirement]]]:
+    """One entry per framework of what a document names (``where``: a suffix for each entry's description): several
+    for one framework are alternatives, and the range spans them all."""
     families: dict[str, list[tuple[str, Requirement]]] = {}
     for what, req in found:
-        name = req.name.lower()
-        families.setdefault(family_of(name), []).append((what, req))
+        families.setdefault(family_of(req.name), []).append((what, req))
     return [
-        (" and ".join(dict.fromkeys(w for w, _ in items)), [_either(family, [r for _, r in items])])
+        (" and ".join(dict.fromkeys(w for w, _ in items)) + where, [_either(family, [r for _, r in items])])
         for family, items in families.items()
     ]
 
@@ -424,15 +429,7 @@ def system_requirements(path: Path) -> list[tuple[str, list[Requirement]]]:
 def systems_requirements(folder: Path, read) -> list[tuple[str, list[Requirement]]]:
     """Every system description of ``folder/systems/`` together, one entry per framework: the systems a
     submission ran on are alternatives, and the range spans them all."""
-    found: dict[str, list[tuple[str, Requirement]]] = {}
-    for path in system_files(folder):
-        for what, requirements in read(path, system_requirements):
-            for req in requirements:
-                found.setdefault(family_of(req.name), []).append((what, req))
-    return [
-        (
-            f"{' and '.join(dict.fromkeys(w for w, _ in items))} in systems/*.json",
-            [_either(family, [r for _, r in items])],
-        )
-        for family, items in found.items()
+    found = [
+        (what, req) for path in system_files(folder) for what, reqs in read(path, system_requirements) for req in reqs
     ]
+    return _alternatives(found, " in systems/*.json")
