@@ -97,6 +97,7 @@ def _installing_dockerfiles(folder: Path, root: Path, read) -> Iterable[tuple[st
 
 
 def repository_top(folder: Path) -> Path | None:
+    """The nearest folder at or above ``folder`` that holds ``.git``."""
     for above in (folder, *folder.parents):
         if (above / ".git").exists():
             return above

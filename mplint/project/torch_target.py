@@ -222,7 +222,5 @@ def _torch_requirements(
 
 def _place_in_repository(folder: Path) -> str:
     """``training/sub/`` for a folder of a git repository (its top holds ``.git``); empty at its top or outside one."""
-    for top in [folder, *folder.parents]:
-        if (top / ".git").exists():
-            return "" if top == folder else f"{folder.relative_to(top).as_posix()}/"
-    return ""
+    top = repository_top(folder)
+    return "" if top is None or top == folder else f"{folder.relative_to(top).as_posix()}/"
