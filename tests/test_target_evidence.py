@@ -1046,3 +1046,36 @@ def test_torch_evidence_names_the_pin_file_by_its_place_in_the_repository(tmp_pa
             )
         ],
     )
+
+
+FAIRSEQ_STYLE_SETUP = """\
+import sys
+from setuptools import setup
+
+
+def do_setup(package_data):
+    setup(
+        name="trainer",
+        install_requires=["numpy>=1.21.3", "torch>=1.13"],
+        extras_require={"dev": ["pytest"]},
+    )
+
+
+if __name__ == "__main__":
+    try:
+        do_setup({})
+    finally:
+        sys.stdout.flush()
+"""
+
+
+def test_a_setup_call_inside_the_scripts_own_function_pins_torch(tmp_path, capsys):
+    # A build-system-only pyproject.toml beside it pins nothing for the program's runtime.
+    files = {
+        ".mplint.yaml": "{}\n",
+        "train.py": TORCH_LOOP,
+        "setup.py": FAIRSEQ_STYLE_SETUP,
+        "pyproject.toml": '[build-system]\nrequires = ["setuptools", "torch>=1.10"]\n',
+    }
+    write_files(tmp_path, files)
+    assert _facts(capsys, tmp_path)[-1] == "torch: torch >= 1.13 (setup.py pins torch>=1.13)"

@@ -289,10 +289,14 @@ def _list_growth(call: ast.expr, names: dict) -> bool:
 
 
 def _top_statements(body: list[ast.stmt]):
+    """Statements in order, through the blocks packaging scripts wrap ``setup()`` in: ``if __name__ == ...``,
+    ``try``/``with``, and the script's own functions (``def do_setup(): setup(...)``)."""
     for stmt in body:
         yield stmt
-        if isinstance(stmt, ast.If):  # if __name__ == "__main__": setup(...)
+        if isinstance(stmt, (ast.If, ast.With, ast.FunctionDef)):
             yield from _top_statements(stmt.body)
+        elif isinstance(stmt, ast.Try):
+            yield from _top_statements([*stmt.body, *stmt.orelse, *stmt.finalbody])
 
 
 def _evaluate(node: ast.AST, names: dict):
