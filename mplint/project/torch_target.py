@@ -132,10 +132,21 @@ class TorchTargets:
         found = self._folders.get(folder)
         if found is None:
             found = list(_torch_requirements(folder, self._parsed, self._root))
-            if not found and folder.parent != folder and not is_marked(folder):  # a project's root: none above
+            if not found and self._above(folder):
                 found = self._requirements_of(folder.parent)
             self._folders[folder] = found
         return found
+
+
+    def _above(self, folder: Path) -> bool:
+        """Whether the search goes on above ``folder``, which names no torch: up to the run's root, as the TensorFlow
+        pins do (a monorepo's sub-project may pin only its other packages, its framework being described above: a
+        submission's ``systems/*.json``, a README's image); without a run, up to the nearest project marker."""
+        if folder.parent == folder:
+            return False
+        if self._root is not None:
+            return folder != self._root and folder.is_relative_to(self._root)
+        return not is_marked(folder)
 
 
 def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
