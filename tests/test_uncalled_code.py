@@ -213,3 +213,44 @@ def test_an_unpacked_wheels_modules_are_its_users_not_dead(tmp_path, capsys):
     assert facts["ampkit/cuda.py"].uncalled == frozenset()
     code, found = lint_json(capsys, "--no-cache", "--select", "MPT502", str(tmp_path))
     assert (code, [line for _, line, _, _ in found]) == (1, [5, 9, 14, 18, 22])
+
+
+PERFORMANCE = """\
+import tensorflow as tf
+
+OPTIMIZER_CLASS = tf.keras.mixed_precision.experimental.LossScaleOptimizer
+
+
+def configure_optimizer(optimizer):
+    return tf.keras.mixed_precision.experimental.LossScaleOptimizer(optimizer, "dynamic")
+"""
+
+
+def test_a_sibling_copy_no_program_reaches_never_runs_though_its_names_are_used(tmp_path, capsys):
+    # A submission's two benchmarks each carry a copy of one library: resnet's training script imports its copy;
+    # nothing imports bert's, whose configure_optimizer is named (by resnet) but never runs. A module the last name
+    # of an unresolved import may load (sys.path set at run time) may run.
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "requirements.txt": "tensorflow==2.5.0\n",
+            "sub/resnet/train.py": "import tensorflow as tf\nfrom common import performance\n\n"
+            "performance.configure_optimizer(tf.keras.optimizers.SGD())\n",
+            "sub/resnet/common/performance.py": PERFORMANCE,
+            "sub/bert/run.py": "import tensorflow as tf\nimport modeling\n\nmodeling.build()\n",
+            "sub/bert/modeling.py": "def build():\n    return 1\n",
+            "sub/bert/common/performance.py": PERFORMANCE,
+            "sub/bert/tools/loader.py": PERFORMANCE,
+            "sub/bert/tools/convert.py": "import tensorflow as tf\nfrom somewhere_else import loader\n\nloader.go()\n",
+        },
+    )
+    facts = project_facts(tmp_path)
+    assert facts["sub/bert/common/performance.py"].never_runs
+    assert facts["sub/bert/common/performance.py"].uncalled == frozenset({"configure_optimizer"})
+    assert not facts["sub/bert/tools/loader.py"].never_runs
+    assert not facts["sub/resnet/common/performance.py"].never_runs
+    assert lint_json(capsys, "--no-cache", "--select", "MP501", str(tmp_path / "sub/bert/common")) == (0, [])
+    for folder in ("sub/resnet/common", "sub/bert/tools"):
+        code, found = lint_json(capsys, "--no-cache", "--select", "MP501", str(tmp_path / folder))
+        assert (code, [line for _, line, _, _ in found]) == (1, [3, 7, 7])  # the name, then its G1 signature

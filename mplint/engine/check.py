@@ -363,7 +363,9 @@ class _Run:
                 ):
                     continue
                 if visitor.silent_in_uncalled_code and (
-                    self.in_uncalled_function(finding.node) or self.unreachable(finding.node)
+                    getattr(self.context.facts, "never_runs", False)
+                    or self.in_uncalled_function(finding.node)
+                    or self.unreachable(finding.node)
                 ):
                     continue
                 self.findings.append(finding)

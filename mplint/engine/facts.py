@@ -23,6 +23,8 @@ class Facts(Protocol):
     generation: Generation
     #: The module's functions and methods nothing in the project names (``f``, ``Class.method``).
     uncalled: frozenset[str]
+    #: No code of the module runs: no program reaches it and nothing could import it.
+    never_runs: bool
     distribution: str  # the distribution that publishes the module ("" where the project publishes none of it)
 
     @property

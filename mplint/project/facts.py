@@ -64,6 +64,9 @@ class ProjectFacts:
     # Functions and methods of this module that nothing in the project names (``f``, ``Class.method``): dead code,
     # which version rules leave alone. Empty for published modules: their users call them.
     uncalled: frozenset[str] = frozenset()
+    # No program of the project runs any of this module (``programs.modules_never_run``): version rules leave all of
+    # it alone, its top-level code included.
+    never_runs: bool = False
     # Packages that replace torch names on import (``mplint.knowledge.torch_patches``) which a program that reaches
     # the module imports anywhere, a conditional import in a function included: there the name may be theirs.
     patching_imports: frozenset[str] = frozenset()

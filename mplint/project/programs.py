@@ -124,11 +124,18 @@ class ProjectModel:
         for module in modules:
             module.entry = self._is_entry(module, imported)
         # modules with an import the project does not resolve for them: an entry point's folder may resolve it
-        self._unresolved = {
-            m
+        unresolved = {
+            (m, record)
             for m in modules
-            if any(not record.level and not self._resolve(m, m, index) for index, record in enumerate(m.facts.imports))
+            for index, record in enumerate(m.facts.imports)
+            if not record.level and not self._resolve(m, m, index)
         }
+        self._unresolved = {m for m, _ in unresolved}
+        # the last names of those imports, by tree: a module no import resolves to may still be what one of them loads
+        self.unresolved_names: dict[str, set[str]] = {}
+        for m, record in unresolved:
+            last = record.name if record.name and record.name != "*" else record.module.rpartition(".")[2]
+            self.unresolved_names.setdefault(_tree_of(m, root), set()).add(last)
         entries = [m for m in modules if m.entry]
         if expect:
             expect("programs", len(entries))
@@ -562,7 +569,7 @@ def module_facts(
         imports, legacy = package_imports.get(_package_of(m), (frozenset(), False))
         package_imports[_package_of(m)] = (imports | m.facts.keras_imports, legacy or m.facts.legacy_keras_env)
     program_generation: dict[Program, Generation] = {}
-    uncalled = uncalled_functions(model, distribution)
+    uncalled, never_run = uncalled_functions(model, distribution)
     out: dict[str, ProjectFacts] = {}
     for module in model.modules:
         defines = frozenset(module.facts.defines)
@@ -623,6 +630,7 @@ def module_facts(
             test_module=testing,
             trained_names=defines & frozenset().union(*(p.trains for p in programs)),
             uncalled=uncalled.get(module, frozenset()),
+            never_runs=module in never_run,
             patching_imports=patching,
             run_lines=_run_lines(module, model.modules),
         )
@@ -700,8 +708,11 @@ def _generation(
     return min(found, key=lambda g: g.value)
 
 
-def uncalled_functions(model: ProjectModel, distribution: Distribution | None) -> dict[Module, frozenset[str]]:
-    """The plain functions and methods of the project's helper modules that never run: those no live code names.
+def uncalled_functions(
+    model: ProjectModel, distribution: Distribution | None
+) -> tuple[dict[Module, frozenset[str]], set[Module]]:
+    """The plain functions and methods of the project's helper modules that never run: those no live code names; and
+    the modules none of whose code runs (``modules_never_run``).
 
     Helper modules are the unpublished, non-test modules the project imports, the orphans beside an entry point that
     imports a framework (a module nothing imports in a folder of training scripts: a stale copy), and the modules no
@@ -725,10 +736,13 @@ def uncalled_functions(model: ProjectModel, distribution: Distribution | None) -
     running_trees = {_tree_of(p.entry, model.root) for p in model.programs if _runs_a_framework(p.entry)}
     unreached = {m for m in own if m not in reached and _tree_of(m, model.root) in running_trees}
     helpers |= unreached
+    never_run = modules_never_run(model, unreached)
     live: set[str] = set()
     # each helper function that may be dead -> the names that must all be live for it to run
     keys: dict[tuple[Module, str], set[str]] = {}
     for module in model.modules:
+        if module in never_run:
+            continue  # nothing it names runs, and nothing names what it defines
         if module not in helpers:
             live.update(module.uses)
             continue
@@ -760,14 +774,27 @@ def uncalled_functions(model: ProjectModel, distribution: Distribution | None) -
             remaining[function] -= 1
             if remaining[function] == 0:  # every key live: it runs, and so does what it names
                 pending.extend(function[0].facts.functions[function[1]])
-    out: dict[Module, set[str]] = {}
+    out: dict[Module, set[str]] = {module: set(module.facts.functions) for module in never_run}
     for (module, qualified), left in remaining.items():
         if left:
             out.setdefault(module, set()).add(qualified)
-    return {module: frozenset(names) for module, names in out.items()}
+    return {module: frozenset(names) for module, names in out.items()}, never_run
 
 
 _FRAMEWORKS = frozenset({"torch", "tensorflow", "keras", "tf_keras", "jax"})
+
+
+def modules_never_run(model: ProjectModel, unreached: set[Module]) -> set[Module]:
+    """The ``unreached`` modules (no program reaches them, in a tree whose programs run) that no import of their
+    tree could load either: one the project does not resolve may name a module by a path it cannot follow
+    (``sys.path`` set at run time), so a module whose name is the last name of such an import may still run. The
+    rest never run at all: a same-named function elsewhere (a sibling copy of the same library) calls its own."""
+    return {
+        m
+        for m in unreached
+        if (m.path.parent.name if m.path.name == "__init__.py" else m.path.stem)
+        not in model.unresolved_names.get(_tree_of(m, model.root), ())
+    }
 
 
 def _tree_of(module: Module, root: Path) -> str:

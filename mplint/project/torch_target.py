@@ -137,7 +137,6 @@ class TorchTargets:
             self._folders[folder] = found
         return found
 
-
     def _above(self, folder: Path) -> bool:
         """Whether the search goes on above ``folder``, which names no torch: up to the run's root, as the TensorFlow
         pins do (a monorepo's sub-project may pin only its other packages, its framework being described above: a
