@@ -438,3 +438,22 @@ def test_an_apex_import_nothing_uses_is_silent_and_a_use_the_migration_does_not_
     assert [(r.line, r.message) for r in nms.related] == [
         (2, f"apex's AMP is {deprecated}: use `torch.cuda.amp.autocast()`")
     ]
+
+
+def test_an_additive_mask_built_from_itself_is_reported_without_a_fix():
+    # fairseq's layer: attn_mask may be bool (finfo raises) and float16's own limit added to float16 scores is -inf
+    code = (
+        "import torch\n\n\nclass Layer(torch.nn.Module):\n    def forward(self, x, attn_mask):\n"
+        "        if attn_mask is not None:\n"
+        "            attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8)\n"
+        "        return x + attn_mask\n"
+    )
+    found = lint_code(code, select=["MPT601"], files={"requirements.txt": "torch>=2.4\n"}).diagnostics
+    assert [(d.rule_id, d.line, d.column, d.fix_safety.value) for d in found] == [("MPT601", 7, 73, "none")]
+    assert found[0].message == (
+        "`-1e8` is outside float16's range (largest finite value 65504) and `attn_mask` is float16 whenever the "
+        "module runs under float16 autocast or `.half()`: masked_fill raises 'value cannot be converted to type "
+        "at::Half without overflow', arithmetic gives inf and NaN; this builds an additive mask from itself, which "
+        "may be bool and whose float16 limit added to float16 scores is -inf: bound it by the scores' dtype (-1e4 in "
+        "float16); no automatic fix"
+    )

@@ -78,7 +78,10 @@ class TorchFloat16OverflowConstant(TorchRule):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value in _MASK_METHODS and len(node.args) >= 2:
-            self._check(node.args[1].value, func.value, library=True)
+            # ``mask.masked_fill(mask.to(torch.bool), -1e8)`` builds an additive mask from itself: it may be bool,
+            # and whatever it is, its sum with float16 scores overflows at float16's own limit
+            builds_mask = dotted(func.value) is not None and dotted(func.value) in _names_in(node.args[0].value)
+            self._check(node.args[1].value, func.value, library=True, builds_mask=builds_mask)
         elif self.context.names.torch_api(func, {"masked_fill", "where"}) is not None:
             name = self.context.names.torch_api(func, {"masked_fill", "where"}).path
             if name == "masked_fill" and len(node.args) >= 3:
@@ -92,7 +95,9 @@ class TorchFloat16OverflowConstant(TorchRule):
             self._check(node.right, node.left, library=False)
             self._check(node.left, node.right, library=False)
 
-    def _check(self, constant: cst.BaseExpression, tensor: cst.BaseExpression, library: bool) -> None:
+    def _check(
+        self, constant: cst.BaseExpression, tensor: cst.BaseExpression, library: bool, builds_mask: bool = False
+    ) -> None:
         value = self._value(constant)
         if value is None or not (abs(value) > FLOAT16_MAX or 0 < abs(value) < FLOAT16_TINY):
             return
@@ -106,14 +111,20 @@ class TorchFloat16OverflowConstant(TorchRule):
             message = (
                 f"`{shown}` {OUTSIDE_FLOAT16} and `{self.code(tensor)}` is float16 "
                 f"{why}: masked_fill raises 'value cannot be converted to type at::Half without overflow', arithmetic "
-                "gives inf and NaN; bound it by the tensor's dtype (`torch.finfo(x.dtype).min`)"
+                "gives inf and NaN; "
+                + (
+                    "this builds an additive mask from itself, which may be bool and whose float16 limit added to "
+                    "float16 scores is -inf: bound it by the scores' dtype (-1e4 in float16); no automatic fix"
+                    if builds_mask
+                    else "bound it by the tensor's dtype (`torch.finfo(x.dtype).min`)"
+                )
             )
         else:
             message = (
                 f"`{shown}` {FLUSHES_IN_FLOAT16} and `{self.code(tensor)}` is float16 "
                 f"{why}: the epsilon vanishes and log/division give inf or NaN"
             )
-        self.report(constant, message, self._fix(constant, value, tensor))
+        self.report(constant, message, None if builds_mask else self._fix(constant, value, tensor))
 
     def _value(self, node: cst.BaseExpression) -> float | None:
         return signed(node, self._atom)
@@ -311,6 +322,22 @@ class TorchFloat16OverflowConstant(TorchRule):
                 return None
             new = f"(6.104e-05 if {dtype} == torch.float16 else {self.code(constant)})"
         return Fix({constant: cst.parse_expression(new)}, FixSafety.SAFE, imports=[ImportSpec("torch")])
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    """The dotted names an expression reads (``mask`` and ``mask.to`` in ``mask.to(torch.bool)``)."""
+    found: set[str] = set()
+
+    class Reader(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> None:
+            if (name := dotted(attribute)) is not None:
+                found.add(name)
+
+    node.visit(Reader())
+    return found
 
 
 def _targets(node: cst.CSTNode) -> list[cst.CSTNode]:
