@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mplint.cli import main
-from mplint.testing import copy_tree
+from mplint.testing import copy_tree, lint_code
 from mplint.verify.warm import run_python
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -196,3 +196,21 @@ def test_keras2_scaling_beside_the_experimental_api_is_mp501s_migration_not_an_m
     project = _project(tmp_path / "q", shim)
     code, report = _check(capsys, str(project), "--select", "MP502")
     assert (code, _found(report)) == (1, [("MP502", 10, 31), ("MP502", 11, 33)])
+
+
+def test_a_g1_loss_scale_feeding_the_graph_rewrite_is_told_its_kept_name():
+    # A TF 1-style Estimator program: the graph rewrite takes a loss-scale object, never a Keras LossScaleOptimizer
+    code = (
+        "import tensorflow as tf\n\n\ndef create_optimizer(optimizer, use_fp16):\n    if use_fp16:\n"
+        "        loss_scaler = tf.train.experimental.DynamicLossScale(initial_loss_scale=2**15)\n"
+        "        optimizer = tf.train.experimental.enable_mixed_precision_graph_rewrite(optimizer, loss_scaler)\n"
+        "    return optimizer\n"
+    )
+    found = lint_code(code, select=["MP501"], files={"requirements.txt": "tensorflow==2.5.0\n"}).diagnostics
+    assert [(d.line, d.column, d.fix_safety.value) for d in found] == [(6, 23, "none")]
+    assert found[0].message == (
+        "`DynamicLossScale` is a G1 loss-scale object, deprecated from TF 2.4 under this name: "
+        "the graph rewrite it feeds takes no Keras `LossScaleOptimizer`; use the name TF keeps for it, "
+        "`tf.compat.v1.mixed_precision.DynamicLossScale` (target Keras 2 (TF 2.5), requirements.txt pins "
+        "tensorflow==2.5.0)"
+    )

@@ -265,13 +265,39 @@ class ExperimentalMixedPrecisionApi(Rule):
             self._loss_scale_optimizer(node)
         elif id(node) not in self.handled and loss_scale_class(self.context, node):
             name = loss_scale_class(self.context, node)
-            self.items.append(
-                _Item(
-                    node,
-                    f"`{name}` is a G1 loss-scale object, gone from current TensorFlow: pass its settings to "
-                    f"`LossScaleOptimizer(opt, initial_scale=..., dynamic_growth_steps=...)`",
+            if self._feeds_graph_rewrite(node):
+                message = (
+                    f"`{name}` is a G1 loss-scale object, deprecated from TF 2.4 under this name: the graph rewrite "
+                    f"it feeds takes no Keras `LossScaleOptimizer`; use the name TF keeps for it, "
+                    f"`tf.compat.v1.mixed_precision.{name.rpartition('.')[2]}`"
                 )
-            )
+            else:
+                message = (
+                    f"`{name}` is a G1 loss-scale object, gone from current TensorFlow: pass its settings to "
+                    f"`LossScaleOptimizer(opt, initial_scale=..., dynamic_growth_steps=...)`"
+                )
+            self.items.append(_Item(node, message))
+
+    def _feeds_graph_rewrite(self, node: cst.Call) -> bool:
+        """The loss-scale object is an argument of ``enable_mixed_precision_graph_rewrite`` in the same scope,
+        itself or through the name it is bound to (``scaler = DynamicLossScale(...)``, ``rewrite(opt, scaler)``)."""
+        parent = self.context.parent(node)
+        bound = (
+            dotted(parent.targets[0].target) if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+        )
+        scope = self.context.enclosing(node, cst.FunctionDef) or self.context.module
+        found = False
+
+        class Rewrites(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                nonlocal found
+                if (dotted(call.func) or "").endswith("enable_mixed_precision_graph_rewrite") and any(
+                    a.value is node or bound is not None and dotted(a.value) == bound for a in call.args
+                ):
+                    found = True
+
+        scope.visit(Rewrites())
+        return found
 
     def _policy(self, call: cst.Call) -> None:
         arg = keyword(call, "loss_scale") or positional(call, 1)
