@@ -211,6 +211,6 @@ def test_a_g1_loss_scale_feeding_the_graph_rewrite_is_told_its_kept_name():
     assert found[0].message == (
         "`DynamicLossScale` is a G1 loss-scale object, deprecated from TF 2.4 under this name: "
         "the graph rewrite it feeds takes no Keras `LossScaleOptimizer`; use the name TF keeps for it, "
-        "`tf.compat.v1.mixed_precision.DynamicLossScale` (target Keras 2 (TF 2.5), requirements.txt pins "
+        "`tf.compat.v1.mixed_precision.DynamicLossScale` (target Keras 2 (TF 2.5), from requirements.txt pins "
         "tensorflow==2.5.0)"
     )
