@@ -11,6 +11,7 @@ import pytest
 from conftest import write_files
 
 from mplint.cli import main
+from mplint.testing import lint_code
 
 ARMS = """\
 import tensorflow as tf
@@ -271,3 +272,23 @@ def test_an_arm_on_both_generations_names_itself_and_its_fix_stays_unsafe(tmp_pa
         ],
     )
     assert _fixed(tmp_path, "MP202") == ARM_ON_BOTH
+
+
+def test_a_maybe_wrapped_optimizer_on_keras_2_is_not_told_of_keras_3():
+    files = {"requirements.txt": "tensorflow==2.5.0\n"}  # performance comes from an installed library
+    code = (
+        "import tensorflow as tf\nimport performance\n\n"
+        'tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "opt = performance.configure_optimizer(tf.keras.optimizers.Adam(1e-3), use_float16=True)\n\n\n"
+        "def train(model, dataset):\n    for x, y in dataset:\n        with tf.GradientTape() as tape:\n"
+        "            loss = tf.reduce_mean(model(x) - y)\n"
+        "        grads = tape.gradient(loss, model.trainable_variables)\n"
+        "        opt.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    found = lint_code(code, path="train.py", files=files, select=["MP202"]).diagnostics
+    assert [(d.line, d.column) for d in found] == [(12, 17)]
+    assert found[0].message == (
+        "the optimizer comes from `performance.configure_optimizer(...)`, which is handed float16 options and may "
+        "wrap it in a LossScaleOptimizer, but the loss is never scaled (scale_loss/get_scaled_loss): without scaling "
+        "small float16 gradients underflow"
+    )

@@ -70,8 +70,12 @@ class UnscaledLossGradient(GradientSiteRule):
             )
         message = (
             f"{comes_from}, but {describe_when(site.paths, hits)}the loss is never scaled (scale_loss/get_scaled_loss): "
-            "without scaling small float16 gradients underflow, and a Keras 3 LossScaleOptimizer would also divide "
-            "the unscaled gradients by the loss scale"
+            "without scaling small float16 gradients underflow"
+            + (
+                ", and a Keras 3 LossScaleOptimizer would also divide the unscaled gradients by the loss scale"
+                if site.keras.newest == 3
+                else ""
+            )
         )
         self.report(site.call, message, related=origin.related)
 
