@@ -228,8 +228,8 @@ def configure_optimizer(optimizer):
 
 def test_a_sibling_copy_no_program_reaches_never_runs_though_its_names_are_used(tmp_path, capsys):
     # A submission's two benchmarks each carry a copy of one library: resnet's training script imports its copy;
-    # nothing imports bert's, whose configure_optimizer is named (by resnet) but never runs. A module the last name
-    # of an unresolved import may load (sys.path set at run time) may run.
+    # nothing imports bert's, whose configure_optimizer is named (by resnet) but never runs. A module an unresolved
+    # import's dotted path may name (bert/ put on sys.path at run time: `from tools import loader`) may run.
     write_files(
         tmp_path,
         {
@@ -242,7 +242,7 @@ def test_a_sibling_copy_no_program_reaches_never_runs_though_its_names_are_used(
             "sub/bert/modeling.py": "def build():\n    return 1\n",
             "sub/bert/common/performance.py": PERFORMANCE,
             "sub/bert/tools/loader.py": PERFORMANCE,
-            "sub/bert/tools/convert.py": "import tensorflow as tf\nfrom somewhere_else import loader\n\nloader.go()\n",
+            "sub/bert/scripts/convert.py": "import tensorflow as tf\nfrom tools import loader\n\nloader.go()\n",
         },
     )
     facts = project_facts(tmp_path)

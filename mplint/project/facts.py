@@ -65,7 +65,7 @@ class ProjectFacts:
     # which version rules leave alone. Empty for published modules: their users call them.
     uncalled: frozenset[str] = frozenset()
     # No program of the project runs any of this module (``programs.modules_never_run``): version rules leave all of
-    # it alone, its top-level code included.
+    # it alone, its top-level code included (a stale copy breaks on no version).
     never_runs: bool = False
     # Packages that replace torch names on import (``mplint.knowledge.torch_patches``) which a program that reaches
     # the module imports anywhere, a conditional import in a function included: there the name may be theirs.

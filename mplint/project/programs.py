@@ -124,18 +124,11 @@ class ProjectModel:
         for module in modules:
             module.entry = self._is_entry(module, imported)
         # modules with an import the project does not resolve for them: an entry point's folder may resolve it
-        unresolved = {
-            (m, record)
+        self._unresolved = {
+            m
             for m in modules
-            for index, record in enumerate(m.facts.imports)
-            if not record.level and not self._resolve(m, m, index)
+            if any(not record.level and not self._resolve(m, m, index) for index, record in enumerate(m.facts.imports))
         }
-        self._unresolved = {m for m, _ in unresolved}
-        # the last names of those imports, by tree: a module no import resolves to may still be what one of them loads
-        self.unresolved_names: dict[str, set[str]] = {}
-        for m, record in unresolved:
-            last = record.name if record.name and record.name != "*" else record.module.rpartition(".")[2]
-            self.unresolved_names.setdefault(_tree_of(m, root), set()).add(last)
         entries = [m for m in modules if m.entry]
         if expect:
             expect("programs", len(entries))
@@ -481,6 +474,29 @@ class ProjectModel:
         # one module, asked for whole before by name (the order ``_resolve_in`` gives)
         return sorted(firsts, key=lambda found: found[1] is not None) if len({t for t, _ in firsts}) == 1 else []
 
+    def possibly_run(self) -> set[Module]:
+        """The modules that may run: those programs reach, what they import, and, for each import nothing resolves
+        (not the project's roots, not an entry point's folder: ``sys.path`` set at run time), the modules its dotted
+        path may name (``_named_by``), with all they import in turn."""
+        by_entry = {(importer, number) for (importer, number, _), found in self._resolved_from_entry.items() if found}
+        by_name: dict[str, list[Module]] = {}
+        for m in self.modules:
+            by_name.setdefault(_path_parts(m, self.root)[-1:][0] if _path_parts(m, self.root) else "", []).append(m)
+        found = {m for p in self.programs for m in p.parents}
+        todo = list(found)
+        while todo:
+            m = todo.pop()
+            more = [target for target, _ in self._edges(m, m, every=True)]
+            if m in self._unresolved:
+                for index, record in enumerate(m.facts.imports):
+                    if not (record.level or (m, index) in by_entry or self._resolve(m, m, index)):
+                        more += _named_by(m, record, by_name, self.root)
+            for target in more:
+                if target not in found:
+                    found.add(target)
+                    todo.append(target)
+        return found
+
     def _add_written_paths(self, table: dict[str, dict[str, FunctionSummary]]) -> None:
         """Each function's summary under the module paths the project's imports write for its module, where those
         differ from the module's name: a folder without ``__init__.py`` on the way (``tf2_common/utils/flags/core.py``
@@ -784,17 +800,42 @@ def uncalled_functions(
 _FRAMEWORKS = frozenset({"torch", "tensorflow", "keras", "tf_keras", "jax"})
 
 
+def _path_parts(module: Module, root: Path) -> tuple[str, ...]:
+    """The module's path below ``root`` as an import would spell it (``a/b/c.py`` and ``a/b/c/__init__.py``: a, b, c)."""
+    try:
+        parts = module.path.relative_to(root).with_suffix("").parts
+    except ValueError:
+        return ()
+    return parts[:-1] if parts and parts[-1] == "__init__" else parts
+
+
+def _named_by(importer: Module, record, by_name: dict[str, list[Module]], root: Path) -> list[Module]:
+    """The modules an import the project does not resolve may load: those whose path ends with its dotted path
+    (``from TensorFlow.common import performance``: ``.../TensorFlow/common/performance.py``, or the package where
+    the name is an attribute), nearest the importer (the folder above it a launcher puts on ``sys.path``)."""
+    wanted = (*record.module.split("."), *([record.name] if record.name and record.name != "*" else []))
+    for parts in (wanted, wanted[:-1]) if len(wanted) > 1 else (wanted,):
+        candidates = [m for m in by_name.get(parts[-1], []) if _path_parts(m, root)[-len(parts) :] == parts]
+        if candidates:
+            shared = {m: _common(importer.path.parts, m.path.parts) for m in candidates}
+            nearest = max(shared.values())
+            return [m for m in candidates if shared[m] == nearest]
+    return []
+
+
+def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def modules_never_run(model: ProjectModel, unreached: set[Module]) -> set[Module]:
-    """The ``unreached`` modules (no program reaches them, in a tree whose programs run) that no import of their
-    tree could load either: one the project does not resolve may name a module by a path it cannot follow
-    (``sys.path`` set at run time), so a module whose name is the last name of such an import may still run. The
-    rest never run at all: a same-named function elsewhere (a sibling copy of the same library) calls its own."""
-    return {
-        m
-        for m in unreached
-        if (m.path.parent.name if m.path.name == "__init__.py" else m.path.stem)
-        not in model.unresolved_names.get(_tree_of(m, model.root), ())
-    }
+    """The ``unreached`` modules (no program reaches them, in a tree whose programs run) that nothing which may run
+    could load either (``ProjectModel.possibly_run``: an import the project does not resolve may load a module by
+    its last name). They never run at all: a same-named function elsewhere (a sibling copy of the same library)
+    calls its own."""
+    return unreached - model.possibly_run()
 
 
 def _tree_of(module: Module, root: Path) -> str:
