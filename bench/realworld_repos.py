@@ -61,11 +61,13 @@ REPOSITORIES = [
     Repository("mlcommons/training_results_v0.7", "0a8a85a209c8e45b661596c382cc20f4e32fd2fe", "container monorepo"),
     Repository("mlcommons/training_results_v0.6", "f312518c2d6107eec983750eed23950f1f0c8a0e", "container monorepo"),
     Repository("IntelAI/models", "02a1c5317a74782ff23d39473e31f6bd2024bf81", "container monorepo"),
+    Repository("mlcommons/training_results_v1.1", "ebe92f81f7a69255a3b0a907595d8be623d75ec6", "container monorepo"),
     # example collections: every file its own program
     Repository("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8", "examples"),
     Repository("google-research/bert", "eedf5716ce1268e56f0a50264a88cafad334ac61", "examples"),
     Repository("google-research/albert", "b772393d3dae115b493258ce8e37c17b2cc62100", "examples"),
     Repository("fchollet/deep-learning-with-python-notebooks", "dea84a4e12cc3bb3cb61ce952a0168bca113d315", "notebooks"),
+    Repository("ageron/handson-ml3", "e3f3f9e66d58cfa1d068a498433063a1d3fba9ef", "notebooks"),
     # libraries with tools, benchmarks and conversion scripts beside them
     Repository("keras-team/keras", "3422977a5e38fb2f7709aaa9a08e47f0c43d0f60", "library"),
     Repository("keras-team/keras-rs", "812d35bf0cb2452e66433e52880eb892a99bb8c9", "library"),
@@ -73,6 +75,8 @@ REPOSITORIES = [
     Repository("NVIDIA/OpenSeq2Seq", "8681d381ed404fde516e2c1b823de5a213c59aba", "library"),
     Repository("tensorflow/tensor2tensor", "bafdc1b67730430d38d6ab802cbd51f9d053ba2e", "library"),
     Repository("NVIDIA-Merlin/models", "eb1e54196a64a70950b2a7e7744d2150e052d53e", "library"),
+    Repository("facebookresearch/fairseq", "3d262bb25690e4eb2e7d3c1309b1e9c406ca4b99", "library"),
+    Repository("mindee/doctr", "8a88feaf7ff5140e5f4c5c860cb9414dda128656", "library"),
     # PyTorch training code with apex, torch.cuda.amp, GradScaler, gradient accumulation
     Repository("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291", "training"),
     Repository("facebookresearch/detectron2", "02b5c4e295e990042a714712c21dc79b731e8833", "training"),

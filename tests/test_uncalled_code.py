@@ -254,3 +254,18 @@ def test_a_sibling_copy_no_program_reaches_never_runs_though_its_names_are_used(
     for folder in ("sub/resnet/common", "sub/bert/tools"):
         code, found = lint_json(capsys, "--no-cache", "--select", "MP501", str(tmp_path / folder))
         assert (code, [line for _, line, _, _ in found]) == (1, [3, 7, 7])  # the name, then its G1 signature
+
+
+def test_where_running_code_loads_modules_by_computed_names_every_module_may_run(tmp_path):
+    # a plugin registry: tasks/__init__.py imports each file of its folder by name; user folders come the same way
+    files = {
+        ".git/HEAD": "",
+        "requirements.txt": "tensorflow==2.5.0\n",
+        "sub/train.py": "import tensorflow as tf\nimport registry\n\nregistry.load('plugins.' + 'mine')\n",
+        "sub/registry.py": "import importlib\n\n\ndef load(name):\n    return importlib.import_module(name)\n",
+        "sub/plugins/mine.py": PERFORMANCE,
+    }
+    write_files(tmp_path, files)
+    assert not project_facts(tmp_path)["sub/plugins/mine.py"].never_runs
+    (tmp_path / "sub/registry.py").write_text("def load(name):\n    return name\n")
+    assert project_facts(tmp_path)["sub/plugins/mine.py"].never_runs

@@ -26,12 +26,18 @@ from mplint.project.run_order import run_lines, setter_line
 MAX_FACTS_BYTES = 10 * 1024 * 1024  # as the engine's MAX_SOURCE_BYTES
 _TPU_NAMES = {"TPUStrategy", "TPUClusterResolver", "TPUStrategyV2", "initialize_tpu_system"}
 HERE = "<here>"  # a sys.path entry relative to the file's own folder
-# Files without these set no policy, use no TPU, touch no sys.path or TF_USE_LEGACY_KERAS and reach
-# tf.keras only through imports: their statements are read, not every expression (most files of a project).
+# Calls that load a module by name or path: importlib's, runpy's, imp's and the builtin ``__import__``.
+_MODULE_LOADERS = frozenset(
+    {"import_module", "__import__", "spec_from_file_location", "run_path", "run_module", "load_source"}
+)
+
+
+# Files without these set no policy, use no TPU, touch no sys.path or TF_USE_LEGACY_KERAS, load no module by
+# name and reach tf.keras only through imports: their statements are read, not every expression (most files).
 _FACT_TOKENS = re.compile(
     rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
     rb"|__path__|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior|\.compile\(|\.fit\("
-    rb"|_six\b|autocast|amp\.(?:GradScaler|custom_)"
+    rb"|_six\b|autocast|amp\.(?:GradScaler|custom_)|" + b"|".join(name.encode() for name in sorted(_MODULE_LOADERS))
 )
 _TRAINING_CALLS = frozenset({"compile", "fit"})
 # TF1 constructs, by canonical prefix: the program is TF1 (G0) unless it also sets a Keras policy.
@@ -98,6 +104,9 @@ class FileFacts:
     main_guard: bool = False  # has `if __name__ == "__main__":`
     top_level_work: bool = False  # calls, loops or `with` blocks at module level
     sys_paths: list[str] = field(default_factory=list)  # constant sys.path entries (HERE-relative or absolute)
+    # Loads modules by a name or path computed at run time (``importlib.import_module(prefix + name)``, a plugin
+    # folder's ``spec_from_file_location``): any module of the project may be one it loads.
+    loads_modules: bool = False
     # A package's own search path where its ``__init__`` extends ``__path__`` (Keras' generated ``api`` folder), in
     # order, HERE standing for the package folder: ``__path__.append(join(dirname(__file__), "api"))`` gives
     # [HERE, HERE/api]. Empty: the package folder alone.
@@ -432,6 +441,8 @@ class _Reader(_FastVisitor):
             self.facts.tf1 = True
         self._sys_path(node, callee or "")
         self._package_path(node, callee or "")
+        if (callee or "").rsplit(".", 1)[-1] in _MODULE_LOADERS and node.args and _constant(node.args[0]) is None:
+            self.facts.loads_modules = True
         if isinstance(node.func, ast.Name) and node.func.id in _TPU_NAMES:
             self.facts.tpu_lines.append(node.lineno)
         self.generic_visit(node)

@@ -477,7 +477,8 @@ class ProjectModel:
     def possibly_run(self) -> set[Module]:
         """The modules that may run: those programs reach, what they import, and, for each import nothing resolves
         (not the project's roots, not an entry point's folder: ``sys.path`` set at run time), the modules its dotted
-        path may name (``_named_by``), with all they import in turn."""
+        path may name (``_named_by``), with all they import in turn; every module where one of them loads modules
+        by a name computed at run time (``FileFacts.loads_modules``: plugin folders, registries)."""
         by_entry = {(importer, number) for (importer, number, _), found in self._resolved_from_entry.items() if found}
         by_name: dict[str, list[Module]] = {}
         for m in self.modules:
@@ -495,6 +496,8 @@ class ProjectModel:
                 if target not in found:
                     found.add(target)
                     todo.append(target)
+        if any(m.facts.loads_modules for m in found):
+            return set(self.modules)  # a module loaded by a computed name may be any of them
         return found
 
     def _add_written_paths(self, table: dict[str, dict[str, FunctionSummary]]) -> None:
