@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from conftest import lint_json, target_lines, write_files
 
+from mplint.cli import main
+
 KERAS2_SCALING = """\
 import tensorflow as tf
 
@@ -350,6 +352,34 @@ def test_a_benchmark_submissions_system_descriptions_name_its_framework(tmp_path
     )
     # TF 2.2: the experimental API is the right one; torch 1.9: torch.cuda.amp is not deprecated
     assert lint_json(capsys, "--no-cache", "--select", "MP501,MPT502", str(tmp_path)) == (0, [])
+
+
+def test_a_sub_project_whose_pins_name_no_framework_takes_the_submissions_systems(tmp_path, capsys):
+    # Samsung's layout: the implementation folder is a project of its own (its requirements.txt pins h5py and
+    # boto3), and only <submitter>/systems/*.json, four folders above, names the framework it ran on
+    write_files(
+        tmp_path,
+        {
+            ".git/HEAD": "",
+            "Acme/systems/node-a.json": '{"framework": "TensorFlow 2.2.2"}',
+            "Acme/benchmarks/resnet/implementations/tf/requirements.txt": "h5py==2.10.0\n",
+            "Acme/benchmarks/resnet/implementations/tf/train.py": MLPERF_TF,
+            "Other/systems/dgx.json": '{"framework": "PyTorch NVIDIA Release 21.05"}',
+            "Other/benchmarks/bert/implementations/pytorch/requirements.txt": "boto3==1.14.0\n",
+            "Other/benchmarks/bert/implementations/pytorch/train.py": CUDA_AMP,
+        },
+    )
+    assert lint_json(capsys, "--no-cache", "--select", "MP501,MPT502", str(tmp_path)) == (0, [])
+    capsys.readouterr()
+    main(["--show-facts", str(tmp_path / "Acme/benchmarks/resnet/implementations/tf/train.py")])
+    assert 'target: G1 (TF 2.1-2.3) (TF 2.2) ("TensorFlow 2.2.2" in ../../../../systems/*.json: TF 2.2)' in (
+        capsys.readouterr().out
+    )
+    main(["--show-facts", str(tmp_path / "Other/benchmarks/bert/implementations/pytorch/train.py")])
+    assert (
+        'torch: torch 1.8.0a0-1.9.0a0 ("PyTorch NVIDIA Release 21.05" in Other/systems/*.json: torch 1.8.0a0-1.9.0a0)'
+        in capsys.readouterr().out
+    )
 
 
 TF1_SESSION = """\

@@ -335,6 +335,7 @@ class PinFinder:
         self.root = root.resolve()
         self._folders: dict[Path, list[tuple[Requirement, str]]] = {}
         self.parsed: dict[Path, object] = {}  # each pin file's requirements, shared with the torch targets of the run
+        self._above: list[tuple[Requirement, str]] | None = None  # ``_documented_above``, once per run
 
     def requirements_for(self, folder: Path, launched: bool = True) -> list[tuple[Requirement, str]]:
         """The TensorFlow/Keras requirements of the nearest folder at or above ``folder`` that states any; where none
@@ -358,7 +359,29 @@ class PinFinder:
                 found = self.requirements_for(place, launched=False)
                 if found:
                     break
+            if not found:  # a sub-project of a monorepo: what the repository documents above it
+                found = self._documented_above(top)
         return found
+
+    def _documented_above(self, top: Path) -> list[tuple[Requirement, str]]:
+        """What the folders above the project's root, up to its repository's top, document (README images and
+        install lines, ``docker/`` images, a submission's ``systems/*.json``), nearest first: the environment a
+        monorepo describes for the sub-projects whose own pins name no TensorFlow."""
+        if self._above is None:
+            self._above = []
+            above = self.root.parent
+            while above.is_relative_to(top) and above != self.root:
+                for name, reqs in documented_sources(above, self.parsed):
+                    image, _, file = name.rpartition(" in ")
+                    where = os.path.relpath(above / file, self.root)
+                    documented = [(r, f"{image} in {where}" if image else where) for r in reqs]
+                    if _generation_of(documented) is not None:
+                        self._above = documented
+                        return documented
+                if above == top:
+                    break
+                above = above.parent
+        return self._above
 
     def target_for(self, folder: Path, code: Iterable[tuple[str, str, str]] = ()) -> Generation | None:
         """The target the pins nearest ``folder`` give, intersected with the code's own version evidence."""

@@ -125,6 +125,13 @@ class TorchTargets:
             for place in launcher_folders(folder, top, self._parsed):
                 if pinned := self._requirements_of(place):
                     break
+            # a sub-project of a monorepo whose own pins name no torch: what the repository documents above it
+            above = self._root.parent
+            while not pinned and above.is_relative_to(top) and above != self._root:
+                pinned = list(_torch_requirements(above, self._parsed, kinds=(documented_sources,)))
+                if above == top:
+                    break
+                above = above.parent
         found = with_code_bounds(pinned, [b for b in code if b[0] == "torch"])
         return _target(found) if found else UNPINNED
 
@@ -211,12 +218,13 @@ def _mentioned(req: Requirement) -> list[Version]:
 
 
 def _torch_requirements(
-    folder: Path, parsed: dict | None = None, root: Path | None = None
+    folder: Path, parsed: dict | None = None, root: Path | None = None, kinds=(pin_sources, documented_sources)
 ) -> Iterable[tuple[Requirement, str]]:
     """Requirements on torch in ``folder``, read by the same parsers as every other pin (``pins.pin_sources``),
-    each with where it lies: the file's path in its git repository (a monorepo has many ``requirements.txt``)."""
+    each with where it lies: the file's path in its git repository (a monorepo has many ``requirements.txt``).
+    What the README documents counts where no pin names torch; ``kinds`` may ask for the documented ones alone."""
     place = _place_in_repository(folder)
-    for sources in (pin_sources, documented_sources):  # what the README documents counts where no pin names torch
+    for sources in kinds:
         named = sources(folder, parsed, root) if sources is pin_sources else sources(folder, parsed)
         found = consistent([(r, where) for where, requirements in named for r in requirements], "torch")
         for req, where in found:
