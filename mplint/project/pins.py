@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from mplint.project.generation import Generation
 from mplint.project.images import (
+    compose_files,
     dockerfile_requirements,
     dockerfiles,
     installed_folders,
@@ -148,6 +149,7 @@ def pin_files(folders: Iterable[Path]) -> set[Path]:
     for folder in folders:
         todo += requirement_files(folder) + metadata_files(folder) + dockerfiles(folder) + readmes(folder)
         todo += dockerfiles(folder, subfolders=True) + system_files(folder)
+        todo += [c for d in dockerfiles(folder) + dockerfiles(folder, subfolders=True) for c in compose_files(d)]
         todo += [folder / name for name, _ in READERS if (folder / name).is_file()]
     while todo:
         path = todo.pop()
