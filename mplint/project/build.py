@@ -225,6 +225,12 @@ def _module_facts(
         target = torch.of(module.path, code.get(module, ()))
         if target.pinned:
             by_display[module.display] = replace(by_display[module.display], torch_pin=target)
+    from mplint.project.trainer_target import TrainerTargets
+
+    trainers = TrainerTargets(pins.parsed)
+    for module in modules:  # the trainer stacks' ranges: what the MPT7xx rules' messages and fixes hold on
+        if stacks := trainers.of(module.path):
+            by_display[module.display] = replace(by_display[module.display], trainer_pins=stacks)
     # The root's pins are the target of every program unless some code says otherwise (tf_keras on a TF pin)
     project_wide = configured or (pinned if all(f.generation == pinned for f in by_display.values()) else None)
     summary = ProjectSummary(
@@ -298,6 +304,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
         facts.test_module,
         sorted(facts.trained_names),
         facts.torch_pin,
+        facts.trainer_pins,
         sorted(facts.uncalled),
         sorted(facts.patching_imports),
         facts.run_lines,
