@@ -60,3 +60,15 @@ def test_keyword_unpacking_and_other_trainers_are_not_read():
 def test_fabric_and_lightning_fabric_are_read():
     code = "from lightning_fabric import Fabric\nfabric = Fabric(accelerator='tpu', precision='16')\n"
     assert _found(code) == [("MPT703", 2, 46), ("MPT704", 2, 46)]
+
+
+def test_a_scaler_step_after_an_unscaled_backward_asserts_as_mpt702_says():
+    """What MPT702's message says of the prepared optimizer's step, on the installed torch (CPU)."""
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    model(torch.randn(3, 2)).sum().backward()
+    with pytest.raises(AssertionError, match="Attempted step but _scale is None"):
+        scaler.step(optimizer)

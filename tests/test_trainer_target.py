@@ -87,3 +87,34 @@ def test_stacks_and_meanings_are_well_formed():
             assert row.source and row.meaning, name
             if row.since and row.until:
                 assert Version(row.since) < Version(row.until), name
+
+
+def test_show_facts_names_the_trainer_stacks_their_ranges_and_the_precision_settings(tmp_path, capsys, monkeypatch):
+    from mplint.cli import main
+
+    write_files(
+        tmp_path,
+        {
+            "requirements.txt": "lightning>=2.0,<2.3\naccelerate==0.30.1\n",
+            "train.py": (
+                "import lightning as L\n"
+                "from accelerate import Accelerator\n"
+                "from helpers import build\n"
+                "PRECISION = 'bf16-mixed'\n"
+                "trainer = L.Trainer(accelerator='tpu', precision=PRECISION, max_epochs=2)\n"
+                "acc = Accelerator()\n"
+            ),
+            "helpers.py": "from transformers import TrainingArguments\n\ndef build():\n    return TrainingArguments('o', fp16=True)\n",
+        },
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["--show-facts", "--no-cache", "."]) == 0
+    out = capsys.readouterr().out
+    start = out.index("    transformers:")
+    assert out[start : out.index("  helpers.py:", start)] == (
+        "    transformers: any transformers (no transformers pin)\n"
+        "      TrainingArguments(fp16=True) at helpers.py:4\n"
+        "    accelerate: Accelerate 0.30 (requirements.txt pins accelerate==0.30.1)\n"
+        "    lightning: Lightning 2.0-2.2 (requirements.txt pins lightning<2.3,>=2.0)\n"
+        "      Trainer(accelerator='tpu', precision=PRECISION) at train.py:5\n"
+    )

@@ -16,18 +16,8 @@ import libcst as cst
 from mplint.analysis.bindings import binding_nodes, scope_referents
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
+from mplint.knowledge.trainer_versions import CONFIGURING
 
-# The configuring classes, by stack: (first package of the import path, class name) -> the keywords read.
-CONFIGURING = {
-    "transformers": ({"transformers"}, {"TrainingArguments", "Seq2SeqTrainingArguments"}, ("fp16", "bf16")),
-    "accelerate": ({"accelerate"}, {"Accelerator"}, ("mixed_precision", "fp16")),
-    "lightning": (
-        {"lightning", "pytorch_lightning", "lightning_fabric"},
-        {"Trainer", "Fabric"},
-        ("precision", "accelerator"),
-    ),
-    "fsdp": ({"torch"}, {"MixedPrecision"}, ("param_dtype",)),
-}
 _MAX_DEPTH = 8
 
 

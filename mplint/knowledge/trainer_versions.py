@@ -28,7 +28,9 @@ STACKS = {
     "accelerate": Stack("Accelerate", ("accelerate",), (*_minors(0, 1, 34), *_minors(1, 0, 14))),
     # ``lightning`` ships ``lightning.pytorch`` from 1.8.0 (src/lightning at tag 1.8.0) with the same version numbers
     "lightning": Stack(
-        "Lightning", ("lightning", "pytorch-lightning"), (*_minors(0, 7, 10), *_minors(1, 0, 9), *_minors(2, 0, 6))
+        "Lightning",
+        ("lightning", "pytorch-lightning", "lightning-fabric"),
+        (*_minors(0, 7, 10), *_minors(1, 0, 9), *_minors(2, 0, 6)),
     ),
     "deepspeed": Stack("DeepSpeed", ("deepspeed",), _minors(0, 3, 18)),
 }
@@ -38,6 +40,32 @@ def stack_of(distribution: str) -> str | None:
     """The stack a distribution name installs (``pytorch_lightning`` -> ``lightning``), None for any other."""
     name = distribution.lower().replace("_", "-")
     return next((key for key, stack in STACKS.items() if name in stack.distributions), None)
+
+
+# The configuring classes, by stack: (first package of the import path, class name) -> the keywords read.
+CONFIGURING = {
+    "transformers": ({"transformers"}, {"TrainingArguments", "Seq2SeqTrainingArguments"}, ("fp16", "bf16")),
+    "accelerate": ({"accelerate"}, {"Accelerator"}, ("mixed_precision", "fp16")),
+    "lightning": (
+        {"lightning", "pytorch_lightning", "lightning_fabric"},
+        {"Trainer", "Fabric"},
+        ("precision", "accelerator"),
+    ),
+    "fsdp": ({"torch"}, {"MixedPrecision"}, ("param_dtype",)),
+}
+
+
+def configuring(callee: str) -> tuple[str, str] | None:
+    """(stack, class name) of a configuring call by its import path (``lightning.pytorch.Trainer``), else None."""
+    first, last = callee.split(".", 1)[0], callee.rsplit(".", 1)[-1]
+    return next(
+        (
+            (stack, last)
+            for stack, (packages, classes, _) in CONFIGURING.items()
+            if first in packages and last in classes
+        ),
+        None,
+    )
 
 
 class Meaning(NamedTuple):

@@ -110,6 +110,7 @@ def _facts_from_json(raw: dict) -> FileFacts:
     fields["policies"] = [PolicySite(*p) for p in raw["policies"]]
     fields["imports"] = [ImportRecord(*i) for i in raw["imports"]]
     fields["version_bounds"] = [tuple(b) for b in raw["version_bounds"]]
+    fields["trainer_settings"] = [tuple(s) for s in raw.get("trainer_settings", ())]
     fields["summaries"] = {
         name: {kind: Summary(*entry) for kind, entry in by_kind.items()} for name, by_kind in raw["summaries"].items()
     }
