@@ -145,6 +145,7 @@ def test_json_document(project, capsys):
                         "source": "program nb.ipynb imports Keras 3 (`import keras`)",
                     },
                     "torch": None,
+                    "trainers": [],
                 },
                 {
                     "entry": "train.py",
@@ -158,6 +159,7 @@ def test_json_document(project, capsys):
                         "source": "program train.py imports Keras 3 (`import keras`)",
                     },
                     "torch": None,
+                    "trainers": [],
                 },
             ],
         }
