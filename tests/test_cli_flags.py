@@ -27,7 +27,7 @@ MODEL = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation
 FIXED = 'model = keras.Sequential([layers.Dense(64), layers.Dense(10, activation="softmax", dtype="float32")])\n'
 MESSAGE = (
     "MP101 [*] softmax output layer computes in reduced precision (mixed_float16 set at {path}:4): float16 "
-    'probabilities round to 0 or 1 and the loss becomes inf/NaN; give this layer dtype="float32"'
+    'probabilities round to 0 or 1, and the loss saturates or becomes inf/NaN; give this layer dtype="float32"'
 )
 HELP = (
     '  = help: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to float32. '

@@ -145,6 +145,7 @@ def test_json_document(project, capsys):
                         "source": "program nb.ipynb imports Keras 3 (`import keras`)",
                     },
                     "torch": None,
+                    "trainers": [],
                 },
                 {
                     "entry": "train.py",
@@ -158,6 +159,7 @@ def test_json_document(project, capsys):
                         "source": "program train.py imports Keras 3 (`import keras`)",
                     },
                     "torch": None,
+                    "trainers": [],
                 },
             ],
         }
@@ -204,7 +206,7 @@ def _far_findings(project: Path) -> Path:
 
 FAR_MESSAGE = (
     "MP101 [*] softmax output layer computes in reduced precision (mixed_float16 set at [bold]/:smile:/train.py:4): "
-    'float16 probabilities round to 0 or 1 and the loss becomes inf/NaN; give this layer dtype="float32"'
+    'float16 probabilities round to 0 or 1, and the loss saturates or becomes inf/NaN; give this layer dtype="float32"'
 )
 FAR_HELP = (
     '  = help: Add `dtype="float32"` to the softmax output layer, or cast the logits of a softmax call to '

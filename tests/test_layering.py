@@ -57,6 +57,10 @@ FORBIDDEN: dict[tuple[str, str], str] = {
         "mplint.checks",
         "mplint.project.torch_target",
     ): "a rule reads the torch target from its context's facts, not from the pin files on disk",
+    (
+        "mplint.checks",
+        "mplint.project.trainer_target",
+    ): "a rule reads the trainer stacks' ranges from its context's facts, not from the pin files on disk",
 }
 
 # Exceptions, (importer, imported) -> why it is still there: none today. An entry must say why, and the test fails on

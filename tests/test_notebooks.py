@@ -279,7 +279,7 @@ def test_github_annotation_lands_on_the_json_line_of_the_source_line(project, ca
     assert capsys.readouterr().out == (
         f"::error title=MP101 float16-softmax-output,file=train.ipynb,line={line},col={column + 4},endLine={line},"
         f"endColumn={column + 4 + escaped}::MP101 (cell 4:3) softmax output layer computes in reduced precision "
-        "(mixed_float16 set at train.ipynb:cell 2:5): float16 probabilities round to 0 or 1 and the loss becomes "
+        "(mixed_float16 set at train.ipynb:cell 2:5): float16 probabilities round to 0 or 1, and the loss saturates or becomes "
         'inf/NaN; give this layer dtype="float32"\n'
     )
 

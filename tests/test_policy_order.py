@@ -21,7 +21,7 @@ def build_model(hp):
 SETTER = 'keras.mixed_precision.set_global_policy("mixed_float16")\n'
 SOFTMAX = (
     "softmax output layer computes in reduced precision (mixed_float16 set at {where}): float16 probabilities round "
-    'to 0 or 1 and the loss becomes inf/NaN; give this layer dtype="float32"'
+    'to 0 or 1, and the loss saturates or becomes inf/NaN; give this layer dtype="float32"'
 )
 STALE = (
     "the policy is set after `build_model(...)` at line {line} created layers: layers that already exist keep their "

@@ -185,7 +185,7 @@ def test_mp101_softmax_output_layer_built_by_an_activation_name_function_in_anot
     outcome = lint_code(CLASSIFIER, path="train.py", files=files, select=["MP101", "MP102", "MP301"])
     tail = (
         "without a dtype: it computes in reduced precision (mixed_float16 set at train.py:6): float16 probabilities "
-        'round to 0 or 1 and the loss becomes inf/NaN; end the model with a softmax layer given dtype="float32" '
+        'round to 0 or 1, and the loss saturates or becomes inf/NaN; end the model with a softmax layer given dtype="float32" '
         "instead"
     )
     assert _found(outcome) == [
@@ -261,7 +261,7 @@ def test_mp101_builder_default_softmax_head_where_the_call_keeps_it():
     outcome = lint_code(PROGRAM, path="train.py", files={"models.py": RESNET}, select=["MP101"])
     tail = (
         "is a softmax that computes in reduced precision (mixed_float16 set at train.py:4): float16 probabilities "
-        "round to 0 or 1 and the loss becomes inf/NaN"
+        "round to 0 or 1, and the loss saturates or becomes inf/NaN"
     )
     assert _found(outcome) == [
         (
@@ -427,7 +427,7 @@ def test_mp101_model_class_whose_head_activation_defaults_to_softmax():
             9,
             '`Classifier` leaves `activation` at its default "softmax", so the output layer it builds at '
             "classifier.py:9 is a softmax that computes in reduced precision (mixed_float16 set at train.py:4): "
-            "float16 probabilities round to 0 or 1 and the loss becomes inf/NaN; pass activation=None and apply the "
+            "float16 probabilities round to 0 or 1, and the loss saturates or becomes inf/NaN; pass activation=None and apply the "
             'softmax in float32 after it (`Activation("softmax", dtype="float32")`), or give that layer '
             'dtype="float32"',
             (("classifier.py", 9, "`Classifier` gives its output layer `activation=activation` here"),),

@@ -400,3 +400,23 @@ def test_a_program_that_builds_a_tf1_session_runs_on_tf1(tmp_path, capsys):
         "target: G0 (TF1) (TF 1.0-1.15) (tutorials/amp_tf1.py:5 uses tf.placeholder, which TF 2.0 removed: TF 1.0-1.15)"
     ]
     assert lint_json(capsys, "--no-cache", "--select", "MP501", str(tmp_path)) == (0, [])
+
+
+def test_dockerfile_args_a_compose_file_sets_are_not_their_defaults(tmp_path, capsys):
+    # horovod's layout: the test Dockerfile's ARG defaults name torch 1.2, but every Compose service that builds it
+    # sets PYTORCH_PACKAGE (torch 2.0 and nightly): the default is not what runs, and says nothing of the range
+    dockerfile = (
+        "ARG UBUNTU_VERSION=20.04\nFROM ubuntu:${UBUNTU_VERSION}\nARG PYTORCH_PACKAGE=torch==1.2.0+cpu\n"
+        "RUN pip install ${PYTORCH_PACKAGE}\n"
+    )
+    compose = (
+        "services:\n  test-cpu-base:\n    build:\n      context: .\n      dockerfile: Dockerfile.test.cpu\n"
+        "      args:\n        PYTORCH_PACKAGE: torch==2.0.0+cpu\n"
+    )
+    files = {".git/HEAD": "", "Dockerfile.test.cpu": dockerfile, "examples/train.py": CUDA_AMP}
+    write_files(tmp_path, files)
+    assert target_lines(capsys, tmp_path)[-1] == (
+        "torch: torch 1.2.0+cpu (pip install torch==1.2.0+cpu over ubuntu:20.04 in Dockerfile.test.cpu: torch 1.2.0+cpu)"
+    )
+    (tmp_path / "docker-compose.test.yml").write_text(compose)
+    assert target_lines(capsys, tmp_path)[-1] == "torch: any torch >= 1.6 (no torch pin)"

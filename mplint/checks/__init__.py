@@ -1,4 +1,4 @@
-"""One module per rule (``mpnnn_<name>.py``); see ``mplint.engine.rule.Rule``.
+"""One module per rule (``mpnnn_<name>.py``), here or in a family's subpackage; see ``mplint.engine.rule.Rule``.
 
 Modules whose names start with an underscore hold what several rules share (their base classes), not rules.
 """
@@ -24,10 +24,10 @@ def all_rules() -> dict[str, type[Rule]]:
 
     catalog = keys_by_id()
     found: dict[str, type[Rule]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
+    for info in pkgutil.walk_packages(__path__, f"{__name__}."):
+        if info.name.rsplit(".", 1)[-1].startswith("_"):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module, inspect.isclass):
             if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
                 if obj.id not in catalog:

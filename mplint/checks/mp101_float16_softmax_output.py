@@ -467,4 +467,4 @@ class Float16SoftmaxOutput(Rule):
 def _harm(reason: str) -> str:
     if "bfloat16" in reason:
         return "bfloat16 keeps 8 bits of mantissa, so probabilities, loss and metrics come out coarse"
-    return "float16 probabilities round to 0 or 1 and the loss becomes inf/NaN"
+    return "float16 probabilities round to 0 or 1, and the loss saturates or becomes inf/NaN"

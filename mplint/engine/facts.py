@@ -17,6 +17,24 @@ class Generation(Protocol):
     value: int  # the newest Keras generation the module targets (0: TF1, 1, 2 or 3)
 
 
+class StackRange(Protocol):
+    """The releases of one trainer stack a module may run with (``mplint.project.trainer_target.StackTarget``)."""
+
+    pinned: bool
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def described(self) -> str: ...
+
+    def at_least(self, version: str) -> bool: ...
+
+    def admits_from(self, version: str) -> bool: ...
+
+    def admits_before(self, version: str) -> bool: ...
+
+
 class Facts(Protocol):
     #: The project's re-exports of Keras names: alias path -> the Keras path it stands for.
     reexports: dict
@@ -48,6 +66,9 @@ class Facts(Protocol):
 
     def context_record(self) -> dict:
         """The module's mixed-precision context and target, for JSON and SARIF."""
+
+    def trainer_target(self, stack: str) -> StackRange:
+        """The releases of a trainer stack (``knowledge.trainer_versions.STACKS``) the module may run with."""
 
 
 # The project's tables (re-exports, function summaries) are each one dict shared by every module's facts: what is

@@ -30,6 +30,10 @@ def render(report, stream: TextIO) -> None:
             stream.write(f"    target: {generation['label']} ({generation['source']})\n")
             if program.get("torch"):
                 stream.write(f"    torch: {program['torch']['label']} ({program['torch']['source']})\n")
+            for stack in program.get("trainers", ()):
+                stream.write(f"    {stack['stack']}: {stack['label']} ({stack['source']})\n")
+                for setting in stack["settings"]:
+                    stream.write(f"      {setting}\n")
             if program["tpu"]:
                 stream.write(f"    TPU: {', '.join(program['tpu'][:3])}{' ...' if len(program['tpu']) > 3 else ''}\n")
         if not programs and project.reached:

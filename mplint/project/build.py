@@ -225,12 +225,18 @@ def _module_facts(
         target = torch.of(module.path, code.get(module, ()))
         if target.pinned:
             by_display[module.display] = replace(by_display[module.display], torch_pin=target)
+    from mplint.project.trainer_target import TrainerTargets
+
+    trainers = TrainerTargets(pins.parsed)
+    for module in modules:  # the trainer stacks' ranges: what the MPT7xx rules' messages and fixes hold on
+        if stacks := trainers.of(module.path):
+            by_display[module.display] = replace(by_display[module.display], trainer_pins=stacks)
     # The root's pins are the target of every program unless some code says otherwise (tf_keras on a TF pin)
     project_wide = configured or (pinned if all(f.generation == pinned for f in by_display.values()) else None)
     summary = ProjectSummary(
         root,
         len(modules),
-        [_program_record(p, by_display[p.entry.display], torch) for p in model.programs],
+        [_program_record(p, by_display[p.entry.display], torch, trainers) for p in model.programs],
         _target_record(project_wide) if project_wide else None,
         {p.entry.display: sorted(m.display for m in p.parents) for p in model.programs},
     )
@@ -239,7 +245,7 @@ def _module_facts(
     return {m.path: by_display[m.display] for m in modules}, summary
 
 
-def _program_record(program, facts: ProjectFacts, torch) -> dict:
+def _program_record(program, facts: ProjectFacts, torch, trainers) -> dict:
     """What ``--show-facts`` and the JSON ``projects`` block say of one program."""
     return {
         "entry": program.entry.display,
@@ -251,6 +257,7 @@ def _program_record(program, facts: ProjectFacts, torch) -> dict:
         ],
         "keras_generation": _target_record(facts.generation),
         "torch": _torch_record(program, torch),
+        "trainers": _trainer_records(program, trainers),
         "tpu": [f"{path}:{line}" for path, line in sorted(program.tpu_sites)],
         "modules": len(program.parents),
     }
@@ -267,6 +274,33 @@ def _torch_record(program, torch) -> dict | None:
         return None
     target = torch.of(program.entry.path, program.version_bounds)
     return {"label": target.label, "source": target.source if target.pinned else "no torch pin"}
+
+
+def _trainer_records(program, trainers) -> list[dict]:
+    """Each trainer stack a program's modules import or configure: its range and the precision settings found."""
+    from mplint.knowledge.trainer_versions import STACKS, stack_of
+    from mplint.project.trainer_target import unpinned
+
+    imported = {stack_of(i.module.split(".")[0]) for m in program.parents for i in m.facts.imports}
+    settings = [
+        (m.display, s) for m in sorted(program.parents, key=lambda m: m.display) for s in m.facts.trainer_settings
+    ]
+    pinned = {t.stack: t for t in trainers.of(program.entry.path)}
+    records = []
+    for stack in STACKS:
+        mine = [(path, s) for path, s in settings if s[0] == stack]
+        if stack not in imported and not mine:
+            continue
+        target = pinned.get(stack) or unpinned(stack)
+        records.append(
+            {
+                "stack": stack,
+                "label": target.label,
+                "source": target.source if target.pinned else f"no {STACKS[stack].label} pin",
+                "settings": [f"{kind}({text}) at {path}:{line}" for path, (_, kind, text, line) in mine],
+            }
+        )
+    return records
 
 
 def configured_target(config: Config, target: str | None = None, keras: int | None = None) -> Generation | None:
@@ -298,6 +332,7 @@ def facts_key(facts: ProjectFacts, reexports_digest: str = "") -> tuple:
         facts.test_module,
         sorted(facts.trained_names),
         facts.torch_pin,
+        facts.trainer_pins,
         sorted(facts.uncalled),
         sorted(facts.patching_imports),
         facts.run_lines,

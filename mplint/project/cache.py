@@ -110,6 +110,7 @@ def _facts_from_json(raw: dict) -> FileFacts:
     fields["policies"] = [PolicySite(*p) for p in raw["policies"]]
     fields["imports"] = [ImportRecord(*i) for i in raw["imports"]]
     fields["version_bounds"] = [tuple(b) for b in raw["version_bounds"]]
+    fields["trainer_settings"] = [tuple(s) for s in raw.get("trainer_settings", ())]
     fields["summaries"] = {
         name: {kind: Summary(*entry) for kind, entry in by_kind.items()} for name, by_kind in raw["summaries"].items()
     }
@@ -212,6 +213,7 @@ def _module_facts_to_json(facts: ProjectFacts) -> dict:
         "test_module": facts.test_module,
         "trained_names": sorted(facts.trained_names),
         "torch_pin": None if facts.torch_pin is None else _torch_pin_to_json(facts.torch_pin),
+        "trainer_pins": [_stack_to_json(t) for t in facts.trainer_pins],
         "uncalled": sorted(facts.uncalled),
         "patching_imports": sorted(facts.patching_imports),
         "run_lines": [list(pair) for pair in facts.run_lines],
@@ -234,6 +236,7 @@ def _module_facts_from_json(raw: dict, reexports: dict, roles: dict) -> ProjectF
         test_module=raw["test_module"],
         trained_names=frozenset(raw["trained_names"]),
         torch_pin=None if raw.get("torch_pin") is None else _torch_pin_from_json(raw["torch_pin"]),
+        trainer_pins=tuple(_stack_from_json(t) for t in raw.get("trainer_pins", ())),
         uncalled=frozenset(raw.get("uncalled", ())),
         patching_imports=frozenset(raw.get("patching_imports", ())),
         run_lines=tuple((name, line) for name, line in raw.get("run_lines", ())),
@@ -258,6 +261,21 @@ def _torch_pin_from_json(raw: list):
         None if newest is None else Version(newest),
         source,
         tuple(dated) if dated else None,
+    )
+
+
+def _stack_to_json(target) -> list:
+    return [target.stack] + [None if v is None else str(v) for v in (target.minimum, target.newest)] + [target.source]
+
+
+def _stack_from_json(raw: list):
+    from packaging.version import Version
+
+    from mplint.project.trainer_target import StackTarget
+
+    stack, minimum, newest, source = raw
+    return StackTarget(
+        stack, True, None if minimum is None else Version(minimum), None if newest is None else Version(newest), source
     )
 
 

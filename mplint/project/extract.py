@@ -20,6 +20,7 @@ from mplint.engine.summaries import CHILD_FIELDS, Summary, child_fields, declare
 from mplint.knowledge.apinames import canonical, keras_namespace
 from mplint.knowledge.code_versions import bound_of
 from mplint.knowledge.policies import FLOATX_SETTER, MIXED_POLICIES, POLICY_CLASS_NAMES, SETTER_NAMES, UNKNOWN_POLICY
+from mplint.knowledge.trainer_versions import CONFIGURING, configuring
 from mplint.project.generation import legacy_keras_value
 from mplint.project.run_order import run_lines, setter_line
 
@@ -37,7 +38,8 @@ _MODULE_LOADERS = frozenset(
 _FACT_TOKENS = re.compile(
     rb"set_(?:global_|dtype_)?policy|Policy|set_floatx|mixed_|TPU|initialize_tpu_system|LEGACY_KERAS|sys\.path|\.keras\b"
     rb"|__path__|Session\b|estimator|contrib|train\.\w*Optimizer|disable_v2_behavior|\.compile\(|\.fit\("
-    rb"|_six\b|autocast|amp\.(?:GradScaler|custom_)|" + b"|".join(name.encode() for name in sorted(_MODULE_LOADERS))
+    rb"|_six\b|autocast|amp\.(?:GradScaler|custom_)|precision\s*=|[bf][fp]16\s*=|param_dtype|"
+    + b"|".join(name.encode() for name in sorted(_MODULE_LOADERS))
 )
 _TRAINING_CALLS = frozenset({"compile", "fit"})
 # TF1 constructs, by canonical prefix: the program is TF1 (G0) unless it also sets a Keras policy.
@@ -115,6 +117,9 @@ class FileFacts:
     # The code's own version evidence (``mplint.knowledge.code_versions``): (package, specifier, what, line) of each
     # name whose unconditional use bounds the versions it runs on (``from torch._six import inf``: torch < 2.0).
     version_bounds: list[tuple[str, str, str, int]] = field(default_factory=list)
+    # Trainer precision settings (``knowledge.trainer_versions.CONFIGURING``): (stack, class, "keyword=value, ..."
+    # as written, line) of each configuring call that passes a precision keyword, for ``--show-facts``.
+    trainer_settings: list[tuple[str, str, str, int]] = field(default_factory=list)
     # Module-level functions and methods without a decorator (``f``, ``Class.method``), each with the names its body
     # reads; and the names the rest of the module reads. A function that only uncalled functions name is never called
     # either, and version rules do not report its code (``programs.uncalled_functions``).
@@ -416,6 +421,11 @@ class _Reader(_FastVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self._training(node)
         callee = self.qualified(node.func)
+        if callee and (configured := configuring(callee)) is not None:
+            stack, kind = configured
+            read = [f"{k.arg}={ast.unparse(k.value)}" for k in node.keywords if k.arg in CONFIGURING[stack][2]]
+            if read:
+                self.facts.trainer_settings.append((stack, kind, ", ".join(read), node.lineno))
         last = callee.rsplit(".", 1)[-1] if callee else None
         site = self.facts.policies
         where = self.function[-1] if self.function else ""

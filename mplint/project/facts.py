@@ -20,6 +20,7 @@ from mplint.project.generation import DEFAULT, Generation
 
 if TYPE_CHECKING:
     from mplint.project.torch_target import TorchTarget
+    from mplint.project.trainer_target import StackTarget
 
 
 def reexported_names(reexports: dict) -> dict[str, frozenset[str]]:
@@ -61,6 +62,8 @@ class ProjectFacts:
     summaries: dict = field(default_factory=dict, compare=False)
     # The torch range the pins nearest the module admit, None where none pins torch (see ``torch_target``).
     torch_pin: TorchTarget | None = None
+    # The trainer stacks (transformers, Accelerate, Lightning, DeepSpeed) the same pins name, with their ranges.
+    trainer_pins: tuple[StackTarget, ...] = ()
     # Functions and methods of this module that nothing in the project names (``f``, ``Class.method``): dead code,
     # which version rules leave alone. Empty for published modules: their users call them.
     uncalled: frozenset[str] = frozenset()
@@ -104,6 +107,13 @@ class ProjectFacts:
         from mplint.project.torch_target import UNPINNED
 
         return UNPINNED
+
+    def trainer_target(self, stack: str) -> StackTarget:
+        """The releases of ``stack`` (a key of ``knowledge.trainer_versions.STACKS``) the module may run with:
+        every release where no pin names it."""
+        from mplint.project.trainer_target import unpinned
+
+        return next((t for t in self.trainer_pins if t.stack == stack), None) or unpinned(stack)
 
     @property
     def reexported_names(self) -> dict[str, frozenset[str]]:

@@ -179,9 +179,10 @@ class DockerStage:
     copies: dict[str, str] = field(default_factory=dict)  # destination -> source (relative to the build context)
 
 
-def dockerfile_stage(text: str) -> DockerStage:
+def dockerfile_stage(text: str, overridden: frozenset[str] = frozenset()) -> DockerStage:
     """The Dockerfile's last stage (the one that runs), with ``ARG``/``ENV`` values substituted and ``FROM <earlier
-    stage>`` followed back to that stage's image, installs and copies."""
+    stage>`` followed back to that stage's image, installs and copies. An ``ARG`` in ``overridden`` (set by the
+    builds that use the file) has no known value: its default is not what runs."""
     text = re.sub(r"\\\r?\n", " ", text)
     values: dict[str, str] = {}
     stages: dict[str, DockerStage] = {}
@@ -192,7 +193,9 @@ def dockerfile_stage(text: str) -> DockerStage:
         rest = line.split(None, 1)[1] if " " in line else ""
         if word in ("ARG", "ENV"):
             for m in re.finditer(r"(\w+)(?:=(\"[^\"]*\"|'[^']*'|\S*))?", rest):
-                if m.group(2) is not None:
+                if word == "ARG" and m.group(1) in overridden:
+                    values.pop(m.group(1), None)
+                elif m.group(2) is not None:
                     values[m.group(1)] = _substitute(m.group(2).strip("\"'"), values)
                 elif word == "ENV" and " " in rest and "=" not in rest:  # legacy `ENV NAME value`
                     name, value = rest.split(None, 1)
@@ -222,6 +225,50 @@ def dockerfile_stage(text: str) -> DockerStage:
     return stage
 
 
+_COMPOSE = re.compile(r"^(?:docker-)?compose[\w.-]*\.ya?ml$", re.I)
+
+
+def compose_files(dockerfile: Path) -> list[Path]:
+    """The Compose files in the Dockerfile's folder and the folders above it, up to its repository's top."""
+    from mplint.project.pins import repository_top
+
+    top = repository_top(dockerfile.parent) or dockerfile.parent
+    found: list[Path] = []
+    for folder in (dockerfile.parent, *dockerfile.parent.parents):
+        try:
+            found += sorted(p for p in folder.iterdir() if p.is_file() and _COMPOSE.match(p.name))
+        except OSError:
+            pass
+        if folder == top:
+            break
+    return found
+
+
+def build_args(dockerfile: Path) -> frozenset[str]:
+    """The ``ARG``s a Compose file that builds ``dockerfile`` sets (``build: {dockerfile: ..., args: {...}}``, in
+    any of its services: one extending another inherits its build): what runs is theirs, not the defaults."""
+    import yaml
+
+    names: set[str] = set()
+    for path in compose_files(dockerfile):
+        text = read_text(path)
+        if dockerfile.name not in text and dockerfile.name != "Dockerfile":
+            continue
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        services = data.get("services") if isinstance(data, dict) else None
+        for service in services.values() if isinstance(services, dict) else ():
+            build = service.get("build") if isinstance(service, dict) else None
+            args = build.get("args") if isinstance(build, dict) else None
+            if isinstance(args, dict):
+                names.update(str(k) for k in args)
+            elif isinstance(args, list):
+                names.update(str(a).split("=", 1)[0] for a in args)
+    return frozenset(names)
+
+
 def _exec_form(rest: str) -> str:
     """``["/bin/bash", "-c", "pip install x"]`` as the command line it runs; a shell-form line as written."""
     if rest.startswith("["):
@@ -245,7 +292,7 @@ def dockerfile_requirements(path: Path) -> tuple[str | None, list[Requirement]]:
     """What the Dockerfile's image runs, and how to name it: the image's frameworks, each replaced by what a ``RUN
     pip install`` of the stage installs over it (a requirement it names, or the requirements file it installs with
     ``-r``): ``pip install tf-nightly-gpu==2.3.0.dev20200620 over ubuntu:18.04``."""
-    stage = dockerfile_stage(read_text(path))
+    stage = dockerfile_stage(read_text(path), build_args(path))
     installed = _installed(stage, path.parent)
     families = {family_of(r.name) for r in installed}
     from_image = _image_requirements(stage.image) if stage.image else []

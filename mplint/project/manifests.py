@@ -14,6 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mplint.knowledge.trainer_versions import STACKS, stack_of
+
 if TYPE_CHECKING:  # packaging is imported when a pin file is read: most warm runs read none
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
@@ -39,6 +41,8 @@ def sample_versions(package: str) -> tuple[Version, ...]:
 
     if package == "keras":
         return tuple(Version(v) for v in ("2.4.0", "2.15.0", "3.0.0", "3.20.0", "4.0.0"))
+    if (stack := stack_of(package)) is not None:  # a trainer stack: its minor releases
+        return tuple(Version(v) for v in STACKS[stack].samples)
     return tuple(Version(f"2.{minor}.0") for minor in range(0, 40))  # TF1 only where a pin names it
 
 

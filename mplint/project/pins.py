@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mplint.knowledge.trainer_versions import stack_of
 from mplint.project.generation import Generation
 from mplint.project.images import (
+    compose_files,
     dockerfile_requirements,
     dockerfiles,
     installed_folders,
@@ -148,6 +150,7 @@ def pin_files(folders: Iterable[Path]) -> set[Path]:
     for folder in folders:
         todo += requirement_files(folder) + metadata_files(folder) + dockerfiles(folder) + readmes(folder)
         todo += dockerfiles(folder, subfolders=True) + system_files(folder)
+        todo += [c for d in dockerfiles(folder) + dockerfiles(folder, subfolders=True) for c in compose_files(d)]
         todo += [folder / name for name, _ in READERS if (folder / name).is_file()]
     while todo:
         path = todo.pop()
@@ -189,6 +192,8 @@ def _admitted(req: Requirement, family: str) -> list[Version]:
     ``tensorflow<2.8`` is a TF 2 range, ``tensorflow<2`` or a TF1 image one of TF 1)."""
     if family == "torch":
         return allowed_versions(req, torch_samples())
+    if stack_of(family) is not None:
+        return allowed_versions(req, sample_versions(family))
     allowed = allowed_versions(req, sample_versions("keras" if family == "keras" else "tensorflow"))
     if family == "tensorflow" and (not allowed or max(allowed).major < 2):
         from packaging.version import Version
