@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from mplint.analysis.keras_guards import NO_FIX, NO_FIX_OUTSIDE, KerasRange, code_range, program_range, test_arms
+from mplint.analysis.keras_guards import KerasRange, code_range, generations_note, program_range, test_arms
 from mplint.analysis.optimizer_summaries import LOSS_SCALING, OPTIMIZER
-from mplint.diagnostics import FixSafety, ImportSpec, Related
+from mplint.diagnostics import ImportSpec, Related
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
@@ -900,34 +900,6 @@ def range_note(context: FileContext, names: set[str], keras: KerasRange | None =
 
     keras = keras or program_range(context.facts.generation)
     return generations_note(context, {g for g in keras.generations if keras_holds(names, [g], keras.tf_newest)}, keras)
-
-
-def generations_note(context: FileContext, holds: set[int], keras: KerasRange | None = None) -> str | None:
-    """None when a fix that is right on the generations ``holds`` is right on the whole range (``keras``, else the
-    program's target); else the range and where the fix holds."""
-    keras = keras or program_range(context.facts.generation)
-    if keras.generations <= holds:
-        return None
-    if not keras.evidenced:
-        return f"{keras.text}; {NO_FIX}"
-    if not holds & keras.generations:  # TF 1 or TF 2.1-2.3 alone: the names the fix writes are not proven there
-        return f"{keras.text}; {NO_FIX_OUTSIDE}"
-    where = " or ".join(_GENERATION_NAMES[g] for g in sorted(holds))
-    if keras.guarded:
-        return f"{keras.text}; the fix holds on {where} only"
-    return f"{keras.text}; the fix holds on {where} only: set the target or pin TensorFlow to make it safe"
-
-
-def note_safety(note: str | None) -> FixSafety:
-    """The safety of a fix whose range note (``range_note``, ``generations_note``) is ``note``: safe without one,
-    none where nothing says which part of the range runs (``NO_FIX``), unsafe where evidence spans versions the fix
-    does not hold on."""
-    if note is None:
-        return FixSafety.SAFE
-    return FixSafety.NONE if note.endswith((NO_FIX, NO_FIX_OUTSIDE)) else FixSafety.UNSAFE
-
-
-_GENERATION_NAMES = {0: "TF1", 1: "TF 2.1-2.3", 2: "Keras 2", 3: "Keras 3"}
 
 
 def optimizers_get_spelling(context: FileContext) -> str | None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.keras_guards import code_range
+from mplint.analysis.keras_guards import code_range, note_safety
 from mplint.analysis.optimizer_flow import (
     describe_when,
     lso_spelling,
-    note_safety,
     range_note,
     scaling_insertion,
     wrap_construction,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mplint.analysis.keras_guards import note_safety
 from mplint.analysis.optimizer_flow import (
     OptimizerFlow,
     compile_optimizer,
     lso_spelling,
     method_name,
-    note_safety,
     range_note,
     wrap_construction,
     written_names,
