@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.keras_guards import code_range
-from mplint.analysis.optimizer_flow import (
+from mplint.checks.loss_scaling.optimizer_flow import (
     LSO,
     SCALE_METHODS,
     UNSCALE_METHOD,

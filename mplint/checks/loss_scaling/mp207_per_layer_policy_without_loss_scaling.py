@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.keras_guards import note_safety
-from mplint.analysis.optimizer_flow import (
+from mplint.checks.loss_scaling.optimizer_flow import (
     OptimizerFlow,
     compile_optimizer,
     lso_spelling,

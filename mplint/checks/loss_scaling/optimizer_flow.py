@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from mplint.analysis.keras_guards import KerasRange, code_range, generations_note, program_range, test_arms
-from mplint.analysis.optimizer_summaries import LOSS_SCALING, OPTIMIZER
+from mplint.checks.loss_scaling.optimizer_summaries import LOSS_SCALING, OPTIMIZER
 from mplint.diagnostics import ImportSpec, Related
 from mplint.engine import matchers as m
 from mplint.engine.code_summary import CodeSummary

@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.keras_guards import code_range, note_safety
-from mplint.analysis.optimizer_flow import (
+from mplint.checks.loss_scaling._gradient_site_rule import GradientSiteRule
+from mplint.checks.loss_scaling.optimizer_flow import (
     describe_when,
     lso_spelling,
     range_note,
@@ -13,7 +14,6 @@ from mplint.analysis.optimizer_flow import (
     wrap_construction,
     written_names,
 )
-from mplint.checks._gradient_site_rule import GradientSiteRule
 from mplint.diagnostics import Fix, FixSafety
 from mplint.knowledge.loss_scale_names import UNSCALE_METHOD, scale_method
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.keras_guards import note_safety
-from mplint.analysis.optimizer_flow import describe_when, method_name, range_note, scaling_insertion
-from mplint.checks._gradient_site_rule import GradientSiteRule
+from mplint.checks.loss_scaling._gradient_site_rule import GradientSiteRule
+from mplint.checks.loss_scaling.optimizer_flow import describe_when, method_name, range_note, scaling_insertion
 from mplint.diagnostics import Fix
 from mplint.knowledge.loss_scale_names import SCALE_METHOD, UNSCALE_METHOD, scale_method
 

@@ -1,0 +1,6 @@
+"""MP201-MP207: loss scaling of Keras/TensorFlow training under float16.
+
+The rules, their base class (``_gradient_site_rule``) and the analyses only they use: which optimizer a
+``tape.gradient`` result reaches and what happens on the way (``optimizer_flow``), and the function summaries that
+let a call into another file count as scaling or as building a LossScaleOptimizer (``optimizer_summaries``).
+"""
