@@ -212,19 +212,19 @@ def test_an_upward_import_a_sideways_cycle_and_a_forbidden_import_are_reported()
         "mplint.catalog": {"mplint.engine.rule"},
         "mplint.project.facts": set(),
         "mplint.engine.rule": set(),
-        "mplint.checks.mpt201_missing_grad_scaler": {"mplint.project.torch_target"},
+        "mplint.checks.torch_amp.mpt201_missing_grad_scaler": {"mplint.project.torch_target"},
         "mplint.project.torch_target": set(),
     }
     assert violations(graph, {}) == {
         ("mplint.engine.check", "mplint.project.facts"): "engine imports project",
         ("mplint.engine.check", "mplint.catalog"): "closes a cycle of mplint.catalog <-> mplint.engine",
         ("mplint.catalog", "mplint.engine.rule"): "closes a cycle of mplint.catalog <-> mplint.engine",
-        ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"): FORBIDDEN[
+        ("mplint.checks.torch_amp.mpt201_missing_grad_scaler", "mplint.project.torch_target"): FORBIDDEN[
             "mplint.checks", "mplint.project.torch_target"
         ],
     }
     allowed = {("mplint.catalog", "mplint.engine.rule"): "why"}
     assert set(violations(graph, allowed)) == {  # an allowed import breaks its cycle
         ("mplint.engine.check", "mplint.project.facts"),
-        ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"),
+        ("mplint.checks.torch_amp.mpt201_missing_grad_scaler", "mplint.project.torch_target"),
     }
