@@ -6,7 +6,7 @@ import libcst as cst
 
 from mplint.analysis.keras_guards import code_range, generations_note, note_safety
 from mplint.checks.loss_scaling._gradient_site_rule import GradientSiteRule
-from mplint.checks.loss_scaling.optimizer_flow import describe_when
+from mplint.checks.loss_scaling.sites import describe_when
 from mplint.diagnostics import Fix, FixSafety
 
 
