@@ -62,6 +62,8 @@ class ProofRuns:
 
     def rules_of(self, item: pytest.Item) -> set[str]:
         name = getattr(item, "originalname", item.name)  # test_x[cpu] -> test_x
+        if not item.path.is_relative_to(item.config.rootpath):
+            return set()
         return self.proofs.get(f"{item.path.relative_to(item.config.rootpath).as_posix()}::{name}", set())
 
     @pytest.hookimpl(wrapper=True)
