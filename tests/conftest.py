@@ -11,6 +11,7 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from proof_runs import ProofRuns, proofs_of
 
 from mplint.catalog import RuleKey, RuleMeta, load_catalog
 from mplint.checks import all_rules
@@ -219,6 +220,10 @@ def _mark_rule_codes(items) -> None:
         codes.update(_codes_of_themed_file(getattr(item, "module", None)))
         codes.update(_RULE_CODE.findall(item.name))
         item.extra_keyword_matches.update(codes)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(ProofRuns(proofs_of(load_catalog())), "proof-runs")
 
 
 def pytest_ignore_collect(collection_path, config):

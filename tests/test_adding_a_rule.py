@@ -79,6 +79,7 @@ def _copy_project(root: Path) -> None:
         "README.md",
         "mplint.schema.json",
         "tests/conftest.py",
+        "tests/proof_runs.py",
         "tests/test_rule_examples.py",
     ):
         shutil.copy2(REPO / name, root / name)

@@ -300,7 +300,7 @@ def test_rules_are_not_libcst_visitors_and_say_so():
 def test_a_real_rule_crashing_in_a_shared_analysis_leaves_the_other_rules_findings(monkeypatch):
     """MP201-MP204 share the optimizer-flow analysis: when it raises, each of them is dropped on
     that file and says so; MP101 on the same file still reports."""
-    from mplint.analysis import optimizer_flow
+    from mplint.checks.loss_scaling import optimizer_flow
     from mplint.testing import lint_code
 
     def broken(self, context):
@@ -320,6 +320,6 @@ def test_a_real_rule_crashing_in_a_shared_analysis_leaves_the_other_rules_findin
     found = lint_code(code, keras=3).diagnostics
     assert [(d.rule_id, d.line) for d in found if d.rule_id != "MP002"] == [("MP101", 5)]
     crashed = [d.message for d in found if d.rule_id == "MP002"]
-    assert crashed and all("KeyError('site') in visit_Module (mplint/checks/mp20" in m for m in crashed)
+    assert crashed and all("KeyError('site') in visit_Module (mplint/checks/loss_scaling/mp20" in m for m in crashed)
     assert any(m.startswith("rule MP201 (missing-loss-scaling) crashed") for m in crashed)
     assert all(", raised at " in m and "test_engine.py:" in m and " in broken;" in m for m in crashed)

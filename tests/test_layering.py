@@ -2,7 +2,10 @@
 
 The import graph is read statically (CPython's ``ast``) from every import statement, at module level or inside a
 function (a lazy import is still a dependency) or under ``if TYPE_CHECKING`` (so is a type). A module may import its
-own layer (without closing a cycle between packages) and the layers below it, never one above.
+own layer (without closing a cycle between packages) and the layers below it, never one above. A rule family's
+package (``mplint/checks/loss_scaling/``) is part of the checks layer, and what is in it is that family's own: no
+other module of the checks layer imports it (the layers above may), and ``analysis/`` keeps only what more than one
+family uses.
 """
 
 from __future__ import annotations
@@ -109,6 +112,15 @@ def layer_of(module: str) -> int:
     return next(i for i, (_, units) in enumerate(LAYERS) if unit(module) in units)
 
 
+def family(module: str, graph) -> str | None:
+    """The rule family's package ``module`` belongs to (``mplint.checks.loss_scaling``), if any."""
+    parts = module.split(".")
+    if parts[:2] != ["mplint", "checks"] or len(parts) < 3:
+        return None
+    package = ".".join(parts[:3])
+    return package if any(m.startswith(package + ".") for m in graph) else None
+
+
 def cyclic_units(edges: set[tuple[str, str]]) -> set[frozenset[str]]:
     """The strongly connected components (more than one unit) of the graph of units ``edges`` form."""
     graph: dict[str, set[str]] = {}
@@ -146,16 +158,19 @@ def cyclic_units(edges: set[tuple[str, str]]) -> set[frozenset[str]]:
 
 
 def violations(graph: dict[str, set[str]], allowed) -> dict[tuple[str, str], str]:
-    """Each import that goes up a layer, or joins two packages that import each other (directly or through others),
-    with what is wrong; imports in ``allowed`` are left out of the cycles (an exception breaks its cycle)."""
+    """Each import that goes up a layer, takes a module of another rule family's package, or joins two packages that
+    import each other (directly or through others), with what is wrong; imports in ``allowed`` are left out of the cycles (an exception breaks its cycle)."""
     found: dict[tuple[str, str], str] = {}
     between: set[tuple[str, str]] = set()
     for importer, imported in sorted((a, b) for a, targets in graph.items() for b in targets):
         below, above = LAYERS[layer_of(importer)][0], LAYERS[layer_of(imported)][0]
+        own = family(imported, graph)
         if (unit(importer), imported) in FORBIDDEN:
             found[importer, imported] = FORBIDDEN[unit(importer), imported]
         elif layer_of(imported) > layer_of(importer):
             found[importer, imported] = f"{below} imports {above}"
+        elif own and own != family(importer, graph) and layer_of(importer) == layer_of(imported):
+            found[importer, imported] = f"{imported} is {own.rpartition('.')[2]}'s own"
         elif unit(importer) != unit(imported) and (importer, imported) not in allowed:
             between.add((importer, imported))
     for component in cyclic_units({(unit(a), unit(b)) for a, b in between}):
@@ -183,6 +198,30 @@ def test_no_import_goes_up_a_layer_or_closes_a_cycle():
     assert gone == [], "exceptions that no longer happen (remove them from ALLOWED):\n" + "\n".join(
         f"  {a} -> {b}" for a, b in gone
     )
+
+
+def one_family_analyses(graph: dict[str, set[str]]) -> dict[str, str]:
+    """The modules of ``analysis/`` that only one rule family's package uses (through other analyses too), with it."""
+    importers: dict[str, set[str]] = {}
+    for importer, targets in graph.items():
+        for imported in targets:
+            importers.setdefault(imported, set()).add(importer)
+
+    def users(module: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        found: set[str] = set()
+        for importer in importers.get(module, ()):
+            if unit(importer) == "mplint.analysis" and importer not in seen:
+                found |= users(importer, seen | {module})
+            elif unit(importer) != "mplint.analysis":
+                found.add(family(importer, graph) or importer)
+        return found
+
+    analyses = [m for m in graph if unit(m) == "mplint.analysis" and m != "mplint.analysis"]
+    return {m: next(iter(u)) for m in analyses if len(u := users(m)) == 1 and family(next(iter(u)), graph) is not None}
+
+
+def test_analysis_holds_no_module_that_only_one_family_package_uses():
+    assert one_family_analyses(import_graph()) == {}, "move them into the family's package"
 
 
 def test_lazy_relative_and_type_only_imports_count():
@@ -216,19 +255,49 @@ def test_an_upward_import_a_sideways_cycle_and_a_forbidden_import_are_reported()
         "mplint.catalog": {"mplint.engine.rule"},
         "mplint.project.facts": set(),
         "mplint.engine.rule": set(),
-        "mplint.checks.mpt201_missing_grad_scaler": {"mplint.project.torch_target"},
+        "mplint.checks.torch_amp.mpt201_missing_grad_scaler": {"mplint.project.torch_target"},
         "mplint.project.torch_target": set(),
     }
     assert violations(graph, {}) == {
         ("mplint.engine.check", "mplint.project.facts"): "engine imports project",
         ("mplint.engine.check", "mplint.catalog"): "closes a cycle of mplint.catalog <-> mplint.engine",
         ("mplint.catalog", "mplint.engine.rule"): "closes a cycle of mplint.catalog <-> mplint.engine",
-        ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"): FORBIDDEN[
+        ("mplint.checks.torch_amp.mpt201_missing_grad_scaler", "mplint.project.torch_target"): FORBIDDEN[
             "mplint.checks", "mplint.project.torch_target"
         ],
     }
     allowed = {("mplint.catalog", "mplint.engine.rule"): "why"}
     assert set(violations(graph, allowed)) == {  # an allowed import breaks its cycle
         ("mplint.engine.check", "mplint.project.facts"),
-        ("mplint.checks.mpt201_missing_grad_scaler", "mplint.project.torch_target"),
+        ("mplint.checks.torch_amp.mpt201_missing_grad_scaler", "mplint.project.torch_target"),
+    }
+
+
+def test_a_family_package_s_modules_are_imported_by_that_family_and_the_layers_above_only():
+    flow = "mplint.checks.loss_scaling.optimizer_flow"
+    graph = {
+        flow: set(),
+        "mplint.checks.loss_scaling.mp201_missing_loss_scaling": {flow},
+        "mplint.checks.mp602_float16_variables": {flow},
+        "mplint.analysis.keras_guards": {flow},
+        "mplint.verify.report": {flow},
+    }
+    assert violations(graph, {}) == {
+        ("mplint.checks.mp602_float16_variables", flow): f"{flow} is loss_scaling's own",
+        ("mplint.analysis.keras_guards", flow): "analysis imports checks",
+    }
+
+
+def test_an_analysis_only_one_family_package_uses_is_reported():
+    graph = {
+        "mplint.analysis.paths": set(),
+        "mplint.analysis.sites": {"mplint.analysis.paths"},
+        "mplint.analysis.guards": set(),
+        "mplint.checks.loss_scaling.mp201_missing_loss_scaling": {"mplint.analysis.sites", "mplint.analysis.guards"},
+        "mplint.checks.loss_scaling.mp202_unscaled_loss_gradient": {"mplint.analysis.sites"},
+        "mplint.checks.mp501_experimental_mixed_precision_api": {"mplint.analysis.guards"},
+    }
+    assert one_family_analyses(graph) == {
+        "mplint.analysis.paths": "mplint.checks.loss_scaling",
+        "mplint.analysis.sites": "mplint.checks.loss_scaling",
     }

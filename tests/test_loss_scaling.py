@@ -128,7 +128,7 @@ def test_helper_of_another_module_that_scales_the_loss_is_no_missing_scaling(ker
 def test_loss_scaling_summaries():
     import ast
 
-    from mplint.analysis.optimizer_summaries import LOSS_SCALING
+    from mplint.checks.loss_scaling.optimizer_summaries import LOSS_SCALING
     from mplint.engine.summaries import Summary
 
     code = (
@@ -404,7 +404,7 @@ def test_too_many_flags_fall_back_to_one_path_without_a_fix():
 def test_optimizer_factory_summaries():
     import ast
 
-    from mplint.analysis.optimizer_summaries import OPTIMIZER
+    from mplint.checks.loss_scaling.optimizer_summaries import OPTIMIZER
     from mplint.engine.summaries import Summary
 
     code = (

@@ -19,6 +19,7 @@ import libcst as cst
 from packaging.version import Version
 
 from mplint.analysis.version_guards import guard_arms, try_imports
+from mplint.diagnostics import FixSafety
 from mplint.engine.check import IMPORT_ERRORS, VERSION_WORDS
 from mplint.engine.early_exits import exits_before
 from mplint.engine.names import dotted
@@ -253,6 +254,34 @@ class KerasRange:
     @property
     def newest(self) -> int:
         return max(self.generations)
+
+
+def generations_note(context, holds: set[int], keras: KerasRange | None = None) -> str | None:
+    """None when a fix that is right on the generations ``holds`` is right on the whole range (``keras``, else the
+    program's target); else the range and where the fix holds."""
+    keras = keras or program_range(context.facts.generation)
+    if keras.generations <= holds:
+        return None
+    if not keras.evidenced:
+        return f"{keras.text}; {NO_FIX}"
+    if not holds & keras.generations:  # TF 1 or TF 2.1-2.3 alone: the names the fix writes are not proven there
+        return f"{keras.text}; {NO_FIX_OUTSIDE}"
+    where = " or ".join(_GENERATION_NAMES[g] for g in sorted(holds))
+    if keras.guarded:
+        return f"{keras.text}; the fix holds on {where} only"
+    return f"{keras.text}; the fix holds on {where} only: set the target or pin TensorFlow to make it safe"
+
+
+def note_safety(note: str | None) -> FixSafety:
+    """The safety of a fix whose range note (``range_note``, ``generations_note``) is ``note``: safe without one,
+    none where nothing says which part of the range runs (``NO_FIX``), unsafe where evidence spans versions the fix
+    does not hold on."""
+    if note is None:
+        return FixSafety.SAFE
+    return FixSafety.NONE if note.endswith((NO_FIX, NO_FIX_OUTSIDE)) else FixSafety.UNSAFE
+
+
+_GENERATION_NAMES = {0: "TF1", 1: "TF 2.1-2.3", 2: "Keras 2", 3: "Keras 3"}
 
 
 def target_eras(generation) -> frozenset[str]:

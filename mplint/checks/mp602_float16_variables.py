@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.dtype_flow import DtypeFlow, dtype_spelling
-from mplint.analysis.optimizer_flow import generations_note, note_safety
+from mplint.analysis.keras_guards import generations_note, note_safety
 from mplint.diagnostics import Fix, FixSafety, ImportSpec
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule

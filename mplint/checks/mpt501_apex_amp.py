@@ -32,12 +32,12 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.call_args import argument
-from mplint.analysis.torch_loop import CLIP_APIS
 from mplint.checks._torch_rule import TorchRule
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
 from mplint.knowledge.api_versions import torch_since
 from mplint.knowledge.releases import APEX_AMP_DEPRECATED
+from mplint.knowledge.torch_clipping import CLIP_APIS
 
 _AMP_CALLS = {"amp.initialize", "amp.scale_loss", "amp.master_params", "amp.state_dict", "amp.load_state_dict"}
 # Words of a message spelled once the whole module is read (whether it trains, see ``_spelled``).

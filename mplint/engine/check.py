@@ -592,7 +592,17 @@ def _fix(path, source, run: _Run, options, module_name, is_package, result: File
     if final_source != source:
         result.fixed_source = final_source
         result.fixes_applied = len(fixed)
+        _record(path, fixed)
     return result
+
+
+def _record(path: str, fixed: list[Diagnostic]) -> None:
+    """With ``MPLINT_RECORD_FIXES=<file>``, each fix applied is appended there as ``<rule>\t<path>``, from any
+    process: how an executed proof shows that it ran the fix of the rule it proves (tests/proof_runs.py)."""
+    record = os.environ.get("MPLINT_RECORD_FIXES")
+    if record:
+        with open(record, "a", encoding="utf-8") as out:
+            out.writelines(f"{d.rule_id}\t{path}\n" for d in fixed)
 
 
 def _reverted(first: _Run, result: FileResult, why: str) -> FileResult:

@@ -37,17 +37,8 @@ import libcst as cst
 from mplint.analysis.torch_amp import FLOAT16, Condition, TorchAmp, condition_of
 from mplint.engine.context import FileContext
 from mplint.engine.names import dotted
+from mplint.knowledge.torch_clipping import CLIP_APIS
 
-CLIP_APIS = frozenset(
-    {
-        "nn.utils.clip_grad_norm_",
-        "nn.utils.clip_grad_value_",
-        "nn.utils.clip_grad.clip_grad_norm_",
-        "nn.utils.clip_grad.clip_grad_value_",
-        "nn.utils.clip_grad_norm",
-        "nn.utils.clip_grads_with_norm_",
-    }
-)
 _MAX_PATHS = 48  # per program point; beyond it later paths are dropped (findings can only be missed)
 _MAX_INLINE_DEPTH = 3
 

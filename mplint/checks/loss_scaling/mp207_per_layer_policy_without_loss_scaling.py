@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import (
-    OptimizerFlow,
-    compile_optimizer,
-    lso_spelling,
-    method_name,
-    note_safety,
-    range_note,
-    wrap_construction,
-    written_names,
-)
+from mplint.analysis.keras_guards import note_safety
+from mplint.checks.loss_scaling.fixes import lso_spelling, range_note, wrap_construction, written_names
+from mplint.checks.loss_scaling.optimizer_flow import OptimizerFlow, compile_optimizer
+from mplint.checks.loss_scaling.sites import method_name
 from mplint.diagnostics import Fix
 from mplint.engine.rule import Rule
 from mplint.knowledge.policies import FLOAT16_POLICIES, UNKNOWN_POLICY

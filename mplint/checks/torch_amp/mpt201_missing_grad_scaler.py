@@ -7,8 +7,8 @@ from libcst.metadata import ClassScope, GlobalScope
 
 from mplint.analysis.bindings import scope_referents
 from mplint.analysis.torch_amp import FLOAT16, TorchAmp
-from mplint.analysis.torch_loop import MISSING_SCALER, TrainingLoopFlow
 from mplint.checks._torch_rule import TorchRule
+from mplint.checks.torch_amp.torch_loop import MISSING_SCALER, TrainingLoopFlow
 from mplint.diagnostics import Fix, FixSafety, ImportSpec, Related
 from mplint.engine.names import dotted
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_loop import MANUAL_UNSCALE, UNSCALE_TWICE, TrainingLoopFlow
 from mplint.checks._torch_rule import TorchRule
+from mplint.checks.torch_amp.torch_loop import MANUAL_UNSCALE, UNSCALE_TWICE, TrainingLoopFlow
 from mplint.diagnostics import Fix, FixSafety
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mplint.analysis.optimizer_flow import GradientSite, OptimizerFlow, has_gradient_sites
+from mplint.checks.loss_scaling.optimizer_flow import OptimizerFlow
+from mplint.checks.loss_scaling.sites import GradientSite, has_gradient_sites
 from mplint.engine.rule import Rule
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.optimizer_flow import describe_when, method_name, note_safety, range_note, scaling_insertion
-from mplint.checks._gradient_site_rule import GradientSiteRule
+from mplint.analysis.keras_guards import note_safety
+from mplint.checks.loss_scaling._gradient_site_rule import GradientSiteRule
+from mplint.checks.loss_scaling.fixes import range_note, scaling_insertion
+from mplint.checks.loss_scaling.sites import describe_when, method_name
 from mplint.diagnostics import Fix
 from mplint.knowledge.loss_scale_names import SCALE_METHOD, UNSCALE_METHOD, scale_method
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.torch_amp import TorchAmp
-from mplint.analysis.torch_loop import STEP_BYPASSED, UPDATE_BETWEEN_STEPS, TrainingLoopFlow
 from mplint.checks._torch_rule import TorchRule
+from mplint.checks.torch_amp.torch_loop import STEP_BYPASSED, UPDATE_BETWEEN_STEPS, TrainingLoopFlow
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.keras_guards import code_range
-from mplint.analysis.optimizer_flow import (
-    describe_when,
+from mplint.analysis.keras_guards import code_range, note_safety
+from mplint.checks.loss_scaling._gradient_site_rule import GradientSiteRule
+from mplint.checks.loss_scaling.fixes import (
     lso_spelling,
-    note_safety,
     range_note,
     scaling_insertion,
     wrap_construction,
     written_names,
 )
-from mplint.checks._gradient_site_rule import GradientSiteRule
+from mplint.checks.loss_scaling.sites import describe_when
 from mplint.diagnostics import Fix, FixSafety
 from mplint.knowledge.loss_scale_names import UNSCALE_METHOD, scale_method
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mplint.analysis.torch_loop import CLIP_BEFORE_UNSCALE, STEP_BYPASSED, TrainingLoopFlow
 from mplint.checks._torch_rule import TorchRule
+from mplint.checks.torch_amp.torch_loop import CLIP_BEFORE_UNSCALE, STEP_BYPASSED, TrainingLoopFlow
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 

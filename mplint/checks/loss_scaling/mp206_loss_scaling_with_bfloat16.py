@@ -5,17 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.keras_guards import code_range
-from mplint.analysis.optimizer_flow import (
-    LSO,
-    SCALE_METHODS,
-    UNSCALE_METHOD,
-    is_lso_call,
-    lso_inner,
-    method_name,
-    simple_line_of,
-)
+from mplint.checks.loss_scaling.fixes import simple_line_of
+from mplint.checks.loss_scaling.sites import is_lso_call, lso_inner, method_name
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.rule import Rule
+from mplint.knowledge.loss_scale_names import LSO, SCALE_METHODS, UNSCALE_METHOD
 
 _WHY = "bfloat16 has float32's exponent range, so loss scaling only costs time"
 
