@@ -1,2 +1,2 @@
 """MPT7xx: mixed precision configured through a trainer stack (Hugging Face Trainer and Accelerate, Lightning,
-DeepSpeed, FSDP), read by ``mplint.analysis.trainer_config``."""
+DeepSpeed, FSDP), read by ``mplint.checks.trainers.config``."""

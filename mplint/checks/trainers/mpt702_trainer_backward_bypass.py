@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mplint.analysis.torch_amp import TorchAmp
-from mplint.analysis.trainer_config import Configuration, TrainerConfig
+from mplint.checks.trainers.config import Configuration, TrainerConfig
 from mplint.diagnostics import Fix, FixSafety
 from mplint.engine.names import dotted
 from mplint.engine.rule import Rule
