@@ -158,7 +158,7 @@ class GradientSite:
     stmt: cst.SimpleStatementLine | None  # grads = tape.gradient(...)
     grad_names: tuple[str, ...]
     target: cst.BaseExpression
-    loss_stmt: cst.SimpleStatementLine | None = None  # loss = ..., directly in the tape's block
+    loss_stmt: cst.SimpleStatementLine | None = None  # loss = ..., directly in the tape's (or backward()'s) block
     scaled_by: cst.Call | None = None
     ops: list[GradOp] = field(default_factory=list)
     apply_call: cst.Call | None = None
@@ -167,6 +167,8 @@ class GradientSite:
     conditional: bool = False  # flags or optimizer tests split the site into paths (no fix is offered then)
     # the Keras versions the site runs on (the program's, narrowed by version guards); None: its arm never runs there
     keras: KerasRange | None = None
+    # the Keras 3 backend whose loop it is: tensorflow (a tape), jax (jax.value_and_grad), torch (loss.backward())
+    backend: str = "tensorflow"
 
     @property
     def optimizer_expr(self) -> cst.BaseExpression | None:
@@ -318,9 +320,14 @@ class OptimizerFlow:
         self._find_target(site, lines[:index])
         self._follow_gradients(site, line, lines[index + 1 :])
         if site.apply_call is not None:
-            site.origin = self.origin(site.optimizer_expr, line)
-            site.paths = _Paths(self, site, lines[:index]).paths()
+            self.resolve(site, line, lines[:index])
         return site
+
+    def resolve(self, site: GradientSite, at: cst.CSTNode, before: list[cst.SimpleStatementLine]) -> None:
+        """Where the optimizer of a site with an apply call comes from, and the site's paths (``before``: the
+        statement lines that precede the value it differentiates, in its function)."""
+        site.origin = self.origin(site.optimizer_expr, at)
+        site.paths = _Paths(self, site, before).paths()
 
     def _find_target(self, site: GradientSite, before: list[cst.SimpleStatementLine]) -> None:
         if isinstance(site.target, cst.Call) and self.is_scaling(site.target):
@@ -971,6 +978,7 @@ def scaling_insertion(
     ``guard``: a test that the optimizer is a LossScaleOptimizer, for library code whose users may train without
     one (Keras 2's methods exist on the wrapper only); each call then runs under it, as TF 2.2-2.3's
     ``Model._minimize`` guarded them, and the loss goes to the tape unscaled otherwise.
+    On the torch backend the scaled loss is the one whose ``backward()`` runs.
     None when the code's shape does not allow it (the loss is not a name assigned in the tape's block).
     """
     code = context.module.code_for_node
@@ -993,9 +1001,12 @@ def scaling_insertion(
                 f"if {guard}:\n    {scaled} = {code(opt)}.{method}({loss})\nelse:\n    {scaled} = {loss}\n"
             )
         out[site.loss_stmt] = cst.FlattenSentinel([site.loss_stmt, added])
-        new_call = site.call.with_changes(
-            args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]]
-        )
+        if site.backend == "torch":  # loss.backward(): the scaled loss is the receiver
+            new_call = site.call.with_changes(func=site.call.func.with_changes(value=cst.Name(scaled)))  # type: ignore[union-attr]
+        else:
+            new_call = site.call.with_changes(
+                args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]]
+            )
         if grad_stmt is None:
             out[site.call] = new_call
         else:
