@@ -91,8 +91,8 @@ class BackendLoops:
 
     def _torch_site(self, call: cst.Call, line, lines, index) -> BackendSite | None:
         """``loss.backward()`` whose gradients (``.grad``) a later ``optimizer.apply`` of its function takes."""
-        if method_name(call) != "backward" or call.args:
-            return None
+        if method_name(call) != "backward" or any(arg.keyword is None for arg in call.args):
+            return None  # a positional argument is the gradient of a non-scalar: not a loss's backward()
         target = call.func.value  # type: ignore[union-attr]
         grads: set[str] = set()
         for later in lines[index + 1 :]:
