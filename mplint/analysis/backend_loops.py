@@ -79,7 +79,7 @@ class BackendLoops:
         self.c = self.flow.c
         self.imports = dict(module_imports(context.module))
         self.sites: list[BackendSite] = []
-        for scope_id, lines in self.c.lines.items():
+        for lines in self.c.lines.values():
             for index, line in enumerate(lines):
                 for call in context.nodes_within(line, cst.Call):
                     site = self._torch_site(call, line, lines, index) or self._jax_site(call, line, lines, index)
@@ -93,7 +93,7 @@ class BackendLoops:
         """``loss.backward()`` whose gradients (``.grad``) a later ``optimizer.apply`` of its function takes."""
         if method_name(call) != "backward" or any(arg.keyword is None for arg in call.args):
             return None  # a positional argument is the gradient of a non-scalar: not a loss's backward()
-        target = call.func.value  # type: ignore[union-attr]
+        target = call.func.value  # type: ignore[attr-defined]
         grads: set[str] = set()
         for later in lines[index + 1 :]:
             for apply in self.context.nodes_within(later, cst.Call):
@@ -271,7 +271,9 @@ def _grads_arg(apply: cst.Call) -> cst.CSTNode:
 
 def _has_aux(transform: cst.Call) -> bool:
     return any(
-        arg.keyword is not None and arg.keyword.value == "has_aux" and isinstance(arg.value, cst.Name)
+        arg.keyword is not None
+        and arg.keyword.value == "has_aux"
+        and isinstance(arg.value, cst.Name)
         and arg.value.value == "True"
         for arg in transform.args
     )

@@ -46,7 +46,9 @@ class MissingLossScaling(GradientSiteRule):
             if fix is not None and fix.safety is not FixSafety.SAFE:
                 message += f" ({self._note})"
             if site.backend == "jax":
-                message += f" (no fix on JAX: wrap the optimizer in a LossScaleOptimizer and differentiate {JAX_SCALED_LOSS})"
+                message += (
+                    f" (no fix on JAX: wrap the optimizer in a LossScaleOptimizer and differentiate {JAX_SCALED_LOSS})"
+                )
             self.report(site.apply_call, message, fix, related=hits[0].origin.related)
 
     def _fix(self, site, origin, g3: bool) -> Fix | None:
