@@ -153,3 +153,45 @@ def test_torch_loop_scaled_with_a_plain_optimizer_is_still_missing_the_wrapper()
     )
     assert [f[:3] for f in _found(code)] == [("MP201", 14, 9)]
     assert _found(code, "MP202") == []
+
+
+KERAS_OWN_JAX_TRAINER = """import jax
+import keras
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+class Trainer(keras.Model):
+    def compute_loss_and_updates(self, trainable_variables, non_trainable_variables, optimizer_variables, x, y,
+                                 training=False):
+        y_pred, non_trainable_variables = self.stateless_call(trainable_variables, non_trainable_variables, x)
+        loss = self.compute_loss(x, y, y_pred)
+        unscaled_loss = loss
+        if training and self.optimizer is not None:
+            mapping = list(zip(self.optimizer.variables, optimizer_variables))
+            with keras.StatelessScope(state_mapping=mapping):
+                loss = self.optimizer.scale_loss(loss)
+        return loss, (unscaled_loss, non_trainable_variables)
+
+    def train_step(self, state, data):
+        trainable_variables, non_trainable_variables, optimizer_variables = state
+        x, y = data
+        grad_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
+        (loss, aux), grads = grad_fn(
+            trainable_variables, non_trainable_variables, optimizer_variables, x, y, training={training}
+        )
+        trainable_variables, optimizer_variables = self.optimizer.stateless_apply(
+            optimizer_variables, grads, trainable_variables
+        )
+        return {{"loss": aux[0]}}, (trainable_variables, aux[1], optimizer_variables)
+
+
+model = Trainer(keras.Input((4,)), keras.layers.Dense(1, dtype="float32")(keras.Input((4,))))
+model.compile(optimizer="adam", loss="mse")
+"""
+
+
+def test_scaling_under_a_test_of_the_loss_function_s_own_arguments_is_the_call_s_to_decide():
+    """Keras's own JAX trainer scales under ``if training and self.optimizer is not None:``, ``training`` being an
+    argument of the loss function: its paths are the call's, not the program's flags, and are not judged."""
+    assert _found(KERAS_OWN_JAX_TRAINER.format(training="True"), "MP202") == []

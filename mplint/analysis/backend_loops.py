@@ -14,6 +14,7 @@ nowhere else: the range is narrowed to Keras 3). Its optimizer and paths are rea
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -129,7 +130,10 @@ class BackendLoops:
         for later in lines[index + 1 :]:
             for apply in self.context.nodes_within(later, cst.Call):
                 if method_name(apply) == "stateless_apply" and names_in(self.context, _grads_arg(apply)) & flow:
-                    return self._site(call, line, target, apply, before, "jax", last_name(transform.func) or "")
+                    site = self._site(call, line, target, apply, before, "jax", last_name(transform.func) or "")
+                    if site is not None:
+                        _decided_by_the_call(site, loss_fn)
+                    return site
             for assign in self.context.nodes_within(later, cst.Assign):
                 if names_in(self.context, assign.value) & flow:
                     flow |= {n.value for t in assign.targets for n in self.context.nodes_within(t.target, cst.Name)}
@@ -259,6 +263,15 @@ class BackendLoops:
             return False
         kname = self.context.names.kname(construction.func)
         return kname is not None and kname.is_keras and kname.path.startswith("optimizers.")
+
+
+def _decided_by_the_call(site: BackendSite, loss_fn: cst.FunctionDef) -> None:
+    """Drop the paths a test of the loss function's own parameters selects (``if training and self.optimizer is
+    not None:`` in Keras's own ``compute_loss_and_updates``): the call's arguments decide them, not a flag of the
+    program, and mplint does not evaluate them."""
+    p = loss_fn.params
+    params = {a.name.value for a in (*p.posonly_params, *p.params, *p.kwonly_params)} - {"self"}
+    site.paths = [path for path in site.paths if not any(set(re.findall(r"\w+", test)) & params for test in path.when)]
 
 
 def _grads_arg(apply: cst.Call) -> cst.CSTNode:
