@@ -61,6 +61,21 @@ def test_a_loop_that_never_scales_underflows_on_every_backend(backend, tmp_path)
     assert (run["policy"], reference["policy"]) == ("mixed_float16", "float32")
 
 
+@pytest.mark.parametrize("backend", backend_params("torch"))
+def test_fix_of_a_loop_that_never_scales_is_verified_as_on_tensorflow(backend, tmp_path):
+    """MP201's fix of the torch loop (a LossScaleOptimizer, the scaled loss's backward()); tests/test_verify.py fixes
+    underflow_loop.py on TensorFlow, with the same measurements. On JAX MP201 writes no fix (rules/MP201.yaml)."""
+    script, line = UNSCALED_LOOPS[backend]
+    code, doc = verify(backend, tmp_path, FIXTURES / script, "--fix", "--steps", "5")
+    assert (code, doc["backend"], doc["fixed_rules"]) == (0, backend, ["MP201"])
+    assert doc["verdict"] == "verified: the fixed script is no worse and shows no MP802/MP803/MP804"
+    before, after = metrics(doc, "before"), metrics(doc, "after")
+    assert before["underflow"] > 0.5 and after["underflow"] < 0.01
+    assert [u["loop"] for u in before["units"]] == [u["loop"] for u in after["units"]] == [f"loop at {script}:{line}"]
+    assert (rules(doc, "before"), rules(doc, "after")) == (["MP804"], [])
+    assert (before["scale_first"], after["scale_first"]) == (None, 32768.0)
+
+
 @pytest.mark.parametrize("backend", backend_params("jax", "torch"))
 def test_fix_of_a_float16_softmax_output_is_verified_as_on_tensorflow(backend, tmp_path):
     """tests/test_verify.py runs the same on TensorFlow, with the same verdict."""

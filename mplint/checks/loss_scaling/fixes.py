@@ -121,6 +121,7 @@ def scaling_insertion(
     ``guard``: a test that the optimizer is a LossScaleOptimizer, for library code whose users may train without
     one (Keras 2's methods exist on the wrapper only); each call then runs under it, as TF 2.2-2.3's
     ``Model._minimize`` guarded them, and the loss goes to the tape unscaled otherwise.
+    On the torch backend the scaled loss is the one whose ``backward()`` runs.
     None when the code's shape does not allow it (the loss is not a name assigned in the tape's block).
     """
     code = context.module.code_for_node
@@ -143,9 +144,12 @@ def scaling_insertion(
                 f"if {guard}:\n    {scaled} = {code(opt)}.{method}({loss})\nelse:\n    {scaled} = {loss}\n"
             )
         out[site.loss_stmt] = cst.FlattenSentinel([site.loss_stmt, added])
-        new_call = site.call.with_changes(
-            args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]]
-        )
+        if site.backend == "torch":  # loss.backward(): the scaled loss is the receiver
+            new_call = site.call.with_changes(func=site.call.func.with_changes(value=cst.Name(scaled)))  # type: ignore[union-attr]
+        else:
+            new_call = site.call.with_changes(
+                args=[site.call.args[0].with_changes(value=cst.Name(scaled)), *site.call.args[1:]]
+            )
         if grad_stmt is None:
             out[site.call] = new_call
         else:

@@ -6,6 +6,7 @@ import libcst as cst
 
 from mplint.analysis.keras_guards import code_range, note_safety
 from mplint.checks.loss_scaling._gradient_site_rule import GradientSiteRule
+from mplint.checks.loss_scaling.backend_loops import JAX_SCALED_LOSS, TRIGGERS, describe_loop
 from mplint.checks.loss_scaling.fixes import (
     lso_spelling,
     range_note,
@@ -21,6 +22,8 @@ from mplint.knowledge.loss_scale_names import UNSCALE_METHOD, scale_method
 class MissingLossScaling(GradientSiteRule):
     id = "MP201"
     program_choice = True
+    triggers = (*GradientSiteRule.triggers, *TRIGGERS)
+    backend_loops = True
 
     def visit_Module(self, node: cst.Module) -> None:
         for site, g3 in self.running_sites():
@@ -30,17 +33,21 @@ class MissingLossScaling(GradientSiteRule):
                 continue
             when = describe_when(site.paths, hits)
             message = (
-                f"custom training loop under {self.context.facts.describe_policy()}: {when}it applies gradients with an "
-                "optimizer that is not a LossScaleOptimizer, so small float16 gradients underflow to zero"
+                f"{describe_loop(site)} under {self.context.facts.describe_policy()}: {when}it applies gradients with "
+                "an optimizer that is not a LossScaleOptimizer, so small float16 gradients underflow to zero"
             )
             if hits[0].origin.made_by:
                 message += f" ({hits[0].origin.made_by} returns a plain optimizer)"
             dead = [test for test, value in hits[0].tests.items() if not value]
             if dead:
                 message += f" (the `{dead[0]}` branch never runs: this optimizer is never wrapped)"
-            fix = None if site.conditional else self._fix(site, site.origin, g3)
+            fix = None if site.conditional or site.backend == "jax" else self._fix(site, site.origin, g3)
             if fix is not None and fix.safety is not FixSafety.SAFE:
                 message += f" ({self._note})"
+            if site.backend == "jax":
+                message += (
+                    f" (no fix on JAX: wrap the optimizer in a LossScaleOptimizer and differentiate {JAX_SCALED_LOSS})"
+                )
             self.report(site.apply_call, message, fix, related=hits[0].origin.related)
 
     def _fix(self, site, origin, g3: bool) -> Fix | None:

@@ -6,6 +6,7 @@ import libcst as cst
 
 from mplint.analysis.keras_guards import note_safety
 from mplint.checks.loss_scaling._gradient_site_rule import GradientSiteRule
+from mplint.checks.loss_scaling.backend_loops import JAX_SCALED_LOSS, TRIGGERS, describe_loop, differentiation
 from mplint.checks.loss_scaling.fixes import range_note, scaling_insertion
 from mplint.checks.loss_scaling.sites import describe_when, method_name
 from mplint.diagnostics import Fix
@@ -17,6 +18,8 @@ _PINNED = frozenset({"config", "pin-keras", "pin-tensorflow"})
 
 class UnscaledLossGradient(GradientSiteRule):
     id = "MP202"
+    triggers = (*GradientSiteRule.triggers, *TRIGGERS)
+    backend_loops = True
 
     @classmethod
     def active_for(cls, facts) -> bool:
@@ -94,13 +97,21 @@ class UnscaledLossGradient(GradientSiteRule):
         hits = [p for p in wrapped if p.scaled_by is None]
         if not hits:
             return
+        where = "" if site.backend == "tensorflow" else f"in this {describe_loop(site)} "
         message = (
-            f"{self._how(hits[0])}, which divides the gradients by the loss scale, but {describe_when(site.paths, hits)}the tape "
-            "differentiates the unscaled loss: updates are 32768x too small and training silently stalls; differentiate "
-            "optimizer.scale_loss(loss)"
+            f"{self._how(hits[0])}, which divides the gradients by the loss scale, but {describe_when(site.paths, hits)}"
+            f"{where}{differentiation(site)} differentiates the unscaled loss: updates are 32768x too small and "
+            "training silently stalls; differentiate "
         )
+        if site.backend == "jax":
+            message += f"{JAX_SCALED_LOSS} (no fix on JAX)"
+            self.report(site.call, message, related=hits[0].origin.related)
+            return
         self._report_fixed(
-            site.call, message, self._fix(site, scale=True, unscale=False), related=hits[0].origin.related
+            site.call,
+            message + "optimizer.scale_loss(loss)",
+            self._fix(site, scale=True, unscale=False),
+            related=hits[0].origin.related,
         )
 
     def _keras2(self, site, live, wrapped) -> None:

@@ -95,9 +95,14 @@ class OptimizerFlow:
         self._find_target(site, lines[:index])
         self._follow_gradients(site, line, lines[index + 1 :])
         if site.apply_call is not None:
-            site.origin = self.origin(site.optimizer_expr, line)
-            site.paths = SitePaths(self, site, lines[:index]).paths()
+            self.resolve(site, line, lines[:index])
         return site
+
+    def resolve(self, site: GradientSite, at: cst.CSTNode, before: list[cst.SimpleStatementLine]) -> None:
+        """Where the optimizer of a site with an apply call comes from, and the site's paths (``before``: the
+        statement lines that precede the value it differentiates, in its function)."""
+        site.origin = self.origin(site.optimizer_expr, at)
+        site.paths = SitePaths(self, site, before).paths()
 
     def _find_target(self, site: GradientSite, before: list[cst.SimpleStatementLine]) -> None:
         if isinstance(site.target, cst.Call) and self.is_scaling(site.target):

@@ -127,7 +127,7 @@ class GradientSite:
     stmt: cst.SimpleStatementLine | None  # grads = tape.gradient(...)
     grad_names: tuple[str, ...]
     target: cst.BaseExpression
-    loss_stmt: cst.SimpleStatementLine | None = None  # loss = ..., directly in the tape's block
+    loss_stmt: cst.SimpleStatementLine | None = None  # loss = ..., directly in the tape's (or backward()'s) block
     scaled_by: cst.Call | None = None
     ops: list[GradOp] = field(default_factory=list)
     apply_call: cst.Call | None = None
@@ -136,6 +136,8 @@ class GradientSite:
     conditional: bool = False  # flags or optimizer tests split the site into paths (no fix is offered then)
     # the Keras versions the site runs on (the program's, narrowed by version guards); None: its arm never runs there
     keras: KerasRange | None = None
+    # the Keras 3 backend whose loop it is: tensorflow (a tape), jax (jax.value_and_grad), torch (loss.backward())
+    backend: str = "tensorflow"
 
     @property
     def optimizer_expr(self) -> cst.BaseExpression | None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mplint.checks.trainers.config import TrainerConfig
 from mplint.checks.trainers._lightning import LightningRule
+from mplint.checks.trainers.config import TrainerConfig
 from mplint.diagnostics import Fix, FixSafety
 from mplint.knowledge.trainer_versions import LIGHTNING_FLOAT16_AMP, LIGHTNING_TPU_BFLOAT16, LIGHTNING_UNIFIED
 
