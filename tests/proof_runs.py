@@ -58,7 +58,7 @@ class ProofRuns:
 
     def __init__(self, proofs: Mapping[str, set[str]]):
         self.proofs = proofs
-        self.by_fixture: dict[tuple[int, object], set[str]] = {}  # (fixture, its parameter) -> rules fixed there
+        self.by_fixture: dict[tuple[int, int | None], set[str]] = {}  # (fixture, its parameter's index) -> rules
 
     def rules_of(self, item: pytest.Item) -> set[str]:
         name = getattr(item, "originalname", item.name)  # test_x[cpu] -> test_x
@@ -71,7 +71,8 @@ class ProofRuns:
         with recording() as applied:
             result = yield
         if applied:
-            self.by_fixture[id(fixturedef), getattr(request, "param", None)] = applied
+            index = request.param_index if hasattr(request, "param") else None
+            self.by_fixture[id(fixturedef), index] = applied
         return result
 
     @pytest.hookimpl(wrapper=True)
@@ -81,10 +82,10 @@ class ProofRuns:
             return (yield)
         with recording() as applied:
             result = yield  # a failed or skipped proof stays as it is
-        params = getattr(getattr(item, "callspec", None), "params", {})
+        indices = getattr(getattr(item, "callspec", None), "indices", {})
         for name, fixturedefs in item._fixtureinfo.name2fixturedefs.items():
             for fixturedef in fixturedefs:
-                applied |= self.by_fixture.get((id(fixturedef), params.get(name)), set())
+                applied |= self.by_fixture.get((id(fixturedef), indices.get(name)), set())
         missing = sorted(rules - applied)
         if missing:
             pytest.fail(f"{item.nodeid} is named as the proof of {', '.join(missing)} but applied no fix of it", False)
