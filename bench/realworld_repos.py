@@ -77,12 +77,15 @@ REPOSITORIES = [
     Repository("NVIDIA-Merlin/models", "eb1e54196a64a70950b2a7e7744d2150e052d53e", "library"),
     Repository("facebookresearch/fairseq", "3d262bb25690e4eb2e7d3c1309b1e9c406ca4b99", "library"),
     Repository("mindee/doctr", "8a88feaf7ff5140e5f4c5c860cb9414dda128656", "library"),
+    Repository("horovod/horovod", "2626dc87a3a8eb8fb7d2216198ce45bce0f9e65a", "library"),
+    Repository("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553", "library"),
     # PyTorch training code with apex, torch.cuda.amp, GradScaler, gradient accumulation
     Repository("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291", "training"),
     Repository("facebookresearch/detectron2", "02b5c4e295e990042a714712c21dc79b731e8833", "training"),
     Repository("NVIDIA/apex", "6424da3b4faa6c8f062da4a48c424fff3f02d42d", "training"),
     Repository("facebookresearch/ConvNeXt", "048efcea897d999aed302f2639b6270aedf8d4c8", "training"),
     Repository("ultralytics/yolov5", "5081342f04fb287fc2e5f2b5a4e06752b7937b1c", "training"),
+    Repository("facebookresearch/deit", "7e160fe43f0252d17191b71cbb5826254114ea5b", "training"),
 ]
 
 

@@ -1079,3 +1079,13 @@ def test_a_setup_call_inside_the_scripts_own_function_pins_torch(tmp_path, capsy
     }
     write_files(tmp_path, files)
     assert _facts(capsys, tmp_path)[-1] == "torch: torch >= 1.13 (setup.py pins torch>=1.13)"
+
+
+def test_a_development_extra_bounds_no_framework_range(tmp_path, capsys):
+    # horovod's setup.py: torch named in the user-facing extras, and pinned to an old release in its `dev` extra
+    setup_py = (
+        "from setuptools import setup\n"
+        'setup(name="x", extras_require={"pytorch": ["torch"], "all": ["torch"], "dev": ["torch==1.4.0"]})\n'
+    )
+    write_files(tmp_path, {".mplint.yaml": "{}\n", "setup.py": setup_py, "train.py": TORCH_LOOP})
+    assert _facts(capsys, tmp_path)[-1] == "torch: torch >= 1.6 (setup.py names torch with no version)"

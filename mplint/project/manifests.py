@@ -154,8 +154,9 @@ def _pyproject(path: Path) -> list[Requirement]:
     data = toml_table(path)
     project = data.get("project", {})
     specs = list(project.get("dependencies", []))
-    for extra in project.get("optional-dependencies", {}).values():
-        specs.extend(extra)
+    for name, extra in project.get("optional-dependencies", {}).items():
+        if not is_development_extra(name):
+            specs.extend(extra)
     poetry = data.get("tool", {}).get("poetry", {})
     tables = [poetry.get("dependencies", {}), poetry.get("dev-dependencies", {})]
     tables += [group.get("dependencies", {}) for group in poetry.get("group", {}).values()]
@@ -195,6 +196,15 @@ def _pipfile(path: Path) -> list[Requirement]:
     return [r for r in map(parse_requirement, specs) if r is not None]
 
 
+# Extras that pin the maintainers' own tools (``dev``, ``test``, ``docs``): often a frozen, older environment than the
+# one users install the package into, so they bound no framework range.
+_DEVELOPMENT_EXTRA = re.compile(r"(?i)^(?:dev|devel|develop|development|test|tests|testing|doc|docs|lint|ci)$")
+
+
+def is_development_extra(name: str) -> bool:
+    return bool(_DEVELOPMENT_EXTRA.match(name.strip()))
+
+
 def _setup_cfg(path: Path) -> list[Requirement]:
     parser = configparser.ConfigParser()
     try:
@@ -203,8 +213,9 @@ def _setup_cfg(path: Path) -> list[Requirement]:
         return []
     specs = parser.get("options", "install_requires", fallback="").splitlines()
     if parser.has_section("options.extras_require"):
-        for _, value in parser.items("options.extras_require"):
-            specs += value.splitlines()
+        for name, value in parser.items("options.extras_require"):
+            if not is_development_extra(name):
+                specs += value.splitlines()
     return [r for r in map(parse_requirement, (s for s in specs if s.strip())) if r is not None]
 
 
@@ -270,7 +281,13 @@ def _setup_py(path: Path) -> list[Requirement]:
             if kw.arg in ("install_requires", "requires") and isinstance(value, list):
                 specs += [v for v in value if isinstance(v, str)]
             elif kw.arg == "extras_require" and isinstance(value, dict):
-                specs += [v for extra in value.values() if isinstance(extra, list) for v in extra if isinstance(v, str)]
+                specs += [
+                    v
+                    for name, extra in value.items()
+                    if isinstance(extra, list) and not is_development_extra(str(name))
+                    for v in extra
+                    if isinstance(v, str)
+                ]
     return [r for r in map(parse_requirement, specs) if r is not None]
 
 

@@ -167,7 +167,7 @@ def _target(pins: list[tuple[Requirement, str]]) -> TorchTarget:
     unbounded_above = all(
         not any(s.operator in ("<=", "<", "==", "~=", "===") for s in req.specifier) for req, _ in pins
     )
-    source = ", ".join(_evidence(req, where) for req, where in pins)
+    source = ", ".join(dict.fromkeys(_evidence(req, where) for req, where in pins))  # a name in several extras: once
     months = [month for _, where in pins if is_image(where) and (month := _image_month(where))]
     dated = max(months) if months else None
     if not common:
