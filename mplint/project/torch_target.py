@@ -37,8 +37,29 @@ from mplint.project.pins import (
 )
 
 
+class AdmittedReleases:
+    """Questions on the releases a package's pins admit, for a dataclass with ``pinned`` and ``minimum``/``newest``
+    (None where unpinned, or no bound that way): torch's range and each trainer stack's."""
+
+    pinned: bool
+    minimum: Version | None
+    newest: Version | None
+
+    def at_least(self, version: str) -> bool:
+        """Whether every admitted release is >= ``version`` (false when unpinned: any release may run it)."""
+        return self.pinned and self.minimum is not None and self.minimum >= Version(version)
+
+    def admits_from(self, version: str) -> bool:
+        """Whether some admitted release is >= ``version`` (true when unpinned)."""
+        return not self.pinned or self.newest is None or self.newest >= Version(version)
+
+    def admits_before(self, version: str) -> bool:
+        """Whether some admitted release is older than ``version`` (true when unpinned)."""
+        return not self.pinned or self.minimum is None or self.minimum < Version(version)
+
+
 @dataclass(frozen=True)
-class TorchTarget:
+class TorchTarget(AdmittedReleases):
     """What the pins allow: ``minimum``/``newest`` are the lowest/highest torch versions the pin
     admits (None when unpinned, or no bound that way)."""
 
@@ -53,18 +74,6 @@ class TorchTarget:
     def predates(self, month: tuple[int, int]) -> bool:
         """Whether the environment is dated before ``month``: what it bundles cannot have changed since."""
         return self.dated is not None and self.dated < month
-
-    def at_least(self, version: str) -> bool:
-        """Whether every version the pin admits is >= ``version`` (false when unpinned: any torch may run it)."""
-        return self.pinned and self.minimum is not None and self.minimum >= Version(version)
-
-    def admits_from(self, version: str) -> bool:
-        """Whether the pin admits some torch >= ``version`` (true when unpinned)."""
-        return not self.pinned or self.newest is None or self.newest >= Version(version)
-
-    def admits_before(self, version: str) -> bool:
-        """Whether the pin admits some torch older than ``version`` (true when unpinned)."""
-        return not self.pinned or self.minimum is None or self.minimum < Version(version)
 
     def admits_span(self, first: str, until: str | None) -> bool:
         """Whether the pin admits some torch from ``first`` up to ``until`` (exclusive; None: no upper end)."""

@@ -17,10 +17,11 @@ from mplint.knowledge.trainer_versions import STACKS
 from mplint.project.config import is_marked
 from mplint.project.manifests import Requirement, allowed_versions, sample_versions
 from mplint.project.pins import consistent, documented_sources, pin_sources
+from mplint.project.torch_target import AdmittedReleases
 
 
 @dataclass(frozen=True)
-class StackTarget:
+class StackTarget(AdmittedReleases):
     """The releases of one stack (a key of ``STACKS``) the pins admit: ``minimum``/``newest`` None where unpinned or
     unbounded that way."""
 
@@ -29,18 +30,6 @@ class StackTarget:
     minimum: Version | None = None
     newest: Version | None = None
     source: str = ""
-
-    def at_least(self, version: str) -> bool:
-        """Whether every release the pins admit is >= ``version`` (false when unpinned)."""
-        return self.pinned and self.minimum is not None and self.minimum >= Version(version)
-
-    def admits_from(self, version: str) -> bool:
-        """Whether some admitted release is >= ``version`` (true when unpinned)."""
-        return not self.pinned or self.newest is None or self.newest >= Version(version)
-
-    def admits_before(self, version: str) -> bool:
-        """Whether some admitted release is older than ``version`` (true when unpinned)."""
-        return not self.pinned or self.minimum is None or self.minimum < Version(version)
 
     @property
     def label(self) -> str:
