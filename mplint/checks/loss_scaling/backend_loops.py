@@ -24,7 +24,7 @@ from mplint.checks.loss_scaling.optimizer_flow import OptimizerFlow
 from mplint.checks.loss_scaling.sites import GradientSite, method_name, names_in
 from mplint.engine.code_summary import CodeSummary
 from mplint.engine.context import FileContext
-from mplint.engine.names import dotted, last_name, module_imports
+from mplint.engine.names import dotted, last_name
 from mplint.knowledge.api_versions import K3
 
 TRIGGERS = (b"stateless_apply", b"backward")
@@ -74,7 +74,6 @@ class BackendLoops:
         self.context = context
         self.flow = context.analysis(OptimizerFlow)
         self.c = self.flow.c
-        self.imports = dict(module_imports(context.module))
         self.sites: list[BackendSite] = []
         for lines in self.c.lines.values():
             for index, line in enumerate(lines):
@@ -139,7 +138,7 @@ class BackendLoops:
         """The ``jax.value_and_grad(...)``/``jax.grad(...)`` call that made the called function: the callee itself,
         or a name bound to one in an enclosing function or the module."""
         if isinstance(func, cst.Call):
-            return func if self._qualified(func.func) in _JAX_TRANSFORMS else None
+            return func if self.context.names.project_paths(func.func) & _JAX_TRANSFORMS else None
         if not isinstance(func, cst.Name):
             return None
         scope = self.context.enclosing(at, cst.FunctionDef)
@@ -152,14 +151,6 @@ class BackendLoops:
             if scope is None:
                 return None
             scope = self.context.enclosing(scope, cst.FunctionDef)
-
-    def _qualified(self, func: cst.BaseExpression) -> str | None:
-        name = dotted(func)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        bound = self.imports.get(head)
-        return None if bound is None else f"{bound}.{rest}" if rest else bound
 
     def _function(self, expr: cst.BaseExpression) -> cst.FunctionDef | None:
         """The function of this file a name or ``self.method`` stands for (one definition only)."""
