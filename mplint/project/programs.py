@@ -480,9 +480,11 @@ class ProjectModel:
         path may name (``_named_by``), with all they import in turn; every module where one of them loads modules
         by a name computed at run time (``FileFacts.loads_modules``: plugin folders, registries)."""
         by_entry = {(importer, number) for (importer, number, _), found in self._resolved_from_entry.items() if found}
+        spelled = {m: _path_parts(m, self.root) for m in self.modules}  # each module's path as an import spells it
         by_name: dict[str, list[Module]] = {}
-        for m in self.modules:
-            by_name.setdefault(_path_parts(m, self.root)[-1:][0] if _path_parts(m, self.root) else "", []).append(m)
+        for m, parts in spelled.items():
+            if parts:
+                by_name.setdefault(parts[-1], []).append(m)
         found = {m for p in self.programs for m in p.parents}
         todo = list(found)
         while todo:
@@ -491,7 +493,7 @@ class ProjectModel:
             if m in self._unresolved:
                 for index, record in enumerate(m.facts.imports):
                     if not (record.level or (m, index) in by_entry or self._resolve(m, m, index)):
-                        more += _named_by(m, record, by_name, self.root)
+                        more += _named_by(m, record, by_name, spelled)
             for target in more:
                 if target not in found:
                     found.add(target)
@@ -812,25 +814,20 @@ def _path_parts(module: Module, root: Path) -> tuple[str, ...]:
     return parts[:-1] if parts and parts[-1] == "__init__" else parts
 
 
-def _named_by(importer: Module, record, by_name: dict[str, list[Module]], root: Path) -> list[Module]:
+def _named_by(
+    importer: Module, record, by_name: dict[str, list[Module]], spelled: dict[Module, tuple[str, ...]]
+) -> list[Module]:
     """The modules an import the project does not resolve may load: those whose path ends with its dotted path
     (``from TensorFlow.common import performance``: ``.../TensorFlow/common/performance.py``, or the package where
     the name is an attribute), nearest the importer (the folder above it a launcher puts on ``sys.path``)."""
     wanted = (*record.module.split("."), *([record.name] if record.name and record.name != "*" else []))
     for parts in (wanted, wanted[:-1]) if len(wanted) > 1 else (wanted,):
-        candidates = [m for m in by_name.get(parts[-1], []) if _path_parts(m, root)[-len(parts) :] == parts]
+        candidates = [m for m in by_name.get(parts[-1], []) if spelled[m][-len(parts) :] == parts]
         if candidates:
-            shared = {m: _common(importer.path.parts, m.path.parts) for m in candidates}
+            shared = {m: len(os.path.commonprefix([importer.path.parts, m.path.parts])) for m in candidates}
             nearest = max(shared.values())
             return [m for m in candidates if shared[m] == nearest]
     return []
-
-
-def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def modules_never_run(model: ProjectModel, unreached: set[Module]) -> set[Module]:
