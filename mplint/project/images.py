@@ -230,17 +230,14 @@ _COMPOSE = re.compile(r"^(?:docker-)?compose[\w.-]*\.ya?ml$", re.I)
 
 def compose_files(dockerfile: Path) -> list[Path]:
     """The Compose files in the Dockerfile's folder and the folders above it, up to its repository's top."""
-    from mplint.project.pins import repository_top
+    from mplint.project.pins import folders_up_to, repository_top
 
-    top = repository_top(dockerfile.parent) or dockerfile.parent
     found: list[Path] = []
-    for folder in (dockerfile.parent, *dockerfile.parent.parents):
+    for folder in folders_up_to(dockerfile.parent, repository_top(dockerfile.parent) or dockerfile.parent):
         try:
             found += sorted(p for p in folder.iterdir() if p.is_file() and _COMPOSE.match(p.name))
         except OSError:
             pass
-        if folder == top:
-            break
     return found
 
 

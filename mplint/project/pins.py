@@ -85,17 +85,12 @@ def _installing_dockerfiles(folder: Path, root: Path, read) -> Iterable[tuple[st
     """The Dockerfiles above ``folder`` that install it: up to the project's root, or, for a project nested in a
     repository (a sub-package with its own packaging script), up to the repository's top."""
     folder = folder.resolve()
-    top = repository_top(root) or root
-    above = folder.parent
-    while above.is_relative_to(top) and above != above.parent:
+    for above in folders_up_to(folder.parent, repository_top(root) or root):
         for path in dockerfiles(above):
             if folder in read(path, installed_folders):
                 image, requirements = read(path, dockerfile_requirements)
                 if image or requirements:  # the file by its absolute path: readers place it in the project
                     yield f"{image or 'its image'} (installing {folder.name}/) in {path}", requirements
-        if above == top:
-            break
-        above = above.parent
 
 
 def repository_top(folder: Path) -> Path | None:
@@ -104,6 +99,17 @@ def repository_top(folder: Path) -> Path | None:
         if (above / ".git").exists():
             return above
     return None
+
+
+def folders_up_to(start: Path, top: Path) -> Iterable[Path]:
+    """``start`` and the folders above it, nearest first, up to ``top`` (inclusive); none where ``start`` lies
+    outside ``top``."""
+    folder = start
+    while folder.is_relative_to(top) and folder != folder.parent:
+        yield folder
+        if folder == top:
+            break
+        folder = folder.parent
 
 
 def documented_sources(folder: Path, parsed: dict | None = None) -> Iterable[tuple[str, list[Requirement]]]:
@@ -374,8 +380,7 @@ class PinFinder:
         monorepo describes for the sub-projects whose own pins name no TensorFlow."""
         if self._above is None:
             self._above = []
-            above = self.root.parent
-            while above.is_relative_to(top) and above != self.root:
+            for above in folders_up_to(self.root.parent, top):
                 for name, reqs in documented_sources(above, self.parsed):
                     image, _, file = name.rpartition(" in ")
                     where = os.path.relpath(above / file, self.root)
@@ -383,9 +388,6 @@ class PinFinder:
                     if _generation_of(documented) is not None:
                         self._above = documented
                         return documented
-                if above == top:
-                    break
-                above = above.parent
         return self._above
 
     def target_for(self, folder: Path, code: Iterable[tuple[str, str, str]] = ()) -> Generation | None:

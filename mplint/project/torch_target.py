@@ -29,6 +29,7 @@ from mplint.project.manifests import Requirement, torch_samples
 from mplint.project.pins import (
     consistent,
     documented_sources,
+    folders_up_to,
     is_code_evidence,
     is_image,
     pin_sources,
@@ -135,12 +136,10 @@ class TorchTargets:
                 if pinned := self._requirements_of(place):
                     break
             # a sub-project of a monorepo whose own pins name no torch: what the repository documents above it
-            above = self._root.parent
-            while not pinned and above.is_relative_to(top) and above != self._root:
-                pinned = list(_torch_requirements(above, self._parsed, kinds=(documented_sources,)))
-                if above == top:
+            for above in folders_up_to(self._root.parent, top):
+                if pinned:
                     break
-                above = above.parent
+                pinned = list(_torch_requirements(above, self._parsed, kinds=(documented_sources,)))
         found = with_code_bounds(pinned, [b for b in code if b[0] == "torch"])
         return _target(found) if found else UNPINNED
 
