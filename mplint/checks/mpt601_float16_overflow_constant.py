@@ -80,7 +80,10 @@ class TorchFloat16OverflowConstant(TorchRule):
         if isinstance(func, cst.Attribute) and func.attr.value in _MASK_METHODS and len(node.args) >= 2:
             # ``mask.masked_fill(mask.to(torch.bool), -1e8)`` builds an additive mask from itself: it may be bool,
             # and whatever it is, its sum with float16 scores overflows at float16's own limit
-            builds_mask = dotted(func.value) is not None and dotted(func.value) in _names_in(node.args[0].value)
+            receiver = dotted(func.value)
+            builds_mask = receiver is not None and any(
+                dotted(n) == receiver for n in self.context.nodes_within(node.args[0].value, cst.Name, cst.Attribute)
+            )
             self._check(node.args[1].value, func.value, library=True, builds_mask=builds_mask)
         elif self.context.names.torch_api(func, {"masked_fill", "where"}) is not None:
             name = self.context.names.torch_api(func, {"masked_fill", "where"}).path
@@ -322,22 +325,6 @@ class TorchFloat16OverflowConstant(TorchRule):
                 return None
             new = f"(6.104e-05 if {dtype} == torch.float16 else {self.code(constant)})"
         return Fix({constant: cst.parse_expression(new)}, FixSafety.SAFE, imports=[ImportSpec("torch")])
-
-
-def _names_in(node: cst.CSTNode) -> set[str]:
-    """The dotted names an expression reads (``mask`` and ``mask.to`` in ``mask.to(torch.bool)``)."""
-    found: set[str] = set()
-
-    class Reader(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> None:
-            if (name := dotted(attribute)) is not None:
-                found.add(name)
-
-    node.visit(Reader())
-    return found
 
 
 def _targets(node: cst.CSTNode) -> list[cst.CSTNode]:
