@@ -286,18 +286,11 @@ class ExperimentalMixedPrecisionApi(Rule):
             dotted(parent.targets[0].target) if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
         )
         scope = self.context.enclosing(node, cst.FunctionDef) or self.context.module
-        found = False
-
-        class Rewrites(cst.CSTVisitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                nonlocal found
-                if (dotted(call.func) or "").endswith("enable_mixed_precision_graph_rewrite") and any(
-                    a.value is node or bound is not None and dotted(a.value) == bound for a in call.args
-                ):
-                    found = True
-
-        scope.visit(Rewrites())
-        return found
+        return any(
+            (dotted(call.func) or "").endswith("enable_mixed_precision_graph_rewrite")
+            and any(a.value is node or bound is not None and dotted(a.value) == bound for a in call.args)
+            for call in self.context.nodes_within(scope, cst.Call)
+        )
 
     def _policy(self, call: cst.Call) -> None:
         arg = keyword(call, "loss_scale") or positional(call, 1)
